@@ -1,0 +1,166 @@
+"""`python -m kvviz ...`: the engine and formulas from a shell. A bad argument exits 2 with one line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .config import DecoderConfig
+from .memory import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_memory
+
+
+class CliError(Exception):
+    """A user mistake: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print the whole usage block
+        raise CliError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def _add_shape_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("custom shape (with --model random)")
+    g.add_argument("--layers", type=_positive_int, default=4)
+    g.add_argument("--heads", type=_positive_int, default=8)
+    g.add_argument("--kv-heads", type=_positive_int, default=2)
+    g.add_argument("--d-head", type=_positive_int, default=None)
+    g.add_argument("--d-model", type=_positive_int, default=256)
+    g.add_argument("--d-ff", type=_positive_int, default=688)
+    g.add_argument("--vocab-size", type=_positive_int, default=4096)
+    g.add_argument("--max-seq-len", type=_positive_int, default=1024)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvviz", description="See and measure the KV cache of a real decoder.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="prefill a prompt and decode, reporting TTFT, TPOT and cache bytes")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--model", default="tiny", help="tiny (shipped), random (custom shape), or a directory")
+    g.add_argument("--max-new-tokens", type=_positive_int, default=32)
+    g.add_argument("--no-cache", action="store_true", help="recompute the whole prefix every step")
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--batch", type=_positive_int, default=1)
+    g.add_argument("--json", action="store_true")
+    _add_shape_flags(g)
+
+    m = sub.add_parser("memory", help="KV-cache bytes, M = 2·B·L·n·H_kv·d_head·bytes, with every intermediate")
+    m.add_argument("--layers", type=_positive_int)
+    m.add_argument("--kv-heads", type=_positive_int)
+    m.add_argument("--head-dim", type=_positive_int)
+    m.add_argument("--tokens", type=_positive_int, default=4096)
+    m.add_argument("--batch", type=_positive_int, default=1)
+    m.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPE_BYTES))
+    m.add_argument("--json", action="store_true")
+    return parser
+
+
+def cmd_generate(args: argparse.Namespace) -> dict:
+    from .engine import Generation
+    from .loading import load_backend
+
+    shape = None
+    if args.model == "random":
+        shape = DecoderConfig(
+            n_layers=args.layers,
+            d_model=args.d_model,
+            n_heads=args.heads,
+            n_kv_heads=args.kv_heads,
+            d_head=args.d_head or 0,
+            d_ff=args.d_ff,
+            vocab_size=args.vocab_size,
+            max_seq_len=args.max_seq_len,
+        )
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape, seed=args.seed)
+    gen = Generation(
+        backend,
+        max_new_tokens=args.max_new_tokens,
+        use_cache=not args.no_cache,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        batch_size=args.batch,
+    )
+    events = gen.run(args.prompt)
+    last = events[-1]
+    return {
+        "model": backend.arch.name,
+        "device": str(backend.device),
+        "dtype": args.dtype,
+        "use_cache": gen.use_cache,
+        "prompt_tokens": len(gen.prompt_ids),
+        "token_ids": gen.generated[0],
+        "text": gen.text,
+        "ttft_s": gen.ttft_s,
+        "tpot_s": gen.tpot_s,
+        "step_seconds": [e.seconds for e in events],
+        "cache_live_bytes": last.live_bytes,
+        "cache_allocated_bytes": last.allocated_bytes,
+        "formula_bytes": last.formula_bytes,
+    }
+
+
+def cmd_memory(args: argparse.Namespace) -> dict:
+    missing = [f"--{n.replace('_', '-')}" for n in ("layers", "kv_heads", "head_dim") if getattr(args, n) is None]
+    if missing:
+        raise CliError(f"memory needs {', '.join(missing)} (the model's shape)")
+    mem = kv_memory(args.batch, args.layers, args.tokens, args.kv_heads, args.head_dim, dtype_bytes(args.kv_dtype))
+    return {"kv_dtype": args.kv_dtype, **mem.to_dict()}
+
+
+def _print_generate(r: dict) -> None:
+    print(r["text"])
+    tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
+    print(
+        f"\n[{r['model']} on {r['device']}, {r['dtype']}, cache {'on' if r['use_cache'] else 'off'}] "
+        f"prompt {r['prompt_tokens']} tokens, {len(r['token_ids'])} new; "
+        f"TTFT {r['ttft_s'] * 1e3:.2f} ms, TPOT {tpot}; "
+        f"KV cache {r['cache_live_bytes']} B live (formula {r['formula_bytes']} B), "
+        f"{r['cache_allocated_bytes']} B allocated"
+    )
+
+
+def _print_memory(r: dict) -> None:
+    print(f"per token per layer  2·{r['n_kv_heads']}·{r['d_head']}·{r['bytes_per_elem']} B = "
+          f"{r['per_token_per_layer']} B ({format_binary(r['per_token_per_layer'])})")
+    print(f"per token            ·{r['n_layers']} layers = {r['per_token']} B ({format_binary(r['per_token'])})")
+    print(f"per request          ·{r['n_tokens']} tokens = {r['per_request']} B ({format_binary(r['per_request'])})")
+    print(f"total                ·{r['batch']} requests = {r['total']} B ({format_binary(r['total'])})")
+
+
+COMMANDS = {"generate": (cmd_generate, _print_generate), "memory": (cmd_memory, _print_memory)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        run, show = COMMANDS[args.command]
+        result = run(args)
+    except (CliError, ValueError, FileNotFoundError) as exc:
+        print(f"kvviz: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        show(result)
+    return 0
+
+
+def main_entry() -> None:
+    """The `kvviz` console script."""
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The CLI contract: --json output, one-line errors with a non-zero exit."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvviz.cli import main
+
+SHAPE = ["--model", "random", "--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2", "--vocab-size", "300"]
+
+
+def test_generate_json(capsys):
+    assert main(["generate", "--prompt", "hi there", "--max-new-tokens", "5", "--json", *SHAPE]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["token_ids"]) == 5 and len(out["step_seconds"]) == 5
+    assert out["prompt_tokens"] == 8
+    # 2 layers · (8 + 4) positions · 2 KV heads · d_head 16 · 4 bytes · K and V
+    assert out["cache_live_bytes"] == out["formula_bytes"] == 2 * 2 * 12 * 2 * 16 * 4
+    assert out["ttft_s"] > 0 and out["tpot_s"] > 0
+
+
+def test_no_cache_gives_same_tokens(capsys):
+    main(["generate", "--prompt", "same", "--max-new-tokens", "6", "--json", *SHAPE])
+    cached = json.loads(capsys.readouterr().out)
+    main(["generate", "--prompt", "same", "--max-new-tokens", "6", "--json", "--no-cache", *SHAPE])
+    recomputed = json.loads(capsys.readouterr().out)
+    assert cached["token_ids"] == recomputed["token_ids"]
+    assert recomputed["cache_live_bytes"] == 0
+
+
+def test_memory_json(capsys):
+    assert main(["memory", "--layers", "32", "--kv-heads", "32", "--head-dim", "128", "--tokens", "4096",
+                 "--batch", "32", "--kv-dtype", "bfloat16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["per_token_per_layer"], out["per_token"], out["per_request"], out["total"]) == (
+        16384, 524288, 2 * 1024**3, 64 * 1024**3)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["generate", "--prompt", "", *SHAPE], "prompt is empty"),
+        (["generate", "--prompt", "x" * 2000, *SHAPE], "context holds"),
+        (["generate", "--prompt", "x", "--model", "random", "--heads", "8", "--kv-heads", "3"], "divisible"),
+        (["generate", "--prompt", "x", "--dtype", "int3", *SHAPE], "invalid choice"),
+        (["generate", "--prompt", "x", "--max-new-tokens", "0", *SHAPE], "positive"),
+        (["memory", "--layers", "2"], "--kv-heads"),
+        (["memory", "--layers", "-2", "--kv-heads", "1", "--head-dim", "8"], "positive"),
+    ],
+)
+def test_bad_arguments_one_line(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err and err.startswith("kvviz: error:")
+
+
+def test_cuda_without_gpu_one_line_no_traceback():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run([sys.executable, "-m", "kvviz", "generate", "--prompt", "x", "--device", "cuda", *SHAPE],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
