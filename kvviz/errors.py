@@ -9,8 +9,10 @@ from .i18n import t
 
 class InputError(ValueError):
     def __init__(self, key: str, **params: object) -> None:
+        # A bare key lives in errors.toml; a dotted one ("memory.bad_config") in its own section.
         self.key, self.params = key, params
-        super().__init__(t(f"errors.{key}", "en", **params))
+        self.locale_key = key if "." in key else f"errors.{key}"
+        super().__init__(t(self.locale_key, "en", **params))
 
     def message(self, lang: str) -> str:
-        return t(f"errors.{self.key}", lang, **self.params)
+        return t(self.locale_key, lang, **self.params)

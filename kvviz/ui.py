@@ -6,6 +6,7 @@ widget's state when the user switches page; each widget is re-seeded from them o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
@@ -16,23 +17,40 @@ from .errors import InputError
 from .i18n import LANG_NAMES, LANGS, t
 from .loading import load_backend
 
-MODELS = ("tiny", "random")
+ROOT = Path(__file__).resolve().parents[1]  # the app's folder: app.py and pages/
+
+MODELS = ("tiny", "random", "hf")
 DEFAULTS = {
     "kv_lang": "en",
     "kv_model": "random",  # flips to "tiny" once the shipped model lands
+    "kv_hf_model": "",  # a local directory or hub id, with model "hf"
     "kv_dtype": "float32",
     "kv_device": "cpu",
     "kv_shape": DecoderConfig(),
+    "kv_lecture": False,
 }
+
+# Our own translated navigation (Streamlit's automatic one shows English file names): path, title key.
+NAV = (
+    ("app.py", "nav.home"),
+    ("pages/1_Reusing_Past_KV.py", "nav.reuse"),
+    ("pages/2_Prefill_and_Decode.py", "nav.prefill_decode"),
+    ("pages/3_Memory_Footprint.py", "nav.memory"),
+    ("pages/4_Latency_and_Capacity.py", "nav.latency"),
+    ("pages/5_Training_Prefill_Decode.py", "nav.training"),
+    ("pages/6_Check.py", "nav.check"),
+)
 
 
 @dataclass(frozen=True)
 class Settings:
     lang: str
-    model: str
+    model: str  # tiny | random | hf
     dtype: str
     device: str
     shape: DecoderConfig
+    hf_model: str = ""
+    lecture: bool = False
 
 
 def lang() -> str:
@@ -52,6 +70,8 @@ def show_error(exc: Exception) -> None:
 def _init_state() -> None:
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
+    if st.query_params.get("lecture") == "1":
+        st.session_state.kv_lecture = True
     query_lang = st.query_params.get("lang")
     if query_lang in LANGS and "kv_lang_from_url" not in st.session_state:
         st.session_state.kv_lang = query_lang  # a shared link opens in its language, once
@@ -73,6 +93,9 @@ def page_setup(title_key: str) -> Settings:
     st.set_page_config(page_title=t(title_key, st.session_state.get("kv_lang", "en")), layout="wide")
     _init_state()
     with st.sidebar:
+        for path, key in NAV:
+            if (ROOT / path).exists():
+                st.page_link(path, label=t(key, lang()))
         _persisted(st.radio, "kv_lang", t("common.language", lang()), options=LANGS,
                    format_func=LANG_NAMES.get, horizontal=True)
         if lang() != st.query_params.get("lang", "en"):
@@ -81,13 +104,15 @@ def page_setup(title_key: str) -> Settings:
                    format_func=lambda m: tr(f"common.model_{m}"))
         if st.session_state.kv_model == "random":
             _shape_controls()
+        elif st.session_state.kv_model == "hf":
+            _persisted(st.text_input, "kv_hf_model", tr("common.hf_model"))
         _persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPES))
         devices = available_devices()
         if st.session_state.kv_device not in devices:
             st.session_state.kv_device = "cpu"
         _persisted(st.selectbox, "kv_device", tr("common.device"), options=devices)
     s = st.session_state
-    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape)
+    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture)
 
 
 def _shape_controls() -> None:

@@ -1,0 +1,87 @@
+"""Start the app with `streamlit run` on a free loopback port and drive the system Chromium.
+
+Shared by the browser tests and the bench/ scripts (which put this folder on sys.path).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def app_server(env: dict[str, str] | None = None, timeout_s: float = 90) -> Iterator[str]:
+    """Yield the base URL of a running app; stop it afterwards."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="kvviz-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited early; see {log.name}")
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not become healthy in {timeout_s}s; see {log.name}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[object]:
+    """A Playwright Browser on the system Chromium (Playwright cannot download its own here)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - a Playwright Page
+    """Wait until the current Streamlit rerun has finished."""
+    page.wait_for_selector(IDLE, timeout=timeout_ms)
+
+
+def screenshot_dir() -> Path:
+    out = Path(os.environ.get("KVVIZ_SCREENSHOTS", ROOT / "screenshots"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
