@@ -1,5 +1,7 @@
 """Memory Footprint: M_KV = 2·B·L·n·H_kv·d_head·bytes with every factor shown, real presets, any config.json,
 the capacity planner, and the live cache's measured bytes beside the formula."""
+from dataclasses import replace
+
 import streamlit as st
 import torch
 
@@ -64,10 +66,15 @@ with left:
         else:
             upload = st.file_uploader(tr("memory.upload"), type=None, key="mem_upload")
             if upload is not None and ss.get("mem_upload_id") != upload.file_id:
-                ss.mem_upload_id = upload.file_id  # parse each upload once, so a bad one is reported once
-                parsed = parse_config_text(upload.getvalue(), upload.name)
-                ss.mem_upload_spec = parsed
-                ss.mem_params_b = round((parsed.n_params or 7e9) / 1e9, 3)
+                ss.mem_upload_id, ss.mem_upload_error = upload.file_id, None  # parse each file once
+                try:
+                    parsed = parse_config_text(upload.getvalue(), upload.name)
+                    ss.mem_upload_spec = parsed
+                    ss.mem_params_b = round((parsed.n_params or 7e9) / 1e9, 3)
+                except InputError as exc:
+                    ss.mem_upload_error = exc  # the last valid config stays in use
+            if upload is not None and ss.get("mem_upload_error"):
+                ui.show_error(ss.mem_upload_error)
             spec = ss.get("mem_upload_spec")
             if spec is None:
                 st.info(tr("memory.upload_hint"))
@@ -75,7 +82,7 @@ with left:
                 st.caption(tr("memory.upload_loaded", name=spec.name))
                 st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f",
                                 help=tr("memory.params_estimated"))
-                spec = ModelSpec(**{**spec.__dict__, "n_params": int(ss.mem_params_b * 1e9)})
+                spec = replace(spec, n_params=int(ss.mem_params_b * 1e9))
     except InputError as exc:
         ui.show_error(exc)
         spec = None
