@@ -104,7 +104,8 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> ModelSpec:
     rope_dim = 0
     if kv_lora_rank:
         rope_dim = _int_field(cfg, ("qk_rope_head_dim",))
-        d_head = rope_dim + _int_field(cfg, ("qk_nope_head_dim",))  # the query/key head width
+        # d_h of one head without its RoPE part, as DeepSeek-V2 compares MLA with MHA (2·n_h·d_h per layer)
+        d_head = _int_field(cfg, ("qk_nope_head_dim",))
     else:
         d_head = _int_field(cfg, ("head_dim",), required=False)
         if d_head is None:

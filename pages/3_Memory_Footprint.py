@@ -39,7 +39,7 @@ def load_seed(kv_heads: int) -> None:
               mem_tokens=4096, mem_batch=32, mem_kv_dtype="bfloat16", mem_params_b=6.74)
 
 
-c1, c2, _ = st.columns([1, 1, 2])
+c1, c2 = st.columns([3, 2])
 c1.button(tr("memory.seed_mha"), on_click=load_seed, args=(32,), key="mem_seed_mha")
 c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gqa")
 
@@ -112,13 +112,19 @@ def binary(n: int) -> str:
 
 with right:
     st.subheader(tr("memory.formula_title", name=spec.name, kind=shape.attention_kind))
-    n_sym = r"\min(n, W)" if shape.n_sliding_layers else "n"
     if shape.is_mla:
         st.latex(r"M_{KV} = B \cdot L \cdot n \cdot (d_c + d_R) \cdot \text{bytes} = "
                  rf"{batch} \cdot {shape.n_layers} \cdot {tokens} \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
                  rf" \cdot {fmt.data_bytes:g}\,\text{{B}}")
+    elif shape.n_sliding_layers:
+        # full layers keep n tokens, windowed layers min(n, W)
+        full = shape.n_layers - shape.n_sliding_layers
+        kept = f"({full} \\cdot {tokens} + {shape.n_sliding_layers} \\cdot {min(int(tokens), shape.sliding_window)})"
+        st.latex(rf"M_{{KV}} = 2 \cdot B \cdot (L_{{full}} \cdot n + L_{{W}} \cdot \min(n, W)) \cdot H_{{kv}} \cdot d_{{head}}"
+                 rf" \cdot \text{{bytes}} = 2 \cdot {batch} \cdot {kept} \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
+                 rf" \cdot {fmt.data_bytes:g}\,\text{{B}}")
     else:
-        st.latex(rf"M_{{KV}} = 2 \cdot B \cdot L \cdot {n_sym} \cdot H_{{kv}} \cdot d_{{head}} \cdot \text{{bytes}} = "
+        st.latex(rf"M_{{KV}} = 2 \cdot B \cdot L \cdot n \cdot H_{{kv}} \cdot d_{{head}} \cdot \text{{bytes}} = "
                  rf"2 \cdot {batch} \cdot {shape.n_layers} \cdot {tokens} \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
                  rf" \cdot {fmt.data_bytes:g}\,\text{{B}}")
     if shape.n_sliding_layers:
@@ -138,7 +144,7 @@ with right:
          else f"· Σ {fp.cached_token_layers:,} {tr('memory.token_layers_unit')}", fp.per_request),
         ("total", f"· {batch} {tr('memory.requests_unit')}", fp.total),
     ]
-    cols = st.columns(4)
+    cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
     for col, (key, factors, value) in zip(cols, steps):
         col.metric(tr(f"memory.step_{key}"), binary(value), help=f"{value:,} B")
     rows = [f"| {tr('memory.col_step')} | {tr('memory.col_factors')} | {tr('memory.col_bytes')} | "
@@ -149,7 +155,7 @@ with right:
     st.caption(tr("memory.units_note"))
     if weights:
         st.write(tr("memory.vs_weights", weights=binary(weights), params=f"{spec.n_params / 1e9:.2f}",
-                    dtype=w_dtype_name, ratio=f"{fp.total / weights:.2f}"))
+                    dtype=w_dtype_name, ratio=f"{fp.total / weights:.3g}"))
 
 tab_cmp, tab_growth, tab_cap, tab_live = st.tabs(
     [tr("memory.tab_compare"), tr("memory.tab_growth"), tr("memory.tab_capacity"), tr("memory.tab_live")])
@@ -168,7 +174,7 @@ with tab_cmp:
     labels = [f"MHA (H_kv={h})", f"GQA (H_kv={gqa})", "MQA (H_kv=1)", f"MLA ({rank}+{rope})"]
     st.plotly_chart(attention_comparison_figure(
         labels, [k for k, _ in variants], per_token, title=tr("memory.compare_title", layers=shape.n_layers,
-                                                                heads=h, d_head=shape.d_head),
+                                                                heads=h, d_head=shape.d_head, dtype=kv_dtype_name),
         y_title=tr("memory.kib_per_token"), lecture=lecture), key="mem_compare_chart")
     st.caption(tr("memory.compare_note", rank=rank, rope=rope))
 

@@ -44,6 +44,11 @@ def test_preset_kinds_and_windows():
     assert (mistral.sliding_window, mistral.n_sliding_layers) == (4096, 32)
     assert (gemma.sliding_window, gemma.n_sliding_layers) == (4096, 21)  # alternating local/global layers
     assert qwen.sliding_window == 0  # use_sliding_window: false in its config
+    ds = get_preset("DeepSeek-V3").shape
+    mha = KVShape(ds.n_layers, ds.n_heads, ds.n_heads, ds.d_head)
+    # DeepSeek-V2's comparison: MLA caches (d_c + d_R) = 4.5·d_h per layer, MHA 2·n_h·d_h with d_h = 128
+    assert ds.d_head == 128 and ds.values_per_token_layer == 576 == 4.5 * ds.d_head
+    assert kv_footprint(mha, 1).per_token == 2 * 128 * 128 * 2 * 61
 
 
 def test_preset_parameter_counts_match_their_configs():

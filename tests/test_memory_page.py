@@ -123,3 +123,10 @@ def test_live_cache_run_here_equals_formula():
     assert m["Measured (tensor bytes)"] == m["Formula"]
     assert int(m["Measured (tensor bytes)"].replace(",", "").split()[0]) > 0
     assert any("equal the formula" in s.value for s in at.success)
+
+
+def test_sliding_window_preset_shows_capped_factors():
+    at = open_page({"preset": "Gemma-2-9B", "tokens": "8192"})
+    assert r"(21 \cdot 8192 + 21 \cdot 4096)" in at.latex[0].value
+    assert metrics(at)["Per request"] == "1.97 GiB"  # 8 KiB · (21·8192 + 21·4096) = 2,113,929,216 B
+    assert any("2,113,929,216 B" in md.value for md in at.markdown)

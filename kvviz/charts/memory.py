@@ -60,8 +60,8 @@ def cache_vs_weights_figure(
         name=crossing_label, marker=dict(size=12, color="black", symbol="x"),
         text=[f"{c.crossing_tokens:,}" for c in crossed], textposition="top center",
     ))
-    fig.update_xaxes(title=x_title, type="log")
-    fig.update_yaxes(title=y_title, type="log")
+    fig.update_xaxes(title=x_title, type="log", dtick=1)  # one tick per decade: no 2…9 clutter
+    fig.update_yaxes(title=y_title, type="log", dtick=1)
     return style(fig, title=title, lecture=lecture, height=420)
 
 
