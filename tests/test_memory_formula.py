@@ -2,6 +2,8 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvviz.errors import InputError
 from kvviz.hf_config import load_hf_config, parse_config_text, parse_hf_config
@@ -190,3 +192,14 @@ def test_url_round_trip_and_malformed_values():
     assert sorted(b.split("=")[0] for b in bad) == ["batch", "frac", "layers", "preset", "tokens"]
     assert values == DEFAULTS
     assert "layers" not in scenario_query(DEFAULTS) and scenario_query(DEFAULTS)["preset"] == "Llama-3.1-8B"
+
+
+@given(layers=st.integers(1, 96), group=st.integers(1, 8), kv_heads=st.integers(1, 16), d_head=st.integers(1, 256),
+       n=st.integers(0, 50_000), batch=st.integers(1, 64), window=st.integers(1, 8192),
+       dtype=st.sampled_from(["float32", "bfloat16", "fp8"]))
+def test_footprint_matches_foundation_formula_and_windows_never_add(layers, group, kv_heads, d_head, n, batch, window, dtype):
+    size = {"float32": 4, "bfloat16": 2, "fp8": 1}[dtype]
+    full = KVShape(layers, kv_heads * group, kv_heads, d_head)
+    assert kv_footprint(full, n, batch, dtype).total == kv_cache_bytes(batch, layers, n, kv_heads, d_head, size)
+    windowed = KVShape(layers, kv_heads * group, kv_heads, d_head, sliding_window=window, n_sliding_layers=layers)
+    assert kv_footprint(windowed, n, batch, dtype).total == kv_cache_bytes(batch, layers, min(n, window), kv_heads, d_head, size)
