@@ -1,6 +1,7 @@
 """Capacity planning: how many tokens and requests fit in what the weights leave of a GPU's memory,
 and what a contiguous max-length reservation wastes next to paged blocks (as vLLM's PagedAttention).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,11 @@ def plan_capacity(
     """Budget → tokens → requests. bytes_per_request defaults to context · per-token (no sliding window)."""
     if not 0 < memory_fraction <= 1:
         raise InputError("memory.bad_fraction", value=memory_fraction)
-    for name, value in (("gpu_memory_bytes", gpu_memory_bytes), ("kv_bytes_per_token", kv_bytes_per_token),
-                        ("context_tokens", context_tokens)):
+    for name, value in (
+        ("gpu_memory_bytes", gpu_memory_bytes),
+        ("kv_bytes_per_token", kv_bytes_per_token),
+        ("context_tokens", context_tokens),
+    ):
         if value <= 0:
             raise InputError("positive_int", name=name, value=value)
     if weight_bytes < 0:
@@ -86,11 +90,15 @@ class AllocationComparison:
         return self.paged_waste_bytes / self.paged_bytes if self.paged_bytes else 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"contiguous_waste_fraction": self.contiguous_waste_fraction,
-                               "paged_waste_fraction": self.paged_waste_fraction}
+        return asdict(self) | {
+            "contiguous_waste_fraction": self.contiguous_waste_fraction,
+            "paged_waste_fraction": self.paged_waste_fraction,
+        }
 
 
-def compare_allocation(lengths: list[int], max_len: int, kv_bytes_per_token: int, block_size: int = 16) -> AllocationComparison:
+def compare_allocation(
+    lengths: list[int], max_len: int, kv_bytes_per_token: int, block_size: int = 16
+) -> AllocationComparison:
     if not lengths:
         raise InputError("memory.no_lengths")
     for name, value in (("max_len", max_len), ("block_size", block_size), ("kv_bytes_per_token", kv_bytes_per_token)):
@@ -105,9 +113,16 @@ def compare_allocation(lengths: list[int], max_len: int, kv_bytes_per_token: int
     contiguous = len(lengths) * max_len * kv_bytes_per_token
     paged = blocks * block_size * kv_bytes_per_token
     return AllocationComparison(
-        lengths=tuple(lengths), max_len=max_len, block_size=block_size, kv_bytes_per_token=kv_bytes_per_token,
-        live_bytes=live, contiguous_bytes=contiguous, paged_blocks=blocks, paged_bytes=paged,
-        contiguous_waste_bytes=contiguous - live, paged_waste_bytes=paged - live,
+        lengths=tuple(lengths),
+        max_len=max_len,
+        block_size=block_size,
+        kv_bytes_per_token=kv_bytes_per_token,
+        live_bytes=live,
+        contiguous_bytes=contiguous,
+        paged_blocks=blocks,
+        paged_bytes=paged,
+        contiguous_waste_bytes=contiguous - live,
+        paged_waste_bytes=paged - live,
     )
 
 

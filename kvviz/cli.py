@@ -186,9 +186,10 @@ def _print_memory(r: dict) -> None:
     print(f"per token per layer  {factors}·{r['bytes_per_elem']} B{scales} = "
           f"{r['per_token_per_layer']} B ({format_binary(r['per_token_per_layer'])})")
     print(f"per token            ·{r['n_layers']} layers = {r['per_token']} B ({format_binary(r['per_token'])})")
-    window = (f" (window {r['sliding_window']} on {r['n_sliding_layers']} layers: {r['cached_token_layers']} token·layers)"
-              if r.get("n_sliding_layers") else "")
-    print(f"per request          ·{r['n_tokens']} tokens{window} = {r['per_request']} B ({format_binary(r['per_request'])})")
+    window = (f" (window {r['sliding_window']} on {r['n_sliding_layers']} layers: "
+              f"{r['cached_token_layers']} token·layers)" if r.get("n_sliding_layers") else "")
+    print(f"per request          ·{r['n_tokens']} tokens{window} = {r['per_request']} B "
+          f"({format_binary(r['per_request'])})")
     print(f"total                ·{r['batch']} requests = {r['total']} B ({format_binary(r['total'])})")
     if "weight_bytes" in r:
         print(f"weights              {r['n_params']} params · {r['weight_dtype']} = {r['weight_bytes']} B "
@@ -198,7 +199,8 @@ def _print_memory(r: dict) -> None:
 def _print_presets(r: dict) -> None:
     for p in r["presets"]:
         extra = (f" MLA {p['kv_lora_rank']}+{p['qk_rope_head_dim']}" if p["kv_lora_rank"] else "") + (
-            f" window {p['sliding_window']} on {p['n_sliding_layers']}/{p['n_layers']} layers" if p["sliding_window"] else "")
+            f" window {p['sliding_window']} on {p['n_sliding_layers']}/{p['n_layers']} layers"
+            if p["sliding_window"] else "")
         print(f"{p['name']:14s} {p['kind']:3s} L={p['n_layers']:<3d} H={p['n_heads']:<3d} H_kv={p['n_kv_heads']:<3d} "
               f"d_head={p['d_head']:<3d} {format_binary(p['bf16_bytes_per_token']):>10s}/token (bf16) "
               f"{p['n_params'] / 1e9:7.2f}B params{extra}")

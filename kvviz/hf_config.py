@@ -4,6 +4,7 @@ Field names differ between families (GPT-2's n_layer/n_head/n_embd, Falcon's mul
 MLA ranks, Gemma's own head_dim and alternating sliding layers); each is read here, and a config that
 does not say what the formula needs gives a clear InputError naming the field.
 """
+
 from __future__ import annotations
 
 import json
@@ -115,13 +116,26 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> ModelSpec:
     if n_heads % n_kv_heads:
         raise InputError("memory.config_kv_split", n_heads=n_heads, n_kv_heads=n_kv_heads)
     window, n_sliding = _sliding_layers(cfg, n_layers)
-    shape = KVShape(n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head,
-                    kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope_dim,
-                    sliding_window=window, n_sliding_layers=n_sliding)
+    shape = KVShape(
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_head=d_head,
+        kv_lora_rank=kv_lora_rank,
+        qk_rope_head_dim=rope_dim,
+        sliding_window=window,
+        n_sliding_layers=n_sliding,
+    )
     params = estimate_params(cfg, shape, d_model)
-    return ModelSpec(name=name, shape=shape, d_model=d_model,
-                     max_context=_int_field(cfg, CONTEXT_FIELDS, required=False),
-                     n_params=params, params_estimated=params is not None, model_type=str(cfg.get("model_type", "")))
+    return ModelSpec(
+        name=name,
+        shape=shape,
+        d_model=d_model,
+        max_context=_int_field(cfg, CONTEXT_FIELDS, required=False),
+        n_params=params,
+        params_estimated=params is not None,
+        model_type=str(cfg.get("model_type", "")),
+    )
 
 
 def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelSpec:

@@ -255,7 +255,27 @@ def kv_footprint(shape: KVShape, n_tokens: int, batch: int = 1, kv_dtype_name: s
     )
 
 
-def tokens_to_reach(shape: KVShape, target_bytes: int, batch: int, kv_dtype_name: str, limit: int = 1 << 24) -> int | None:
+def attention_variants(shape: KVShape) -> dict[str, KVShape]:
+    """MHA, GQA, MQA and MLA at the same L, query heads and d_head: only what each token caches differs.
+
+    GQA keeps the model's own groups, else the largest group count ≤ 8 dividing the heads (Llama's 8);
+    MLA keeps the model's own ranks, else DeepSeek's ratios: latent 4·d_head, RoPE key d_head/2.
+    """
+    h, d = shape.n_heads, shape.d_head
+    groups = shape.n_kv_heads if shape.attention_kind == "GQA" else max(
+        (g for g in range(2, 9) if h % g == 0 and g < h), default=1)
+    rank, rope = (shape.kv_lora_rank, shape.qk_rope_head_dim) if shape.is_mla else (4 * d, d // 2)
+    return {
+        "MHA": KVShape(shape.n_layers, h, h, d),
+        "GQA": KVShape(shape.n_layers, h, groups, d),
+        "MQA": KVShape(shape.n_layers, h, 1, d),
+        "MLA": KVShape(shape.n_layers, h, h, d, kv_lora_rank=rank, qk_rope_head_dim=rope),
+    }
+
+
+def tokens_to_reach(
+    shape: KVShape, target_bytes: int, batch: int, kv_dtype_name: str, limit: int = 1 << 24
+) -> int | None:
     """Smallest context n whose cache (B requests) reaches target_bytes, or None (a window caps it first)."""
     if kv_footprint(shape, limit, batch, kv_dtype_name).total < target_bytes:
         return None

@@ -3,6 +3,7 @@
 read_query() checks every value the way the widgets would; a malformed one falls back to its default
 and is reported, never raised.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
         if not lo <= value <= hi:
             raise ValueError(text)
         return value
+
     return parse
 
 
@@ -47,6 +49,7 @@ def _float_in(lo: float, hi: float) -> Callable[[str], float]:
         if not lo <= value <= hi:  # also rejects nan
             raise ValueError(text)
         return value
+
     return parse
 
 
@@ -55,6 +58,7 @@ def _one_of(choices: Mapping | tuple) -> Callable[[str], str]:
         if text not in choices:
             raise ValueError(text)
         return text
+
     return parse
 
 

@@ -1,9 +1,9 @@
 """Memory Footprint: M_KV = 2·B·L·n·H_kv·d_head·bytes with every factor shown, real presets, any config.json,
 the capacity planner, and the live cache's measured bytes beside the formula."""
+
 from dataclasses import replace
 
 import streamlit as st
-import torch
 
 from kvviz import ui
 from kvviz.capacity import compare_allocation, parse_lengths, plan_capacity
@@ -12,8 +12,16 @@ from kvviz.engine import Generation
 from kvviz.errors import InputError
 from kvviz.hardware import HARDWARE
 from kvviz.hf_config import ModelSpec, parse_config_text
-from kvviz.memory import (KV_DTYPES, KVShape, format_binary, format_decimal, kv_footprint, tokens_to_reach,
-                          weight_bytes)
+from kvviz.memory import (
+    KV_DTYPES,
+    KVShape,
+    attention_variants,
+    format_binary,
+    format_decimal,
+    kv_footprint,
+    tokens_to_reach,
+    weight_bytes,
+)
 from kvviz.memory_url import DEFAULTS, read_query, scenario_query
 from kvviz.presets import HF_REPOS, PRESETS
 
@@ -35,8 +43,17 @@ if ss.get("mem_url_bad"):
 
 def load_seed(kv_heads: int) -> None:
     """The study note's example: Llama-2-7B's shape, bf16, 4096 tokens, 32 requests."""
-    ss.update(mem_src="custom", mem_layers=32, mem_heads=32, mem_kv_heads=kv_heads, mem_d_head=128,
-              mem_tokens=4096, mem_batch=32, mem_kv_dtype="bfloat16", mem_params_b=6.74)
+    ss.update(
+        mem_src="custom",
+        mem_layers=32,
+        mem_heads=32,
+        mem_kv_heads=kv_heads,
+        mem_d_head=128,
+        mem_tokens=4096,
+        mem_batch=32,
+        mem_kv_dtype="bfloat16",
+        mem_params_b=6.74,
+    )
 
 
 c1, c2 = st.columns([3, 2])
@@ -45,8 +62,13 @@ c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gq
 
 left, right = st.columns([1, 2])
 with left:
-    src = st.radio(tr("memory.source"), ["preset", "custom", "upload"], key="mem_src", horizontal=True,
-                   format_func=lambda s: tr(f"memory.source_{s}"))
+    src = st.radio(
+        tr("memory.source"),
+        ["preset", "custom", "upload"],
+        key="mem_src",
+        horizontal=True,
+        format_func=lambda s: tr(f"memory.source_{s}"),
+    )
     spec: ModelSpec | None = None
     try:
         if src == "preset":
@@ -61,8 +83,12 @@ with left:
             d_head = b.number_input(tr("memory.d_head"), 1, 4096, key="mem_d_head")
             st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f")
             shape = KVShape(n_layers=int(layers), n_heads=int(heads), n_kv_heads=int(kv_heads), d_head=int(d_head))
-            spec = ModelSpec(name=tr("memory.source_custom"), shape=shape, d_model=int(heads) * int(d_head),
-                             n_params=int(ss.mem_params_b * 1e9))
+            spec = ModelSpec(
+                name=tr("memory.source_custom"),
+                shape=shape,
+                d_model=int(heads) * int(d_head),
+                n_params=int(ss.mem_params_b * 1e9),
+            )
         else:
             upload = st.file_uploader(tr("memory.upload"), type=None, key="mem_upload")
             if upload is not None and ss.get("mem_upload_id") != upload.file_id:
@@ -70,7 +96,8 @@ with left:
                 try:
                     parsed = parse_config_text(upload.getvalue(), upload.name)
                     ss.mem_upload_spec = parsed
-                    ss.mem_params_b = round((parsed.n_params or 7e9) / 1e9, 3)
+                    if parsed.n_params:
+                        ss.mem_params_b = round(parsed.n_params / 1e9, 3)
                 except InputError as exc:
                     ss.mem_upload_error = exc  # the last valid config stays in use
             if upload is not None and ss.get("mem_upload_error"):
@@ -80,8 +107,16 @@ with left:
                 st.info(tr("memory.upload_hint"))
             else:
                 st.caption(tr("memory.upload_loaded", name=spec.name))
-                st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f",
-                                help=tr("memory.params_estimated"))
+                st.number_input(
+                    tr("memory.params_b"),
+                    0.001,
+                    10_000.0,
+                    key="mem_params_b",
+                    format="%.3f",
+                    help=tr("memory.params_estimated"),
+                )
+                if not spec.n_params:
+                    st.caption(tr("memory.params_unknown"))
                 spec = replace(spec, n_params=int(ss.mem_params_b * 1e9))
     except InputError as exc:
         ui.show_error(exc)
@@ -106,94 +141,143 @@ fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
 weights = weight_bytes(spec.n_params, w_dtype_name) if spec.n_params else 0
 
 
-def binary(n: int) -> str:
-    return f"{format_binary(n)}"
-
-
 with right:
     st.subheader(tr("memory.formula_title", name=spec.name, kind=shape.attention_kind))
     if shape.is_mla:
-        st.latex(r"M_{KV} = B \cdot L \cdot n \cdot (d_c + d_R) \cdot \text{bytes} = "
-                 rf"{batch} \cdot {shape.n_layers} \cdot {tokens} \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
-                 rf" \cdot {fmt.data_bytes:g}\,\text{{B}}")
+        st.latex(
+            r"M_{KV} = B \cdot L \cdot n \cdot (d_c + d_R) \cdot \text{bytes} = "
+            rf"{batch} \cdot {shape.n_layers} \cdot {tokens} \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
+            rf" \cdot {fmt.data_bytes:g}\,\text{{B}}"
+        )
     elif shape.n_sliding_layers:
         # full layers keep n tokens, windowed layers min(n, W)
         full = shape.n_layers - shape.n_sliding_layers
         kept = f"({full} \\cdot {tokens} + {shape.n_sliding_layers} \\cdot {min(int(tokens), shape.sliding_window)})"
-        st.latex(rf"M_{{KV}} = 2 \cdot B \cdot (L_{{full}} \cdot n + L_{{W}} \cdot \min(n, W)) \cdot H_{{kv}} \cdot d_{{head}}"
-                 rf" \cdot \text{{bytes}} = 2 \cdot {batch} \cdot {kept} \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
-                 rf" \cdot {fmt.data_bytes:g}\,\text{{B}}")
+        st.latex(
+            rf"M_{{KV}} = 2 \cdot B \cdot (L_{{full}} \cdot n + L_{{W}} \cdot \min(n, W)) \cdot H_{{kv}}"
+            rf" \cdot d_{{head}} \cdot \text{{bytes}} = 2 \cdot {batch} \cdot {kept} \cdot {shape.n_kv_heads}"
+            rf" \cdot {shape.d_head} \cdot {fmt.data_bytes:g}\,\text{{B}}"
+        )
     else:
-        st.latex(rf"M_{{KV}} = 2 \cdot B \cdot L \cdot n \cdot H_{{kv}} \cdot d_{{head}} \cdot \text{{bytes}} = "
-                 rf"2 \cdot {batch} \cdot {shape.n_layers} \cdot {tokens} \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
-                 rf" \cdot {fmt.data_bytes:g}\,\text{{B}}")
+        st.latex(
+            rf"M_{{KV}} = 2 \cdot B \cdot L \cdot n \cdot H_{{kv}} \cdot d_{{head}} \cdot \text{{bytes}} = "
+            rf"2 \cdot {batch} \cdot {shape.n_layers} \cdot {tokens} \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
+            rf" \cdot {fmt.data_bytes:g}\,\text{{B}}"
+        )
     if shape.n_sliding_layers:
-        st.caption(tr("memory.window_note", window=shape.sliding_window, sliding=shape.n_sliding_layers,
-                      layers=shape.n_layers))
+        st.caption(
+            tr("memory.window_note", window=shape.sliding_window, sliding=shape.n_sliding_layers, layers=shape.n_layers)
+        )
     if shape.is_mla:
-        st.caption(tr("memory.mla_note", rank=shape.kv_lora_rank, rope=shape.qk_rope_head_dim,
-                      heads=shape.n_kv_heads))
+        st.caption(tr("memory.mla_note", rank=shape.kv_lora_rank, rope=shape.qk_rope_head_dim, heads=shape.n_kv_heads))
     if fp.scale_bytes_per_token_per_layer:
         st.caption(tr("memory.scale_bytes", scale=fp.scale_bytes_per_token_per_layer))
-    per_layer_factors = (f"({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) · {fmt.data_bytes:g} B" if shape.is_mla
-                         else f"2 · {shape.n_kv_heads} · {shape.d_head} · {fmt.data_bytes:g} B")
+    per_layer_factors = (
+        f"({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) · {fmt.data_bytes:g} B"
+        if shape.is_mla
+        else f"2 · {shape.n_kv_heads} · {shape.d_head} · {fmt.data_bytes:g} B"
+    )
     steps = [
         ("per_token_per_layer", per_layer_factors, fp.per_token_per_layer),
         ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit')}", fp.per_token),
-        ("per_request", f"· {tokens:,} {tr('memory.tokens_unit')}" if not shape.n_sliding_layers
-         else f"· Σ {fp.cached_token_layers:,} {tr('memory.token_layers_unit')}", fp.per_request),
+        (
+            "per_request",
+            f"· {tokens:,} {tr('memory.tokens_unit')}"
+            if not shape.n_sliding_layers
+            else f"· Σ {fp.cached_token_layers:,} {tr('memory.token_layers_unit')}",
+            fp.per_request,
+        ),
         ("total", f"· {batch} {tr('memory.requests_unit')}", fp.total),
     ]
     cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
-    for col, (key, factors, value) in zip(cols, steps):
-        col.metric(tr(f"memory.step_{key}"), binary(value), help=f"{value:,} B")
-    rows = [f"| {tr('memory.col_step')} | {tr('memory.col_factors')} | {tr('memory.col_bytes')} | "
-            f"{tr('memory.col_binary')} | {tr('memory.col_decimal')} |", "|---|---|--:|--:|--:|"]
-    rows += [f"| {tr(f'memory.step_{key}')} | {factors} | {value:,} B | **{binary(value)}** | {format_decimal(value)} |"
-             for key, factors, value in steps]
+    for col, (key, _, value) in zip(cols, steps, strict=True):
+        col.metric(tr(f"memory.step_{key}"), format_binary(value), help=f"{value:,} B")
+    rows = [
+        f"| {tr('memory.col_step')} | {tr('memory.col_factors')} | {tr('memory.col_bytes')} | "
+        f"{tr('memory.col_binary')} | {tr('memory.col_decimal')} |",
+        "|---|---|--:|--:|--:|",
+    ]
+    rows += [
+        f"| {tr(f'memory.step_{key}')} | {factors} | {value:,} B | **{format_binary(value)}** | "
+        f"{format_decimal(value)} |"
+        for key, factors, value in steps
+    ]
     st.markdown("\n".join(rows))
     st.caption(tr("memory.units_note"))
     if weights:
-        st.write(tr("memory.vs_weights", weights=binary(weights), params=f"{spec.n_params / 1e9:.2f}",
-                    dtype=w_dtype_name, ratio=f"{fp.total / weights:.3g}"))
+        st.write(
+            tr(
+                "memory.vs_weights",
+                weights=format_binary(weights),
+                params=f"{spec.n_params / 1e9:.2f}",
+                dtype=w_dtype_name,
+                ratio=f"{fp.total / weights:.3g}",
+            )
+        )
 
 tab_cmp, tab_growth, tab_cap, tab_live = st.tabs(
-    [tr("memory.tab_compare"), tr("memory.tab_growth"), tr("memory.tab_capacity"), tr("memory.tab_live")])
+    [tr("memory.tab_compare"), tr("memory.tab_growth"), tr("memory.tab_capacity"), tr("memory.tab_live")]
+)
 
 with tab_cmp:
-    h = shape.n_heads
-    gqa = shape.n_kv_heads if shape.attention_kind == "GQA" else max(d for d in range(2, 9) if h % d == 0) if h > 1 and any(h % d == 0 for d in range(2, 9)) else 1
-    rank, rope = (shape.kv_lora_rank, shape.qk_rope_head_dim) if shape.is_mla else (4 * shape.d_head, shape.d_head // 2)
-    variants = [
-        ("MHA", KVShape(shape.n_layers, h, h, shape.d_head)),
-        ("GQA", KVShape(shape.n_layers, h, gqa, shape.d_head)),
-        ("MQA", KVShape(shape.n_layers, h, 1, shape.d_head)),
-        ("MLA", KVShape(shape.n_layers, h, h, shape.d_head, kv_lora_rank=rank, qk_rope_head_dim=rope)),
-    ]
-    per_token = [kv_footprint(s, 1, 1, kv_dtype_name).per_token for _, s in variants]
-    labels = [f"MHA (H_kv={h})", f"GQA (H_kv={gqa})", "MQA (H_kv=1)", f"MLA ({rank}+{rope})"]
-    st.plotly_chart(attention_comparison_figure(
-        labels, [k for k, _ in variants], per_token, title=tr("memory.compare_title", layers=shape.n_layers,
-                                                                heads=h, d_head=shape.d_head, dtype=kv_dtype_name),
-        y_title=tr("memory.kib_per_token"), lecture=lecture), key="mem_compare_chart")
-    st.caption(tr("memory.compare_note", rank=rank, rope=rope))
+    variants = attention_variants(shape)
+    per_token = [kv_footprint(s, 1, 1, kv_dtype_name).per_token for s in variants.values()]
+    mla = variants["MLA"]
+    labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]
+    labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
+    st.plotly_chart(
+        attention_comparison_figure(
+            labels,
+            list(variants),
+            per_token,
+            title=tr(
+                "memory.compare_title",
+                layers=shape.n_layers,
+                heads=shape.n_heads,
+                d_head=shape.d_head,
+                dtype=kv_dtype_name,
+            ),
+            y_title=tr("memory.kib_per_token"),
+            lecture=lecture,
+        ),
+        key="mem_compare_chart",
+    )
+    st.caption(tr("memory.compare_note", rank=mla.kv_lora_rank, rope=mla.qk_rope_head_dim))
 
 with tab_growth:
     if not weights:
         st.info(tr("memory.no_params"))
     else:
         grid = sorted({2**k for k in range(8, 18)} | {int(tokens)})
-        curves = [CacheCurve(b, grid, [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid],
-                             tokens_to_reach(shape, weights, b, kv_dtype_name))
-                  for b in sorted({1, 8, 32, int(batch)})]
-        st.plotly_chart(cache_vs_weights_figure(
-            curves, weights, title=tr("memory.growth_title"), x_title=tr("memory.tokens"),
-            y_title=tr("memory.gib_axis"), weights_label=tr("memory.weights_label", weights=binary(weights)),
-            batch_label=tr("memory.batch_label"), crossing_label=tr("memory.crossing_label"), lecture=lecture),
-            key="mem_growth_chart")
+        curves = [
+            CacheCurve(
+                b,
+                grid,
+                [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid],
+                tokens_to_reach(shape, weights, b, kv_dtype_name),
+            )
+            for b in sorted({1, 8, 32, int(batch)})
+        ]
+        st.plotly_chart(
+            cache_vs_weights_figure(
+                curves,
+                weights,
+                title=tr("memory.growth_title"),
+                x_title=tr("memory.tokens"),
+                y_title=tr("memory.gib_axis"),
+                weights_label=tr("memory.weights_label", weights=format_binary(weights)),
+                batch_label=tr("memory.batch_label"),
+                crossing_label=tr("memory.crossing_label"),
+                lecture=lecture,
+            ),
+            key="mem_growth_chart",
+        )
         for c in curves:
-            st.write(tr("memory.crossing_at", batch=c.batch, tokens=f"{c.crossing_tokens:,}") if c.crossing_tokens
-                     else tr("memory.crossing_never", batch=c.batch))
+            st.write(
+                tr("memory.crossing_at", batch=c.batch, tokens=f"{c.crossing_tokens:,}")
+                if c.crossing_tokens
+                else tr("memory.crossing_never", batch=c.batch)
+            )
 
 with tab_cap:
     a, b, c = st.columns(3)
@@ -201,18 +285,31 @@ with tab_cap:
     n_gpus = b.number_input(tr("memory.n_gpus"), 1, 64, key="mem_n_gpus")
     fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
     gpu = HARDWARE[gpu_name]
-    plan = plan_capacity(gpu.memory_bytes * int(n_gpus), fraction, weights, fp.per_token, int(tokens),
-                         bytes_per_request=fp.per_request)
+    plan = plan_capacity(
+        gpu.memory_bytes * int(n_gpus), fraction, weights, fp.per_token, int(tokens), bytes_per_request=fp.per_request
+    )
     m = st.columns(5)
-    m[0].metric(tr("memory.cap_usable"), binary(plan.usable_bytes), help=f"{plan.usable_bytes:,} B · "
-                f"{format_decimal(plan.usable_bytes)}")
-    m[1].metric(tr("memory.cap_weights"), binary(plan.weight_bytes), help=f"{plan.weight_bytes:,} B")
-    m[2].metric(tr("memory.cap_budget"), binary(plan.kv_budget_bytes), help=f"{plan.kv_budget_bytes:,} B")
+    m[0].metric(
+        tr("memory.cap_usable"),
+        format_binary(plan.usable_bytes),
+        help=f"{plan.usable_bytes:,} B · {format_decimal(plan.usable_bytes)}",
+    )
+    m[1].metric(tr("memory.cap_weights"), format_binary(plan.weight_bytes), help=f"{plan.weight_bytes:,} B")
+    m[2].metric(tr("memory.cap_budget"), format_binary(plan.kv_budget_bytes), help=f"{plan.kv_budget_bytes:,} B")
     m[3].metric(tr("memory.cap_tokens"), f"{plan.max_tokens:,}")
     m[4].metric(tr("memory.cap_requests", tokens=f"{int(tokens):,}"), f"{plan.max_requests:,}")
-    st.caption(tr("memory.cap_steps", mem=format_decimal(plan.gpu_memory_bytes), frac=fraction,
-                  usable=binary(plan.usable_bytes), weights=binary(weights), budget=binary(plan.kv_budget_bytes),
-                  per_token=binary(fp.per_token), per_request=binary(fp.per_request)))
+    st.caption(
+        tr(
+            "memory.cap_steps",
+            mem=format_decimal(plan.gpu_memory_bytes),
+            frac=fraction,
+            usable=format_binary(plan.usable_bytes),
+            weights=format_binary(weights),
+            budget=format_binary(plan.kv_budget_bytes),
+            per_token=format_binary(fp.per_token),
+            per_request=format_binary(fp.per_request),
+        )
+    )
     if not plan.weights_fit:
         st.warning(tr("memory.cap_no_fit"))
 
@@ -227,18 +324,32 @@ with tab_cap:
         ui.show_error(exc)
         alloc = ss.get("mem_last_alloc")
     if alloc is not None:
-        st.plotly_chart(allocation_figure(
-            [tr("memory.contiguous"), tr("memory.paged", block=alloc.block_size)], alloc.live_bytes,
-            [alloc.contiguous_bytes, alloc.paged_bytes], title=tr("memory.paged_chart", max_len=f"{alloc.max_len:,}"),
-            live_label=tr("memory.live"), waste_label=tr("memory.waste"), y_title=tr("memory.mib_axis"),
-            lecture=lecture), key="mem_alloc_chart")
-        st.markdown("\n".join([
-            f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |", "|---|--:|--:|--:|",
-            f"| {tr('memory.contiguous')} | {binary(alloc.contiguous_bytes)} | {binary(alloc.live_bytes)} | "
-            f"{binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
-            f"| {tr('memory.paged', block=alloc.block_size)} | {binary(alloc.paged_bytes)} | {binary(alloc.live_bytes)} | "
-            f"{binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
-        ]))
+        st.plotly_chart(
+            allocation_figure(
+                [tr("memory.contiguous"), tr("memory.paged", block=alloc.block_size)],
+                alloc.live_bytes,
+                [alloc.contiguous_bytes, alloc.paged_bytes],
+                title=tr("memory.paged_chart", max_len=f"{alloc.max_len:,}"),
+                live_label=tr("memory.live"),
+                waste_label=tr("memory.waste"),
+                y_title=tr("memory.mib_axis"),
+                lecture=lecture,
+            ),
+            key="mem_alloc_chart",
+        )
+        live = format_binary(alloc.live_bytes)
+        st.markdown(
+            "\n".join(
+                [
+                    f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |",
+                    "|---|--:|--:|--:|",
+                    f"| {tr('memory.contiguous')} | {format_binary(alloc.contiguous_bytes)} | {live} | "
+                    f"{format_binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
+                    f"| {tr('memory.paged', block=alloc.block_size)} | {format_binary(alloc.paged_bytes)} | {live} | "
+                    f"{format_binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
+                ]
+            )
+        )
 
 with tab_live:
     st.write(tr("memory.live_intro"))
@@ -258,18 +369,39 @@ with tab_live:
             st.info(tr("memory.live_empty"))
             continue
         event, arch = gen.events[-1], gen.backend.arch
-        dtype_name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[gen.backend.dtype]
-        formula = kv_footprint(KVShape(arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.d_head),
-                               event.cache_lengths[0], gen.batch_size, dtype_name).total
-        st.markdown(f"**{tr('memory.live_from_' + key)}** — " + tr(
-            "memory.live_shape", name=arch.name, batch=gen.batch_size, layers=arch.n_layers, n=event.cache_lengths[0],
-            kv_heads=arch.n_kv_heads, d_head=arch.d_head, dtype=dtype_name, device=str(gen.backend.device)))
+        dtype_name = str(gen.backend.dtype).removeprefix("torch.")
+        formula = kv_footprint(
+            KVShape(arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.d_head),
+            event.cache_lengths[0],
+            gen.batch_size,
+            dtype_name,
+        ).total
+        st.markdown(
+            f"**{tr('memory.live_from_' + key)}** — "
+            + tr(
+                "memory.live_shape",
+                name=arch.name,
+                batch=gen.batch_size,
+                layers=arch.n_layers,
+                n=event.cache_lengths[0],
+                kv_heads=arch.n_kv_heads,
+                d_head=arch.d_head,
+                dtype=dtype_name,
+                device=str(gen.backend.device),
+            )
+        )
         m = st.columns(4)
-        m[0].metric(tr("memory.live_measured"), f"{event.live_bytes:,} B", help=binary(event.live_bytes))
-        m[1].metric(tr("memory.live_formula"), f"{formula:,} B", help=binary(formula))
-        m[2].metric(tr("memory.live_allocated"), f"{event.allocated_bytes:,} B", help=binary(event.allocated_bytes))
-        m[3].metric(tr("memory.live_device"), f"{event.device_memory_bytes:,} B"
-                    if event.device_memory_bytes is not None else tr("memory.live_no_device"))
+        m[0].metric(tr("memory.live_measured"), f"{event.live_bytes:,} B", help=format_binary(event.live_bytes))
+        m[1].metric(tr("memory.live_formula"), f"{formula:,} B", help=format_binary(formula))
+        m[2].metric(
+            tr("memory.live_allocated"), f"{event.allocated_bytes:,} B", help=format_binary(event.allocated_bytes)
+        )
+        m[3].metric(
+            tr("memory.live_device"),
+            f"{event.device_memory_bytes:,} B"
+            if event.device_memory_bytes is not None
+            else tr("memory.live_no_device"),
+        )
         if event.live_bytes == formula:
             st.success(tr("memory.live_equal"))
         else:

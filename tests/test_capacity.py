@@ -1,4 +1,5 @@
 """Capacity planner and paged-vs-contiguous allocation on hand-computed cases."""
+
 import pytest
 
 from kvviz.capacity import compare_allocation, parse_lengths, plan_capacity
@@ -35,8 +36,17 @@ def test_weights_that_do_not_fit():
     assert not plan.weights_fit and plan.kv_budget_bytes == 0 and plan.max_tokens == 0 and plan.max_requests == 0
 
 
-@pytest.mark.parametrize("args", [(80e9, 0, 1, 1, 1), (80e9, 1.5, 1, 1, 1), (0, 0.9, 1, 1, 1), (80e9, 0.9, -1, 1, 1),
-                                  (80e9, 0.9, 1, 0, 1), (80e9, 0.9, 1, 1, 0)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (80e9, 0, 1, 1, 1),
+        (80e9, 1.5, 1, 1, 1),
+        (0, 0.9, 1, 1, 1),
+        (80e9, 0.9, -1, 1, 1),
+        (80e9, 0.9, 1, 0, 1),
+        (80e9, 0.9, 1, 1, 0),
+    ],
+)
 def test_plan_rejects_bad_inputs(args):
     with pytest.raises(InputError):
         plan_capacity(*args)

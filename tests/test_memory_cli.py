@@ -1,4 +1,5 @@
 """`kvviz memory` with --preset / --config and `kvviz presets`: every intermediate, one-line errors."""
+
 import json
 
 import pytest
@@ -23,8 +24,24 @@ def test_memory_json_intermediates_for_a_preset(capsys):
 
 
 def test_memory_json_custom_shape_keeps_the_old_keys(capsys):
-    out = run_json(["memory", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tokens", "4096",
-                    "--batch", "32", "--kv-dtype", "int8"], capsys)
+    out = run_json(
+        [
+            "memory",
+            "--layers",
+            "32",
+            "--kv-heads",
+            "8",
+            "--head-dim",
+            "128",
+            "--tokens",
+            "4096",
+            "--batch",
+            "32",
+            "--kv-dtype",
+            "int8",
+        ],
+        capsys,
+    )
     assert out["per_token_per_layer"] == 2048 + 64  # int8 data + fp16 scales of 64-value groups
     assert out["scale_bytes_per_token_per_layer"] == 64
     assert out["total"] == 32 * 4096 * 32 * 2112
@@ -64,13 +81,16 @@ def test_memory_text_output(capsys):
     assert "window 4096 on 21 layers" in out and "336.00 KiB" in out and "GiB" in out
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["memory", "--preset", "Llama-9"], "Unknown preset"),
-    (["memory", "--preset", "GPT-2", "--layers", "3"], "one of --preset"),
-    (["memory", "--config", "/no/such/config.json"], "No config.json"),
-    (["memory", "--preset", "GPT-2", "--tokens", "0"], "positive"),
-    (["memory", "--preset", "GPT-2", "--batch", "-3"], "positive"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["memory", "--preset", "Llama-9"], "Unknown preset"),
+        (["memory", "--preset", "GPT-2", "--layers", "3"], "one of --preset"),
+        (["memory", "--config", "/no/such/config.json"], "No config.json"),
+        (["memory", "--preset", "GPT-2", "--tokens", "0"], "positive"),
+        (["memory", "--preset", "GPT-2", "--batch", "-3"], "positive"),
+    ],
+)
 def test_memory_bad_arguments_one_line(argv, words, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

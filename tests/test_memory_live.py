@@ -1,4 +1,5 @@
 """The live cache of a real generation measures exactly the formula's bytes for its shape."""
+
 import pytest
 import torch
 
@@ -11,8 +12,9 @@ from kvviz.memory import KVShape, kv_footprint
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("heads, kv_heads, batch", [(4, 4, 1), (4, 2, 2), (4, 1, 1)])
 def test_live_cache_bytes_equal_formula(dtype, heads, kv_heads, batch):
-    cfg = DecoderConfig(n_layers=2, d_model=64, n_heads=heads, n_kv_heads=kv_heads, d_ff=96, vocab_size=300,
-                        max_seq_len=64)
+    cfg = DecoderConfig(
+        n_layers=2, d_model=64, n_heads=heads, n_kv_heads=kv_heads, d_ff=96, vocab_size=300, max_seq_len=64
+    )
     gen = Generation(random_backend(cfg, dtype=dtype), max_new_tokens=5, batch_size=batch)
     shape = KVShape(cfg.n_layers, heads, kv_heads, cfg.d_head)
     event = gen.prefill("memory")

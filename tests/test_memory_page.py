@@ -1,4 +1,5 @@
 """The Memory Footprint page headless: figures from the URL, the seed example, uploads, charts, live bytes."""
+
 import json
 from pathlib import Path
 
@@ -27,7 +28,9 @@ def metrics(at):
 
 
 def chart(at, key):
-    return json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key) or key in c.proto.id).proto.spec)
+    return json.loads(
+        next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key) or key in c.proto.id).proto.spec
+    )
 
 
 @pytest.mark.parametrize("lang, label", [("en", "Per token (all layers)"), ("ko", "토큰 하나 (모든 층)")])
@@ -48,7 +51,11 @@ def test_seed_example_one_click_away():
     at.button(key="mem_seed_mha").click().run()
     m = metrics(at)
     assert [m["Per token, per layer"], m["Per token (all layers)"], m["Per request"], m["All requests"]] == [
-        "16.00 KiB", "512.00 KiB", "2.00 GiB", "64.00 GiB"]
+        "16.00 KiB",
+        "512.00 KiB",
+        "2.00 GiB",
+        "64.00 GiB",
+    ]
     assert any("68,719,476,736 B" in md.value for md in at.markdown)
     at.button(key="mem_seed_gqa").click().run()
     assert metrics(at)["All requests"] == "16.00 GiB"
@@ -57,8 +64,17 @@ def test_seed_example_one_click_away():
 
 
 def test_custom_shape_from_url_and_bad_value_keeps_last_result():
-    at = open_page({"src": "custom", "layers": "32", "heads": "32", "kv_heads": "8", "d_head": "128",
-                    "tokens": "4096", "batch": "32"})
+    at = open_page(
+        {
+            "src": "custom",
+            "layers": "32",
+            "heads": "32",
+            "kv_heads": "8",
+            "d_head": "128",
+            "tokens": "4096",
+            "batch": "32",
+        }
+    )
     assert metrics(at)["All requests"] == "16.00 GiB"
     at.number_input(key="mem_kv_heads").set_value(3).run()  # 32 query heads cannot share 3 KV heads
     assert not at.exception
@@ -75,7 +91,9 @@ def test_malformed_query_values_fall_back_to_defaults():
 
 def test_upload_config_bad_upload_keeps_last_valid():
     at = open_page({"src": "upload"})
-    at.file_uploader(key="mem_upload").set_value(("config.json", json.dumps(GEMMA2_CONFIG).encode(), "application/json")).run()
+    at.file_uploader(key="mem_upload").set_value(
+        ("config.json", json.dumps(GEMMA2_CONFIG).encode(), "application/json")
+    ).run()
     assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
     at.file_uploader(key="mem_upload").set_value(("config.json", b"{definitely not json", "application/json")).run()
     assert not at.exception
@@ -96,7 +114,8 @@ def test_charts_carry_the_formula():
     weights = next(t for t in growth if t["name"].startswith("weights"))
     assert weights["y"][0] == pytest.approx(6_738_415_616 * 2 / 1024**3)
     crossings = next(t for t in growth if t.get("mode") == "markers+text")
-    # cache = weights: n = 13,476,831,232 B / (B · 512 KiB) = 25,705.3 → first reached at 25,706 tokens for B=1, at 804 (803.3) for B=32
+    # cache = weights: n = 13,476,831,232 B / (B · 512 KiB) = 25,705.3 for B=1, 803.3 for B=32:
+    # first reached at 25,706 and 804 tokens
     assert 25_706 in crossings["x"] and 804 in crossings["x"]
     alloc = chart(at, "mem_alloc_chart")["data"]
     live = 37 + 120 + 900 + 1500 + 3000 + 4096

@@ -1,7 +1,7 @@
 """Memory Footprint in a real browser: a link's scenario, a preset and a factor changed, screenshots."""
-from playwright.sync_api import expect
 
 from harness import wait_idle
+from playwright.sync_api import expect
 
 PAGE = "Memory_Footprint"
 
