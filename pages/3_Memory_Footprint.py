@@ -1,6 +1,7 @@
 """Memory Footprint: M_KV = 2·B·L·n·H_kv·d_head·bytes with every factor shown, real presets, any config.json,
 the capacity planner, and the live cache's measured bytes beside the formula."""
 
+import math
 from dataclasses import replace
 
 import streamlit as st
@@ -248,15 +249,14 @@ with tab_growth:
     if not weights:
         st.info(tr("memory.no_params"))
     else:
-        grid = sorted({2**k for k in range(8, 18)} | {int(tokens)})
+        batches = sorted({1, 8, 32, int(batch)})
+        crossings = {b: tokens_to_reach(shape, weights, b, kv_dtype_name) for b in batches}
+        # contexts from 256 tokens to past the last crossing (at least 128k, at most 4M)
+        top = max([17] + [min(22, math.ceil(math.log2(c)) + 1) for c in crossings.values() if c])
+        grid = sorted({2**k for k in range(8, top + 1)} | {int(tokens)})
         curves = [
-            CacheCurve(
-                b,
-                grid,
-                [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid],
-                tokens_to_reach(shape, weights, b, kv_dtype_name),
-            )
-            for b in sorted({1, 8, 32, int(batch)})
+            CacheCurve(b, grid, [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid], crossings[b])
+            for b in batches
         ]
         st.plotly_chart(
             cache_vs_weights_figure(
