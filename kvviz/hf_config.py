@@ -142,8 +142,10 @@ def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelSpec
     """Parse the text of a config.json (an upload or a file)."""
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("memory.config_not_json", error=str(exc).split(":")[0]) from None
+    except json.JSONDecodeError as exc:
+        raise InputError("memory.config_not_json", line=exc.lineno, column=exc.colno) from None
+    except UnicodeDecodeError:
+        raise InputError("memory.config_not_text") from None
     return parse_hf_config(data, name)
 
 

@@ -96,6 +96,8 @@ with left:
                 ss.mem_upload_id, ss.mem_upload_error = upload.file_id, None  # parse each file once
                 try:
                     parsed = parse_config_text(upload.getvalue(), upload.name)
+                    if parsed.model_type:
+                        parsed = replace(parsed, name=f"{upload.name} ({parsed.model_type})")
                     ss.mem_upload_spec = parsed
                     if parsed.n_params:
                         ss.mem_params_b = round(parsed.n_params / 1e9, 3)
@@ -144,27 +146,28 @@ weights = weight_bytes(spec.n_params, w_dtype_name) if spec.n_params else 0
 
 with right:
     st.subheader(tr("memory.formula_title", name=spec.name, kind=shape.attention_kind))
+    elem = f"{fmt.data_bytes:g}"
     if shape.is_mla:
-        st.latex(
-            r"M_{KV} = B \cdot L \cdot n \cdot (d_c + d_R) \cdot \text{bytes} = "
-            rf"{batch} \cdot {shape.n_layers} \cdot {tokens} \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
-            rf" \cdot {fmt.data_bytes:g}\,\text{{B}}"
-        )
+        symbolic = r"B \cdot L \cdot n \cdot (d_c + d_R) \cdot \text{bytes}"
+        numbers = rf"{batch} \cdot {shape.n_layers} \cdot {tokens}"
+        numbers += rf" \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
     elif shape.n_sliding_layers:
         # full layers keep n tokens, windowed layers min(n, W)
-        full = shape.n_layers - shape.n_sliding_layers
-        kept = f"({full} \\cdot {tokens} + {shape.n_sliding_layers} \\cdot {min(int(tokens), shape.sliding_window)})"
-        st.latex(
-            rf"M_{{KV}} = 2 \cdot B \cdot (L_{{full}} \cdot n + L_{{W}} \cdot \min(n, W)) \cdot H_{{kv}}"
-            rf" \cdot d_{{head}} \cdot \text{{bytes}} = 2 \cdot {batch} \cdot {kept} \cdot {shape.n_kv_heads}"
-            rf" \cdot {shape.d_head} \cdot {fmt.data_bytes:g}\,\text{{B}}"
-        )
+        full, kept = shape.n_layers - shape.n_sliding_layers, min(int(tokens), shape.sliding_window)
+        symbolic = r"2 \cdot B \cdot (L_{full} \cdot n + L_{W} \cdot \min(n, W))"
+        symbolic += r" \cdot H_{kv} \cdot d_{head} \cdot \text{bytes}"
+        numbers = rf"2 \cdot {batch} \cdot ({full} \cdot {tokens} + {shape.n_sliding_layers} \cdot {kept})"
+        numbers += rf" \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
     else:
-        st.latex(
-            rf"M_{{KV}} = 2 \cdot B \cdot L \cdot n \cdot H_{{kv}} \cdot d_{{head}} \cdot \text{{bytes}} = "
-            rf"2 \cdot {batch} \cdot {shape.n_layers} \cdot {tokens} \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
-            rf" \cdot {fmt.data_bytes:g}\,\text{{B}}"
-        )
+        symbolic = r"2 \cdot B \cdot L \cdot n \cdot H_{kv} \cdot d_{head} \cdot \text{bytes}"
+        numbers = rf"2 \cdot {batch} \cdot {shape.n_layers} \cdot {tokens}"
+        numbers += rf" \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
+    total = f"{fp.total:,}".replace(",", "{,}")
+    st.latex(
+        rf"\begin{{aligned}} M_{{KV}} &= {symbolic} \\ &= {numbers} \cdot {elem}\,\text{{B}}"
+        + (r" + \text{scales}" if fp.scale_bytes_per_token_per_layer else "")
+        + rf" \\ &= {total}\,\text{{B}} \end{{aligned}}"
+    )
     if shape.n_sliding_layers:
         st.caption(
             tr("memory.window_note", window=shape.sliding_window, sliding=shape.n_sliding_layers, layers=shape.n_layers)

@@ -236,7 +236,8 @@ def test_config_field_variants():
 @pytest.mark.parametrize(
     "text, words",
     [
-        (b"{not json", "not valid JSON"),
+        (b"{not json", "not valid JSON (line 1, column 2)"),
+    (b"\xff\xfe{", "not UTF-8"),
         (b"[1, 2]", "JSON object"),
         (json.dumps({"hidden_size": 64, "num_attention_heads": 4}).encode(), "num_hidden_layers"),
         (json.dumps({"num_hidden_layers": 0, "hidden_size": 64, "num_attention_heads": 4}).encode(), "positive"),
