@@ -146,7 +146,7 @@ if native and set(show) & {0, 1, 2}:
         m[1].metric(tr("training.upper_change"), f"{max(d.k_max_diff[1:] + d.v_max_diff[1:], default=0.0):.2e}")
         m[2].metric(tr("training.past_logits_change"), f"{d.logits_max_diff:.2e}")
         if is_causal:
-            st.success(tr("training.causal_verdict", n_past=d.n_past))
+            st.success(tr("training.causal_verdict", n_past=d.n_past, change=f"{max(d.k_max_diff + d.v_max_diff):.1e}"))
         else:
             st.error(tr("training.bidirectional_verdict", n_past=d.n_past,
                         change=f"{max(d.k_max_diff + d.v_max_diff):.3g}"))
