@@ -118,7 +118,7 @@ def page_setup(title_key: str) -> Settings:
         if lang() != st.query_params.get("lang", "en"):
             st.query_params["lang"] = lang()
         _persisted(st.selectbox, "kv_model", tr("common.model"), options=MODELS,
-                   format_func=lambda m: tr(f"common.model_{m}"))
+                   format_func={m: tr(f"common.model_{m}") for m in MODELS}.get)  # labels fixed now: AppTest calls it later
         if st.session_state.kv_model == "random":
             _shape_controls()
         elif st.session_state.kv_model == "hf":
@@ -230,7 +230,7 @@ def url_state(key: str, default: T, parse: Callable[[str], T] = str, *, state: s
             try:
                 st.session_state[state] = parse(raw)
             except (ValueError, InputError):
-                st.warning(tr("lecture.bad_url_param", key=key, value=raw))
+                st.warning(tr("lecture.bad_url_param", name=key, value=raw))
     st.session_state.setdefault(state, default)
     value = st.session_state[state]
     if value == default:

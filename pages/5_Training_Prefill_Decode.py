@@ -58,7 +58,7 @@ if native and set(show) & {0, 1, 2}:
     with c1:
         preset = ui.persisted(st.selectbox, ui.url_state("preset", "cat", ui.choice([*causal.PRESETS, "custom"])),
                               tr("training.preset"), options=[*causal.PRESETS, "custom"],
-                              format_func=lambda p: tr(f"training.preset_{p}"))
+                              format_func={p: tr(f"training.preset_{p}") for p in [*causal.PRESETS, "custom"]}.get)
     with c2:
         if preset == "custom":
             text = ui.persisted(st.text_input, ui.url_state("text", causal.PRESETS["cat"]), tr("training.custom_text"),
@@ -83,7 +83,7 @@ if native and set(show) & {0, 1, 2}:
     key, ids_t = model_key(), tuple(ids)
     tol = causal.ROUNDING_TOLERANCE.get(backend.dtype, 5e-2)
     layer_options = list(range(backend.arch.n_layers))
-    layer_label = lambda i: tr("training.layer_n", layer=i + 1)  # noqa: E731 - a label, 1-based like the charts
+    layer_label = {i: tr("training.layer_n", layer=i + 1) for i in layer_options}.get  # 1-based, like the charts
 
     if 0 in show:
         st.header(titles[0])
@@ -136,7 +136,8 @@ if native and set(show) & {0, 1, 2}:
         st.markdown(tr("training.s2_text"))
         mode = ui.persisted(st.radio, ui.url_state("attn", "causal", ui.choice(["causal", "bidirectional"])),
                             tr("training.attention_mode"), options=["causal", "bidirectional"],
-                            format_func=lambda m: tr(f"training.mode_{m}"), horizontal=True)
+                            format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
+                            horizontal=True)
         is_causal = mode == "causal"
         both = [drift(model, key, ids_t, c) for c in (True, False)]
         d = both[0] if is_causal else both[1]

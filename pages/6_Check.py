@@ -24,8 +24,9 @@ def ask(n: int, q: quiz.Question) -> None:
                                          key=f"predict_{q.id}", disabled=revealed, placeholder=tr("check.type_number"))
         else:
             prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
+            labels = {o: tr(f"{prefix}_{o}") for o in q.options}
             prediction = st.radio(tr("check.your_prediction"), q.options, index=None, key=f"predict_{q.id}",
-                                  format_func=lambda o: tr(f"{prefix}_{o}"), disabled=revealed)
+                                  format_func=labels.get, disabled=revealed)
         b1, b2 = st.columns([1, 4])
         if b1.button(tr("check.reveal"), key=f"reveal_{q.id}", disabled=prediction is None or revealed, type="primary"):
             st.session_state[f"kv_revealed_{q.id}"] = revealed = True
@@ -42,7 +43,7 @@ def ask(n: int, q: quiz.Question) -> None:
         elif quiz.check_choice(q, prediction):
             st.success(tr("check.correct"))
         else:
-            st.error(tr("check.incorrect", answer=tr(f"{prefix}_{q.answer}")))
+            st.error(tr("check.incorrect", answer=labels[q.answer]))
         st.markdown(tr(f"check.{q.id}_explain", **values))
         ui.link_to(q.page)
 
