@@ -247,9 +247,15 @@ def chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(fig, key=key, config=config, width="stretch")
 
 
-def table(df: pd.DataFrame, key: str) -> None:
-    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean)."""
-    st.dataframe(df, hide_index=True, width="stretch")
+def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
+    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean).
+
+    `prose`: cells of sentences, shown as a static table that wraps them instead of a scrolling grid.
+    """
+    if prose:
+        st.table(df, hide_index=True)
+    else:
+        st.dataframe(df, hide_index=True, width="stretch")
     st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
                        file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
 

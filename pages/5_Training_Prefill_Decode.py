@@ -11,7 +11,6 @@ tr = ui.tr
 settings = ui.page_setup("training.title")
 lecture = settings.lecture
 st.title(tr("training.title"))
-st.write(tr("training.intro"))
 backend = ui.get_backend(settings)
 
 
@@ -48,6 +47,8 @@ def phase_table() -> pd.DataFrame:
 
 titles = [tr("training.s1_title"), tr("training.s2_title"), tr("training.s3_title"), tr("training.s4_title")]
 show = ui.ideas(titles, "training")
+if 0 in show:  # in lecture mode the introduction belongs to the first idea only
+    st.write(tr("training.intro"))
 model = getattr(backend, "model", None)
 native = isinstance(model, Decoder)
 if backend is not None and not native:
@@ -188,5 +189,5 @@ if native and set(show) & {0, 1, 2}:
 
 if 3 in show:
     st.header(titles[3])
-    ui.table(phase_table(), key="training_prefill_decode")
+    ui.table(phase_table(), key="training_prefill_decode", prose=True)
     st.caption(tr("training.table_note"))

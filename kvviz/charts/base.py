@@ -11,7 +11,8 @@ def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, he
         uirevision="kvviz",  # keeps the user's zoom/pan when the data changes
         height=int(height * (1.4 if lecture else 1.0)),
         font=dict(size=20 if lecture else 13),
-        margin=dict(l=50, r=20, t=50 if title else 20, b=40),
+        # Room above the title for Plotly's toolbar, which pages keep always visible (PNG export).
+        margin=dict(l=50, r=20, t=(90 if lecture else 75) if title else 30, b=40),
         template="plotly_white",
     )
     return fig

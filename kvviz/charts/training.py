@@ -13,8 +13,14 @@ K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
 PREFILL_COLOR, DECODE_COLOR = "#7f7f7f", "#2ca02c"
 
 
+FLOOR = 1e-10  # where a log axis draws an exact zero
+MAX_TOKEN_LABELS = 24  # beyond this, tick labels overlap: plain position numbers instead
+
+
 def _token_axis(tokens: Sequence[str]) -> dict:
     # Numeric positions with token text as tick labels: repeated tokens must stay separate rows/columns.
+    if len(tokens) > MAX_TOKEN_LABELS:
+        return dict(tickmode="auto")
     return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=[f"{i}:{t}" for i, t in enumerate(tokens)])
 
 
@@ -30,7 +36,7 @@ def mask_figure(
         customdata=np.where(grid > 0, allowed, masked),
         hovertemplate=f"{query_axis} %{{y}} → {key_axis} %{{x}}: %{{customdata}}<extra></extra>",
     ))
-    fig.update_xaxes(title=key_axis, side="top", **_token_axis(tokens))
+    fig.update_xaxes(title=key_axis, **_token_axis(tokens))
     fig.update_yaxes(title=query_axis, autorange="reversed", **_token_axis(tokens))
     return style(fig, title=title, lecture=lecture, height=420)
 
@@ -48,29 +54,36 @@ def kv_side_by_side(
                                  hovertemplate="%{x}, %{y}: %{z:.6f}<extra></extra>"), 1, col)
     # The difference gets its own scale from 0: any nonzero entry would stand out.
     fig.add_trace(go.Heatmap(z=diff.T, zmin=0, zmax=max(float(diff.max()), 1e-12), colorscale="Greys",
-                             colorbar=dict(len=0.9, x=1.02), hovertemplate="%{x}, %{y}: %{z:.3e}<extra></extra>"), 1, 3)
+                             colorbar=dict(len=0.9, x=1.02, tickformat=".0e"),
+                             hovertemplate="%{x}, %{y}: %{z:.3e}<extra></extra>"), 1, 3)
     ticks = _token_axis(tokens)
     for col in (1, 2, 3):
-        fig.update_xaxes(title=position_axis, showticklabels=len(tokens) <= 24, **ticks, row=1, col=col)
+        fig.update_xaxes(title=position_axis, **ticks, row=1, col=col)
         fig.update_yaxes(title=dim_axis if col == 1 else None, row=1, col=col)
-    return style(fig, lecture=lecture, height=340)
+    style(fig, lecture=lecture, height=360)
+    fig.update_layout(margin_t=75)  # subplot titles sit under the always-visible toolbar
+    return fig
 
 
 def logits_diff_figure(
     diffs: Sequence[float], n_prompt: int, tolerance: float, *, title: str, x_title: str, y_title: str,
     prefill_name: str, decode_name: str, tolerance_name: str, lecture: bool = False,
 ) -> go.Figure:
-    """max |Δlogits| per position, prefill positions and decode steps coloured apart, under the rounding line."""
+    """max |Δlogits| per position on a log axis, prefill positions and decode steps apart, under the rounding line.
+
+    An exact 0 cannot sit on a log axis: it is drawn at FLOOR and its hover says 0.
+    """
     positions = np.arange(len(diffs))
+    values = np.asarray(diffs, dtype=float)
     fig = go.Figure()
     for name, color, sel in ((prefill_name, PREFILL_COLOR, positions < n_prompt),
                              (decode_name, DECODE_COLOR, positions >= n_prompt)):
-        fig.add_trace(go.Bar(x=positions[sel], y=np.asarray(diffs)[sel], name=name, marker_color=color,
-                             hovertemplate="%{x}: %{y:.3e}<extra></extra>"))
+        fig.add_trace(go.Bar(x=positions[sel], y=np.maximum(values[sel], FLOOR), name=name, marker_color=color,
+                             customdata=values[sel], hovertemplate="%{x}: %{customdata:.3e}<extra></extra>"))
     fig.add_hline(y=tolerance, line_dash="dash", line_color="#d62728", annotation_text=tolerance_name,
                   annotation_position="top left")
-    # The axis stops just above the rounding tolerance, so an honest difference of 1e-7 shows as a sliver.
-    fig.update_yaxes(title=y_title, range=[0, 1.25 * max(tolerance, max(diffs, default=0.0))], exponentformat="e")
+    top = max(tolerance, float(values.max(initial=0.0)))
+    fig.update_yaxes(title=y_title, type="log", range=[np.log10(FLOOR), np.log10(top) + 0.7], exponentformat="power")
     fig.update_xaxes(title=x_title)
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
     return style(fig, title=title, lecture=lecture, height=300)
@@ -99,10 +112,21 @@ def attention_figure(
     probs: np.ndarray, tokens: Sequence[str], *, title: str, key_axis: str, query_axis: str, new_row: str,
     past_rows: str, lecture: bool = False,
 ) -> go.Figure:
-    """One head's causal attention [T, T]: past queries' rows dimmed, the newest query's row outlined."""
+    """One head's causal attention [T, T]: past queries' rows dimmed, the newest query's row outlined.
+
+    Colour is log10(probability): row i of a causal matrix spreads over i + 1 keys, so a linear scale would show
+    only the first rows. Masked entries (exactly 0) are left blank, which draws the causal triangle.
+    """
     n = probs.shape[0]
-    fig = go.Figure(go.Heatmap(z=probs, zmin=0, colorscale="Viridis", colorbar=dict(len=0.8),
-                               hovertemplate=f"{query_axis} %{{y}} → {key_axis} %{{x}}: %{{z:.3f}}<extra></extra>"))
+    with np.errstate(divide="ignore"):
+        logp = np.where(probs > 0, np.log10(np.maximum(probs, 1e-30)), np.nan)
+    low = min(-3.0, float(np.floor(np.nanmin(logp))))
+    ticks = list(range(int(low), 1))
+    fig = go.Figure(go.Heatmap(
+        z=logp, zmin=low, zmax=0, colorscale="Viridis", customdata=probs,
+        colorbar=dict(len=0.8, tickvals=ticks, ticktext=[f"{10.0 ** t:g}" for t in ticks]),
+        hovertemplate=f"{query_axis} %{{y}} → {key_axis} %{{x}}: %{{customdata:.4f}}<extra></extra>",
+    ))
     if n > 1:
         fig.add_shape(type="rect", x0=-0.5, x1=n - 0.5, y0=-0.5, y1=n - 1.5, fillcolor="white", opacity=0.55,
                       line_width=0)
@@ -110,8 +134,8 @@ def attention_figure(
     fig.add_shape(type="rect", x0=-0.5, x1=n - 0.5, y0=n - 1.5, y1=n - 0.5, line=dict(color="#d62728", width=3))
     fig.add_annotation(x=0, y=n - 1, text=new_row, showarrow=False, xanchor="left", yanchor="top", yshift=-12,
                        font=dict(color="#d62728"))
-    fig.update_xaxes(title=key_axis, **_token_axis(tokens), showticklabels=n <= 32)
-    fig.update_yaxes(title=query_axis, autorange="reversed", **_token_axis(tokens), showticklabels=n <= 32)
+    fig.update_xaxes(title=key_axis, **_token_axis(tokens))
+    fig.update_yaxes(title=query_axis, autorange="reversed", **_token_axis(tokens))
     return style(fig, title=title, lecture=lecture, height=460)
 
 
@@ -125,6 +149,6 @@ def decode_row_figure(
         go.Bar(x=x, y=list(decode_row), name=decode_name, marker_color="#d62728"),
         go.Scatter(x=x, y=list(full_row), name=full_name, mode="markers", marker=dict(color="black", symbol="x", size=8)),
     ])
-    fig.update_xaxes(title=x_title, **_token_axis(tokens), showticklabels=len(tokens) <= 32)
+    fig.update_xaxes(title=x_title, **_token_axis(tokens))
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
     return style(fig, title=title, lecture=lecture, height=280)
