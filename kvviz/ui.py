@@ -242,9 +242,13 @@ def url_state(key: str, default: T, parse: Callable[[str], T] = str, *, state: s
 
 
 def chart(fig: go.Figure, key: str) -> None:
-    """A Plotly chart with its toolbar on (PNG download named after `key`)."""
+    """A Plotly chart with its toolbar on (PNG download named after `key`).
+
+    theme=None: the figure's own layout (charts.base.style: lecture type sizes, room for the toolbar) is what
+    shows; Streamlit's theme would override its fonts and margins.
+    """
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
-    st.plotly_chart(fig, key=key, config=config, width="stretch")
+    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
 
 
 def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:

@@ -39,6 +39,11 @@ def attention(_model: Decoder, key: tuple, ids: tuple[int, ...], layer: int) -> 
     return causal.attention_rows(_model, list(ids), layer)
 
 
+def pair() -> tuple:
+    """Two charts side by side; in lecture mode one above the other, each the full width of the screen."""
+    return (st.container(), st.container()) if lecture else st.columns([2, 3])
+
+
 def phase_table() -> pd.DataFrame:
     columns = ["phase", "inputs", "computation", "stored", "latency"]
     rows = [[tr(f"training.table_{phase}_{col}") for col in columns] for phase in ("training", "prefill", "decode")]
@@ -102,7 +107,7 @@ if native and set(show) & {0, 1, 2}:
             st.success(tr("training.equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}", dtype=settings.dtype))
         else:
             st.warning(tr("training.not_equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}"))
-        mask_col, kv_col = st.columns([2, 3])
+        mask_col, kv_col = pair()
         with mask_col:
             ui.chart(charts.mask_figure(tokens, True, title=tr("training.mask_title"), key_axis=tr("training.key_axis"),
                                         query_axis=tr("training.query_axis"), allowed=tr("training.allowed"),
@@ -152,7 +157,7 @@ if native and set(show) & {0, 1, 2}:
         else:
             st.error(tr("training.bidirectional_verdict", n_past=d.n_past,
                         change=f"{max(d.k_max_diff + d.v_max_diff):.3g}"))
-        mask_col, drift_col = st.columns([2, 3])
+        mask_col, drift_col = pair()
         with mask_col:
             ui.chart(charts.mask_figure(tokens, is_causal, title=tr(f"training.mask_{mode}"),
                                         key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
