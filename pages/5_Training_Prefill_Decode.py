@@ -136,6 +136,7 @@ if native and set(show) & {0, 1, 2}:
             y_title=tr("training.max_dlogits"), prefill_name=tr("training.prefill_positions"),
             decode_name=tr("training.decode_positions"), tolerance_name=tr("training.tolerance", tol=f"{tol:.0e}"),
             lecture=lecture), key="training_logits_diff")
+        st.caption(tr("training.logits_note"))
 
     if 1 in show:
         st.header(titles[1])

@@ -59,8 +59,10 @@ def test_training_page_parallel_equals_sequential(lang):
     assert 0 <= dk < 1e-5 and 0 <= dlogits < 1e-4
     assert at.success  # the "identical up to rounding" verdict
     logits = figure(at, "training_logits_diff")
-    assert max(max(t["customdata"]) for t in logits["data"]) < 1e-4  # the true differences (y is floored for log)
-    assert sum(len(t["customdata"]) for t in logits["data"]) == 43  # every position of the preset text
+    prefill, decode, tolerance = logits["data"]
+    assert max(prefill["customdata"] + decode["customdata"]) < 1e-4  # the true differences (y is floored for log)
+    assert len(prefill["customdata"]) + len(decode["customdata"]) == 43  # every position of the preset text
+    assert tolerance["y"] == [1e-4, 1e-4]
     assert logits["layout"]["yaxis"]["type"] == "log"
     mask = figure(at, "training_mask")["data"][0]["z"]
     assert mask[0][1] == 0 and mask[1][0] == 1 and mask[-1][-1] == 1  # lower triangle

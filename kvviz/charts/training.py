@@ -80,8 +80,9 @@ def logits_diff_figure(
                              (decode_name, DECODE_COLOR, positions >= n_prompt)):
         fig.add_trace(go.Bar(x=positions[sel], y=np.maximum(values[sel], FLOOR), name=name, marker_color=color,
                              customdata=values[sel], hovertemplate="%{x}: %{customdata:.3e}<extra></extra>"))
-    fig.add_hline(y=tolerance, line_dash="dash", line_color="#d62728", annotation_text=tolerance_name,
-                  annotation_position="top left")
+    # A trace rather than add_hline: hline annotations land at the wrong height on a log axis.
+    fig.add_trace(go.Scatter(x=[-0.5, len(values) - 0.5], y=[tolerance, tolerance], mode="lines", name=tolerance_name,
+                             line=dict(color="#d62728", dash="dash"), hoverinfo="skip"))
     top = max(tolerance, float(values.max(initial=0.0)))
     fig.update_yaxes(title=y_title, type="log", range=[np.log10(FLOOR), np.log10(top) + 0.7], exponentformat="power")
     fig.update_xaxes(title=x_title)
