@@ -83,9 +83,10 @@ def _init_state() -> None:
     if st.query_params.get("lecture") == "1":
         st.session_state.kv_lecture = True
     query_lang = st.query_params.get("lang")
-    if query_lang in LANGS and "kv_lang_from_url" not in st.session_state:
-        st.session_state.kv_lang = query_lang  # a shared link opens in its language, once
+    if "kv_lang_from_url" not in st.session_state:  # a session's first run only: later the radio decides
         st.session_state.kv_lang_from_url = True
+        if query_lang in LANGS:
+            st.session_state.kv_lang = query_lang  # a shared link opens in its language
 
 
 def hosted_caps() -> HostedCaps | None:

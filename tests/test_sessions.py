@@ -43,7 +43,8 @@ def test_idle_session_cache_freed_active_one_kept(backend):
 
 def test_freed_bytes_are_released(backend):
     gen = _started(backend)
-    assert gen.cache.allocated_bytes() == 2 * 2 * (5 + 8) * 2 * 16 * 4  # K+V · layers · positions · heads · d_head · fp32
+    # K and V · 2 layers · (5 prompt + 8 new) positions · 2 KV heads · d_head 16 · 4 bytes
+    assert gen.cache.allocated_bytes() == 2 * 2 * (5 + 8) * 2 * 16 * 4
     assert free_generation(gen) and gen.cache is None
     assert not free_generation(gen)  # nothing left to free
 
