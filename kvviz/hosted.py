@@ -91,6 +91,26 @@ def param_count(cfg: DecoderConfig) -> int:
         return Decoder(cfg).num_parameters()
 
 
+def available_memory_bytes() -> int | None:
+    """Memory the OS could give this process now (Linux MemAvailable); None where it cannot say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_weights_fit(cfg: DecoderConfig, elem_bytes: int, available: int | None) -> None:
+    """Refuse a custom shape whose weights would take more than half the free memory (hosted or not):
+    building it would swap or get the server killed, for every visitor."""
+    need = param_count(cfg) * elem_bytes
+    if available is not None and need > available // 2:
+        raise InputError("hosted.too_big", need=format_binary(need), available=format_binary(available))
+
+
 def _at_most(key: str, value: int, limit: int) -> None:
     if value > limit:
         raise InputError(key, limit=limit, value=value)

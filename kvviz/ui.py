@@ -23,7 +23,7 @@ from .errors import InputError
 from .hosted import HostedCaps
 from .i18n import LANG_NAMES, LANGS, t
 from .loading import load_backend
-from .memory import format_binary
+from .memory import dtype_bytes, format_binary
 from .sessions import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]  # the app's folder: app.py and pages/
@@ -171,6 +171,8 @@ def page_setup(title_key: str) -> Settings:
         _persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPES))
         devices = available_devices()
         if st.session_state.kv_device not in devices:
+            missing = InputError("no_device", name=st.session_state.kv_device)
+            st.warning(tr("hosted.device_reset", error=missing.message(lang())))
             st.session_state.kv_device = "cpu"
         _persisted(st.selectbox, "kv_device", tr("common.device"), options=devices)
         if caps is not None:
@@ -194,6 +196,7 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
                             n_kv_heads=int(kv_heads), d_head=int(d_head), d_ff=int(d_model) * 8 // 3 // 16 * 16 or 16)
         if caps is not None:
             hosted.check_shape(new, caps)
+        hosted.check_weights_fit(new, int(dtype_bytes(st.session_state.kv_dtype)), hosted.available_memory_bytes())
     except InputError as exc:
         # Keep the last valid shape (and the generation built on it); say what is wrong.
         st.error(tr("common.invalid_shape", error=exc.message(lang())))
