@@ -114,7 +114,7 @@ SMALL = ["--max-new-tokens", "2", "--layers", "1", "--d-model", "32", "--heads",
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(command=st.sampled_from(["generate", "memory", "presets", "export-hf", "", "bogus"]),
        rest=st.lists(TOKENS, max_size=8))
-@example(command="generate", rest=["--prompt", "x", "--model", "a\nb"])  # a name with a newline must still make one line
+@example(command="generate", rest=["--prompt", "x", "--model", "a\nb"])  # a newline in a name: still one line
 @example(command="generate", rest=["--prompt", "🙂 한국어", "--model", "random"])
 @example(command="memory", rest=["--layers", "nan", "--kv-heads", "1", "--head-dim", "1"])
 def test_cli_exits_0_or_2_with_one_line_errors(capsys, command, rest):
