@@ -160,3 +160,12 @@ def test_misconfigured_host_says_so_and_keeps_default_caps(monkeypatch):
     assert not at.exception
     assert any("KVVIZ_MAX_BATCH = ‘lots’ is not valid" in e.value for e in at.error)
     assert any("batch 4" in c.value for c in at.sidebar.caption)
+
+
+def test_secrets_table_turns_it_on(monkeypatch):
+    monkeypatch.delenv("KVVIZ_HOSTED", raising=False)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.secrets["hosted"] = {"max_layers": 5, "hf_allow": ["org/small"]}
+    at.run()
+    assert not at.exception
+    assert any("Hosted demo limits: 5 layers" in c.value for c in at.sidebar.caption)
