@@ -169,3 +169,21 @@ def test_secrets_table_turns_it_on(monkeypatch):
     at.run()
     assert not at.exception
     assert any("Hosted demo limits: 5 layers" in c.value for c in at.sidebar.caption)
+
+
+def test_the_page_helpers_apply_the_caps():
+    """What pages call before a prefill or a sweep, and to bound their widgets."""
+    from kvviz import ui
+
+    shape = DecoderConfig(n_layers=8, d_model=512, n_heads=8, n_kv_heads=8, d_ff=1376)
+    be = random_backend(DecoderConfig(n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, d_ff=32, vocab_size=256))
+    on = ui.Settings("en", "random", "float32", "cpu", shape, hosted=CAPS)
+    off = ui.Settings("en", "random", "float32", "cpu", shape)
+    assert (ui.limit(on, "max_new_tokens", 256), ui.limit(off, "max_new_tokens", 256)) == (64, 256)
+    with pytest.raises(InputError, match="at most 8 points per sweep"):
+        ui.check_sweep(on, 12)
+    ui.check_sweep(off, 12)
+    with pytest.raises(InputError, match="a batch of at most 4"):
+        ui.check_request(on, be, batch=8, prompt_tokens=10, max_new_tokens=10)
+    ui.check_request(on, be, batch=4, prompt_tokens=10, max_new_tokens=10)
+    ui.check_request(off, be, batch=64, prompt_tokens=10, max_new_tokens=1000)
