@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run, show = COMMANDS[args.command]
         result = run(args)
     except (CliError, ValueError, FileNotFoundError) as exc:
-        print(f"kvviz: error: {exc}", file=sys.stderr)
+        print(f"kvviz: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever was typed
         return 2
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
