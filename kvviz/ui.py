@@ -5,12 +5,15 @@ widget's state when the user switches page; each widget is re-seeded from them o
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitSecretNotFoundError
 
 from .backends.base import Backend
+from .backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from .config import DecoderConfig
 from .device import DTYPES, available_devices
 from .errors import InputError
@@ -136,15 +139,31 @@ def _shape_controls() -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _cached_backend(model: str, dtype: str, device: str, shape: DecoderConfig | None) -> Backend:
+def _cached_backend(
+    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
+) -> Backend:
     # Weights are shared and read-only across sessions; each session keeps its own cache.
-    return load_backend(model, dtype=dtype, device=device, shape=shape)
+    return load_backend(model, dtype=dtype, device=device, shape=shape, hf_policy=hf_policy)
+
+
+def hf_policy() -> HFPolicy:
+    """The deployment's limits on Hugging Face models: environment variables, else .streamlit/secrets.toml."""
+    try:
+        secrets = {k: st.secrets[k] for k in (SECRET_ALLOWLIST, SECRET_MAX_PARAMS) if k in st.secrets}
+    except (FileNotFoundError, StreamlitSecretNotFoundError):
+        secrets = {}
+    return policy_from(os.environ, secrets)
 
 
 def get_backend(settings: Settings) -> Backend | None:
     """The shared model for these settings, or None after showing why it could not load."""
+    if settings.model == "hf" and not settings.hf_model.strip():
+        st.info(tr("hf.enter_model"))
+        return None
     try:
         shape = settings.shape if settings.model == "random" else None
+        if settings.model == "hf":
+            return _cached_backend(settings.hf_model.strip(), settings.dtype, settings.device, None, hf_policy())
         return _cached_backend(settings.model, settings.dtype, settings.device, shape)
     except (InputError, ValueError, FileNotFoundError) as exc:
         st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
