@@ -256,8 +256,8 @@ def test_allowlist_and_size_cap(saved):
     check_allowed(path + "/", HFPolicy((path,)))  # the same directory, spelled differently
     err = expect_error("hf.not_allowed", path, policy=HFPolicy(("gpt2",)))
     assert "gpt2" in str(err)
-    n_params = load_hf_backend(path, device="cpu", policy=HFPolicy((path,), n_params_cap := 10**6)).arch.n_params
-    assert n_params < n_params_cap
+    n_params = load_hf_backend(path, device="cpu", policy=HFPolicy((path,), 10**6)).arch.n_params
+    assert n_params < 10**6
     err = expect_error("hf.too_big", path, policy=HFPolicy(None, n_params - 1))
     assert f"{n_params:,}" in str(err)
     with pytest.raises(InputError):
@@ -293,6 +293,15 @@ def test_app_honours_the_allowlist(saved, monkeypatch):
     at.session_state["kv_hf_model"] = str(saved["gpt2"])
     at.run()
     assert not at.exception and "SmolLM2-135M" in at.error[0].value and not at.caption
+
+
+def test_app_reads_limits_from_secrets(saved):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.secrets["hf_max_params"] = "1K"
+    at.session_state["kv_model"] = "hf"
+    at.session_state["kv_hf_model"] = str(saved["qwen2"])
+    at.run()
+    assert not at.exception and "at most 1,000" in at.error[0].value and not at.caption
 
 
 def test_app_asks_for_a_model_name():
