@@ -11,9 +11,12 @@ from transformers import (
     AutoModelForCausalLM,
     BertConfig,
     BertModel,
+    DeepseekV3Config,
     GPT2Config,
     LlamaConfig,
     LlamaForCausalLM,
+    MambaConfig,
+    MistralConfig,
     PreTrainedTokenizerFast,
     Qwen2Config,
 )
@@ -147,6 +150,49 @@ def test_context_end_is_a_clear_error(saved):
     with pytest.raises(InputError) as err:
         backend.forward(torch.tensor([list(range(65))]), None, capture_attention=False, all_logits=False)
     assert err.value.key == "sequence_too_long"
+
+
+def save_tiny(config, path: Path) -> str:
+    torch.manual_seed(2)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    byte_bpe().save_pretrained(path)
+    return str(path)
+
+
+def test_sliding_window_cache_keeps_only_the_window(tmp_path):
+    config = MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, sliding_window=6, max_position_embeddings=64, **SMALL)
+    backend = load_hf_backend(save_tiny(config, tmp_path), device="cpu")
+    gen = Generation(backend, max_new_tokens=10, capture_attention=True)
+    ev = gen.run(PROMPT)[-1]
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([gen.prompt_ids])
+    assert gen.generated[0] == reference.generate(ids, max_new_tokens=10, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert ev.cache_lengths == [5, 5]  # window − 1 positions kept, not the whole prefix
+    assert ev.live_bytes == real_cache_bytes(gen.cache) == kv_cache_bytes(1, 2, 5, 2, 16, 4)
+
+
+def test_mla_caches_the_compressed_latent(tmp_path):
+    config = DeepseekV3Config(hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                              qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=4,
+                              num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+                              max_position_embeddings=64, **SMALL)
+    backend = load_hf_backend(save_tiny(config, tmp_path), device="cpu")
+    assert backend.arch.mla and backend.arch.attention_kind == "MLA"
+    gen = Generation(backend, max_new_tokens=4, capture_attention=True)
+    ev = gen.run(PROMPT)[-1]
+    n = len(gen.prompt_ids) + 3
+    # One shared latent (kv_lora_rank) plus one RoPE key (qk_rope_head_dim) per token and layer, float32.
+    assert ev.live_bytes == real_cache_bytes(gen.cache) == 2 * n * (16 + 8) * 4
+    assert ev.attention[0].shape == (4, n)
+
+
+def test_a_model_without_attention_has_no_kv_cache(tmp_path):
+    config = MambaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, state_size=4)
+    with pytest.raises(InputError) as err:
+        load_hf_backend(save_tiny(config, tmp_path), device="cpu")
+    assert err.value.key == "hf.no_kv_cache" and "mamba" in str(err.value)
 
 
 # ---- the native decoder and the HF backend on the same weights ----------------------------------------

@@ -229,6 +229,11 @@ def load_hf_backend(
     offline = _offline()
     config = _load_config(name, source, local, offline)
     check_causal_lm(name, config)
+    try:
+        arch_from_config(config, name, 0)
+    except (AttributeError, TypeError, ZeroDivisionError):
+        # A state-space or recurrent LM (Mamba, RWKV): no attention heads, so no KV cache to show.
+        raise InputError("hf.no_kv_cache", name=name, what=config.model_type) from None
     if policy.max_params is not None:
         check_size(name, _count_params(config), policy)
     hf_logging.disable_progress_bar()  # a progress bar per load would clutter the CLI's stderr
