@@ -35,14 +35,16 @@ def save_as_hf(backend, path: Path) -> None:
     PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))).save_pretrained(path)
 
 
-def step_seconds(backend, prompt: list[int], n_new: int, capture: bool, repeats: int) -> float:
-    samples: list[float] = []
+def step_seconds(backends: dict, prompt: list[int], n_new: int, repeats: int) -> dict:
+    """Median decode-step seconds per (backend, capture); runs interleaved so machine load hits all alike."""
+    samples: dict = {(name, capture): [] for name in backends for capture in (False, True)}
     for run in range(repeats + 1):
-        gen = Generation(backend, max_new_tokens=n_new, capture_attention=capture, stop_at_eos=False)
-        events = gen.run(prompt)
-        if run:  # the first run is a warm-up
-            samples.extend(e.seconds for e in events[1:])
-    return statistics.median(samples)
+        for (name, capture), out in samples.items():
+            gen = Generation(backends[name], max_new_tokens=n_new, capture_attention=capture, stop_at_eos=False)
+            events = gen.run(prompt)
+            if run:  # the first round is a warm-up
+                out.extend(e.seconds for e in events[1:])
+    return {key: statistics.median(values) for key, values in samples.items()}
 
 
 def main() -> None:
@@ -60,10 +62,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, SHAPE.vocab_size, (args.prompt_tokens,), generator=gen).tolist()
 
-    rows = {}
-    for capture in (False, True):
-        for name, backend in (("native", native), ("HF backend", hf)):
-            rows[(name, capture)] = step_seconds(backend, prompt, args.new_tokens, capture, args.repeats)
+    rows = step_seconds({"native": native, "HF backend": hf}, prompt, args.new_tokens, args.repeats)
     print(f"{SHAPE.n_layers} layers, d_model {SHAPE.d_model}, {SHAPE.n_heads}/{SHAPE.n_kv_heads} heads, float32 CPU, "
           f"{torch.get_num_threads()} threads, prompt {args.prompt_tokens}, {args.new_tokens} new tokens")
     for (name, capture), s in rows.items():

@@ -191,9 +191,7 @@ def check_causal_lm(name: str, config: Any) -> None:
     archs = getattr(config, "architectures", None) or []
     causal_arch = any(a in CAUSAL.values() or a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     encoder = getattr(config, "is_decoder", True) is False  # BERT-style configs: bidirectional unless told
-    if kind not in CAUSAL or getattr(config, "is_encoder_decoder", False) or (archs and not causal_arch) or (
-        encoder and not causal_arch
-    ):
+    if kind not in CAUSAL or getattr(config, "is_encoder_decoder", False) or ((archs or encoder) and not causal_arch):
         what = ", ".join(archs) or kind
         raise InputError("hf.not_causal", name=name, what=what)
 
