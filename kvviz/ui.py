@@ -19,8 +19,10 @@ from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from . import hosted
+from streamlit.errors import StreamlitSecretNotFoundError
 
 from .backends.base import Backend
+from .backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from .config import DecoderConfig
 from .device import DTYPES, available_devices
 from .errors import InputError
@@ -223,17 +225,41 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _cached_backend(model: str, dtype: str, device: str, shape: DecoderConfig | None) -> Backend:
+def _cached_backend(
+    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
+) -> Backend:
     # Weights are shared and read-only across sessions; each session keeps its own cache.
-    return load_backend(model, dtype=dtype, device=device, shape=shape)
+    return load_backend(model, dtype=dtype, device=device, shape=shape, hf_policy=hf_policy)
+
+
+def hf_policy(caps: HostedCaps | None = None) -> HFPolicy:
+    """The deployment's limits on Hugging Face models: environment variables, else .streamlit/secrets.toml;
+    on a hosted demo its allow-list and parameter cap apply too (checked before any weights are read)."""
+    try:
+        secrets = {k: st.secrets[k] for k in (SECRET_ALLOWLIST, SECRET_MAX_PARAMS) if k in st.secrets}
+    except (FileNotFoundError, StreamlitSecretNotFoundError):
+        secrets = {}
+    policy = policy_from(os.environ, secrets)
+    if caps is None:
+        return policy
+    allow = caps.hf_allow if policy.allowlist is None else tuple(m for m in policy.allowlist if m in caps.hf_allow)
+    cap = caps.max_params if policy.max_params is None else min(policy.max_params, caps.max_params)
+    return HFPolicy(allowlist=allow, max_params=cap)
 
 
 def get_backend(settings: Settings) -> Backend | None:
     """The shared model for these settings, or None after showing why it could not load."""
+    if settings.model == "hf" and not settings.hf_model.strip():
+        st.info(tr("hf.enter_model"))
+        return None
     try:
         shape = settings.shape if settings.model == "random" else None
         _check_hosted_model(settings)
-        backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
+        if settings.model == "hf":
+            backend = _cached_backend(settings.hf_model.strip(), settings.dtype, settings.device, None,
+                                      hf_policy(settings.hosted))
+        else:
+            backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
             hosted.check_params(backend.arch.n_params, settings.hosted)
         return backend
