@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch", type=_positive_int, default=1)
     m.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPE_BYTES))
     m.add_argument("--json", action="store_true")
+
+    x = sub.add_parser("export-hf", help="write the shipped model as a transformers Llama directory")
+    x.add_argument("--out", required=True, help="directory to write (created if missing)")
+    x.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
+    x.add_argument("--json", action="store_true")
     return parser
 
 
@@ -123,6 +128,17 @@ def cmd_memory(args: argparse.Namespace) -> dict:
     return {"kv_dtype": args.kv_dtype, **mem.to_dict()}
 
 
+def cmd_export_hf(args: argparse.Namespace) -> dict:
+    from .export import export_hf
+    from .loading import load_backend
+
+    if args.model == "random":
+        raise CliError("export-hf needs a trained model: --model tiny or a model directory")
+    backend = load_backend(args.model, device="cpu")
+    files = export_hf(backend.model, backend.tokenizer.path, args.out)
+    return {"model": backend.arch.name, "out": args.out, "files": [str(f) for f in files]}
+
+
 def _print_generate(r: dict) -> None:
     print(r["text"])
     tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
@@ -143,7 +159,17 @@ def _print_memory(r: dict) -> None:
     print(f"total                ·{r['batch']} requests = {r['total']} B ({format_binary(r['total'])})")
 
 
-COMMANDS = {"generate": (cmd_generate, _print_generate), "memory": (cmd_memory, _print_memory)}
+def _print_export(r: dict) -> None:
+    print(f"{r['model']} written as a transformers Llama directory: {r['out']}")
+    for path in r["files"]:
+        print(f"  {path}")
+
+
+COMMANDS = {
+    "generate": (cmd_generate, _print_generate),
+    "memory": (cmd_memory, _print_memory),
+    "export-hf": (cmd_export_hf, _print_export),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
