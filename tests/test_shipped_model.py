@@ -18,8 +18,8 @@ from kvviz.train import TrainConfig, encode_docs, evaluation_loss, train, unigra
 
 PROMPT = "def read(self, size=-1):\n    "
 # Written from the final shipped weights: greedy, 40 new tokens.
-GOLDEN = (" ...\n\ndef _re_re_re_re_list(self, **kw):\n    Return a list of the string of the string.\n\n"
-          "    def __init__(self, *args")
+GOLDEN = (" **kwds to the specified name.\n\ndef _format_module(self, name, *, *, *, *, name=None, *, _run=None, "
+          "**kwargs):\n    Create a")
 EVAL_TOKENS = 4096  # a bounded slice of the held-out split keeps this test to seconds
 
 
@@ -51,7 +51,7 @@ def test_held_out_loss_beats_unigram(tiny):
     model_loss = evaluation_loss(tiny.model, eval_ids, 512)
     baseline = unigram_loss(train_ids, eval_ids, tok.vocab_size)
     assert 5.0 < baseline < 7.0  # nats/token: what token frequencies alone achieve
-    assert model_loss < baseline - 1.5, (model_loss, baseline)  # over 4x lower perplexity
+    assert model_loss < baseline - 2.0, (model_loss, baseline)  # over 7x lower perplexity
 
 
 def test_export_matches_transformers(tiny, tmp_path):
