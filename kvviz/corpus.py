@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import re
 import sys
 import sysconfig
@@ -66,8 +67,6 @@ def is_held_out(name: str) -> bool:
 
 def normalize(text: str) -> str:
     """Dedent like inspect.cleandoc, strip trailing spaces, collapse runs of blank lines."""
-    import inspect
-
     text = inspect.cleandoc(text.replace("\r\n", "\n").replace("\t", "    "))
     text = "\n".join(line.rstrip() for line in text.split("\n"))
     return re.sub(r"\n{3,}", "\n\n", text).strip()

@@ -26,7 +26,7 @@ def export_hf(model: Decoder, tokenizer_path: str | Path, out_dir: str | Path) -
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise InputError("model.not_a_directory", path=out)
+        raise InputError("model.out_is_file", path=out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.cfg
     dtype = str(model.lm_head.weight.dtype).removeprefix("torch.")

@@ -43,7 +43,7 @@ def head_scores(model: Decoder, ids: list[int], seed: int = 0, n_random: int = 5
     rand = torch.randint(1, model.cfg.vocab_size, (n_random,), generator=gen).tolist()
     repeated = attention_maps(model, rand + rand)
     out = []
-    for layer, (a, r) in enumerate(zip(maps, repeated)):
+    for layer, (a, r) in enumerate(zip(maps, repeated, strict=True)):
         t = a.shape[-1]
         q = torch.arange(1, t)
         q2 = torch.arange(n_random, 2 * n_random)

@@ -22,6 +22,7 @@ from .corpus import Corpus, Document, build_corpus
 from .loading import TINY_DIR
 from .model import Decoder
 from .tokenizer import EOS_TOKEN, BPETokenizer
+
 EOS_ID = 0  # the first special token the BPE trainer adds
 
 # The shipped shape: 8 query heads share 2 KV heads (GQA, groups of 4).

@@ -146,3 +146,24 @@ def test_training_is_deterministic(tmp_path):
     losses = [[(h["train_loss"], h["held_out_loss"]) for h in r["history"]] for r in runs]
     assert losses[0] == losses[1]
     assert (tmp_path / "0" / "model.safetensors").read_bytes() == (tmp_path / "1" / "model.safetensors").read_bytes()
+
+
+def test_cli_defaults_to_tiny(capsys):
+    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "kvviz-tiny" and out["prompt_tokens"] == 10
+    assert out["text"] == GOLDEN[: len(out["text"])] and len(out["token_ids"]) == 8
+
+
+def test_attention_patterns_in_the_card(tiny):
+    """The card's reading of the heads: local previous-token-like heads in layer 1, no induction."""
+    from kvviz.heads import head_scores
+
+    corpus = build_corpus()
+    ids = tiny.tokenizer.encode(corpus.held_out[0].text)[:256]
+    scores = {(s.layer, s.head): s for s in head_scores(tiny.model, ids)}
+    assert len(scores) == 32
+    assert scores[1, 6].previous > 0.3 and scores[1, 0].previous > 0.3
+    assert max(s.previous for (layer, _), s in scores.items() if layer == 0) < 0.1
+    assert max(s.induction for s in scores.values()) < 0.1
+    assert max(s.first for s in scores.values()) < 0.1

@@ -74,7 +74,7 @@ def test_tokenizer_training_is_deterministic(tmp_path):
     docs = [Document(f"d{i}", f"Return the {w} of x.\n\n    def f{i}(self, {w}):") for i, w in
             enumerate(["sum", "product", "length", "items", "keys", "values"] * 20)]
     a = train_tokenizer(docs, 300, tmp_path / "a" / "tokenizer.json")
-    b = train_tokenizer(docs, 300, tmp_path / "b" / "tokenizer.json")
+    train_tokenizer(docs, 300, tmp_path / "b" / "tokenizer.json")
     assert a.vocab_size == 300 and a.eos_id == 0
     assert (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
     assert a.decode(a.encode("Return the sum")) == "Return the sum"
