@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("presets", help="the model presets: KV shape, bytes per token, parameters")
     pr.add_argument("--json", action="store_true")
+
+    x = sub.add_parser("export-hf", help="write the shipped model as a transformers Llama directory")
+    x.add_argument("--out", required=True, help="directory to write (created if missing)")
+    x.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
+    x.add_argument("--json", action="store_true")
     return parser
 
 
@@ -166,6 +171,17 @@ def cmd_presets(args: argparse.Namespace) -> dict:
     return {"presets": rows}
 
 
+def cmd_export_hf(args: argparse.Namespace) -> dict:
+    from .export import export_hf
+    from .loading import load_backend
+
+    if args.model == "random":
+        raise CliError("export-hf needs a trained model: --model tiny or a model directory")
+    backend = load_backend(args.model, device="cpu")
+    files = export_hf(backend.model, backend.tokenizer.path, args.out)
+    return {"model": backend.arch.name, "out": args.out, "files": [str(f) for f in files]}
+
+
 def _print_generate(r: dict) -> None:
     print(r["text"])
     tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
@@ -207,8 +223,18 @@ def _print_presets(r: dict) -> None:
               f"{p['n_params'] / 1e9:7.2f}B params{extra}")
 
 
-COMMANDS = {"generate": (cmd_generate, _print_generate), "memory": (cmd_memory, _print_memory),
-            "presets": (cmd_presets, _print_presets)}
+def _print_export(r: dict) -> None:
+    print(f"{r['model']} written as a transformers Llama directory: {r['out']}")
+    for path in r["files"]:
+        print(f"  {path}")
+
+
+COMMANDS = {
+    "generate": (cmd_generate, _print_generate),
+    "memory": (cmd_memory, _print_memory),
+    "presets": (cmd_presets, _print_presets),
+    "export-hf": (cmd_export_hf, _print_export),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

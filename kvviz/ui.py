@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]  # the app's folder: app.py and pages
 MODELS = ("tiny", "random", "hf")
 DEFAULTS = {
     "kv_lang": "en",
-    "kv_model": "random",  # flips to "tiny" once the shipped model lands
+    "kv_model": "tiny",
     "kv_hf_model": "",  # a local directory or hub id, with model "hf"
     "kv_dtype": "float32",
     "kv_device": "cpu",

@@ -5,6 +5,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz import hosted
+from kvviz.ui import DEFAULTS
 from kvviz.config import DecoderConfig
 from kvviz.errors import InputError
 from kvviz.hosted import HostedCaps, load_caps
@@ -141,7 +142,7 @@ def test_a_path_in_session_state_never_loads(monkeypatch):
     at.session_state["kv_hf_model"] = "/etc"
     at.run()
     assert not at.exception
-    assert at.session_state["kv_model"] == "random"  # no allow-list: the hf choice is not offered
+    assert at.session_state["kv_model"] == DEFAULTS["kv_model"] == "tiny"  # no allow-list: no hf choice
     assert "hf" not in at.selectbox(key="_w_kv_model").options
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import quiz
+from kvviz import causal, quiz
 from kvviz.config import DecoderConfig
+from kvviz.loading import tokenizer_for
 from kvviz.memory import format_binary
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -19,6 +20,7 @@ SMALL = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128,
 
 def open_page(page: str, **query: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["kv_model"] = "random"
     at.session_state["kv_shape"] = SMALL  # a small random model keeps the test quick
     for key, value in query.items():
         at.query_params[key] = value
@@ -61,7 +63,8 @@ def test_training_page_parallel_equals_sequential(lang):
     logits = figure(at, "training_logits_diff")
     prefill, decode, tolerance = logits["data"]
     assert max(prefill["customdata"] + decode["customdata"]) < 1e-4  # the true differences (y is floored for log)
-    assert len(prefill["customdata"]) + len(decode["customdata"]) == 43  # every position of the preset text
+    n_tokens = len(tokenizer_for(at.session_state["kv_shape"]).encode(causal.PRESETS["cat"]))
+    assert len(prefill["customdata"]) + len(decode["customdata"]) == n_tokens  # every position of the preset
     assert tolerance["y"] == [1e-4, 1e-4]
     assert logits["layout"]["yaxis"]["type"] == "log"
     mask = figure(at, "training_mask")["data"][0]["z"]
@@ -94,7 +97,7 @@ def test_link_reproduces_the_view_and_bad_values_are_explained():
     assert at.selectbox(key="_w_kv_url_preset").value == "code"
     assert at.slider(key="_w_kv_url_steps").value == 5
     assert at.radio(key="_w_kv_url_attn").value == "bidirectional"
-    n_tokens = len("def add(a, b):\n    return a + b".encode())
+    n_tokens = len(tokenizer_for(at.session_state["kv_shape"]).encode(causal.PRESETS["code"]))
     assert f"prefills {n_tokens - 5} and then runs 5 decode steps" in " ".join(c.value for c in at.caption)
     bad = open_page(TRAINING, steps="many", preset="nope")
     assert not bad.exception

@@ -35,7 +35,7 @@ def test_bad_link_values_fall_back_with_a_message():
     at = _run(steps="99", model="gpt-9", lang="ko")
     assert not at.exception
     assert at.number_input(key="_w_kv_url_steps").value == 8
-    assert at.session_state["kv_model"] == "random"
+    assert at.session_state["kv_model"] == "tiny"  # the default
     texts = [w.value for w in at.warning]
     assert any("“99”" in t and "steps" in t for t in texts) and any("gpt-9" in t for t in texts)
     assert all("기본값" in t for t in texts)  # in the user's language

@@ -1,0 +1,171 @@
+"""The shipped tiny model: a golden continuation, loss below a unigram baseline, an exact
+transformers export, and one-line errors for a missing or damaged checkpoint."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kvviz.cli import main
+from kvviz.corpus import build_corpus
+from kvviz.engine import Generation
+from kvviz.errors import InputError
+from kvviz.export import HF_FILES
+from kvviz.loading import TINY_DIR, load_backend, load_directory
+from kvviz.train import TrainConfig, encode_docs, evaluation_loss, train, unigram_loss
+
+PROMPT = "def read(self, size=-1):\n    "
+# Written from the final shipped weights: greedy, 40 new tokens.
+GOLDEN = (" **kwds to the specified name.\n\ndef _format_module(self, name, *, *, *, *, name=None, *, _run=None, "
+          "**kwargs):\n    Create a")
+EVAL_TOKENS = 4096  # a bounded slice of the held-out split keeps this test to seconds
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_backend("tiny", device="cpu")
+
+
+def test_shipped_files_and_shape(tiny):
+    assert sum(f.stat().st_size for f in TINY_DIR.iterdir()) <= 25 * 2**20
+    a = tiny.arch
+    assert (a.n_layers, a.n_heads, a.n_kv_heads, a.d_head, a.vocab_size) == (4, 8, 2, 32, 4096)
+    assert a.attention_kind == "GQA" and a.n_params == 4_868_352
+    assert tiny.tokenizer.eos_id == tiny.model.cfg.eos_id == 0
+
+
+def test_golden_greedy_continuation(tiny):
+    gen = Generation(tiny, max_new_tokens=40)
+    gen.run(PROMPT)
+    assert gen.n_generated == 40
+    assert gen.text == GOLDEN
+
+
+def test_held_out_loss_beats_unigram(tiny):
+    corpus = build_corpus()
+    tok = tiny.tokenizer
+    train_ids, eval_ids = encode_docs(tok, corpus.train), encode_docs(tok, corpus.held_out)
+    eval_ids = eval_ids[: EVAL_TOKENS + 1]
+    model_loss = evaluation_loss(tiny.model, eval_ids, 512)
+    baseline = unigram_loss(train_ids, eval_ids, tok.vocab_size)
+    assert 5.0 < baseline < 7.0  # nats/token: what token frequencies alone achieve
+    assert model_loss < baseline - 2.0, (model_loss, baseline)  # over 7x lower perplexity
+
+
+def test_export_matches_transformers(tiny, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "hf"
+    assert main(["export-hf", "--out", str(out), "--json"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(HF_FILES)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert type(hf).__name__ == "LlamaForCausalLM"
+
+    ids = tiny.tokenizer.encode(PROMPT)
+    assert hf_tok(PROMPT)["input_ids"] == ids
+    gen = Generation(tiny, max_new_tokens=64, stop_at_eos=False)
+    gen.run(ids)
+    with torch.no_grad():
+        hf_ids = hf.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False, eos_token_id=None)
+    assert hf_ids[0, len(ids):].tolist() == gen.generated[0]
+    assert hf_tok.decode(gen.generated[0]) == gen.text
+
+    seq = torch.tensor([gen.token_ids])
+    with torch.no_grad():
+        ours, theirs = tiny.model(seq).logits, hf(seq).logits
+    assert (ours - theirs).abs().max().item() < 1e-4
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    d = tmp_path / "ckpt"
+    shutil.copytree(TINY_DIR, d)
+    return d
+
+
+def _damage(path, how):
+    if how == "missing":
+        path.unlink()
+    elif how == "garbage":
+        path.write_bytes(b"\x00not a checkpoint\xff" * 8)
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("name, how", [
+    ("model.safetensors", "missing"), ("model.safetensors", "garbage"), ("model.safetensors", "truncated"),
+    ("config.json", "missing"), ("config.json", "truncated"),
+    ("tokenizer.json", "missing"), ("tokenizer.json", "truncated"),
+])
+def test_missing_or_corrupt_checkpoint_names_the_file(checkpoint, name, how):
+    _damage(checkpoint / name, how)
+    with pytest.raises(InputError) as err:
+        load_backend(str(checkpoint), device="cpu")
+    text = str(err.value)
+    assert str(checkpoint / name) in text and "\n" not in text
+    assert str(checkpoint / name) in err.value.message("ko")
+
+
+def test_weights_that_do_not_fit_config(checkpoint):
+    cfg = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**cfg, "n_layers": 5}))
+    with pytest.raises(InputError, match="do not fit"):
+        load_backend(str(checkpoint), device="cpu")
+
+
+def test_cli_corrupt_checkpoint_one_line(checkpoint):
+    _damage(checkpoint / "model.safetensors", "garbage")
+    proc = subprocess.run([sys.executable, "-m", "kvviz", "generate", "--model", str(checkpoint), "--prompt", "x"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert str(checkpoint / "model.safetensors") in proc.stderr
+
+
+def test_hf_format_directory_loads(tiny, tmp_path):
+    """An exported (HF Llama format) directory loads back into the native engine unchanged.
+
+    (load_backend sends a transformers directory to the HF backend; load_directory reads it natively.)"""
+    main(["export-hf", "--out", str(tmp_path / "hf")])
+    back = load_directory(str(tmp_path / "hf"), device="cpu")
+    ids = torch.tensor([tiny.tokenizer.encode(PROMPT)])
+    assert torch.equal(back.model(ids).logits, tiny.model(ids).logits)
+
+
+def test_training_is_deterministic(tmp_path):
+    from kvviz.config import DecoderConfig
+    from kvviz.corpus import Corpus, Document
+
+    docs = [Document(f"m{i}", f"def f{i}(x):\n    Return x plus {i}, the {w} value.") for i, w in
+            enumerate(["first", "second", "third", "last"] * 10)]
+    corpus = Corpus("test", "3", docs[:36], docs[36:])
+    shape = DecoderConfig(n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=300,
+                          max_seq_len=32, bos_id=0, eos_id=0)
+    cfg = TrainConfig(steps=3, batch_size=2, seq_len=16, warmup_steps=1, eval_every=3, threads=1)
+    runs = [train(cfg, tmp_path / str(i), corpus, shape, log=lambda _: None) for i in range(2)]
+    losses = [[(h["train_loss"], h["held_out_loss"]) for h in r["history"]] for r in runs]
+    assert losses[0] == losses[1]
+    assert (tmp_path / "0" / "model.safetensors").read_bytes() == (tmp_path / "1" / "model.safetensors").read_bytes()
+
+
+def test_cli_defaults_to_tiny(capsys):
+    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "kvviz-tiny" and out["prompt_tokens"] == 10
+    assert out["text"] == GOLDEN[: len(out["text"])] and len(out["token_ids"]) == 8
+
+
+def test_attention_patterns_in_the_card(tiny):
+    """The card's reading of the heads: local previous-token-like heads in layer 1, no induction."""
+    from kvviz.heads import head_scores
+
+    corpus = build_corpus()
+    ids = tiny.tokenizer.encode(corpus.held_out[0].text)[:256]
+    scores = {(s.layer, s.head): s for s in head_scores(tiny.model, ids)}
+    assert len(scores) == 32
+    assert scores[1, 6].previous > 0.3 and scores[1, 0].previous > 0.3
+    assert max(s.previous for (layer, _), s in scores.items() if layer == 0) < 0.1
+    assert max(s.induction for s in scores.values()) < 0.1
+    assert max(s.first for s in scores.values()) < 0.1

@@ -1,0 +1,84 @@
+"""The shipped byte-level BPE: exact round trips of any UTF-8 text and readable token pieces."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvviz.config import DecoderConfig
+from kvviz.corpus import Document
+from kvviz.loading import TINY_DIR, shipped_tokenizer, tokenizer_for
+from kvviz.tokenizer import BPETokenizer, ByteTokenizer
+from kvviz.train import train_tokenizer
+
+TEXTS = [
+    "def split(self, sep=None, maxsplit=-1):\n    Return a list of the words in the string.",
+    "안녕하세요, 키-값 캐시! 한국어 문장도 그대로 돌아옵니다.",
+    "emoji 🎉👩‍👩‍👧 and flags 🇰🇷, math ∑ x² ≠ y",
+    "control \x00\x01\x07\x1b[0m\t tab\r\n crlf \x7f \u200b zero-width",
+    "<|endoftext|> literal special token inside text",
+    "  leading and trailing spaces   \n\n\n",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def tok() -> BPETokenizer:
+    return shipped_tokenizer()
+
+
+def test_shipped_vocabulary(tok):
+    assert tok.vocab_size == 4096
+    assert tok.eos_id == 0 and tok.token_text(0) == "<|endoftext|>"
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_round_trip(tok, text):
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    # Each token is a byte string; together they are exactly the UTF-8 of the text.
+    pieces = [tok.token_bytes(i) or tok.token_text(i).encode() for i in ids]
+    assert b"".join(pieces) == text.encode("utf-8")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_round_trip_any_unicode(text):
+    tok = shipped_tokenizer()
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_bpe_compresses_english(tok):
+    text = TEXTS[0]
+    assert len(tok.encode(text)) < len(text.encode()) / 3  # about 4 bytes a token on this corpus
+
+
+def test_token_text_is_readable(tok):
+    pieces = [tok.token_text(i) for i in tok.encode("def split(self):\n    Return a list")]
+    assert pieces[:2] == ["def", "␣split"]  # a visible space, not GPT-2's 'Ġ'
+    assert "␣Return" in pieces and any(p.startswith("↵") for p in pieces)
+    assert not any("Ġ" in p or "Ċ" in p for p in pieces)
+    # Control characters and a Korean syllable split across byte tokens show as their bytes.
+    assert [tok.token_text(i) for i in tok.encode("\x07")] == ["<0x07>"]
+    ko = "".join(tok.token_text(i) for i in tok.encode("한"))
+    assert ko == "<0xED><0x95><0x9C>"
+    assert tok.token_text(10_000) == "⟨10000⟩"  # beyond the vocabulary (a larger random model)
+
+
+def test_random_shapes_use_bpe_when_it_fits():
+    assert tokenizer_for(DecoderConfig(vocab_size=4096)) is shipped_tokenizer()
+    assert tokenizer_for(DecoderConfig(vocab_size=32000)) is shipped_tokenizer()
+    small = tokenizer_for(DecoderConfig(vocab_size=300))
+    assert isinstance(small, ByteTokenizer) and small.vocab_size == 300
+
+
+def test_tokenizer_training_is_deterministic(tmp_path):
+    docs = [Document(f"d{i}", f"Return the {w} of x.\n\n    def f{i}(self, {w}):") for i, w in
+            enumerate(["sum", "product", "length", "items", "keys", "values"] * 20)]
+    a = train_tokenizer(docs, 300, tmp_path / "a" / "tokenizer.json")
+    train_tokenizer(docs, 300, tmp_path / "b" / "tokenizer.json")
+    assert a.vocab_size == 300 and a.eos_id == 0
+    assert (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    assert a.decode(a.encode("Return the sum")) == "Return the sum"
+
+
+def test_shipped_files_exist():
+    assert (TINY_DIR / "tokenizer.json").is_file()
