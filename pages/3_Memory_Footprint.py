@@ -341,6 +341,16 @@ with tab_cap:
             key="mem_alloc_chart",
         )
         live = format_binary(alloc.live_bytes)
+        fit_contiguous, fit_paged = alloc.requests_that_fit(plan.kv_budget_bytes)
+        st.write(
+            tr(
+                "memory.fit_compare",
+                budget=format_binary(plan.kv_budget_bytes),
+                contiguous=f"{fit_contiguous:,}",
+                paged=f"{fit_paged:,}",
+                max_len=f"{alloc.max_len:,}",
+            )
+        )
         st.markdown(
             "\n".join(
                 [

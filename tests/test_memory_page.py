@@ -127,6 +127,9 @@ def test_capacity_planner_metrics():
     at = open_page({"preset": "Llama-3.1-8B", "tokens": "8192", "gpu": "H100 SXM", "frac": "0.9"})
     m = metrics(at)
     assert m["Max tokens in cache"] == "426,784" and m["Max requests at 8,192 tokens"] == "52"
+    # default mix 37…4096 tokens, max length 8192: 1 GiB per reservation; 606 blocks of 2 MiB per 6 requests
+    fit = next(md.value for md in at.markdown if md.value.startswith("In the"))
+    assert "52 requests fit if each reserves 8,192" in fit and "264 requests of this mix" in fit
     at.selectbox(key="mem_gpu").set_value("L4").run()
     assert not any("do not fit" in w.value for w in at.warning)  # 24 GB · 0.9 still holds 16 GB of weights
     assert metrics(at)["Max requests at 8,192 tokens"] == "5"  # (21.6e9 − 16,060,522,496) / 1 GiB = 5.16
