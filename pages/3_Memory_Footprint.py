@@ -181,6 +181,8 @@ with right:
         if shape.is_mla
         else f"2 · {shape.n_kv_heads} · {shape.d_head} · {fmt.data_bytes:g} B"
     )
+    if fp.scale_bytes_per_token_per_layer:
+        per_layer_factors += f" + {fp.scale_bytes_per_token_per_layer} B ({tr('memory.scales_unit')})"
     steps = [
         ("per_token_per_layer", per_layer_factors, fp.per_token_per_layer),
         ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit')}", fp.per_token),
