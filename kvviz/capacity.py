@@ -89,6 +89,12 @@ class AllocationComparison:
     def paged_waste_fraction(self) -> float:
         return self.paged_waste_bytes / self.paged_bytes if self.paged_bytes else 0.0
 
+    def requests_that_fit(self, kv_budget_bytes: int) -> tuple[int, int]:
+        """Concurrent requests of this mix a KV budget holds: (each reserving max_len, in paged blocks)."""
+        contiguous = kv_budget_bytes // (self.max_len * self.kv_bytes_per_token)
+        paged = kv_budget_bytes * len(self.lengths) // self.paged_bytes  # at the mix's average block count
+        return contiguous, paged
+
     def to_dict(self) -> dict:
         return asdict(self) | {
             "contiguous_waste_fraction": self.contiguous_waste_fraction,

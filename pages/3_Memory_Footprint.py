@@ -181,6 +181,8 @@ with right:
         if shape.is_mla
         else f"2 · {shape.n_kv_heads} · {shape.d_head} · {fmt.data_bytes:g} B"
     )
+    if fp.scale_bytes_per_token_per_layer:
+        per_layer_factors += f" + {fp.scale_bytes_per_token_per_layer} B ({tr('memory.scales_unit')})"
     steps = [
         ("per_token_per_layer", per_layer_factors, fp.per_token_per_layer),
         ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit')}", fp.per_token),
@@ -341,6 +343,16 @@ with tab_cap:
             key="mem_alloc_chart",
         )
         live = format_binary(alloc.live_bytes)
+        fit_contiguous, fit_paged = alloc.requests_that_fit(plan.kv_budget_bytes)
+        st.write(
+            tr(
+                "memory.fit_compare",
+                budget=format_binary(plan.kv_budget_bytes),
+                contiguous=f"{fit_contiguous:,}",
+                paged=f"{fit_paged:,}",
+                max_len=f"{alloc.max_len:,}",
+            )
+        )
         st.markdown(
             "\n".join(
                 [

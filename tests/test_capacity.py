@@ -62,6 +62,8 @@ def test_paged_fragmentation_by_hand():
     assert alloc.contiguous_waste_fraction == pytest.approx(3780 / 5120)
     assert alloc.paged_waste_fraction == pytest.approx(420 / 1760)
     assert alloc.to_dict()["paged_waste_fraction"] == pytest.approx(420 / 1760)
+    # a 12,800 B budget: 12800 / (128 · 10) = 10 max-length reservations; 12800 / (1760 / 4) = 29.09 → 29 paged
+    assert alloc.requests_that_fit(12_800) == (10, 29)
 
 
 def test_paged_waste_is_under_one_block_per_request():

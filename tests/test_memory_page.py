@@ -127,6 +127,9 @@ def test_capacity_planner_metrics():
     at = open_page({"preset": "Llama-3.1-8B", "tokens": "8192", "gpu": "H100 SXM", "frac": "0.9"})
     m = metrics(at)
     assert m["Max tokens in cache"] == "426,784" and m["Max requests at 8,192 tokens"] == "52"
+    # default mix 37…4096 tokens, max length 8192: 1 GiB per reservation; 606 blocks of 2 MiB per 6 requests
+    fit = next(md.value for md in at.markdown if md.value.startswith("In the"))
+    assert "52 requests fit if each reserves 8,192" in fit and "264 requests of this mix" in fit
     at.selectbox(key="mem_gpu").set_value("L4").run()
     assert not any("do not fit" in w.value for w in at.warning)  # 24 GB · 0.9 still holds 16 GB of weights
     assert metrics(at)["Max requests at 8,192 tokens"] == "5"  # (21.6e9 − 16,060,522,496) / 1 GiB = 5.16
@@ -149,3 +152,10 @@ def test_sliding_window_preset_shows_capped_factors():
     assert r"(21 \cdot 8192 + 21 \cdot 4096)" in at.latex[0].value
     assert metrics(at)["Per request"] == "1.97 GiB"  # 8 KiB · (21·8192 + 21·4096) = 2,113,929,216 B
     assert any("2,113,929,216 B" in md.value for md in at.markdown)
+
+
+def test_quantized_kv_states_its_scales():
+    at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "kv_dtype": "int4"})
+    # 16 vectors of 128 values: 1024 B of 4-bit data + 2 groups · 4 B (fp16 scale and zero) each = 128 B
+    assert metrics(at)["Per token, per layer"] == "1.12 KiB"
+    assert any("2 · 8 · 128 · 0.5 B + 128 B (scales) | 1,152 B" in md.value for md in at.markdown)

@@ -21,7 +21,7 @@ def test_memory_page_preset_and_factor(page, shots):
     page.goto_app(PAGE, "?preset=Llama-2-7B&tokens=4096&batch=32")
     expect(page.get_by_role("heading", name="Memory Footprint").first).to_be_visible(timeout=WAIT)
     expect(metric(page, "All requests")).to_have_text("64.00 GiB", timeout=WAIT)
-    page.screenshot(path=shots / "memory_llama2_en.png", full_page=True)
+    page.screenshot(path=shots / "memory_llama2_en.png", full_page=True, timeout=3 * WAIT)
 
     # change the preset
     page.locator("[data-testid='stSelectbox']").filter(has_text="Model preset").click()
@@ -35,23 +35,23 @@ def test_memory_page_preset_and_factor(page, shots):
     expect(page.locator("[data-testid='stMetricValue']").filter(has_text="8.00 GiB").first).to_be_visible(timeout=WAIT)
     # the URL is rewritten at the end of the rerun: wait for it rather than read it once
     expect(page).to_have_url(re.compile(r"(?=.*kv_dtype=fp8)(?=.*preset=Llama-3\.1-8B)"))
-    page.screenshot(path=shots / "memory_llama31_fp8_en.png", full_page=True)
+    page.screenshot(path=shots / "memory_llama31_fp8_en.png", full_page=True, timeout=3 * WAIT)
 
     page.get_by_role("tab", name="Cache vs weights").click()
-    page.screenshot(path=shots / "memory_growth_en.png", full_page=True)
+    page.screenshot(path=shots / "memory_growth_en.png", full_page=True, timeout=3 * WAIT)
     page.get_by_role("tab", name="Capacity planner").click()
-    page.screenshot(path=shots / "memory_capacity_en.png", full_page=True)
+    page.screenshot(path=shots / "memory_capacity_en.png", full_page=True, timeout=3 * WAIT)
     page.get_by_role("tab", name="Measured cache").click()
     page.get_by_role("button", name="Run one here").click()
     wait_idle(page)
     page.get_by_role("tab", name="Measured cache").click()
     expect(page.get_by_text("The measured cache bytes equal the formula exactly.")).to_be_visible(timeout=WAIT)
-    page.screenshot(path=shots / "memory_live_en.png", full_page=True)
+    page.screenshot(path=shots / "memory_live_en.png", full_page=True, timeout=3 * WAIT)
     assert page.locator("[data-testid='stException']").count() == 0
 
     page.goto_app(PAGE, "?lang=ko&preset=DeepSeek-V3&tokens=32768&batch=8")
     expect(page.get_by_role("heading", name="메모리 사용량").first).to_be_visible(timeout=WAIT)
-    page.screenshot(path=shots / "memory_deepseek_ko.png", full_page=True)
+    page.screenshot(path=shots / "memory_deepseek_ko.png", full_page=True, timeout=3 * WAIT)
     assert page.locator("[data-testid='stException']").count() == 0
     # Streamlit probes /<page>/_stcore/* before its base path when a page URL is opened directly (404s).
     assert [u for u in bad if "/_stcore/" not in u] == []
@@ -74,5 +74,5 @@ def test_config_upload_and_a_bad_one(page, shots, tmp_path):
     expect(page.get_by_text("The file is not valid JSON", exact=False)).to_be_visible(timeout=WAIT)
     # the last valid config stays on screen
     expect(metric(page, "Per token (all layers)")).to_have_text("336.00 KiB", timeout=WAIT)
-    page.screenshot(path=shots / "memory_upload_bad_en.png", full_page=True)
+    page.screenshot(path=shots / "memory_upload_bad_en.png", full_page=True, timeout=3 * WAIT)
     assert page.locator("[data-testid='stException']").count() == 0
