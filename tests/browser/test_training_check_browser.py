@@ -9,6 +9,7 @@ from harness import wait_idle
 TRAINING = "Training_Prefill_Decode"
 CHECK = "Check"
 # Opened directly at a page's URL, Streamlit's frontend first probes <page>/_stcore/... for a base path (404).
+expect.set_options(timeout=30_000)  # a model runs on every rerun; the test machine's CPUs are shared
 BASE_PATH_PROBE = re.compile(r"/[^/]+/_stcore/(health|host-config)$")
 
 
