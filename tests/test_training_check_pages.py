@@ -136,6 +136,9 @@ def test_check_cache_size_answer_is_the_calculators_64_gib():
     at.button(key="reveal_cache_size").click().run()
     assert not at.exception
     assert at.success[0].value == f"Correct: 64 GiB. The calculator gives {total}."
+    main_links = [link.proto.label for link in at.main.get("page_link")]
+    if (Path(APP).parent / "pages/3_Memory_Footprint.py").exists():  # link only pages that exist
+        assert main_links == ["Memory Footprint"]
     at.button(key="again_cache_size").click().run()
     at.number_input(key="predict_cache_size").set_value(68.7).run()
     at.button(key="reveal_cache_size").click().run()
