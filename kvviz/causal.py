@@ -90,7 +90,7 @@ def run_sequential(model: Decoder, ids: list[int], n_prompt: int) -> KVPass:
 
 
 def _layer_max(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[float]:
-    return [float((x - y).abs().max()) for x, y in zip(a, b)]
+    return [float((x - y).abs().max()) for x, y in zip(a, b, strict=True)]
 
 
 def parallel_vs_sequential(model: Decoder, ids: list[int], n_prompt: int) -> ParallelVsSequential:

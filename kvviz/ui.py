@@ -118,7 +118,8 @@ def page_setup(title_key: str) -> Settings:
         if lang() != st.query_params.get("lang", "en"):
             st.query_params["lang"] = lang()
         _persisted(st.selectbox, "kv_model", tr("common.model"), options=MODELS,
-                   format_func={m: tr(f"common.model_{m}") for m in MODELS}.get)  # labels fixed now: AppTest calls it later
+                   # Labels fixed at render time: AppTest calls format_func later, outside the session.
+                   format_func={m: tr(f"common.model_{m}") for m in MODELS}.get)
         if st.session_state.kv_model == "random":
             _shape_controls()
         elif st.session_state.kv_model == "hf":

@@ -97,7 +97,7 @@ if native and set(show) & {0, 1, 2}:
         m[0].metric(tr("training.max_dk"), f"{max(result.k_max_diff):.2e}")
         m[1].metric(tr("training.max_dv"), f"{max(result.v_max_diff):.2e}")
         m[2].metric(tr("training.max_dlogits"), f"{max(result.logits_max_diff):.2e}")
-        agree = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax))
+        agree = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax, strict=True))
         m[3].metric(tr("training.argmax_agree"), f"{agree} / {len(ids)}")
         if result.max_diff <= tol:
             st.success(tr("training.equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}", dtype=settings.dtype))
@@ -178,8 +178,8 @@ if native and set(show) & {0, 1, 2}:
         m[0].metric(tr("training.rows_parallel"), f"{n} × {n}")
         m[1].metric(tr("training.rows_decode"), f"1 × {n}")
         m[2].metric(tr("training.row_diff"), f"{rows.row_max_diff:.2e}")
-        ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens, title=tr("training.attn_title", layer=layer + 1,
-                                                                                     head=head),
+        ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens,
+                                         title=tr("training.attn_title", layer=layer + 1, head=head),
                                          key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
                                          new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
                                          lecture=lecture), key="training_attention")

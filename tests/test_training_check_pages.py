@@ -70,7 +70,8 @@ def test_training_page_parallel_equals_sequential(lang):
     for chart in at.get("plotly_chart"):
         config = json.loads(chart.proto.config)
         assert config["displayModeBar"] is True and config["toImageButtonOptions"]["format"] == "png"
-    assert {b.key for b in at.get("download_button")} >= {"training_prefill_decode_csv", "training_kv_diff_by_layer_csv"}
+    csv_buttons = {b.key for b in at.get("download_button")}
+    assert csv_buttons >= {"training_prefill_decode_csv", "training_kv_diff_by_layer_csv"}
 
 
 def test_bidirectional_switch_moves_past_kv_above_layer_one():
@@ -94,7 +95,7 @@ def test_link_reproduces_the_view_and_bad_values_are_explained():
     assert at.selectbox(key="_w_kv_url_preset").value == "code"
     assert at.slider(key="_w_kv_url_steps").value == 5
     assert at.radio(key="_w_kv_url_attn").value == "bidirectional"
-    n_tokens = len("def add(a, b):\n    return a + b".encode())
+    n_tokens = len(b"def add(a, b):\n    return a + b")
     assert f"prefills {n_tokens - 5} and then runs 5 decode steps" in " ".join(c.value for c in at.caption)
     bad = open_page(TRAINING, steps="many", preset="nope")
     assert not bad.exception

@@ -21,7 +21,8 @@ def _token_axis(tokens: Sequence[str]) -> dict:
     # Numeric positions with token text as tick labels: repeated tokens must stay separate rows/columns.
     if len(tokens) > MAX_TOKEN_LABELS:
         return dict(tickmode="auto")
-    return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=[f"{i}:{t}" for i, t in enumerate(tokens)])
+    labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
+    return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=labels)
 
 
 def mask_figure(
@@ -148,7 +149,8 @@ def decode_row_figure(
     x = list(range(len(tokens)))
     fig = go.Figure([
         go.Bar(x=x, y=list(decode_row), name=decode_name, marker_color="#d62728"),
-        go.Scatter(x=x, y=list(full_row), name=full_name, mode="markers", marker=dict(color="black", symbol="x", size=8)),
+        go.Scatter(x=x, y=list(full_row), name=full_name, mode="markers",
+                   marker=dict(color="black", symbol="x", size=8)),
     ])
     fig.update_xaxes(title=x_title, **_token_axis(tokens))
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
