@@ -90,17 +90,20 @@ def run_sequential(model: Decoder, ids: list[int], n_prompt: int) -> KVPass:
 
 
 def _layer_max(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[float]:
-    return [float((x - y).abs().max()) for x, y in zip(a, b)]
+    return [float((x - y).abs().max()) for x, y in zip(a, b, strict=True)]
 
 
 def parallel_vs_sequential(model: Decoder, ids: list[int], n_prompt: int) -> ParallelVsSequential:
     _check_ids(model, ids, 2)
     if not 1 <= n_prompt < len(ids):
         raise InputError("training.bad_prompt_len", n_prompt=n_prompt, n_tokens=len(ids))
-    par, seq = run_parallel(model, ids), run_sequential(model, ids, n_prompt)
+    return compare_passes(run_parallel(model, ids), run_sequential(model, ids, n_prompt), n_prompt)
+
+
+def compare_passes(par: KVPass, seq: KVPass, n_prompt: int) -> ParallelVsSequential:
     return ParallelVsSequential(
         n_prompt=n_prompt,
-        n_tokens=len(ids),
+        n_tokens=len(par.logits),
         k_max_diff=_layer_max(par.keys, seq.keys),
         v_max_diff=_layer_max(par.values, seq.values),
         logits_max_diff=(par.logits - seq.logits).abs().amax(dim=-1).tolist(),

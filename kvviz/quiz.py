@@ -5,7 +5,7 @@ Texts live in the `check` locale section: `check.<id>_q`, `check.<id>_opt_<optio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from .memory import KVMemory, dtype_bytes, format_binary, kv_memory
 
@@ -13,13 +13,13 @@ GIB = 1024**3
 NUMBER_TOLERANCE = 0.01  # a numeric answer within 1 % counts (rounding of a hand calculation)
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     CHOICE = "choice"  # pick one of several explanations
     TRUTH = "truth"  # a misconception: is the statement true or false?
     NUMBER = "number"  # a number in GiB, checked against the calculator
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     CORRECT = "correct"
     DECIMAL_UNITS = "decimal_units"  # the right size in GB (10⁹ B) where GiB (2³⁰ B) was asked
     WRONG = "wrong"
@@ -46,17 +46,21 @@ def cache_size_memory() -> KVMemory:
 
 
 TRUTH = ("true", "false")
+REUSE, PREFILL_DECODE = "pages/1_Reusing_Past_KV.py", "pages/2_Prefill_and_Decode.py"
+MEMORY, LATENCY = "pages/3_Memory_Footprint.py", "pages/4_Latency_and_Capacity.py"
+TRAINING = "pages/5_Training_Prefill_Decode.py"
+# The correct option sits at a different place in each question.
 QUESTIONS: tuple[Question, ...] = (
-    Question("why_kv", Kind.CHOICE, "pages/5_Training_Prefill_Decode.py", ("bigger", "once", "changes", "position"), "once"),
-    Question("cache_size", Kind.NUMBER, "pages/3_Memory_Footprint.py"),
-    Question("long_prompt", Kind.CHOICE, "pages/4_Latency_and_Capacity.py", ("recompute", "tokenize", "read", "evict"), "read"),
-    Question("reuse_condition", Kind.CHOICE, "pages/5_Training_Prefill_Decode.py", ("greedy", "small", "fp32", "causal"), "causal"),
-    Question("cache_update", Kind.CHOICE, "pages/1_Reusing_Past_KV.py", ("append", "rebuild", "logits", "last_layer"), "append"),
-    Question("m_training", Kind.TRUTH, "pages/5_Training_Prefill_Decode.py", TRUTH, "false"),
-    Question("m_optional", Kind.TRUTH, "pages/1_Reusing_Past_KV.py", TRUTH, "false"),
-    Question("m_latency", Kind.TRUTH, "pages/2_Prefill_and_Decode.py", TRUTH, "false"),
-    Question("m_no_attention", Kind.TRUTH, "pages/1_Reusing_Past_KV.py", TRUTH, "false"),
-    Question("m_no_memory", Kind.TRUTH, "pages/3_Memory_Footprint.py", TRUTH, "false"),
+    Question("why_kv", Kind.CHOICE, TRAINING, ("bigger", "once", "changes", "position"), "once"),
+    Question("cache_size", Kind.NUMBER, MEMORY),
+    Question("long_prompt", Kind.CHOICE, LATENCY, ("recompute", "tokenize", "read", "evict"), "read"),
+    Question("reuse_condition", Kind.CHOICE, TRAINING, ("greedy", "small", "fp32", "causal"), "causal"),
+    Question("cache_update", Kind.CHOICE, REUSE, ("append", "rebuild", "logits", "last_layer"), "append"),
+    Question("m_training", Kind.TRUTH, TRAINING, TRUTH, "false"),
+    Question("m_optional", Kind.TRUTH, REUSE, TRUTH, "false"),
+    Question("m_latency", Kind.TRUTH, PREFILL_DECODE, TRUTH, "false"),
+    Question("m_no_attention", Kind.TRUTH, REUSE, TRUTH, "false"),
+    Question("m_no_memory", Kind.TRUTH, MEMORY, TRUTH, "false"),
 )
 
 

@@ -20,16 +20,11 @@ def model_key() -> tuple:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def compare(_model: Decoder, key: tuple, ids: tuple[int, ...], n_prompt: int) -> causal.ParallelVsSequential:
-    return causal.parallel_vs_sequential(_model, list(ids), n_prompt)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
 def drift(_model: Decoder, key: tuple, ids: tuple[int, ...], is_causal: bool) -> causal.PastDrift:
     return causal.past_kv_drift(_model, list(ids), causal=is_causal)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
+@st.cache_resource(max_entries=8, show_spinner=False)  # read-only tensors derived from shared weights
 def passes(_model: Decoder, key: tuple, ids: tuple[int, ...], n_prompt: int) -> tuple[causal.KVPass, causal.KVPass]:
     return causal.run_parallel(_model, list(ids)), causal.run_sequential(_model, list(ids), n_prompt)
 
@@ -93,7 +88,8 @@ if native and set(show) & {0, 1, 2}:
 
     if 0 in show:
         st.header(titles[0])
-        result = compare(model, key, ids_t, n_prompt)
+        par, seq = passes(model, key, ids_t, n_prompt)
+        result = causal.compare_passes(par, seq, n_prompt)
         left, right = st.columns(2)
         left.markdown(tr("training.parallel_text", n_tokens=len(ids)))
         right.markdown(tr("training.sequential_text", n_prompt=n_prompt, steps=steps))
@@ -101,7 +97,7 @@ if native and set(show) & {0, 1, 2}:
         m[0].metric(tr("training.max_dk"), f"{max(result.k_max_diff):.2e}")
         m[1].metric(tr("training.max_dv"), f"{max(result.v_max_diff):.2e}")
         m[2].metric(tr("training.max_dlogits"), f"{max(result.logits_max_diff):.2e}")
-        agree = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax))
+        agree = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax, strict=True))
         m[3].metric(tr("training.argmax_agree"), f"{agree} / {len(ids)}")
         if result.max_diff <= tol:
             st.success(tr("training.equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}", dtype=settings.dtype))
@@ -118,7 +114,6 @@ if native and set(show) & {0, 1, 2}:
                                  format_func=layer_label, key="s1_layer")
             head = s2.selectbox(tr("training.kv_head"), range(backend.arch.n_kv_heads), key="s1_head")
             which = s3.radio(tr("training.tensor"), ["K", "V"], horizontal=True, key="s1_tensor")
-            par, seq = passes(model, key, ids_t, n_prompt)
             pick = (lambda p: p.keys) if which == "K" else (lambda p: p.values)
             ui.chart(charts.kv_side_by_side(
                 pick(par)[layer][head].numpy(), pick(seq)[layer][head].numpy(), tokens,
@@ -183,8 +178,8 @@ if native and set(show) & {0, 1, 2}:
         m[0].metric(tr("training.rows_parallel"), f"{n} × {n}")
         m[1].metric(tr("training.rows_decode"), f"1 × {n}")
         m[2].metric(tr("training.row_diff"), f"{rows.row_max_diff:.2e}")
-        ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens, title=tr("training.attn_title", layer=layer + 1,
-                                                                                     head=head),
+        ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens,
+                                         title=tr("training.attn_title", layer=layer + 1, head=head),
                                          key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
                                          new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
                                          lecture=lecture), key="training_attention")

@@ -73,7 +73,8 @@ def test_training_page_parallel_equals_sequential(lang):
     for chart in at.get("plotly_chart"):
         config = json.loads(chart.proto.config)
         assert config["displayModeBar"] is True and config["toImageButtonOptions"]["format"] == "png"
-    assert {b.key for b in at.get("download_button")} >= {"training_prefill_decode_csv", "training_kv_diff_by_layer_csv"}
+    csv_buttons = {b.key for b in at.get("download_button")}
+    assert csv_buttons >= {"training_prefill_decode_csv", "training_kv_diff_by_layer_csv"}
 
 
 def test_bidirectional_switch_moves_past_kv_above_layer_one():
@@ -139,6 +140,9 @@ def test_check_cache_size_answer_is_the_calculators_64_gib():
     at.button(key="reveal_cache_size").click().run()
     assert not at.exception
     assert at.success[0].value == f"Correct: 64 GiB. The calculator gives {total}."
+    main_links = [link.proto.label for link in at.main.get("page_link")]
+    if (Path(APP).parent / "pages/3_Memory_Footprint.py").exists():  # link only pages that exist
+        assert main_links == ["Memory Footprint"]
     at.button(key="again_cache_size").click().run()
     at.number_input(key="predict_cache_size").set_value(68.7).run()
     at.button(key="reveal_cache_size").click().run()

@@ -21,7 +21,8 @@ def _token_axis(tokens: Sequence[str]) -> dict:
     # Numeric positions with token text as tick labels: repeated tokens must stay separate rows/columns.
     if len(tokens) > MAX_TOKEN_LABELS:
         return dict(tickmode="auto")
-    return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=[f"{i}:{t}" for i, t in enumerate(tokens)])
+    labels = [f"{i}:{t}" for i, t in enumerate(tokens)]
+    return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=labels)
 
 
 def mask_figure(
@@ -133,10 +134,10 @@ def attention_figure(
                       line_width=0)
         fig.add_annotation(x=n / 2, y=(n - 2) / 2, text=past_rows, showarrow=False, font=dict(color="#333"))
     fig.add_shape(type="rect", x0=-0.5, x1=n - 0.5, y0=n - 1.5, y1=n - 0.5, line=dict(color="#d62728", width=3))
-    fig.add_annotation(x=0, y=n - 1, text=new_row, showarrow=False, xanchor="left", yanchor="top", yshift=-12,
-                       font=dict(color="#d62728"))
-    fig.update_xaxes(title=key_axis, **_token_axis(tokens))
-    fig.update_yaxes(title=query_axis, autorange="reversed", **_token_axis(tokens))
+    fig.add_annotation(x=0, y=n - 1, text=new_row, showarrow=False, xanchor="left", yanchor="bottom", yshift=10,
+                       font=dict(color="#d62728"), bgcolor="rgba(255,255,255,0.8)")
+    fig.update_xaxes(title=key_axis, range=[-0.5, n - 0.5], **_token_axis(tokens))
+    fig.update_yaxes(title=query_axis, range=[n - 0.5, -0.5], **_token_axis(tokens))  # row 0 on top
     return style(fig, title=title, lecture=lecture, height=460)
 
 
@@ -148,7 +149,8 @@ def decode_row_figure(
     x = list(range(len(tokens)))
     fig = go.Figure([
         go.Bar(x=x, y=list(decode_row), name=decode_name, marker_color="#d62728"),
-        go.Scatter(x=x, y=list(full_row), name=full_name, mode="markers", marker=dict(color="black", symbol="x", size=8)),
+        go.Scatter(x=x, y=list(full_row), name=full_name, mode="markers",
+                   marker=dict(color="black", symbol="x", size=8)),
     ])
     fig.update_xaxes(title=x_title, **_token_axis(tokens))
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))

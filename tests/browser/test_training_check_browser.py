@@ -2,13 +2,13 @@
 import re
 
 import pytest
-from playwright.sync_api import expect
-
 from harness import wait_idle
+from playwright.sync_api import expect
 
 TRAINING = "Training_Prefill_Decode"
 CHECK = "Check"
 # Opened directly at a page's URL, Streamlit's frontend first probes <page>/_stcore/... for a base path (404).
+expect.set_options(timeout=30_000)  # a model runs on every rerun; the test machine's CPUs are shared
 BASE_PATH_PROBE = re.compile(r"/[^/]+/_stcore/(health|host-config)$")
 
 
@@ -22,7 +22,8 @@ def bad_responses(page):
 def full_shot(page, path) -> None:  # noqa: ANN001
     """Streamlit scrolls inside its own container: a tall viewport captures the whole page."""
     height = page.evaluate("Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
-                           "[data-testid=stAppViewContainer], [data-testid=stMainBlockContainer]')].map(e => e.scrollHeight))")
+                           "[data-testid=stAppViewContainer], [data-testid=stMainBlockContainer]')]"
+                           ".map(e => e.scrollHeight))")
     page.set_viewport_size({"width": 1400, "height": min(max(height, 1000), 6000)})
     wait_idle(page)
     page.wait_for_timeout(500)  # let Plotly redraw at the new size

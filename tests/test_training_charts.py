@@ -1,0 +1,37 @@
+"""Figure functions of the Training page: the data they draw, read back from the figure."""
+import math
+
+import numpy as np
+
+from kvviz.charts import training as charts
+
+
+def test_attention_figure_blanks_the_mask_and_outlines_the_new_row():
+    probs = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
+    fig = charts.attention_figure(probs, list("abcd"), title="t", key_axis="k", query_axis="q", new_row="new",
+                                  past_rows="past")
+    z = np.asarray(fig.data[0].z)
+    assert np.isnan(z[0, 1]) and math.isclose(z[3, 0], math.log10(0.25))  # masked = blank, colour = log10 p
+    outline = [s for s in fig.layout.shapes if s.line.color == "#d62728"]
+    assert len(outline) == 1 and (outline[0].y0, outline[0].y1) == (2.5, 3.5)  # exactly the last row
+    assert tuple(fig.layout.yaxis.range) == (3.5, -0.5)
+
+
+def test_logits_chart_keeps_true_values_and_draws_zero_at_the_floor():
+    fig = charts.logits_diff_figure([0.0, 0.0, 2e-7, 1e-6], n_prompt=2, tolerance=1e-4, title="t", x_title="x",
+                                    y_title="y", prefill_name="p", decode_name="d", tolerance_name="tol")
+    prefill, decode, tol = fig.data
+    assert list(prefill.customdata) == [0.0, 0.0] and list(prefill.y) == [charts.FLOOR] * 2
+    assert list(decode.x) == [2, 3] and list(decode.customdata) == [2e-7, 1e-6]
+    assert list(tol.y) == [1e-4, 1e-4] and fig.layout.yaxis.type == "log"
+
+
+def test_mask_figure_and_lecture_sizes():
+    causal = charts.mask_figure(list("abc"), True, title="t", key_axis="k", query_axis="q", allowed="a", masked="m")
+    assert np.asarray(causal.data[0].z).tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    full = charts.mask_figure(list("abc"), False, title="t", key_axis="k", query_axis="q", allowed="a", masked="m",
+                              lecture=True)
+    assert np.asarray(full.data[0].z).min() == 1
+    assert full.layout.font.size == 20 and full.layout.height == int(420 * 1.4)
+    many = charts.mask_figure(["x"] * 30, True, title="t", key_axis="k", query_axis="q", allowed="a", masked="m")
+    assert many.layout.xaxis.tickmode == "auto"  # 30 labels would overlap: positions instead
