@@ -31,7 +31,8 @@ if n_prompt + n_new > max_len:
 
 
 def start() -> None:
-    st.session_state.pd_request = (int(n_prompt), int(n_new))
+    # Read from state: a callback runs before this rerun's widgets, with their new values already stored.
+    st.session_state.pd_request = (int(st.session_state[f"pd_prompt_{max_len}"]), int(st.session_state[f"pd_new_{max_len}"]))
     st.session_state.pd_gen = None
     st.session_state.pd_error = None
     st.session_state.pd_running = True
