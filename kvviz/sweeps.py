@@ -7,7 +7,6 @@ pay one-off costs (allocator growth, kernel selection).
 """
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -106,13 +105,14 @@ def _check_fits(backend: Backend, n_tokens: int) -> None:
         raise InputError("latency.too_long", n_tokens=n_tokens, max_len=backend.arch.max_seq_len)
 
 
-def _median(values: Sequence[float | None]) -> float | None:
+def _fastest(values: Sequence[float | None]) -> float | None:
+    # Noise (other processes, interrupts) only ever adds time: the fastest repeat is closest to the cost.
     vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
+    return min(vals) if vals else None
 
 
 def prompt_length_sweep(backend: Backend, prompt_lengths: Sequence[int], *, n_new: int = 8, repeats: int = 1) -> Sweep:
-    """TTFT and TPOT for each prompt length (medians over repeats)."""
+    """TTFT and TPOT for each prompt length (the fastest of `repeats` runs)."""
     lengths = sorted(set(prompt_lengths))
     _check_fits(backend, max(lengths) + n_new)
 
@@ -123,10 +123,10 @@ def prompt_length_sweep(backend: Backend, prompt_lengths: Sequence[int], *, n_ne
             yield {
                 "prompt_tokens": n,
                 "new_tokens": n_new,
-                "ttft_s": _median([r.ttft_s for r in runs]),
-                "prefill_s": _median([r.prefill_s for r in runs]),
-                "tpot_s": _median([r.tpot_s for r in runs]),
-                "e2e_s": _median([r.e2e_s for r in runs]),
+                "ttft_s": _fastest([r.ttft_s for r in runs]),
+                "prefill_s": _fastest([r.prefill_s for r in runs]),
+                "tpot_s": _fastest([r.tpot_s for r in runs]),
+                "e2e_s": _fastest([r.e2e_s for r in runs]),
             }
 
     return Sweep("prompt-length", len(lengths), rows())
@@ -136,7 +136,7 @@ def cache_sweep(backend: Backend, contexts: Sequence[int], *, repeats: int = 3) 
     """Decode-step seconds at each context length, with the KV cache and recomputing the whole prefix.
 
     With the cache a step feeds 1 token and reads the cached prefix; without it the step runs all
-    `context` tokens again. Each row is the median of `repeats` consecutive steps starting there.
+    `context` tokens again. Each row is the fastest of `repeats` consecutive steps starting there.
     """
     points = sorted(set(contexts))
     if points[0] < 2:
@@ -151,11 +151,11 @@ def cache_sweep(backend: Backend, contexts: Sequence[int], *, repeats: int = 3) 
             while cached.events[-1].position + 2 < n:  # the next step would see context n
                 cached.step()
             steps = [cached.step().seconds for _ in range(repeats)]
-            yield {"mode": "cache", "context_tokens": n, "input_tokens": 1, "seconds": statistics.median(steps)}
+            yield {"mode": "cache", "context_tokens": n, "input_tokens": 1, "seconds": min(steps)}
             fresh = Generation(backend, max_new_tokens=repeats + 1, use_cache=False, stop_at_eos=False)
             fresh.prefill(prompt_ids(backend, n - 1))
             steps = [fresh.step().seconds for _ in range(repeats)]
-            yield {"mode": "no_cache", "context_tokens": n, "input_tokens": n, "seconds": statistics.median(steps)}
+            yield {"mode": "no_cache", "context_tokens": n, "input_tokens": n, "seconds": min(steps)}
 
     return Sweep("cache", 2 * len(points), rows())
 

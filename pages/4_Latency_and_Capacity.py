@@ -263,6 +263,9 @@ with tab_roof:
     m[1].caption(tr(f"latency.limit_{prefill.limited_by}"))
     m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else f"{b_star:,.0f}")
     m[2].caption(tr("latency.never_compute") if b_star is None else tr("latency.ridge", ridge=f"{hw.ridge_flops_per_byte:.0f}"))
+    weights_only = roofline.compute_bound_batch(model, hw, n_context=0, **kw)  # the textbook figure: no cache reads
+    if weights_only is not None:
+        m[2].caption(tr("latency.weights_only_batch", batch=f"{weights_only:,.0f}"))
     m[3].metric(tr("latency.m_fits"), f"{fits:,}")
     m[3].caption(tr("latency.crossing", tokens=f"{crossing:,.0f}", batch=batch))
 

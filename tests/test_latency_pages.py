@@ -22,7 +22,7 @@ def _open(page: str, lang: str = "en") -> AppTest:
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 @pytest.mark.parametrize("page, title", [("pages/2_Prefill_and_Decode.py", ("Prefill & Decode", "프리필과 디코드")),
-                                         ("pages/4_Latency_and_Capacity.py", ("Latency & Capacity", "지연 시간과 용량"))])
+                                         ("pages/4_Latency_and_Capacity.py", ("Latency & Capacity", "지연 시간과 처리 용량"))])
 def test_pages_run_in_both_languages(page, title, lang):
     # One run per language: AppTest formats the sidebar's translated options outside a run, in English,
     # so a second run in Korean trips over the model selectbox (a harness limit, not the page).
@@ -80,12 +80,14 @@ def test_prompt_length_sweep_fills_its_chart_and_csv():
 def test_cancel_keeps_the_rows_done():
     at = _open("pages/4_Latency_and_Capacity.py")
     max_len = at.session_state["kv_shape"].max_seq_len
-    at.text_input(key=f"lc_c_contexts_{max_len}").set_value("4, 8, 16, 32, 64, 100")
+    # Long enough (68 settings, ~600 steps up to 1000 tokens) that one tick's 0.25 s cannot finish it.
+    at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 30))))
+    at.number_input(key="lc_c_repeats").set_value(9)
     at.button(key="lc_start_cache").click().run()
     run = at.session_state["lc_run_cache"]
-    _until(at, lambda: len(run.rows) >= 1)
+    assert 1 <= len(run.rows) < 68 and not run.finished
     at.button(key="lc_cancel_cache").click().run()
-    assert run.cancelled and 1 <= len(run.rows) < 12
+    assert run.cancelled and 1 <= len(run.rows) < 68
     kept = len(run.rows)
     at.run()
     assert len(at.session_state["lc_run_cache"].rows) == kept

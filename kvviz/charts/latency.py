@@ -36,7 +36,7 @@ def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str
 
 
 def _fit_line(x: Sequence[float], k: float, c: float) -> list[float]:
-    return [float(np.exp(c) * v**k) for v in x]
+    return [float(np.exp(c) * v**k) * MS for v in x]  # fitted on seconds, drawn in ms
 
 
 def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
@@ -102,6 +102,11 @@ def dtype_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
     return style(fig, title=labels["title"], lecture=lecture)
 
 
+def _marker(fig: go.Figure, x: float, span: tuple[float, float], name: str, color: str, dash: str) -> None:
+    """A named vertical line drawn as a trace: it shows in the legend, and on log axes needs no log10 coordinates."""
+    fig.add_scatter(x=[x, x], y=list(span), mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5))
+
+
 def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_batch: float | None,
                    max_batch: int, kv_weights_batch: float, lecture: bool = False) -> go.Figure:
     """Decode TPOT lower bound vs batch: the memory and compute limits, the bound, and where each regime ends."""
@@ -115,21 +120,21 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
                     line=dict(color="black", width=3, dash="dot"))
     fig.add_scatter(x=x, y=[r["tokens_per_s"] for r in curve], mode="lines", name=labels["tokens_per_s"],
                     line=dict(color="#2ca02c"), secondary_y=True)
+    times = [r[k] * MS for r in curve for k in ("memory_s", "compute_s")]
+    span = (min(times), max(times))
     if compute_batch is not None:
-        fig.add_vline(x=compute_batch, line=dict(color=PREFILL, dash="dash"),
-                      annotation_text=labels["compute_batch"].format(batch=f"{compute_batch:,.0f}"))
+        _marker(fig, compute_batch, span, labels["compute_batch"].format(batch=f"{compute_batch:,.0f}"), PREFILL, "dash")
     if max_batch:
-        fig.add_vline(x=max_batch, line=dict(color=FIT, dash="dash"),
-                      annotation_text=labels["max_batch"].format(batch=f"{max_batch:,}"), annotation_position="bottom right")
+        _marker(fig, max_batch, span, labels["max_batch"].format(batch=f"{max_batch:,}"), FIT, "dash")
     if x[0] <= kv_weights_batch <= x[-1]:
-        fig.add_vline(x=kv_weights_batch, line=dict(color=NO_CACHE, dash="dot"),
-                      annotation_text=labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}"),
-                      annotation_position="top left")
+        _marker(fig, kv_weights_batch, span, labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}"), NO_CACHE, "dot")
     fig.update_xaxes(type="log", title_text=labels["x"])
     fig.update_yaxes(type="log", title_text=labels["y"], secondary_y=False)
     fig.update_yaxes(type="log", title_text=labels["y2"], secondary_y=True, showgrid=False)
-    fig.update_layout(legend=dict(orientation="h", y=1.15))
-    return style(fig, title=labels["title"], lecture=lecture, height=420)
+    style(fig, title=labels["title"], lecture=lecture, height=480)
+    # Legend under the plot: the top edge carries the regime annotations.
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2), margin=dict(b=120))
+    return fig
 
 
 def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight_bytes: float,
@@ -141,8 +146,8 @@ def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight
     fig.add_scatter(x=[tokens[0], tokens[-1]], y=[weight_bytes / 1e9] * 2, mode="lines", name=labels["weights"],
                     line=dict(color=DECODE))
     if tokens[0] <= crossing_tokens <= tokens[-1]:
-        fig.add_vline(x=crossing_tokens, line=dict(color=FIT, dash="dash"),
-                      annotation_text=labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"))
+        span = (min(kv_bytes[0], weight_bytes) / 1e9, max(kv_bytes[-1], weight_bytes) / 1e9)
+        _marker(fig, crossing_tokens, span, labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"), FIT, "dash")
     fig.update_xaxes(type="log", title_text=labels["x"])
     fig.update_yaxes(type="log", title_text=labels["y"])
     return style(fig, title=labels["title"], lecture=lecture)
