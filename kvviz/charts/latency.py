@@ -130,7 +130,7 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
         _marker(fig, kv_weights_batch, span, labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}"), NO_CACHE, "dot")
     fig.update_xaxes(type="log", title_text=labels["x"])
     fig.update_yaxes(type="log", title_text=labels["y"], secondary_y=False)
-    fig.update_yaxes(type="log", title_text=labels["y2"], secondary_y=True, showgrid=False)
+    fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
     style(fig, title=labels["title"], lecture=lecture, height=480)
     # Legend under the plot: the top edge carries the regime annotations.
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2), margin=dict(b=120))
