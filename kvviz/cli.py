@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_shape_flags(w)
 
     m = sub.add_parser("memory", help="KV-cache bytes, M = 2·B·L·n·H_kv·d_head·bytes, with every intermediate")
+    m.add_argument("--preset", help="a model preset (see `kvviz presets`)")
+    m.add_argument("--config", help="a Hugging Face config.json (or its directory)")
+    m.add_argument("--weight-dtype", default="bfloat16", choices=list(KV_DTYPE_BYTES))
     m.add_argument("--layers", type=_positive_int)
     m.add_argument("--kv-heads", type=_positive_int)
     m.add_argument("--head-dim", type=_positive_int)
@@ -98,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--batch", type=_positive_int, default=1)
     m.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPE_BYTES))
     m.add_argument("--json", action="store_true")
+
+    pr = sub.add_parser("presets", help="the model presets: KV shape, bytes per token, parameters")
+    pr.add_argument("--json", action="store_true")
     return parser
 
 
@@ -188,11 +194,47 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
 
 
 def cmd_memory(args: argparse.Namespace) -> dict:
+    from .hf_config import load_hf_config
+    from .memory import KVShape, kv_footprint, weight_bytes
+    from .presets import get_preset
+
+    shape_flags = [args.layers, args.kv_heads, args.head_dim]
+    if sum(x is not None for x in (args.preset, args.config)) + any(f is not None for f in shape_flags) > 1:
+        raise CliError("memory takes one of --preset, --config, or --layers/--kv-heads/--head-dim")
+    if args.preset or args.config:
+        spec = get_preset(args.preset) if args.preset else load_hf_config(args.config)
+        fp = kv_footprint(spec.shape, args.tokens, args.batch, args.kv_dtype)
+        out = {"model": spec.name, **fp.to_dict()}
+        if spec.shape.is_mla:
+            out |= {"kv_lora_rank": spec.shape.kv_lora_rank, "qk_rope_head_dim": spec.shape.qk_rope_head_dim}
+        if spec.n_params:
+            out |= {"n_params": spec.n_params, "params_estimated": spec.params_estimated,
+                    "weight_dtype": args.weight_dtype, "weight_bytes": weight_bytes(spec.n_params, args.weight_dtype)}
+        return out
     missing = [f"--{n.replace('_', '-')}" for n in ("layers", "kv_heads", "head_dim") if getattr(args, n) is None]
     if missing:
-        raise CliError(f"memory needs {', '.join(missing)} (the model's shape)")
+        raise CliError(f"memory needs {', '.join(missing)} (the model's shape), or --preset / --config")
     mem = kv_memory(args.batch, args.layers, args.tokens, args.kv_heads, args.head_dim, dtype_bytes(args.kv_dtype))
-    return {"kv_dtype": args.kv_dtype, **mem.to_dict()}
+    # The same figures through the general formula, which also states quantization scales.
+    fp = kv_footprint(KVShape(args.layers, args.kv_heads, args.kv_heads, args.head_dim), args.tokens, args.batch,
+                      args.kv_dtype)
+    return {"kv_dtype": args.kv_dtype, **mem.to_dict(), **{k: v for k, v in fp.to_dict().items() if k != "kind"}}
+
+
+def cmd_presets(args: argparse.Namespace) -> dict:
+    from .memory import kv_footprint
+    from .presets import HF_REPOS, PRESETS
+
+    rows = []
+    for name, spec in PRESETS.items():
+        s = spec.shape
+        rows.append({"name": name, "hf_repo": HF_REPOS[name], "kind": s.attention_kind, "n_layers": s.n_layers,
+                     "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads, "d_head": s.d_head, "d_model": spec.d_model,
+                     "kv_lora_rank": s.kv_lora_rank, "qk_rope_head_dim": s.qk_rope_head_dim,
+                     "sliding_window": s.sliding_window, "n_sliding_layers": s.n_sliding_layers,
+                     "max_context": spec.max_context, "n_params": spec.n_params,
+                     "bf16_bytes_per_token": kv_footprint(s, 1).per_token})
+    return {"presets": rows}
 
 
 def _print_generate(r: dict) -> None:
@@ -208,11 +250,22 @@ def _print_generate(r: dict) -> None:
 
 
 def _print_memory(r: dict) -> None:
-    print(f"per token per layer  2·{r['n_kv_heads']}·{r['d_head']}·{r['bytes_per_elem']} B = "
+    if "model" in r:
+        print(f"{r['model']} ({r['kind']}), KV dtype {r['kv_dtype']}")
+    factors = (f"({r['kv_lora_rank']}+{r['qk_rope_head_dim']})" if "kv_lora_rank" in r
+               else f"2·{r['n_kv_heads']}·{r['d_head']}")
+    scales = f" + {r['scale_bytes_per_token_per_layer']} B scales" if r.get("scale_bytes_per_token_per_layer") else ""
+    print(f"per token per layer  {factors}·{r['bytes_per_elem']} B{scales} = "
           f"{r['per_token_per_layer']} B ({format_binary(r['per_token_per_layer'])})")
     print(f"per token            ·{r['n_layers']} layers = {r['per_token']} B ({format_binary(r['per_token'])})")
-    print(f"per request          ·{r['n_tokens']} tokens = {r['per_request']} B ({format_binary(r['per_request'])})")
+    window = (f" (window {r['sliding_window']} on {r['n_sliding_layers']} layers: "
+              f"{r['cached_token_layers']} token·layers)" if r.get("n_sliding_layers") else "")
+    print(f"per request          ·{r['n_tokens']} tokens{window} = {r['per_request']} B "
+          f"({format_binary(r['per_request'])})")
     print(f"total                ·{r['batch']} requests = {r['total']} B ({format_binary(r['total'])})")
+    if "weight_bytes" in r:
+        print(f"weights              {r['n_params']} params · {r['weight_dtype']} = {r['weight_bytes']} B "
+              f"({format_binary(r['weight_bytes'])}{', estimated' if r['params_estimated'] else ''})")
 
 
 def _print_sweep(r: dict) -> None:
@@ -230,8 +283,18 @@ def _cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def _print_presets(r: dict) -> None:
+    for p in r["presets"]:
+        extra = (f" MLA {p['kv_lora_rank']}+{p['qk_rope_head_dim']}" if p["kv_lora_rank"] else "") + (
+            f" window {p['sliding_window']} on {p['n_sliding_layers']}/{p['n_layers']} layers"
+            if p["sliding_window"] else "")
+        print(f"{p['name']:14s} {p['kind']:3s} L={p['n_layers']:<3d} H={p['n_heads']:<3d} H_kv={p['n_kv_heads']:<3d} "
+              f"d_head={p['d_head']:<3d} {format_binary(p['bf16_bytes_per_token']):>10s}/token (bf16) "
+              f"{p['n_params'] / 1e9:7.2f}B params{extra}")
+
+
 COMMANDS = {"generate": (cmd_generate, _print_generate), "memory": (cmd_memory, _print_memory),
-            "sweep": (cmd_sweep, _print_sweep)}
+            "presets": (cmd_presets, _print_presets), "sweep": (cmd_sweep, _print_sweep)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -92,14 +92,18 @@ class Attention(nn.Module):
             # Query i sits at absolute position past + i and may see keys 0..past + i.
             mask = torch.ones(t, n_keys, dtype=torch.bool, device=x.device).tril(diagonal=past)
         probs = None
-        if capture:
-            kk = k.repeat_interleave(hq // hkv, dim=1)
-            vv = v.repeat_interleave(hq // hkv, dim=1)
-            scores = (q @ kk.transpose(-1, -2)) / math.sqrt(d)
+        if capture or (t == 1 and x.device.type == "cpu"):
+            # Explicit softmax(QKᵀ/√d): the probabilities can be returned, and for one decode query two
+            # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
+            # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
+            g = hq // hkv
+            qg = q.reshape(b, hkv, g * t, d)
+            scores = (qg @ k.transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             probs = scores.float().softmax(dim=-1).to(q.dtype)
-            out = probs @ vv
+            out = (probs.view(b, hkv, g * t, n_keys) @ v).view(b, hq, t, d)
+            probs = probs if capture else None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq)
         out = out.transpose(1, 2).reshape(b, t, hq * d)

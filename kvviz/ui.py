@@ -5,9 +5,13 @@ widget's state when the user switches page; each widget is re-seeded from them o
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from .backends.base import Backend
@@ -41,6 +45,16 @@ NAV = (
     ("pages/6_Check.py", "nav.check"),
 )
 
+T = TypeVar("T")
+LECTURE_SEED = 0  # lecture mode pins every seed, so a demo repeats exactly on the projector
+# Plotly's toolbar always shown, its camera button saving a PNG at twice the screen resolution.
+PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+# Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
+LECTURE_CSS = """<style>
+html { font-size: 22px; }
+[data-testid='stMainBlockContainer'] { max-width: 100%; padding-left: 3rem; padding-right: 3rem; }
+</style>"""
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -70,12 +84,12 @@ def show_error(exc: Exception) -> None:
 def _init_state() -> None:
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
-    if st.query_params.get("lecture") == "1":
-        st.session_state.kv_lecture = True
     query_lang = st.query_params.get("lang")
     if query_lang in LANGS and "kv_lang_from_url" not in st.session_state:
         st.session_state.kv_lang = query_lang  # a shared link opens in its language, once
         st.session_state.kv_lang_from_url = True
+    url_state("lecture", False, parse_bool, state="kv_lecture")
+    url_state("model", DEFAULTS["kv_model"], choice(MODELS), state="kv_model")
 
 
 def _persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 - any st widget
@@ -90,8 +104,11 @@ def _persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 
 
 def page_setup(title_key: str) -> Settings:
     """Call first on every page: page config, the shared sidebar, and the settings it chose."""
-    st.set_page_config(page_title=t(title_key, st.session_state.get("kv_lang", "en")), layout="wide")
     _init_state()
+    sidebar = "collapsed" if st.session_state.kv_lecture else "auto"  # the projector gets the whole width
+    st.set_page_config(page_title=t(title_key, lang()), layout="wide", initial_sidebar_state=sidebar)
+    if st.session_state.kv_lecture:
+        st.html(LECTURE_CSS)
     with st.sidebar:
         for path, key in NAV:
             if (ROOT / path).exists():
@@ -101,7 +118,7 @@ def page_setup(title_key: str) -> Settings:
         if lang() != st.query_params.get("lang", "en"):
             st.query_params["lang"] = lang()
         _persisted(st.selectbox, "kv_model", tr("common.model"), options=MODELS,
-                   format_func=lambda m: tr(f"common.model_{m}"))
+                   format_func={m: tr(f"common.model_{m}") for m in MODELS}.get)  # labels fixed now: AppTest calls it later
         if st.session_state.kv_model == "random":
             _shape_controls()
         elif st.session_state.kv_model == "hf":
@@ -111,6 +128,7 @@ def page_setup(title_key: str) -> Settings:
         if st.session_state.kv_device not in devices:
             st.session_state.kv_device = "cpu"
         _persisted(st.selectbox, "kv_device", tr("common.device"), options=devices)
+        _persisted(st.toggle, "kv_lecture", tr("lecture.toggle"), help=tr("lecture.toggle_help"))
     s = st.session_state
     return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture)
 
@@ -155,3 +173,114 @@ def model_caption(backend: Backend) -> None:
     a = backend.arch
     st.caption(tr("common.model_info", name=a.name, layers=a.n_layers, heads=a.n_heads, kv_heads=a.n_kv_heads,
                   kind=a.attention_kind, d_head=a.d_head, params=f"{a.n_params:,}"))
+
+
+# ---- shareable links, export, lecture mode ------------------------------------------------------------
+persisted = _persisted  # public name for pages: a widget seeded from, and saved to, a session key
+
+
+def parse_bool(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def choice(options: Sequence[str]) -> Callable[[str], str]:
+    """A URL parser that accepts only one of `options`."""
+
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """A URL parser for a whole number in [low, high]."""
+
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def _url_text(value: Any) -> str:
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+def url_state(key: str, default: T, parse: Callable[[str], T] = str, *, state: str | None = None) -> str:
+    """Keep a setting in the link: seeded from `?key=` once per session, then mirrored back on every run.
+
+    Returns the session_state key that holds the value (`state`, or `kv_url_<key>`); give it to
+    `persisted(widget, state_key, label, ...)`. A value equal to `default` is left out of the URL.
+    A value the parser rejects is dropped with a warning and the default kept.
+    """
+    state = state or f"kv_url_{key}"
+    read: set[str] = st.session_state.setdefault("_kv_url_read", set())
+    if state not in read:
+        read.add(state)  # the link is read when it is opened; afterwards the widgets lead
+        raw = st.query_params.get(key)
+        if raw is not None:
+            try:
+                st.session_state[state] = parse(raw)
+            except (ValueError, InputError):
+                st.warning(tr("lecture.bad_url_param", name=key, value=raw))
+    st.session_state.setdefault(state, default)
+    value = st.session_state[state]
+    if value == default:
+        if key in st.query_params:
+            del st.query_params[key]
+    elif st.query_params.get(key) != _url_text(value):
+        st.query_params[key] = _url_text(value)
+    return state
+
+
+def chart(fig: go.Figure, key: str) -> None:
+    """A Plotly chart with its toolbar on (PNG download named after `key`).
+
+    theme=None: the figure's own layout (charts.base.style: lecture type sizes, room for the toolbar) is what
+    shows; Streamlit's theme would override its fonts and margins.
+    """
+    config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
+    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
+
+
+def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
+    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean).
+
+    `prose`: cells of sentences, shown as a static table that wraps them instead of a scrolling grid.
+    """
+    if prose:
+        st.table(df, hide_index=True)
+    else:
+        st.dataframe(df, hide_index=True, width="stretch")
+    st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
+                       file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
+
+
+def ideas(titles: Sequence[str], key: str) -> list[int]:
+    """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`)."""
+    if not st.session_state.get("kv_lecture"):
+        return list(range(len(titles)))
+    state = url_state("idea", 1, int_in(1, len(titles)), state=f"kv_idea_{key}")
+    persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
+              format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
+    return [st.session_state[state] - 1]
+
+
+def demo_seed(seed: int) -> int:
+    """The seed a demo uses: the user's, or in lecture mode the fixed one."""
+    return LECTURE_SEED if st.session_state.get("kv_lecture") else seed
+
+
+def link_to(path: str) -> None:
+    """A translated link to another page of the app, if that page exists."""
+    labels = dict(NAV)
+    if path in labels and (ROOT / path).exists():
+        st.page_link(path, label=tr(labels[path]), icon=":material/arrow_forward:")

@@ -6,12 +6,15 @@ import plotly.graph_objects as go
 
 def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, height: int = 360) -> go.Figure:
     """Apply the shared look. `lecture` enlarges type and plot for projection."""
+    size = 20 if lecture else 13
     fig.update_layout(
-        title=title,
+        # The title sits below Plotly's toolbar (pages keep it visible for PNG export), above any legend.
+        title=dict(text=title, y=1, yref="container", yanchor="top", pad=dict(t=34), font=dict(size=size + 3))
+        if title else None,
         uirevision="kvviz",  # keeps the user's zoom/pan when the data changes
         height=int(height * (1.4 if lecture else 1.0)),
-        font=dict(size=20 if lecture else 13),
-        margin=dict(l=50, r=20, t=50 if title else 20, b=40),
+        font=dict(size=size),
+        margin=dict(l=50, r=20, t=(115 if lecture else 90) if title else 30, b=40),
         template="plotly_white",
     )
     return fig

@@ -1,0 +1,86 @@
+"""Per-token decode time: our step() loop vs transformers' generate(), same weights, one run.
+
+    python bench/engine_vs_hf.py [--model random|tiny] [--prompt-tokens 128] [--new-tokens 256] [--repeats 3]
+
+Prints ratios (noisy shared machines: only ratios measured in one run mean anything). Per-token decode
+time = (time for N new tokens − time for 1 new token) / (N − 1), so prefill is excluded on both sides.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kvviz.config import DecoderConfig  # noqa: E402
+from kvviz.engine import Generation  # noqa: E402
+from kvviz.loading import load_backend, random_backend  # noqa: E402
+
+FIXED = DecoderConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, d_ff=688, vocab_size=4096, max_seq_len=1024)
+
+
+def ours(backend, prompt: list[int], n_new: int, capture: bool) -> float:
+    gen = Generation(backend, max_new_tokens=n_new, capture_attention=capture, stop_at_eos=False)
+    t0 = time.perf_counter()
+    gen.run(prompt)
+    return time.perf_counter() - t0
+
+
+def hf(model, prompt: list[int], n_new: int, use_cache: bool) -> float:
+    ids = torch.tensor([prompt])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new, min_new_tokens=n_new,
+                       do_sample=False, use_cache=use_cache, pad_token_id=0)
+    return time.perf_counter() - t0
+
+
+def per_token(run, n_new: int, repeats: int) -> float:
+    """Median over repeats of (T(n_new) − T(1)) / (n_new − 1)."""
+    run(4)  # warm-up
+    samples = [(run(n_new) - run(1)) / (n_new - 1) for _ in range(repeats)]
+    return statistics.median(samples)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="random", choices=["random", "tiny"])
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-no-cache", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+
+    backend = random_backend(FIXED, seed=0) if args.model == "random" else load_backend("tiny", device="cpu")
+    cfg = backend.model.cfg
+    hf_model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "architectures"}))
+    hf_model.load_state_dict(backend.model.state_dict())
+    hf_model.eval()
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, cfg.vocab_size, (args.prompt_tokens,), generator=gen).tolist()
+    n = args.new_tokens
+
+    rows = {
+        "ours, cache, capture off": per_token(lambda k: ours(backend, prompt, k, False), n, args.repeats),
+        "ours, cache, capture on": per_token(lambda k: ours(backend, prompt, k, True), n, args.repeats),
+        "HF generate(), cache": per_token(lambda k: hf(hf_model, prompt, k, True), n, args.repeats),
+    }
+    if not args.skip_no_cache:
+        rows["HF generate(), no cache"] = per_token(lambda k: hf(hf_model, prompt, k, False), n, 1)
+    base = rows["ours, cache, capture off"]
+    print(f"{backend.arch.name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
+          f"float32 CPU, {torch.get_num_threads()} threads, prompt {args.prompt_tokens}, {n} new tokens")
+    for name, s in rows.items():
+        print(f"  {name:28s} {s * 1e3:8.3f} ms/token  {1 / s:8.1f} tokens/s  time ×{s / base:5.2f} of ours")
+    print(f"speed-up of ours over HF generate() with cache: {rows['HF generate(), cache'] / base:.2f}×")
+    print(f"attention capture costs {100 * (rows['ours, cache, capture on'] / base - 1):+.1f}% time per token")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Figures of the Memory Footprint page: pure functions, data (and translated labels) in, Plotly figure out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from ..memory import format_binary
+from .base import style
+
+GIB = 1024**3
+KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c", "MLA": "#9467bd"}
+
+
+def attention_comparison_figure(
+    labels: Sequence[str],
+    kinds: Sequence[str],
+    bytes_per_token: Sequence[int],
+    *,
+    title: str,
+    y_title: str,
+    lecture: bool = False,
+) -> go.Figure:
+    """KV bytes per token (all layers) for MHA / GQA / MQA / MLA of one model size, in KiB."""
+    fig = go.Figure(
+        go.Bar(
+            x=list(labels),
+            y=[b / 1024 for b in bytes_per_token],
+            marker_color=[KIND_COLORS.get(k, "#7f7f7f") for k in kinds],
+            text=[format_binary(b) for b in bytes_per_token],
+            textposition="outside",
+            customdata=list(bytes_per_token),
+            hovertemplate="%{x}<br>%{customdata:,} B<extra></extra>",
+        )
+    )
+    fig.update_yaxes(title=y_title, rangemode="tozero")
+    return style(fig, title=title, lecture=lecture)
+
+
+@dataclass(frozen=True)
+class CacheCurve:
+    batch: int
+    tokens: list[int]
+    cache_bytes: list[int]
+    crossing_tokens: int | None  # context where this batch's cache reaches the weights (None: never)
+
+
+def cache_vs_weights_figure(
+    curves: Sequence[CacheCurve],
+    weight_bytes: int,
+    *,
+    title: str,
+    x_title: str,
+    y_title: str,
+    weights_label: str,
+    batch_label: str,
+    crossing_label: str,
+    lecture: bool = False,
+) -> go.Figure:
+    """Cache bytes against context length for several batch sizes, the weights as a flat line, and a
+    marker where each cache passes the weights. Axes are log-scaled: contexts span 256 to 128k tokens."""
+    fig = go.Figure()
+    for curve in curves:
+        fig.add_trace(
+            go.Scatter(
+                x=curve.tokens,
+                y=[b / GIB for b in curve.cache_bytes],
+                mode="lines",
+                name=batch_label.format(batch=curve.batch),
+                hovertemplate="%{x:,} tok · %{y:.2f} GiB<extra></extra>",
+            )
+        )
+    xs = [t for c in curves for t in c.tokens]
+    fig.add_trace(
+        go.Scatter(
+            x=[min(xs), max(xs)],
+            y=[weight_bytes / GIB] * 2,
+            mode="lines",
+            name=weights_label,
+            line=dict(color="black", dash="dash"),
+        )
+    )
+    crossed = [c for c in curves if c.crossing_tokens is not None and c.crossing_tokens <= max(xs)]
+    fig.add_trace(
+        go.Scatter(
+            x=[c.crossing_tokens for c in crossed],
+            y=[weight_bytes / GIB] * len(crossed),
+            mode="markers+text",
+            name=crossing_label,
+            marker=dict(size=12, color="black", symbol="x"),
+            text=[f"{c.crossing_tokens:,}" for c in crossed],
+            textposition="top center",
+        )
+    )
+    fig.update_xaxes(title=x_title, type="log", dtick=1)  # one tick per decade: no 2…9 clutter
+    fig.update_yaxes(title=y_title, type="log", dtick=1)
+    return style(fig, title=title, lecture=lecture, height=420)
+
+
+def allocation_figure(
+    labels: Sequence[str],
+    live_bytes: int,
+    allocated_bytes: Sequence[int],
+    *,
+    title: str,
+    live_label: str,
+    waste_label: str,
+    y_title: str,
+    lecture: bool = False,
+) -> go.Figure:
+    """Live vs reserved-but-empty bytes for each allocation scheme, stacked, in MiB."""
+    mib = 1024**2
+    fig = go.Figure(
+        [
+            go.Bar(x=list(labels), y=[live_bytes / mib] * len(labels), name=live_label, marker_color="#1f77b4"),
+            go.Bar(
+                x=list(labels),
+                y=[(a - live_bytes) / mib for a in allocated_bytes],
+                name=waste_label,
+                marker_color="#ff7f0e",
+                text=[format_binary(a - live_bytes) for a in allocated_bytes],
+                textposition="outside",
+            ),
+        ]
+    )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title=y_title)
+    return style(fig, title=title, lecture=lecture)

@@ -1,0 +1,420 @@
+"""Memory Footprint: M_KV = 2·B·L·n·H_kv·d_head·bytes with every factor shown, real presets, any config.json,
+the capacity planner, and the live cache's measured bytes beside the formula."""
+
+import math
+from dataclasses import replace
+
+import streamlit as st
+
+from kvviz import ui
+from kvviz.capacity import compare_allocation, parse_lengths, plan_capacity
+from kvviz.charts.memory import CacheCurve, allocation_figure, attention_comparison_figure, cache_vs_weights_figure
+from kvviz.engine import Generation
+from kvviz.errors import InputError
+from kvviz.hardware import HARDWARE
+from kvviz.hf_config import ModelSpec, parse_config_text
+from kvviz.memory import (
+    KV_DTYPES,
+    KVShape,
+    attention_variants,
+    format_binary,
+    format_decimal,
+    kv_footprint,
+    tokens_to_reach,
+    weight_bytes,
+)
+from kvviz.memory_url import DEFAULTS, read_query, scenario_query
+from kvviz.presets import HF_REPOS, PRESETS
+
+settings = ui.page_setup("memory.title")
+backend = ui.get_backend(settings)
+tr, ss, lecture = ui.tr, st.session_state, settings.lecture
+st.title(tr("memory.title"))
+st.write(tr("memory.intro"))
+
+# ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----
+if "mem_url_values" not in ss:
+    ss.mem_url_values, ss.mem_url_bad = read_query(dict(st.query_params))
+# Widget state is dropped when the user visits another page: re-seed from this page's last scenario.
+for key, value in (ss.get("mem_saved") or ss.mem_url_values).items():
+    ss.setdefault("mem_" + key, value)
+if ss.get("mem_url_bad"):
+    st.warning(tr("memory.url_bad", values=", ".join(ss.mem_url_bad)))
+
+
+def load_seed(kv_heads: int) -> None:
+    """The study note's example: Llama-2-7B's shape, bf16, 4096 tokens, 32 requests."""
+    ss.update(
+        mem_src="custom",
+        mem_layers=32,
+        mem_heads=32,
+        mem_kv_heads=kv_heads,
+        mem_d_head=128,
+        mem_tokens=4096,
+        mem_batch=32,
+        mem_kv_dtype="bfloat16",
+        mem_params_b=6.74,
+    )
+
+
+c1, c2 = st.columns([3, 2])
+c1.button(tr("memory.seed_mha"), on_click=load_seed, args=(32,), key="mem_seed_mha")
+c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gqa")
+
+left, right = st.columns([1, 2])
+with left:
+    src = st.radio(
+        tr("memory.source"),
+        ["preset", "custom", "upload"],
+        key="mem_src",
+        horizontal=True,
+        format_func=lambda s: tr(f"memory.source_{s}"),
+    )
+    spec: ModelSpec | None = None
+    try:
+        if src == "preset":
+            name = st.selectbox(tr("memory.preset"), list(PRESETS), key="mem_preset")
+            spec = PRESETS[name]
+            st.caption(tr("memory.preset_source", repo=HF_REPOS[name]))
+        elif src == "custom":
+            a, b = st.columns(2)
+            layers = a.number_input(tr("memory.layers"), 1, 1000, key="mem_layers")
+            heads = b.number_input(tr("memory.heads"), 1, 1024, key="mem_heads")
+            kv_heads = a.number_input(tr("memory.kv_heads"), 1, 1024, key="mem_kv_heads")
+            d_head = b.number_input(tr("memory.d_head"), 1, 4096, key="mem_d_head")
+            st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f")
+            shape = KVShape(n_layers=int(layers), n_heads=int(heads), n_kv_heads=int(kv_heads), d_head=int(d_head))
+            spec = ModelSpec(
+                name=tr("memory.source_custom"),
+                shape=shape,
+                d_model=int(heads) * int(d_head),
+                n_params=int(ss.mem_params_b * 1e9),
+            )
+        else:
+            upload = st.file_uploader(tr("memory.upload"), type=None, key="mem_upload")
+            if upload is not None and ss.get("mem_upload_id") != upload.file_id:
+                ss.mem_upload_id, ss.mem_upload_error = upload.file_id, None  # parse each file once
+                try:
+                    parsed = parse_config_text(upload.getvalue(), upload.name)
+                    if parsed.model_type:
+                        parsed = replace(parsed, name=f"{upload.name} ({parsed.model_type})")
+                    ss.mem_upload_spec = parsed
+                    if parsed.n_params:
+                        ss.mem_params_b = round(parsed.n_params / 1e9, 3)
+                except InputError as exc:
+                    ss.mem_upload_error = exc  # the last valid config stays in use
+            if upload is not None and ss.get("mem_upload_error"):
+                ui.show_error(ss.mem_upload_error)
+            spec = ss.get("mem_upload_spec")
+            if spec is None:
+                st.info(tr("memory.upload_hint"))
+            else:
+                st.caption(tr("memory.upload_loaded", name=spec.name))
+                st.number_input(
+                    tr("memory.params_b"),
+                    0.001,
+                    10_000.0,
+                    key="mem_params_b",
+                    format="%.3f",
+                    help=tr("memory.params_estimated"),
+                )
+                if not spec.n_params:
+                    st.caption(tr("memory.params_unknown"))
+                spec = replace(spec, n_params=int(ss.mem_params_b * 1e9))
+    except InputError as exc:
+        ui.show_error(exc)
+        spec = None
+    if spec is None and ss.get("mem_last_spec") is not None:
+        spec = ss.mem_last_spec  # keep the last valid result on screen
+        st.caption(tr("memory.kept_last", name=spec.name))
+    a, b = st.columns(2)
+    tokens = a.number_input(tr("memory.tokens"), 1, 10_000_000, key="mem_tokens", step=1024)
+    batch = b.number_input(tr("memory.batch"), 1, 100_000, key="mem_batch")
+    kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="mem_kv_dtype")
+    w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="mem_w_dtype")
+    fmt = KV_DTYPES[kv_dtype_name]
+    if fmt.group_size:
+        st.caption(tr("memory.scale_note", dtype=fmt.name, group=fmt.group_size, scale=fmt.scale_bytes_per_group))
+
+if spec is None:
+    st.stop()
+ss.mem_last_spec = spec
+shape = spec.shape
+fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
+weights = weight_bytes(spec.n_params, w_dtype_name) if spec.n_params else 0
+
+
+with right:
+    st.subheader(tr("memory.formula_title", name=spec.name, kind=shape.attention_kind))
+    elem = f"{fmt.data_bytes:g}"
+    if shape.is_mla:
+        symbolic = r"B \cdot L \cdot n \cdot (d_c + d_R) \cdot \text{bytes}"
+        numbers = rf"{batch} \cdot {shape.n_layers} \cdot {tokens}"
+        numbers += rf" \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
+    elif shape.n_sliding_layers:
+        # full layers keep n tokens, windowed layers min(n, W)
+        full, kept = shape.n_layers - shape.n_sliding_layers, min(int(tokens), shape.sliding_window)
+        symbolic = r"2 \cdot B \cdot (L_{full} \cdot n + L_{W} \cdot \min(n, W))"
+        symbolic += r" \cdot H_{kv} \cdot d_{head} \cdot \text{bytes}"
+        numbers = rf"2 \cdot {batch} \cdot ({full} \cdot {tokens} + {shape.n_sliding_layers} \cdot {kept})"
+        numbers += rf" \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
+    else:
+        symbolic = r"2 \cdot B \cdot L \cdot n \cdot H_{kv} \cdot d_{head} \cdot \text{bytes}"
+        numbers = rf"2 \cdot {batch} \cdot {shape.n_layers} \cdot {tokens}"
+        numbers += rf" \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
+    total = f"{fp.total:,}".replace(",", "{,}")
+    st.latex(
+        rf"\begin{{aligned}} M_{{KV}} &= {symbolic} \\ &= {numbers} \cdot {elem}\,\text{{B}}"
+        + (r" + \text{scales}" if fp.scale_bytes_per_token_per_layer else "")
+        + rf" \\ &= {total}\,\text{{B}} \end{{aligned}}"
+    )
+    if shape.n_sliding_layers:
+        st.caption(
+            tr("memory.window_note", window=shape.sliding_window, sliding=shape.n_sliding_layers, layers=shape.n_layers)
+        )
+    if shape.is_mla:
+        st.caption(tr("memory.mla_note", rank=shape.kv_lora_rank, rope=shape.qk_rope_head_dim, heads=shape.n_kv_heads))
+    if fp.scale_bytes_per_token_per_layer:
+        st.caption(tr("memory.scale_bytes", scale=fp.scale_bytes_per_token_per_layer))
+    per_layer_factors = (
+        f"({shape.kv_lora_rank} + {shape.qk_rope_head_dim}) · {fmt.data_bytes:g} B"
+        if shape.is_mla
+        else f"2 · {shape.n_kv_heads} · {shape.d_head} · {fmt.data_bytes:g} B"
+    )
+    steps = [
+        ("per_token_per_layer", per_layer_factors, fp.per_token_per_layer),
+        ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit')}", fp.per_token),
+        (
+            "per_request",
+            f"· {tokens:,} {tr('memory.tokens_unit')}"
+            if not shape.n_sliding_layers
+            else f"· Σ {fp.cached_token_layers:,} {tr('memory.token_layers_unit')}",
+            fp.per_request,
+        ),
+        ("total", f"· {batch} {tr('memory.requests_unit')}", fp.total),
+    ]
+    cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
+    for col, (key, _, value) in zip(cols, steps, strict=True):
+        col.metric(tr(f"memory.step_{key}"), format_binary(value), help=f"{value:,} B")
+    rows = [
+        f"| {tr('memory.col_step')} | {tr('memory.col_factors')} | {tr('memory.col_bytes')} | "
+        f"{tr('memory.col_binary')} | {tr('memory.col_decimal')} |",
+        "|---|---|--:|--:|--:|",
+    ]
+    rows += [
+        f"| {tr(f'memory.step_{key}')} | {factors} | {value:,} B | **{format_binary(value)}** | "
+        f"{format_decimal(value)} |"
+        for key, factors, value in steps
+    ]
+    st.markdown("\n".join(rows))
+    st.caption(tr("memory.units_note"))
+    if weights:
+        st.write(
+            tr(
+                "memory.vs_weights",
+                weights=format_binary(weights),
+                params=f"{spec.n_params / 1e9:.2f}",
+                dtype=w_dtype_name,
+                ratio=f"{fp.total / weights:.3g}",
+            )
+        )
+
+tab_cmp, tab_growth, tab_cap, tab_live = st.tabs(
+    [tr("memory.tab_compare"), tr("memory.tab_growth"), tr("memory.tab_capacity"), tr("memory.tab_live")]
+)
+
+with tab_cmp:
+    variants = attention_variants(shape)
+    per_token = [kv_footprint(s, 1, 1, kv_dtype_name).per_token for s in variants.values()]
+    mla = variants["MLA"]
+    labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]
+    labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
+    st.plotly_chart(
+        attention_comparison_figure(
+            labels,
+            list(variants),
+            per_token,
+            title=tr(
+                "memory.compare_title",
+                layers=shape.n_layers,
+                heads=shape.n_heads,
+                d_head=shape.d_head,
+                dtype=kv_dtype_name,
+            ),
+            y_title=tr("memory.kib_per_token"),
+            lecture=lecture,
+        ),
+        key="mem_compare_chart",
+    )
+    st.caption(tr("memory.compare_note", rank=mla.kv_lora_rank, rope=mla.qk_rope_head_dim))
+
+with tab_growth:
+    if not weights:
+        st.info(tr("memory.no_params"))
+    else:
+        batches = sorted({1, 8, 32, int(batch)})
+        crossings = {b: tokens_to_reach(shape, weights, b, kv_dtype_name) for b in batches}
+        # contexts from 256 tokens to past the last crossing (at least 128k, at most 4M)
+        top = max([17] + [min(22, math.ceil(math.log2(c)) + 1) for c in crossings.values() if c])
+        grid = sorted({2**k for k in range(8, top + 1)} | {int(tokens)})
+        curves = [
+            CacheCurve(b, grid, [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid], crossings[b])
+            for b in batches
+        ]
+        st.plotly_chart(
+            cache_vs_weights_figure(
+                curves,
+                weights,
+                title=tr("memory.growth_title"),
+                x_title=tr("memory.tokens"),
+                y_title=tr("memory.gib_axis"),
+                weights_label=tr("memory.weights_label", weights=format_binary(weights)),
+                batch_label=tr("memory.batch_label"),
+                crossing_label=tr("memory.crossing_label"),
+                lecture=lecture,
+            ),
+            key="mem_growth_chart",
+        )
+        for c in curves:
+            st.write(
+                tr("memory.crossing_at", batch=c.batch, tokens=f"{c.crossing_tokens:,}")
+                if c.crossing_tokens
+                else tr("memory.crossing_never", batch=c.batch)
+            )
+
+with tab_cap:
+    a, b, c = st.columns(3)
+    gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="mem_gpu")
+    n_gpus = b.number_input(tr("memory.n_gpus"), 1, 64, key="mem_n_gpus")
+    fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
+    gpu = HARDWARE[gpu_name]
+    plan = plan_capacity(
+        gpu.memory_bytes * int(n_gpus), fraction, weights, fp.per_token, int(tokens), bytes_per_request=fp.per_request
+    )
+    m = st.columns(5)
+    m[0].metric(
+        tr("memory.cap_usable"),
+        format_binary(plan.usable_bytes),
+        help=f"{plan.usable_bytes:,} B · {format_decimal(plan.usable_bytes)}",
+    )
+    m[1].metric(tr("memory.cap_weights"), format_binary(plan.weight_bytes), help=f"{plan.weight_bytes:,} B")
+    m[2].metric(tr("memory.cap_budget"), format_binary(plan.kv_budget_bytes), help=f"{plan.kv_budget_bytes:,} B")
+    m[3].metric(tr("memory.cap_tokens"), f"{plan.max_tokens:,}")
+    m[4].metric(tr("memory.cap_requests", tokens=f"{int(tokens):,}"), f"{plan.max_requests:,}")
+    st.caption(
+        tr(
+            "memory.cap_steps",
+            mem=format_decimal(plan.gpu_memory_bytes),
+            frac=fraction,
+            usable=format_binary(plan.usable_bytes),
+            weights=format_binary(weights),
+            budget=format_binary(plan.kv_budget_bytes),
+            per_token=format_binary(fp.per_token),
+            per_request=format_binary(fp.per_request),
+        )
+    )
+    if not plan.weights_fit:
+        st.warning(tr("memory.cap_no_fit"))
+
+    st.subheader(tr("memory.paged_title"))
+    a, b = st.columns([3, 1])
+    lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
+    block = b.number_input(tr("memory.block"), 1, 4096, key="mem_block")
+    try:
+        alloc = compare_allocation(parse_lengths(lengths_text), int(tokens), fp.per_token, int(block))
+        ss.mem_last_alloc = alloc
+    except InputError as exc:
+        ui.show_error(exc)
+        alloc = ss.get("mem_last_alloc")
+    if alloc is not None:
+        st.plotly_chart(
+            allocation_figure(
+                [tr("memory.contiguous"), tr("memory.paged", block=alloc.block_size)],
+                alloc.live_bytes,
+                [alloc.contiguous_bytes, alloc.paged_bytes],
+                title=tr("memory.paged_chart", max_len=f"{alloc.max_len:,}"),
+                live_label=tr("memory.live"),
+                waste_label=tr("memory.waste"),
+                y_title=tr("memory.mib_axis"),
+                lecture=lecture,
+            ),
+            key="mem_alloc_chart",
+        )
+        live = format_binary(alloc.live_bytes)
+        st.markdown(
+            "\n".join(
+                [
+                    f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |",
+                    "|---|--:|--:|--:|",
+                    f"| {tr('memory.contiguous')} | {format_binary(alloc.contiguous_bytes)} | {live} | "
+                    f"{format_binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
+                    f"| {tr('memory.paged', block=alloc.block_size)} | {format_binary(alloc.paged_bytes)} | {live} | "
+                    f"{format_binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
+                ]
+            )
+        )
+
+with tab_live:
+    st.write(tr("memory.live_intro"))
+    if st.button(tr("memory.run_here"), key="mem_run_here", disabled=backend is None):
+        try:
+            gen = Generation(backend, max_new_tokens=4)
+            gen.prefill(tr("memory.run_prompt"))
+            gen.step()
+            ss.memory_generation = gen
+        except InputError as exc:
+            ui.show_error(exc)
+    shown = [(key, ss[key]) for key in ("generation", "memory_generation") if isinstance(ss.get(key), Generation)]
+    if not shown:
+        st.info(tr("memory.live_none"))
+    for key, gen in shown:
+        if not gen.events or not gen.use_cache:
+            st.info(tr("memory.live_empty"))
+            continue
+        event, arch = gen.events[-1], gen.backend.arch
+        dtype_name = str(gen.backend.dtype).removeprefix("torch.")
+        formula = kv_footprint(
+            KVShape(arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.d_head),
+            event.cache_lengths[0],
+            gen.batch_size,
+            dtype_name,
+        ).total
+        st.markdown(
+            f"**{tr('memory.live_from_' + key)}** — "
+            + tr(
+                "memory.live_shape",
+                name=arch.name,
+                batch=gen.batch_size,
+                layers=arch.n_layers,
+                n=event.cache_lengths[0],
+                kv_heads=arch.n_kv_heads,
+                d_head=arch.d_head,
+                dtype=dtype_name,
+                device=str(gen.backend.device),
+            )
+        )
+        m = st.columns(4)
+        m[0].metric(tr("memory.live_measured"), f"{event.live_bytes:,} B", help=format_binary(event.live_bytes))
+        m[1].metric(tr("memory.live_formula"), f"{formula:,} B", help=format_binary(formula))
+        m[2].metric(
+            tr("memory.live_allocated"), f"{event.allocated_bytes:,} B", help=format_binary(event.allocated_bytes)
+        )
+        m[3].metric(
+            tr("memory.live_device"),
+            f"{event.device_memory_bytes:,} B"
+            if event.device_memory_bytes is not None
+            else tr("memory.live_no_device"),
+        )
+        if event.live_bytes == formula:
+            st.success(tr("memory.live_equal"))
+        else:
+            st.error(tr("memory.live_differ", diff=f"{event.live_bytes - formula:,}"))
+
+# ---- the scenario back into the URL, so the link reproduces it ---------------------------------------------
+saved = {k[4:]: ss[k] for k in (f"mem_{name}" for name in DEFAULTS) if k in ss}
+ss.mem_saved = saved
+for key, value in scenario_query(saved).items():
+    if st.query_params.get(key) != value:
+        st.query_params[key] = value
+for key in set(st.query_params) - set(scenario_query(saved)) - {"lang", "lecture"}:
+    del st.query_params[key]

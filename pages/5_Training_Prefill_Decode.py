@@ -1,0 +1,199 @@
+"""Training · Prefill · Decode: one masked parallel pass equals prefill + decode; why causality allows the cache."""
+import pandas as pd
+import streamlit as st
+
+from kvviz import causal, ui
+from kvviz.charts import training as charts
+from kvviz.errors import InputError
+from kvviz.model import Decoder
+
+tr = ui.tr
+settings = ui.page_setup("training.title")
+lecture = settings.lecture
+st.title(tr("training.title"))
+backend = ui.get_backend(settings)
+
+
+def model_key() -> tuple:
+    # Weights are a pure function of these settings (seeded init or a fixed checkpoint).
+    return backend.arch, str(backend.dtype), str(backend.device)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def compare(_model: Decoder, key: tuple, ids: tuple[int, ...], n_prompt: int) -> causal.ParallelVsSequential:
+    return causal.parallel_vs_sequential(_model, list(ids), n_prompt)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def drift(_model: Decoder, key: tuple, ids: tuple[int, ...], is_causal: bool) -> causal.PastDrift:
+    return causal.past_kv_drift(_model, list(ids), causal=is_causal)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def passes(_model: Decoder, key: tuple, ids: tuple[int, ...], n_prompt: int) -> tuple[causal.KVPass, causal.KVPass]:
+    return causal.run_parallel(_model, list(ids)), causal.run_sequential(_model, list(ids), n_prompt)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def attention(_model: Decoder, key: tuple, ids: tuple[int, ...], layer: int) -> causal.AttentionRows:
+    return causal.attention_rows(_model, list(ids), layer)
+
+
+def pair() -> tuple:
+    """Two charts side by side; in lecture mode one above the other, each the full width of the screen."""
+    return (st.container(), st.container()) if lecture else st.columns([2, 3])
+
+
+def phase_table() -> pd.DataFrame:
+    columns = ["phase", "inputs", "computation", "stored", "latency"]
+    rows = [[tr(f"training.table_{phase}_{col}") for col in columns] for phase in ("training", "prefill", "decode")]
+    return pd.DataFrame(rows, columns=[tr(f"training.table_col_{col}") for col in columns])
+
+
+titles = [tr("training.s1_title"), tr("training.s2_title"), tr("training.s3_title"), tr("training.s4_title")]
+show = ui.ideas(titles, "training")
+if 0 in show:  # in lecture mode the introduction belongs to the first idea only
+    st.write(tr("training.intro"))
+model = getattr(backend, "model", None)
+native = isinstance(model, Decoder)
+if backend is not None and not native:
+    st.info(tr("training.needs_native"))
+
+if native and set(show) & {0, 1, 2}:
+    c1, c2, c3 = st.columns([2, 3, 2])
+    with c1:
+        preset = ui.persisted(st.selectbox, ui.url_state("preset", "cat", ui.choice([*causal.PRESETS, "custom"])),
+                              tr("training.preset"), options=[*causal.PRESETS, "custom"],
+                              format_func={p: tr(f"training.preset_{p}") for p in [*causal.PRESETS, "custom"]}.get)
+    with c2:
+        if preset == "custom":
+            text = ui.persisted(st.text_input, ui.url_state("text", causal.PRESETS["cat"]), tr("training.custom_text"),
+                                max_chars=400)
+        else:
+            text = causal.PRESETS[preset]
+            st.text_input(tr("training.text"), value=text, disabled=True)
+    ids = backend.tokenizer.encode(text)[: causal.MAX_DEMO_TOKENS]
+    if len(ids) < 2:
+        ui.show_error(InputError("training.too_short", n_tokens=len(ids), min_len=2))
+        st.stop()
+    steps_key = ui.url_state("steps", 8, ui.int_in(1, causal.MAX_DEMO_TOKENS - 1))
+    st.session_state[steps_key] = min(st.session_state[steps_key], len(ids) - 1)  # a shorter text allows fewer
+    with c3:
+        steps = ui.persisted(st.slider, steps_key, tr("training.steps"), min_value=1, max_value=len(ids) - 1,
+                             help=tr("training.steps_help"))
+    n_prompt = len(ids) - steps
+    tokens = [backend.tokenizer.token_text(i) for i in ids]
+    st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
+                  max_tokens=causal.MAX_DEMO_TOKENS))
+    ui.model_caption(backend)
+    key, ids_t = model_key(), tuple(ids)
+    tol = causal.ROUNDING_TOLERANCE.get(backend.dtype, 5e-2)
+    layer_options = list(range(backend.arch.n_layers))
+    layer_label = {i: tr("training.layer_n", layer=i + 1) for i in layer_options}.get  # 1-based, like the charts
+
+    if 0 in show:
+        st.header(titles[0])
+        result = compare(model, key, ids_t, n_prompt)
+        left, right = st.columns(2)
+        left.markdown(tr("training.parallel_text", n_tokens=len(ids)))
+        right.markdown(tr("training.sequential_text", n_prompt=n_prompt, steps=steps))
+        m = st.columns(4)
+        m[0].metric(tr("training.max_dk"), f"{max(result.k_max_diff):.2e}")
+        m[1].metric(tr("training.max_dv"), f"{max(result.v_max_diff):.2e}")
+        m[2].metric(tr("training.max_dlogits"), f"{max(result.logits_max_diff):.2e}")
+        agree = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax))
+        m[3].metric(tr("training.argmax_agree"), f"{agree} / {len(ids)}")
+        if result.max_diff <= tol:
+            st.success(tr("training.equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}", dtype=settings.dtype))
+        else:
+            st.warning(tr("training.not_equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}"))
+        mask_col, kv_col = pair()
+        with mask_col:
+            ui.chart(charts.mask_figure(tokens, True, title=tr("training.mask_title"), key_axis=tr("training.key_axis"),
+                                        query_axis=tr("training.query_axis"), allowed=tr("training.allowed"),
+                                        masked=tr("training.masked"), lecture=lecture), key="training_mask")
+        with kv_col:
+            s1, s2, s3 = st.columns(3)
+            layer = s1.selectbox(tr("training.layer"), layer_options, index=len(layer_options) - 1,
+                                 format_func=layer_label, key="s1_layer")
+            head = s2.selectbox(tr("training.kv_head"), range(backend.arch.n_kv_heads), key="s1_head")
+            which = s3.radio(tr("training.tensor"), ["K", "V"], horizontal=True, key="s1_tensor")
+            par, seq = passes(model, key, ids_t, n_prompt)
+            pick = (lambda p: p.keys) if which == "K" else (lambda p: p.values)
+            ui.chart(charts.kv_side_by_side(
+                pick(par)[layer][head].numpy(), pick(seq)[layer][head].numpy(), tokens,
+                titles=[tr("training.from_parallel", t=which), tr("training.from_sequential", t=which),
+                        tr("training.abs_diff")],
+                position_axis=tr("training.position"), dim_axis=tr("training.dim"), lecture=lecture),
+                key="training_kv")
+            ui.table(pd.DataFrame({
+                tr("training.layer"): [i + 1 for i in layer_options],
+                tr("training.max_dk"): [f"{d:.3e}" for d in result.k_max_diff],
+                tr("training.max_dv"): [f"{d:.3e}" for d in result.v_max_diff],
+            }), key="training_kv_diff_by_layer")
+        ui.chart(charts.logits_diff_figure(
+            result.logits_max_diff, n_prompt, tol, title=tr("training.logits_title"), x_title=tr("training.position"),
+            y_title=tr("training.max_dlogits"), prefill_name=tr("training.prefill_positions"),
+            decode_name=tr("training.decode_positions"), tolerance_name=tr("training.tolerance", tol=f"{tol:.0e}"),
+            lecture=lecture), key="training_logits_diff")
+        st.caption(tr("training.logits_note"))
+
+    if 1 in show:
+        st.header(titles[1])
+        st.markdown(tr("training.s2_text"))
+        mode = ui.persisted(st.radio, ui.url_state("attn", "causal", ui.choice(["causal", "bidirectional"])),
+                            tr("training.attention_mode"), options=["causal", "bidirectional"],
+                            format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
+                            horizontal=True)
+        is_causal = mode == "causal"
+        both = [drift(model, key, ids_t, c) for c in (True, False)]
+        d = both[0] if is_causal else both[1]
+        y_max = max(max(x.k_max_diff + x.v_max_diff) for x in both)
+        m = st.columns(3)
+        m[0].metric(tr("training.layer1_change"), f"{max(d.k_max_diff[0], d.v_max_diff[0]):.2e}")
+        m[1].metric(tr("training.upper_change"), f"{max(d.k_max_diff[1:] + d.v_max_diff[1:], default=0.0):.2e}")
+        m[2].metric(tr("training.past_logits_change"), f"{d.logits_max_diff:.2e}")
+        if is_causal:
+            st.success(tr("training.causal_verdict", n_past=d.n_past, change=f"{max(d.k_max_diff + d.v_max_diff):.1e}"))
+        else:
+            st.error(tr("training.bidirectional_verdict", n_past=d.n_past,
+                        change=f"{max(d.k_max_diff + d.v_max_diff):.3g}"))
+        mask_col, drift_col = pair()
+        with mask_col:
+            ui.chart(charts.mask_figure(tokens, is_causal, title=tr(f"training.mask_{mode}"),
+                                        key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
+                                        allowed=tr("training.allowed"), masked=tr("training.masked"), lecture=lecture),
+                     key="training_mode_mask")
+        with drift_col:
+            ui.chart(charts.drift_figure(d.k_max_diff, d.v_max_diff, y_max, title=tr("training.drift_title"),
+                                         x_title=tr("training.layer"), y_title=tr("training.drift_axis"),
+                                         k_name=tr("training.past_k"), v_name=tr("training.past_v"), lecture=lecture),
+                     key="training_drift")
+        st.caption(tr("training.layer1_note"))
+
+    if 2 in show:
+        st.header(titles[2])
+        st.markdown(tr("training.s3_text"))
+        a1, a2 = st.columns(2)
+        layer = a1.selectbox(tr("training.layer"), layer_options, format_func=layer_label, key="s3_layer")
+        head = a2.selectbox(tr("training.q_head"), range(backend.arch.n_heads), key="s3_head")
+        rows = attention(model, key, ids_t, layer)
+        n = len(ids)
+        m = st.columns(3)
+        m[0].metric(tr("training.rows_parallel"), f"{n} × {n}")
+        m[1].metric(tr("training.rows_decode"), f"1 × {n}")
+        m[2].metric(tr("training.row_diff"), f"{rows.row_max_diff:.2e}")
+        ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens, title=tr("training.attn_title", layer=layer + 1,
+                                                                                     head=head),
+                                         key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
+                                         new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
+                                         lecture=lecture), key="training_attention")
+        ui.chart(charts.decode_row_figure(rows.decode_row[head].numpy(), rows.full[head, -1].numpy(), tokens,
+                                          title=tr("training.row_title"), x_title=tr("training.key_axis"),
+                                          decode_name=tr("training.decode_row"), full_name=tr("training.full_row"),
+                                          lecture=lecture), key="training_decode_row")
+
+if 3 in show:
+    st.header(titles[3])
+    ui.table(phase_table(), key="training_prefill_decode", prose=True)
+    st.caption(tr("training.table_note"))

@@ -1,0 +1,64 @@
+"""Check: the study questions and five misconceptions, each predicted first and then revealed."""
+import streamlit as st
+
+from kvviz import quiz, ui
+
+tr = ui.tr
+settings = ui.page_setup("check.title")
+st.title(tr("check.title"))
+st.write(tr("check.intro"))
+values = quiz.explain_values()
+
+
+def reset(q: quiz.Question) -> None:
+    st.session_state[f"kv_revealed_{q.id}"] = False
+    st.session_state.pop(f"predict_{q.id}", None)
+
+
+def ask(n: int, q: quiz.Question) -> None:
+    revealed = st.session_state.get(f"kv_revealed_{q.id}", False)
+    with st.container(border=True):
+        st.subheader(f"{n}. {tr(f'check.{q.id}_q', **values)}")
+        if q.kind is quiz.Kind.NUMBER:
+            prediction = st.number_input(tr("check.estimate_gib"), min_value=0.0, value=None, step=1.0, format="%.2f",
+                                         key=f"predict_{q.id}", disabled=revealed, placeholder=tr("check.type_number"))
+        else:
+            prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
+            labels = {o: tr(f"{prefix}_{o}") for o in q.options}
+            prediction = st.radio(tr("check.your_prediction"), q.options, index=None, key=f"predict_{q.id}",
+                                  format_func=labels.get, disabled=revealed)
+        b1, b2 = st.columns([1, 4])
+        if b1.button(tr("check.reveal"), key=f"reveal_{q.id}", disabled=prediction is None or revealed, type="primary"):
+            st.session_state[f"kv_revealed_{q.id}"] = revealed = True
+            st.rerun()  # redraw the prediction as locked
+        if prediction is None and not revealed:
+            b2.caption(tr("check.predict_first"))
+        if not revealed:
+            return
+        b2.button(tr("check.try_again"), key=f"again_{q.id}", on_click=reset, args=(q,))
+        if q.kind is quiz.Kind.NUMBER:
+            verdict = quiz.check_number(prediction)
+            message = tr(f"check.number_{verdict.value}", value=f"{prediction:g}", **values)
+            (st.success if verdict is quiz.Verdict.CORRECT else st.error)(message)
+        elif quiz.check_choice(q, prediction):
+            st.success(tr("check.correct"))
+        else:
+            st.error(tr("check.incorrect", answer=labels[q.answer]))
+        st.markdown(tr(f"check.{q.id}_explain", **values))
+        ui.link_to(q.page)
+
+
+revealed = [q for q in quiz.QUESTIONS if st.session_state.get(f"kv_revealed_{q.id}")]
+st.caption(tr("check.progress", revealed=len(revealed), total=len(quiz.QUESTIONS)))
+titles = [tr(f"check.{q.id}_short") for q in quiz.QUESTIONS]
+show = ui.ideas(titles, "check")
+n_questions = sum(q.kind is not quiz.Kind.TRUTH for q in quiz.QUESTIONS)
+for i, q in enumerate(quiz.QUESTIONS):
+    if i not in show:
+        continue
+    if i == 0 and len(show) > 1:
+        st.header(tr("check.questions"))
+    if i == n_questions and len(show) > 1:
+        st.header(tr("check.misconceptions"))
+        st.write(tr("check.misconceptions_intro"))
+    ask(i + 1, q)

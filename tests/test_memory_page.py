@@ -1,0 +1,151 @@
+"""The Memory Footprint page headless: figures from the URL, the seed example, uploads, charts, live bytes."""
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.test_memory_formula import GEMMA2_CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = "pages/3_Memory_Footprint.py"
+
+
+def open_page(query=None, lang="en"):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["lang"] = lang
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.switch_page(PAGE)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def metrics(at):
+    return {m.label: m.value for m in at.metric}
+
+
+def chart(at, key):
+    return json.loads(
+        next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key) or key in c.proto.id).proto.spec
+    )
+
+
+@pytest.mark.parametrize("lang, label", [("en", "Per token (all layers)"), ("ko", "토큰 하나 (모든 층)")])
+def test_preset_from_query_params(lang, label):
+    at = open_page({"preset": "Qwen2.5-7B", "tokens": "8192", "batch": "4"}, lang)
+    m = metrics(at)
+    assert m[label] == "56.00 KiB"
+    total = [v for k, v in m.items() if k in ("All requests", "전체 요청")]
+    assert total == ["1.75 GiB"]  # 4 · 8192 · 56 KiB
+    assert at.selectbox(key="mem_preset").value == "Qwen2.5-7B"
+    table = next(md.value for md in at.markdown if "57,344 B" in md.value)
+    assert "1,879,048,192 B" in table and "1.88 GB" in table  # exact bytes and the labelled decimal figure
+    assert at.query_params["preset"] == "Qwen2.5-7B" and at.query_params["tokens"] == "8192"
+
+
+def test_seed_example_one_click_away():
+    at = open_page()
+    at.button(key="mem_seed_mha").click().run()
+    m = metrics(at)
+    assert [m["Per token, per layer"], m["Per token (all layers)"], m["Per request"], m["All requests"]] == [
+        "16.00 KiB",
+        "512.00 KiB",
+        "2.00 GiB",
+        "64.00 GiB",
+    ]
+    assert any("68,719,476,736 B" in md.value for md in at.markdown)
+    at.button(key="mem_seed_gqa").click().run()
+    assert metrics(at)["All requests"] == "16.00 GiB"
+    assert at.query_params["src"] == "custom" and at.query_params["kv_heads"] == "8"
+    assert "preset" not in at.query_params
+
+
+def test_custom_shape_from_url_and_bad_value_keeps_last_result():
+    at = open_page(
+        {
+            "src": "custom",
+            "layers": "32",
+            "heads": "32",
+            "kv_heads": "8",
+            "d_head": "128",
+            "tokens": "4096",
+            "batch": "32",
+        }
+    )
+    assert metrics(at)["All requests"] == "16.00 GiB"
+    at.number_input(key="mem_kv_heads").set_value(3).run()  # 32 query heads cannot share 3 KV heads
+    assert not at.exception
+    assert any("divisible" in e.value for e in at.error)
+    assert metrics(at)["All requests"] == "16.00 GiB"  # the last valid result stays on screen
+
+
+def test_malformed_query_values_fall_back_to_defaults():
+    at = open_page({"preset": "GPT-9", "tokens": "-4", "kv_dtype": "int3", "batch": "two"})
+    assert any("tokens='-4'" in w.value and "preset='GPT-9'" in w.value for w in at.warning)
+    assert metrics(at)["Per token (all layers)"] == "128.00 KiB"  # the default preset, Llama-3.1-8B
+    assert at.number_input(key="mem_tokens").value == 4096
+
+
+def test_upload_config_bad_upload_keeps_last_valid():
+    at = open_page({"src": "upload"})
+    at.file_uploader(key="mem_upload").set_value(
+        ("config.json", json.dumps(GEMMA2_CONFIG).encode(), "application/json")
+    ).run()
+    assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
+    at.file_uploader(key="mem_upload").set_value(("config.json", b"{definitely not json", "application/json")).run()
+    assert not at.exception
+    assert any("not valid JSON" in e.value for e in at.error)
+    assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
+    missing = {k: v for k, v in GEMMA2_CONFIG.items() if k != "num_hidden_layers"}
+    at.file_uploader(key="mem_upload").set_value(("c.json", json.dumps(missing).encode(), "application/json")).run()
+    assert any("num_hidden_layers" in e.value for e in at.error)
+    assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
+
+
+def test_charts_carry_the_formula():
+    at = open_page({"preset": "Llama-2-7B", "tokens": "4096", "batch": "32"})
+    cmp = chart(at, "mem_compare_chart")["data"][0]
+    # KiB per token: MHA 32 heads, GQA 8, MQA 1, MLA 512+64 latent (all 32 layers, bf16)
+    assert cmp["y"] == [512.0, 128.0, 16.0, 32 * 576 * 2 / 1024]
+    growth = chart(at, "mem_growth_chart")["data"]
+    weights = next(t for t in growth if t["name"].startswith("weights"))
+    assert weights["y"][0] == pytest.approx(6_738_415_616 * 2 / 1024**3)
+    crossings = next(t for t in growth if t.get("mode") == "markers+text")
+    # cache = weights: n = 13,476,831,232 B / (B · 512 KiB) = 25,705.3 for B=1, 803.3 for B=32:
+    # first reached at 25,706 and 804 tokens
+    assert 25_706 in crossings["x"] and 804 in crossings["x"]
+    alloc = chart(at, "mem_alloc_chart")["data"]
+    live = 37 + 120 + 900 + 1500 + 3000 + 4096
+    assert alloc[0]["y"][0] == pytest.approx(live * 512 / 1024)  # MiB at 512 KiB per token
+    assert alloc[1]["y"][0] == pytest.approx((6 * 4096 - live) * 512 / 1024)
+
+
+def test_capacity_planner_metrics():
+    at = open_page({"preset": "Llama-3.1-8B", "tokens": "8192", "gpu": "H100 SXM", "frac": "0.9"})
+    m = metrics(at)
+    assert m["Max tokens in cache"] == "426,784" and m["Max requests at 8,192 tokens"] == "52"
+    at.selectbox(key="mem_gpu").set_value("L4").run()
+    assert not any("do not fit" in w.value for w in at.warning)  # 24 GB · 0.9 still holds 16 GB of weights
+    assert metrics(at)["Max requests at 8,192 tokens"] == "5"  # (21.6e9 − 16,060,522,496) / 1 GiB = 5.16
+    at.selectbox(key="mem_w_dtype").set_value("float32").run()  # 32 GB of weights
+    assert any("do not fit" in w.value for w in at.warning)
+    assert metrics(at)["Max requests at 8,192 tokens"] == "0"
+
+
+def test_live_cache_run_here_equals_formula():
+    at = open_page()
+    at.button(key="mem_run_here").click().run()
+    m = metrics(at)
+    assert m["Measured (tensor bytes)"] == m["Formula"]
+    assert int(m["Measured (tensor bytes)"].replace(",", "").split()[0]) > 0
+    assert any("equal the formula" in s.value for s in at.success)
+
+
+def test_sliding_window_preset_shows_capped_factors():
+    at = open_page({"preset": "Gemma-2-9B", "tokens": "8192"})
+    assert r"(21 \cdot 8192 + 21 \cdot 4096)" in at.latex[0].value
+    assert metrics(at)["Per request"] == "1.97 GiB"  # 8 KiB · (21·8192 + 21·4096) = 2,113,929,216 B
+    assert any("2,113,929,216 B" in md.value for md in at.markdown)

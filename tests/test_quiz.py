@@ -1,0 +1,37 @@
+"""The Check page's answers come from the calculator, not from typed-in numbers."""
+from kvviz import quiz
+from kvviz.i18n import catalog
+from kvviz.memory import format_binary, kv_cache_bytes
+from kvviz.ui import NAV
+
+
+def test_cache_size_answer_is_64_gib_from_the_formula():
+    m = quiz.cache_size_memory()
+    assert m.total == kv_cache_bytes(32, 32, 4096, 32, 128, 2) == 64 * 2**30
+    assert format_binary(m.total) == "64.00 GiB"
+    assert m.per_token_per_layer == 16 * 1024 and m.per_request == 2 * 2**30
+
+
+def test_number_verdicts():
+    assert quiz.check_number(64) is quiz.Verdict.CORRECT
+    assert quiz.check_number(64.4) is quiz.Verdict.CORRECT  # within 1 %
+    assert quiz.check_number(68.7) is quiz.Verdict.DECIMAL_UNITS  # 68.7 GB = 64 GiB
+    assert quiz.check_number(32) is quiz.Verdict.WRONG
+    assert quiz.check_number(0) is quiz.Verdict.WRONG
+
+
+def test_questions_are_complete():
+    assert len(quiz.QUESTIONS) == 10
+    assert sum(q.kind is quiz.Kind.TRUTH for q in quiz.QUESTIONS) == 5  # the five misconceptions
+    pages = {path for path, _ in NAV}
+    for lang in ("en", "ko"):
+        texts = catalog(lang)
+        for q in quiz.QUESTIONS:
+            assert q.page in pages
+            for suffix in ("q", "short", "explain"):
+                assert f"check.{q.id}_{suffix}" in texts
+            if q.kind is quiz.Kind.CHOICE:
+                assert q.answer in q.options
+                assert all(f"check.{q.id}_opt_{o}" in texts for o in q.options)
+    assert quiz.check_choice(quiz.question("why_kv"), "once")
+    assert not quiz.check_choice(quiz.question("why_kv"), "bigger")

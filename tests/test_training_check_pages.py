@@ -1,0 +1,142 @@
+"""The Training · Prefill · Decode and Check pages, headless (AppTest): numbers read off the page and figures."""
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz import quiz
+from kvviz.config import DecoderConfig
+from kvviz.memory import format_binary
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+TRAINING = "pages/5_Training_Prefill_Decode.py"
+CHECK = "pages/6_Check.py"
+SMALL = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=300, max_seq_len=128)
+
+
+def open_page(page: str, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["kv_shape"] = SMALL  # a small random model keeps the test quick
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page(page)
+    return at.run()
+
+
+def _decode(obj):  # noqa: ANN001, ANN202 - JSON
+    """Plotly writes numpy arrays as {dtype, bdata (base64), shape}: turn them back into lists."""
+    if isinstance(obj, dict) and "bdata" in obj and "dtype" in obj:
+        array = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=obj["dtype"])
+        shape = obj.get("shape")
+        return array.reshape([int(n) for n in str(shape).split(",")] if shape else -1).tolist()
+    if isinstance(obj, dict):
+        return {k: _decode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v) for v in obj]
+    return obj
+
+
+def figure(at: AppTest, key: str) -> dict:
+    charts = [c for c in at.get("plotly_chart") if c.proto.id.endswith("-" + key)]
+    assert len(charts) == 1, key
+    return _decode(json.loads(charts[0].proto.spec))
+
+
+def metric(at: AppTest, label: str) -> float:
+    return float(next(m.value for m in at.metric if m.label == label).split()[0])
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_training_page_parallel_equals_sequential(lang):
+    at = open_page(TRAINING, lang=lang)
+    assert not at.exception
+    assert at.title[0].value == ("학습 · 프리필 · 디코드" if lang == "ko" else "Training · Prefill · Decode")
+    dk = metric(at, "최대 |ΔK|" if lang == "ko" else "max |ΔK|")
+    dlogits = metric(at, "최대 |Δ로짓|" if lang == "ko" else "max |Δlogits|")
+    assert 0 <= dk < 1e-5 and 0 <= dlogits < 1e-4
+    assert at.success  # the "identical up to rounding" verdict
+    logits = figure(at, "training_logits_diff")
+    prefill, decode, tolerance = logits["data"]
+    assert max(prefill["customdata"] + decode["customdata"]) < 1e-4  # the true differences (y is floored for log)
+    assert len(prefill["customdata"]) + len(decode["customdata"]) == 43  # every position of the preset text
+    assert tolerance["y"] == [1e-4, 1e-4]
+    assert logits["layout"]["yaxis"]["type"] == "log"
+    mask = figure(at, "training_mask")["data"][0]["z"]
+    assert mask[0][1] == 0 and mask[1][0] == 1 and mask[-1][-1] == 1  # lower triangle
+    # Every chart has Plotly's toolbar with a PNG download, every table a CSV download.
+    for chart in at.get("plotly_chart"):
+        config = json.loads(chart.proto.config)
+        assert config["displayModeBar"] is True and config["toImageButtonOptions"]["format"] == "png"
+    assert {b.key for b in at.get("download_button")} >= {"training_prefill_decode_csv", "training_kv_diff_by_layer_csv"}
+
+
+def test_bidirectional_switch_moves_past_kv_above_layer_one():
+    at = open_page(TRAINING)
+    causal_bars = figure(at, "training_drift")["data"]
+    assert max(max(t["y"]) for t in causal_bars) < 1e-6
+    at.radio(key="_w_kv_url_attn").set_value("bidirectional").run()
+    assert not at.exception
+    k_bars, v_bars = figure(at, "training_drift")["data"]
+    assert k_bars["y"][0] == 0.0 and v_bars["y"][0] == 0.0  # layer 1: the token's own embedding only
+    assert all(y > 1e-3 for y in k_bars["y"][1:]) and all(y > 1e-4 for y in v_bars["y"][1:])
+    assert at.error and "changed the K/V" in at.error[0].value
+    mask = figure(at, "training_mode_mask")["data"][0]["z"]
+    assert all(v == 1 for row in mask for v in row)  # no mask: every query sees every key
+    assert at.query_params["attn"] == "bidirectional"  # the switch is in the link
+
+
+def test_link_reproduces_the_view_and_bad_values_are_explained():
+    at = open_page(TRAINING, preset="code", steps="5", attn="bidirectional")
+    assert not at.exception
+    assert at.selectbox(key="_w_kv_url_preset").value == "code"
+    assert at.slider(key="_w_kv_url_steps").value == 5
+    assert at.radio(key="_w_kv_url_attn").value == "bidirectional"
+    n_tokens = len("def add(a, b):\n    return a + b".encode())
+    assert f"prefills {n_tokens - 5} and then runs 5 decode steps" in " ".join(c.value for c in at.caption)
+    bad = open_page(TRAINING, steps="many", preset="nope")
+    assert not bad.exception
+    assert len(bad.warning) == 2 and any("“many”" in w.value for w in bad.warning)
+    assert bad.slider(key="_w_kv_url_steps").value == 8
+
+
+def test_lecture_mode_from_the_link():
+    at = open_page(TRAINING, lecture="1", idea="2")
+    assert not at.exception
+    assert at.session_state["kv_lecture"] is True
+    assert at.toggle(key="_w_kv_lecture").value is True
+    assert [h.value for h in at.header] == ["The condition for reuse: the causal mask"]  # one idea per screen
+    drift = figure(at, "training_drift")
+    assert drift["layout"]["font"]["size"] == 20 and drift["layout"]["height"] == int(340 * 1.4)
+    at.toggle(key="_w_kv_lecture").set_value(False).run()
+    assert len(at.header) == 4 and "lecture" not in at.query_params
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_check_page_runs_and_locks_reveal_until_a_prediction(lang):
+    at = open_page(CHECK, lang=lang)
+    assert not at.exception
+    assert len(at.radio) == 1 + 9  # language + nine choice / true-false predictions
+    assert all(b.disabled for b in at.button if b.key.startswith("reveal_"))
+    at.radio(key="predict_m_training").set_value("true").run()
+    assert not at.button(key="reveal_m_training").disabled
+    at.button(key="reveal_m_training").click().run()
+    assert not at.exception
+    assert at.radio(key="predict_m_training").disabled  # the prediction is locked once revealed
+    assert at.error and ("거짓" if lang == "ko" else "False") in at.error[0].value
+
+
+def test_check_cache_size_answer_is_the_calculators_64_gib():
+    total = format_binary(quiz.cache_size_memory().total)
+    assert total == "64.00 GiB"
+    at = open_page(CHECK)
+    at.number_input(key="predict_cache_size").set_value(64.0).run()
+    at.button(key="reveal_cache_size").click().run()
+    assert not at.exception
+    assert at.success[0].value == f"Correct: 64 GiB. The calculator gives {total}."
+    at.button(key="again_cache_size").click().run()
+    at.number_input(key="predict_cache_size").set_value(68.7).run()
+    at.button(key="reveal_cache_size").click().run()
+    assert "decimal gigabytes" in at.error[0].value and total in at.error[0].value
