@@ -46,17 +46,19 @@ class ModelShape:
         return cls(a.name, float(a.n_params), a.n_layers, a.n_heads, a.n_kv_heads, a.d_head)  # type: ignore[attr-defined]
 
 
-# Published shapes (config.json of each model card); the Memory page's kvviz/presets.py can supersede these.
-ROOFLINE_MODELS: dict[str, ModelShape] = {
-    m.name: m
-    for m in (
-        ModelShape("Llama-3-8B", 8.03e9, 32, 32, 8, 128),
-        ModelShape("Llama-3-70B", 70.6e9, 80, 64, 8, 128),
-        ModelShape("Llama-2-7B (MHA)", 6.74e9, 32, 32, 32, 128),
-        ModelShape("Mistral-7B", 7.24e9, 32, 32, 8, 128),
-        ModelShape("Qwen2.5-7B", 7.62e9, 28, 28, 4, 128),
-    )
-}
+def preset_shapes() -> dict[str, ModelShape]:
+    """The Memory page's presets (kvviz/presets.py) whose cache grows by a fixed amount per token.
+
+    MLA and sliding-window models are left out: their per-token cost is not one constant (and
+    DeepSeek-V3's parameters are mostly experts a token never reads).
+    """
+    from .presets import PRESETS
+
+    return {
+        name: ModelShape(name, float(spec.n_params), s.n_layers, s.n_heads, s.n_kv_heads, s.d_head)
+        for name, spec in PRESETS.items()
+        if spec.n_params and not (s := spec.shape).is_mla and not s.n_sliding_layers
+    }
 
 
 @dataclass(frozen=True)

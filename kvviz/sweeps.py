@@ -203,7 +203,8 @@ def dtype_sweep(
             s = summarize(gen.events)
             yield {**row, "ttft_s": s.ttft_s, "tpot_s": s.tpot_s,
                    "tokens_per_s": 1 / s.tpot_s if s.tpot_s else None,
-                   "weight_bytes": backend.arch.n_params * backend.dtype.itemsize, "kv_bytes": gen.events[-1].live_bytes}
+                   "weight_bytes": backend.arch.n_params * backend.dtype.itemsize,
+                   "kv_bytes": gen.events[-1].live_bytes}
 
     return Sweep("dtype", len(dtypes), rows())
 
@@ -234,7 +235,7 @@ def summary(kind: str, rows: Sequence[dict]) -> dict:
 
 
 def _slope(x: Sequence[float], y: Sequence[float | None]) -> float | None:
-    pairs = [(a, b) for a, b in zip(x, y) if b is not None]
+    pairs = [(a, b) for a, b in zip(x, y, strict=True) if b is not None]
     fit = loglog_slope([a for a, _ in pairs], [b for _, b in pairs]) if pairs else None
     return fit[0] if fit else None
 

@@ -32,7 +32,8 @@ if n_prompt + n_new > max_len:
 
 def start() -> None:
     # Read from state: a callback runs before this rerun's widgets, with their new values already stored.
-    st.session_state.pd_request = (int(st.session_state[f"pd_prompt_{max_len}"]), int(st.session_state[f"pd_new_{max_len}"]))
+    ss = st.session_state
+    ss.pd_request = (int(ss[f"pd_prompt_{max_len}"]), int(ss[f"pd_new_{max_len}"]))
     st.session_state.pd_gen = None
     st.session_state.pd_error = None
     st.session_state.pd_running = True
@@ -79,7 +80,8 @@ def show(gen: Generation) -> None:
     st.progress(gen.n_generated / gen.max_new_tokens,
                 text=tr("prefill_decode.progress", done=gen.n_generated, total=gen.max_new_tokens,
                         prompt=len(gen.prompt_ids)))
-    labels = {k: tr(f"prefill_decode.chart_{k}") for k in ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")}
+    names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
+    labels = {k: tr(f"prefill_decode.chart_{k}") for k in names}
     st.plotly_chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=settings.lecture),
                     key="pd_timeline", width="stretch")
     m = st.columns(4)
@@ -88,7 +90,8 @@ def show(gen: Generation) -> None:
     m[1].metric(tr("prefill_decode.tpot"), ms(s.tpot_s))
     m[1].caption(tr("prefill_decode.tpot_split", p50=ms(s.tpot_p50_s), p90=ms(s.tpot_p90_s)))
     m[2].metric(tr("prefill_decode.tokens_per_s"), "—" if s.tokens_per_s is None else f"{s.tokens_per_s:.1f}")
-    m[2].caption(tr("prefill_decode.decode_rate", rate="—" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f}"))
+    rate = "—" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f}"
+    m[2].caption(tr("prefill_decode.decode_rate", rate=rate))
     m[3].metric(tr("prefill_decode.e2e"), ms(s.e2e_s))
     if s.predicted_e2e_s is not None:
         m[3].caption(tr("prefill_decode.formula", n=s.n_tokens, predicted=ms(s.predicted_e2e_s),

@@ -144,7 +144,8 @@ with tab_cache:
                                         [r["seconds"] for r in rows if r["mode"] == m]) for m in ("cache", "no_cache")}
 
     def draw_cache(rows: list[dict]) -> go.Figure:
-        return charts.cache_chart(rows, cache_fits(rows), labels("cchart", "title", "x", "y", "cache", "no_cache", "fit"),
+        names = labels("cchart", "title", "x", "y", "cache", "no_cache", "fit")
+        return charts.cache_chart(rows, cache_fits(rows), names,
                                   lecture=settings.lecture)
 
     def describe_cache(rows: list[dict]) -> str:
@@ -223,14 +224,16 @@ with tab_dtype:
 with tab_roof:
     st.write(tr("latency.roof_intro"))
     current = roofline.ModelShape.from_arch(backend.arch)
-    models = {**roofline.ROOFLINE_MODELS, current.name: current}
+    models = {**roofline.preset_shapes(), current.name: current}
     c1, c2 = st.columns(2)
     hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="lc_r_hw")
-    model_name = c2.selectbox(tr("latency.roof_model"), list(models), key="lc_r_model")
+    names = list(models)
+    model_name = c2.selectbox(tr("latency.roof_model"), names, index=names.index("Llama-3.1-8B"), key="lc_r_model")
     preset = HARDWARE[hw_name]
     h1, h2, h3 = st.columns(3)
     # Keyed by preset: choosing another accelerator reloads its datasheet numbers, which stay editable.
-    memory_gb = h1.number_input(tr("latency.memory_gb"), 0.1, 10_000.0, preset.memory_bytes / 1e9, key=f"lc_r_mem_{hw_name}")
+    memory_gb = h1.number_input(tr("latency.memory_gb"), 0.1, 10_000.0, preset.memory_bytes / 1e9,
+                                key=f"lc_r_mem_{hw_name}")
     bandwidth_tb = h2.number_input(tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
                                    format="%.3f", key=f"lc_r_bw_{hw_name}")
     peak_tf = h3.number_input(tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
@@ -262,7 +265,8 @@ with tab_roof:
     m[1].metric(tr("latency.m_prefill", n=n_context), fmt_ms(prefill.seconds))
     m[1].caption(tr(f"latency.limit_{prefill.limited_by}"))
     m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else f"{b_star:,.0f}")
-    m[2].caption(tr("latency.never_compute") if b_star is None else tr("latency.ridge", ridge=f"{hw.ridge_flops_per_byte:.0f}"))
+    ridge = tr("latency.ridge", ridge=f"{hw.ridge_flops_per_byte:.0f}")
+    m[2].caption(tr("latency.never_compute") if b_star is None else ridge)
     weights_only = roofline.compute_bound_batch(model, hw, n_context=0, **kw)  # the textbook figure: no cache reads
     if weights_only is not None:
         m[2].caption(tr("latency.weights_only_batch", batch=f"{weights_only:,.0f}"))
@@ -278,7 +282,8 @@ with tab_roof:
                                           kv_weights_batch=weights / kv_req, lecture=settings.lecture),
                     key="lc_roofline", width="stretch")
     tokens = sorted({2**i for i in range(7, 21)} | {n_context})
-    kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing") | {"title": tr("latency.kchart_title", batch=batch)}
+    kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
+    kv_labels["title"] = tr("latency.kchart_title", batch=batch)
     st.plotly_chart(charts.kv_vs_weights_chart(tokens, [batch * model.kv_bytes_per_token(kb) * n for n in tokens],
                                                weights, crossing, kv_labels, lecture=settings.lecture),
                     key="lc_kv_weights", width="stretch")

@@ -6,7 +6,8 @@ import pytest
 from kvviz import roofline
 from kvviz.hardware import HARDWARE, Hardware
 
-LLAMA3_8B = roofline.ROOFLINE_MODELS["Llama-3-8B"]
+# The stated figures: 32 layers, 32 query / 8 KV heads, d_head 128, 8.03e9 parameters.
+LLAMA3_8B = roofline.ModelShape("Llama-3-8B", 8.03e9, 32, 32, 8, 128)
 GPU = Hardware("3.35 TB/s GPU", 80 * 10**9, 3.35e12, 989e12)
 
 
@@ -61,6 +62,12 @@ def test_curve_rows_and_presets():
     assert rows[2]["tokens_per_s"] == 4 / rows[2]["seconds"]
     assert rows[1]["kv_bytes"] == 2 * 536_870_912
     assert HARDWARE["H100 SXM"].bandwidth_bytes_per_s == 3.35e12
+
+
+def test_presets_come_from_the_memory_page():
+    shapes = roofline.preset_shapes()
+    assert shapes["Llama-3.1-8B"] == roofline.ModelShape("Llama-3.1-8B", 8_030_261_248.0, 32, 32, 8, 128)
+    assert "DeepSeek-V3" not in shapes and "Mistral-7B" not in shapes  # MLA; sliding window
 
 
 def test_from_arch_reads_backend_shape():

@@ -93,7 +93,8 @@ def test_defaults_fit_the_context():
 def test_sweep_cli_json(capsys):
     flags = ["--model", "random", "--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2",
              "--vocab-size", "300", "--max-seq-len", "128"]
-    assert main(["sweep", "batch", "--batches", "1,3", "--prompt-tokens", "8", "--new-tokens", "2", "--json", *flags]) == 0
+    args = ["sweep", "batch", "--batches", "1,3", "--prompt-tokens", "8", "--new-tokens", "2", "--json"]
+    assert main([*args, *flags]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["sweep"] == "batch" and [r["batch"] for r in out["rows"]] == [1, 3]
     assert out["columns"] == list(sweeps.COLUMNS["batch"])

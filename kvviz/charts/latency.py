@@ -16,7 +16,8 @@ PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
 MS = 1e3
 
 
-def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str, str], *,
+                   lecture: bool = False) -> go.Figure:
     """One bar per forward pass (token 1 = queue + prefill, then one per decoded token) and the running total."""
     n = len(seconds)
     x = list(range(1, n + 1))
@@ -123,11 +124,13 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
     times = [r[k] * MS for r in curve for k in ("memory_s", "compute_s")]
     span = (min(times), max(times))
     if compute_batch is not None:
-        _marker(fig, compute_batch, span, labels["compute_batch"].format(batch=f"{compute_batch:,.0f}"), PREFILL, "dash")
+        name = labels["compute_batch"].format(batch=f"{compute_batch:,.0f}")
+        _marker(fig, compute_batch, span, name, PREFILL, "dash")
     if max_batch:
         _marker(fig, max_batch, span, labels["max_batch"].format(batch=f"{max_batch:,}"), FIT, "dash")
     if x[0] <= kv_weights_batch <= x[-1]:
-        _marker(fig, kv_weights_batch, span, labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}"), NO_CACHE, "dot")
+        name = labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}")
+        _marker(fig, kv_weights_batch, span, name, NO_CACHE, "dot")
     fig.update_xaxes(type="log", title_text=labels["x"])
     fig.update_yaxes(type="log", title_text=labels["y"], secondary_y=False)
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
