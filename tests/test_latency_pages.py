@@ -26,12 +26,29 @@ def _open(page: str, lang: str = "en") -> AppTest:
     ("pages/4_Latency_and_Capacity.py", ("Latency & Capacity", "지연 시간과 처리 용량")),
 ])
 def test_pages_run_in_both_languages(page, title, lang):
-    # One run per language: AppTest formats the sidebar's translated options outside a run, in English,
-    # so a second run in Korean trips over the model selectbox (a harness limit, not the page).
     at = _open(page, lang)
     assert at.title[0].value == title[lang == "ko"]
     assert not at.error
 
+
+@pytest.mark.parametrize("lang, chart_title", [("en", "Batch size: latency, throughput, cache"),
+                                               ("ko", "배치 크기: 지연, 처리량, 캐시")])
+def test_batch_sweep_chart_in_both_languages(lang, chart_title):
+    at = _open("pages/4_Latency_and_Capacity.py", lang)
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.text_input(key="lc_b_batches").set_value("1, 2")
+    at.number_input(key=f"lc_b_prompt_{max_len}").set_value(8)
+    at.number_input(key="lc_b_new").set_value(3)
+    at.button(key="lc_start_batch").click().run()
+    _until(at, lambda: at.session_state["lc_run_batch"].finished)
+    at.run()
+    assert not at.exception
+    rows = at.session_state["lc_run_batch"].rows
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"] == chart_title)
+    kv = spec["data"][2]
+    assert kv["x"] == [1, 2] and kv["y"] == pytest.approx([r["kv_bytes"] / 2**20 for r in rows])
+    assert rows[1]["kv_bytes"] == 2 * rows[0]["kv_bytes"] == 2 * rows[0]["kv_formula_bytes"]
 
 
 def _until(at: AppTest, done, limit: int = 60) -> None:
