@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="prefill a prompt and decode, reporting TTFT, TPOT and cache bytes")
     g.add_argument("--prompt", required=True)
-    g.add_argument("--model", default="tiny", help="tiny (shipped), random (custom shape), or a directory")
+    g.add_argument("--model", default="tiny",
+                   help="tiny (shipped), random (custom shape), or a Hugging Face directory or hub id")
     g.add_argument("--max-new-tokens", type=_positive_int, default=32)
     g.add_argument("--no-cache", action="store_true", help="recompute the whole prefix every step")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -303,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run, show = COMMANDS[args.command]
         result = run(args)
     except (CliError, ValueError, FileNotFoundError) as exc:
-        print(f"kvviz: error: {exc}", file=sys.stderr)
+        print(f"kvviz: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever was typed
         return 2
     if args.json:
         print(json.dumps(result, ensure_ascii=False))

@@ -112,7 +112,8 @@ class Generation:
         if self.started:
             raise InputError("already_prefilled")
         ids = self.backend.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids or (isinstance(prompt, str) and not prompt.strip()):
+        # Only whitespace or control characters is no prompt at all (each would still be a byte token).
+        if not ids or (isinstance(prompt, str) and not any(c.isprintable() and not c.isspace() for c in prompt)):
             raise InputError("empty_prompt")
         max_len = self.backend.arch.max_seq_len
         if len(ids) >= max_len:

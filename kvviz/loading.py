@@ -1,6 +1,10 @@
 """Turn a model name into a ready backend: the shipped model, a seeded random shape, or a directory."""
 from __future__ import annotations
 
+import os
+
+from .backends.base import Backend
+from .backends.hf_policy import HFPolicy, policy_from
 from .backends.native import NativeBackend
 from .config import DecoderConfig
 from .errors import InputError
@@ -24,7 +28,14 @@ def load_backend(
     device: str = "auto",
     shape: DecoderConfig | None = None,
     seed: int = 0,
-) -> NativeBackend:
+    hf_policy: HFPolicy | None = None,
+) -> Backend:
     if model == "random":
         return random_backend(shape or DecoderConfig(), seed=seed, dtype=dtype, device=device)
+    if model.strip() and model != "tiny":
+        from .backends.hf import load_hf_backend  # transformers is imported only when an HF model is asked for
+
+        # The web UI passes its policy (env + secrets); the CLI reads the environment.
+        policy = hf_policy if hf_policy is not None else policy_from(os.environ)
+        return load_hf_backend(model, dtype=dtype, device=device, policy=policy)
     raise InputError("unknown_model", name=model)

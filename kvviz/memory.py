@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 from .errors import InputError
 
@@ -29,8 +30,13 @@ def dtype_bytes(name: str) -> float:
 
 def _check_positive(**sizes: float) -> None:
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise InputError("positive_int", name=name, value=value)
+
+
+def _times_bytes(elements: int, bytes_per_elem: float) -> int:
+    """elements · bytes, exact at any size (a float product drops whole bytes past 2**53)."""
+    return int(elements * Fraction(bytes_per_elem))
 
 
 def kv_cache_bytes(
@@ -38,9 +44,9 @@ def kv_cache_bytes(
 ) -> int:
     """2 (K and V) · B · L · n · H_kv · d_head · bytes. n_tokens may be 0 (an empty cache)."""
     _check_positive(batch=batch, n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, bytes_per_elem=bytes_per_elem)
-    if n_tokens < 0:
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
         raise InputError("n_tokens_negative", value=n_tokens)
-    return int(2 * batch * n_layers * n_tokens * n_kv_heads * d_head * bytes_per_elem)
+    return _times_bytes(2 * batch * n_layers * n_tokens * n_kv_heads * d_head, bytes_per_elem)
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ def kv_memory(
     batch: int, n_layers: int, n_tokens: int, n_kv_heads: int, d_head: int, bytes_per_elem: float
 ) -> KVMemory:
     total = kv_cache_bytes(batch, n_layers, n_tokens, n_kv_heads, d_head, bytes_per_elem)
-    per_token_per_layer = int(2 * n_kv_heads * d_head * bytes_per_elem)
+    per_token_per_layer = _times_bytes(2 * n_kv_heads * d_head, bytes_per_elem)
     return KVMemory(
         batch=batch,
         n_layers=n_layers,

@@ -23,9 +23,12 @@ class ArchInfo:
     max_seq_len: int
     n_params: int
     kind: str = "native"  # native | hf
+    mla: bool = False  # multi-head latent attention (DeepSeek): K/V come from a compressed latent
 
     @property
     def attention_kind(self) -> str:
+        if self.mla:
+            return "MLA"
         if self.n_kv_heads == self.n_heads:
             return "MHA"
         return "MQA" if self.n_kv_heads == 1 else "GQA"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import IDLE, app_server, chromium, screenshot_dir  # noqa: E402
+from harness import IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
 
 if not os.path.exists("/usr/bin/chromium"):
     pytest.skip("the system Chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
@@ -31,7 +31,13 @@ def page(browser, app_url):
     pg = context.new_page()
     pg.console_errors = []
     pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
-    pg.goto_app = lambda path="", query="": (pg.goto(f"{app_url}/{path}{query}"), pg.wait_for_selector(IDLE, timeout=60_000))
+
+    def goto_app(path: str = "", query: str = "") -> None:
+        pg.goto(f"{app_url}/{path}{query}")
+        pg.wait_for_selector(IDLE, timeout=60_000)
+        settle(pg)  # lazily loaded widgets, fonts and charts drawn: screenshots show the real page
+
+    pg.goto_app = goto_app
     yield pg
     context.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +23,19 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
+class AppURL(str):
+    """The app's base URL; `.pid` is the server's process id (bench/ reads its memory)."""
+
+    pid: int
+
+
+def url_path(page_file: str) -> str:
+    """The URL path Streamlit serves a page file at: app.py -> "", pages/1_Reusing_Past_KV.py -> "Reusing_Past_KV"."""
+    if page_file == "app.py":
+        return ""
+    return re.sub(r"^\d+_", "", Path(page_file).stem)
 
 
 def free_port() -> int:
@@ -42,7 +56,8 @@ def app_server(env: dict[str, str] | None = None, timeout_s: float = 90) -> Iter
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
-    url = f"http://127.0.0.1:{port}"
+    url = AppURL(f"http://127.0.0.1:{port}")
+    url.pid = proc.pid
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -79,6 +94,20 @@ def chromium() -> Iterator[object]:
 def wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - a Playwright Page
     """Wait until the current Streamlit rerun has finished."""
     page.wait_for_selector(IDLE, timeout=timeout_ms)
+
+
+def wait_charts(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
+    """Wait until every Plotly chart on the page has drawn its SVG (they render after the rerun ends)."""
+    charts = page.locator("[data-testid='stPlotlyChart']")
+    for i in range(charts.count()):
+        charts.nth(i).locator(".main-svg").first.wait_for(timeout=timeout_ms)
+
+
+def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
+    """After a rerun: let lazily loaded widget code, fonts and Plotly finish drawing (before a screenshot)."""
+    page.wait_for_load_state("networkidle", timeout=timeout_ms)
+    page.evaluate("document.fonts.ready.then(() => true)")
+    wait_charts(page, timeout_ms)
 
 
 def screenshot_dir() -> Path:

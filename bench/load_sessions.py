@@ -1,0 +1,233 @@
+"""Load and isolation: N browser sessions at once on one server, each Prefill + Step ×K on its own prompt.
+
+    python bench/load_sessions.py [--sessions 8] [--steps 20] [--margin-mib 64]
+
+Checks, and exits 1 when one fails:
+- no cross-talk: every session's generated text equals what its prompt alone produces, computed here
+  in-process with `Generation` on the app's default model settings (same seeded weights);
+- no Streamlit exception box in any session;
+- the server's resident memory returns to within --margin-mib of its level before the sessions
+  (measured after one warm-up session loaded the model) once the sessions close.
+Prints the peak and settled server memory and the median step latency (click → rerun finished, so it
+includes queueing behind the other sessions: the latency a visitor sees under this load).
+
+Drives the decode page (pages/1_Reusing_Past_KV.py) by what a visitor sees: the first text area of the
+main area is the prompt, buttons labelled "Prefill" and "Step" (English UI), and the generated text
+somewhere in the main area. Streamlit's disconnected-session TTL is set short so closed sessions are
+collected within the run.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "browser")]
+
+from harness import CHROMIUM, CHROMIUM_ARGS, IDLE, app_server, url_path  # noqa: E402
+
+from kvviz import ui  # noqa: E402
+from kvviz.engine import Generation  # noqa: E402
+from kvviz.loading import load_backend  # noqa: E402
+
+DECODE_PAGE = "pages/1_Reusing_Past_KV.py"
+RUNNING = "[data-testid='stApp'][data-test-script-state='running']"
+EXCEPTION = "[data-testid='stException']"
+SESSION_TTL_S = 5  # Streamlit keeps a closed tab's session this long for a reconnect (default 120)
+PROMPTS = [
+    "The KV cache stores keys and values",
+    "Prefill runs the whole prompt at once;",
+    "캐시를 재사용하면 과거의 키와 값은",
+    "Decode emits one token per forward pass",
+    "🙂 emoji prompts are bytes too:",
+    "Grouped-query attention shares KV heads",
+    "TTFT = queue + prefill, and then",
+    "A long prompt makes every step slower",
+]
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of the server process (psutil when installed, else /proc)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).memory_info().rss
+    except ImportError:
+        with open(f"/proc/{pid}/status") as f:  # a process that has exited has no VmRSS line: 0
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+
+
+class PeakSampler(threading.Thread):
+    def __init__(self, pid: int, period_s: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.period_s, self.peak, self._halt = pid, period_s, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.peak = max(self.peak, rss_bytes(self.pid))
+            time.sleep(self.period_s)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def visible(text: str) -> str:
+    """Printable non-space characters: the page may lay tokens out with any spacing or line breaks."""
+    return "".join(c for c in text if c.isprintable() and not c.isspace())
+
+
+@functools.cache
+def default_backend():  # noqa: ANN201 - a Backend
+    """The model the app loads with its default sidebar settings (seeded: the same weights)."""
+    d = ui.DEFAULTS
+    shape = d["kv_shape"] if d["kv_model"] == "random" else None
+    return load_backend(d["kv_model"], dtype=d["kv_dtype"], device=d["kv_device"], shape=shape)
+
+
+def expected_text(prompt: str, steps: int) -> str:
+    """What this prompt alone produces on the app's default settings: prefill + `steps` steps."""
+    gen = Generation(default_backend(), max_new_tokens=steps + 1)
+    gen.prefill(prompt)
+    while not gen.done:
+        gen.step()
+    return gen.text
+
+
+@dataclass
+class SessionResult:
+    prompt: str
+    step_s: list[float] = field(default_factory=list)
+    page_text: str = ""
+    exceptions: int = 0
+
+
+MAIN_TEXT = "document.querySelector(\"[data-testid='stMain']\").innerText"
+
+
+async def rerun(page, action, *, changes_page: bool = True) -> float:  # noqa: ANN001 - Page, awaitable factory
+    """Run an action that triggers a rerun and wait until it finished; return the seconds it took.
+
+    Under load a rerun can start seconds after the click, so "idle" alone could be the state before it:
+    an action that changes the page (a Step adds a token) is over once the text changed and the app is idle.
+    """
+    before = await page.evaluate(MAIN_TEXT)
+    t0 = time.perf_counter()
+    await action()
+    if changes_page:
+        await page.wait_for_function(f"before => {MAIN_TEXT} !== before", arg=before, timeout=120_000)
+    else:
+        try:  # the run may already be over by the time we look
+            await page.wait_for_selector(RUNNING, timeout=5_000)
+        except Exception:  # noqa: BLE001 - Playwright's TimeoutError: no rerun seen, it was that quick
+            pass
+    await page.wait_for_selector(IDLE, timeout=120_000)
+    return time.perf_counter() - t0
+
+
+async def drive(browser, url: str, prompt: str, steps: int) -> SessionResult:  # noqa: ANN001
+    result = SessionResult(prompt)
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await context.new_page()
+    try:
+        await page.goto(f"{url}/{url_path(DECODE_PAGE)}?lang=en", timeout=120_000)
+        await page.wait_for_selector(IDLE, timeout=120_000)
+        box = page.locator("[data-testid='stMain'] textarea").first
+        await box.fill(prompt)
+        await rerun(page, lambda: box.press("Tab"), changes_page=False)  # a text area commits on blur
+        await rerun(page, lambda: page.get_by_role("button", name="Prefill", exact=True).click())
+        step = page.get_by_role("button", name="Step", exact=True)
+        for _ in range(steps):
+            result.step_s.append(await rerun(page, step.click))
+        result.page_text = await page.locator("[data-testid='stMain']").inner_text()
+        result.exceptions = await page.locator(EXCEPTION).count()
+    finally:
+        await context.close()
+    return result
+
+
+async def run_sessions(url: str, prompts: list[str], steps: int) -> list[SessionResult]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            return await asyncio.gather(*(drive(browser, url, prompt, steps) for prompt in prompts))
+        finally:
+            await browser.close()
+
+
+def settle_rss(pid: int, target: int, timeout_s: float) -> int:
+    """Poll until the server's memory is back under `target` (or the time is up); return the last reading."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = rss_bytes(pid)
+        if now <= target or time.monotonic() > deadline:
+            return now
+        time.sleep(1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--margin-mib", type=float, default=64.0,
+                    help="settled memory may exceed the pre-load level by this much")
+    ap.add_argument("--settle-s", type=float, default=60.0)
+    args = ap.parse_args()
+    if not (ROOT / DECODE_PAGE).exists():
+        print(f"needs the decode page {DECODE_PAGE}, which is not in this checkout", file=sys.stderr)
+        return 2
+    prompts = [PROMPTS[i % len(PROMPTS)] + f" (session {i})" for i in range(args.sessions)]
+    expected = {p: expected_text(p, args.steps) for p in prompts}
+    mib = 2**20
+    env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(SESSION_TTL_S)}
+    with app_server(env=env) as url:
+        # Warm-up: one session loads the shared model, so the baseline holds the weights but no session.
+        asyncio.run(run_sessions(url, [prompts[0]], 1))
+        time.sleep(SESSION_TTL_S + 2)
+        baseline = rss_bytes(url.pid)
+        sampler = PeakSampler(url.pid)
+        sampler.start()
+        t0 = time.perf_counter()
+        results = asyncio.run(run_sessions(url, prompts, args.steps))
+        wall_s = time.perf_counter() - t0
+        peak = sampler.stop()
+        settled = settle_rss(url.pid, baseline + int(args.margin_mib * mib), SESSION_TTL_S + args.settle_s)
+
+    failures = []
+    for i, r in enumerate(results):
+        ok_tokens = visible(expected[r.prompt]) in visible(r.page_text)
+        if not ok_tokens:
+            failures.append(f"session {i}: page text does not contain its own continuation {expected[r.prompt]!r}")
+        if r.exceptions:
+            failures.append(f"session {i}: {r.exceptions} exception box(es)")
+        print(f"session {i}: {len(r.step_s)} steps, median {statistics.median(r.step_s) * 1e3:.0f} ms, "
+              f"tokens {'match' if ok_tokens else 'MISMATCH'}, exceptions {r.exceptions}")
+    steps = [s for r in results for s in r.step_s]
+    within = settled <= baseline + args.margin_mib * mib
+    if not within:
+        failures.append(f"memory did not settle: {settled / mib:.0f} MiB vs baseline {baseline / mib:.0f} MiB "
+                        f"+ {args.margin_mib:.0f} MiB")
+    print(f"\n{args.sessions} sessions x {args.steps} steps in {wall_s:.1f} s; cross-talk checks "
+          f"{'passed' if not any('MISMATCH' in f or 'continuation' in f for f in failures) else 'FAILED'}")
+    print(f"median step latency under load: {statistics.median(steps) * 1e3:.0f} ms "
+          f"(max {max(steps) * 1e3:.0f} ms, click to rerun finished)")
+    print(f"server RSS: baseline {baseline / mib:.0f} MiB, peak {peak / mib:.0f} MiB "
+          f"(+{(peak - baseline) / mib:.0f}), settled {settled / mib:.0f} MiB "
+          f"(+{(settled - baseline) / mib:.0f}; margin {args.margin_mib:.0f} MiB: {'ok' if within else 'EXCEEDED'})")
+    for f in failures:
+        print("FAIL:", f, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
