@@ -25,7 +25,9 @@ max_len = backend.arch.max_seq_len
 c1, c2, c3 = st.columns([2, 2, 3])
 # Keys carry the context size: a model with a shorter context starts from defaults that fit it.
 n_prompt = c1.number_input(tr("prefill_decode.prompt_tokens"), 1, max_len - 1, max_len // 2, key=f"pd_prompt_{max_len}")
-n_new = c2.number_input(tr("prefill_decode.new_tokens"), 1, max_len - 1, min(64, max_len // 4), key=f"pd_new_{max_len}")
+max_new = ui.limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
+n_new = c2.number_input(tr("prefill_decode.new_tokens"), 1, max_new, min(64, max_len // 4, max_new),
+                        key=f"pd_new_{max_len}_{max_new}")
 if n_prompt + n_new > max_len:
     c3.warning(tr("prefill_decode.clamped", n_new=max_len - n_prompt, max_len=max_len))
 
@@ -33,7 +35,7 @@ if n_prompt + n_new > max_len:
 def start() -> None:
     # Read from state: a callback runs before this rerun's widgets, with their new values already stored.
     ss = st.session_state
-    ss.pd_request = (int(ss[f"pd_prompt_{max_len}"]), int(ss[f"pd_new_{max_len}"]))
+    ss.pd_request = (int(ss[f"pd_prompt_{max_len}"]), int(ss[f"pd_new_{max_len}_{max_new}"]))
     st.session_state.pd_gen = None
     st.session_state.pd_error = None
     st.session_state.pd_running = True
@@ -55,6 +57,7 @@ def advance() -> None:
     try:
         if gen is None:
             n_p, n_n = st.session_state.pd_request
+            ui.check_request(settings, backend, batch=1, prompt_tokens=n_p, max_new_tokens=n_n)
             if st.session_state.get("pd_warm") != id(backend):
                 warm_up(backend)  # a fresh model's first pass pays one-off costs: keep them out of TTFT
                 st.session_state.pd_warm = id(backend)

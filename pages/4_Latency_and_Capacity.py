@@ -84,7 +84,9 @@ def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[lis
 
 
 def sizes(widget_key: str, limit: int) -> list[int]:
-    return sweeps.parse_sizes(ss[widget_key], max_value=limit)
+    values = sweeps.parse_sizes(ss[widget_key], max_value=limit)
+    ui.check_sweep(settings, len(values))  # a hosted demo caps the points per sweep
+    return values
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -171,8 +173,9 @@ with tab_batch:
     c3.number_input(tr("latency.new_tokens"), 2, 64, 16, key="lc_b_new")
 
     def make_batch() -> sweeps.Sweep:
-        return sweeps.batch_sweep(backend, sizes("lc_b_batches", 256), n_prompt=int(ss[f"lc_b_prompt_{max_len}"]),
-                                  n_new=int(ss.lc_b_new))
+        batches, n_prompt, n_new = sizes("lc_b_batches", 256), int(ss[f"lc_b_prompt_{max_len}"]), int(ss.lc_b_new)
+        ui.check_request(settings, backend, batch=max(batches), prompt_tokens=n_prompt, max_new_tokens=n_new)
+        return sweeps.batch_sweep(backend, batches, n_prompt=n_prompt, n_new=n_new)
 
     def draw_batch(rows: list[dict]) -> go.Figure:
         return charts.batch_chart(rows, labels("bchart", "title", "x", "tpot", "tokens_per_s", "kv"),

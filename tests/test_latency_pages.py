@@ -63,7 +63,7 @@ def test_prefill_decode_streams_a_request():
     at = _open("pages/2_Prefill_and_Decode.py")
     max_len = at.session_state["kv_shape"].max_seq_len
     at.number_input(key=f"pd_prompt_{max_len}").set_value(40)
-    at.number_input(key=f"pd_new_{max_len}").set_value(12)
+    at.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(12)
     at.button(key="pd_run").click().run()
     _until(at, lambda: not at.session_state["pd_running"])
     assert not at.exception
@@ -132,3 +132,15 @@ def test_roofline_tab_shows_the_llama3_8b_bound():
     memory = spec["data"][0]
     i = memory["x"].index(8)
     assert memory["y"][i] == pytest.approx((2 * 8_030_261_248 + 8 * 536_870_912) / 3.35e12 * 1e3)  # Llama-3.1-8B preset
+
+
+def test_hosted_demo_caps_sweep_points(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_MAX_SWEEP_POINTS", "3")
+    at = _open("pages/4_Latency_and_Capacity.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.text_input(key=f"lc_p_lengths_{max_len}").set_value("8, 16, 32, 64")
+    at.button(key="lc_start_prompt-length").click().run()
+    assert not at.exception
+    assert "lc_run_prompt-length" not in at.session_state  # refused before anything ran
+    assert any("at most 3 points per sweep, got 4" in e.value for e in at.error)
