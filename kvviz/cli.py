@@ -41,6 +41,21 @@ def _add_shape_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-seq-len", type=_positive_int, default=1024)
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [_positive_int(part) for part in text.split(",")]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers, got {text!r} ({exc})") from None
+
+
+def _dtype_list(text: str) -> list[str]:
+    names = text.split(",")
+    bad = [n for n in names if n not in ("float32", "bfloat16", "float16")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown dtype {bad[0]!r}: use float32, bfloat16, float16")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvviz", description="See and measure the KV cache of a real decoder.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -59,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch", type=_positive_int, default=1)
     g.add_argument("--json", action="store_true")
     _add_shape_flags(g)
+
+    w = sub.add_parser("sweep", help="latency sweeps on the real engine: prompt-length, cache, batch, dtype")
+    w.add_argument("kind", choices=["prompt-length", "cache", "batch", "dtype"])
+    w.add_argument("--model", default="tiny", help="tiny (shipped), random (custom shape), or a directory")
+    w.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    w.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--lengths", type=_int_list, help="prompt-length: prompt lengths, e.g. 16,64,256")
+    w.add_argument("--contexts", type=_int_list, help="cache: context lengths to time a step at, e.g. 8,64,1024")
+    w.add_argument("--batches", type=_int_list, default=[1, 2, 4, 8], help="batch: batch sizes")
+    w.add_argument("--dtypes", type=_dtype_list, default=["float32", "bfloat16", "float16"], help="dtype: dtypes")
+    w.add_argument("--prompt-tokens", type=_positive_int, default=64, help="batch, dtype: prompt length")
+    w.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens generated per run")
+    w.add_argument("--repeats", type=_positive_int, default=3, help="runs (steps for cache) per setting; the fastest is kept")
+    w.add_argument("--json", action="store_true")
+    _add_shape_flags(w)
 
     m = sub.add_parser("memory", help="KV-cache bytes, M = 2·B·L·n·H_kv·d_head·bytes, with every intermediate")
     m.add_argument("--preset", help="a model preset (see `kvviz presets`)")
@@ -80,6 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
     x.add_argument("--json", action="store_true")
     return parser
+
+
+def _shape(args: argparse.Namespace) -> DecoderConfig | None:
+    if args.model != "random":
+        return None
+    return DecoderConfig(
+        n_layers=args.layers,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        n_kv_heads=args.kv_heads,
+        d_head=args.d_head or 0,
+        d_ff=args.d_ff,
+        vocab_size=args.vocab_size,
+        max_seq_len=args.max_seq_len,
+    )
 
 
 def cmd_generate(args: argparse.Namespace) -> dict:
@@ -125,6 +171,32 @@ def cmd_generate(args: argparse.Namespace) -> dict:
         "cache_allocated_bytes": last.allocated_bytes,
         "formula_bytes": last.formula_bytes,
     }
+
+
+def cmd_sweep(args: argparse.Namespace) -> dict:
+    from . import sweeps
+    from .loading import load_backend
+
+    shape = _shape(args)
+
+    def load(dtype: str):  # noqa: ANN202 - a Backend
+        return load_backend(args.model, dtype=dtype, device=args.device, shape=shape, seed=args.seed)
+
+    backend = load(args.dtype)
+    max_len = backend.arch.max_seq_len
+    if args.kind == "prompt-length":
+        lengths = args.lengths or sweeps.default_prompt_lengths(max_len, args.new_tokens)
+        sweep = sweeps.prompt_length_sweep(backend, lengths, n_new=args.new_tokens, repeats=args.repeats)
+    elif args.kind == "cache":
+        contexts = args.contexts or sweeps.default_contexts(max_len, args.repeats)
+        sweep = sweeps.cache_sweep(backend, contexts, repeats=args.repeats)
+    elif args.kind == "batch":
+        sweep = sweeps.batch_sweep(backend, args.batches, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
+    else:
+        sweep = sweeps.dtype_sweep(load, args.dtypes, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
+    rows = sweeps.SweepRun(sweep).run()
+    return {"sweep": args.kind, "model": backend.arch.name, "device": str(backend.device), "dtype": args.dtype,
+            "columns": list(sweeps.COLUMNS[args.kind]), "rows": rows, "summary": sweeps.summary(args.kind, rows)}
 
 
 def cmd_memory(args: argparse.Namespace) -> dict:
@@ -213,6 +285,21 @@ def _print_memory(r: dict) -> None:
               f"({format_binary(r['weight_bytes'])}{', estimated' if r['params_estimated'] else ''})")
 
 
+def _print_sweep(r: dict) -> None:
+    print(f"[{r['sweep']} sweep: {r['model']} on {r['device']}, {r['dtype']}]")
+    print("  ".join(f"{c:>14}" for c in r["columns"]))
+    for row in r["rows"]:
+        print("  ".join(f"{_cell(row.get(c)):>14}" for c in r["columns"]))
+    for key, value in r["summary"].items():
+        print(f"{key}: {value}")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
 def _print_presets(r: dict) -> None:
     for p in r["presets"]:
         extra = (f" MLA {p['kv_lora_rank']}+{p['qk_rope_head_dim']}" if p["kv_lora_rank"] else "") + (
@@ -234,6 +321,7 @@ COMMANDS = {
     "memory": (cmd_memory, _print_memory),
     "presets": (cmd_presets, _print_presets),
     "export-hf": (cmd_export_hf, _print_export),
+    "sweep": (cmd_sweep, _print_sweep),
 }
 
 

@@ -1,0 +1,156 @@
+"""Figures of the Prefill & Decode and Latency & Capacity pages: data in, Plotly figure out.
+
+Every visible word arrives in `labels` (translated by the page); times are plotted in milliseconds.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .base import style
+
+PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
+MS = 1e3
+
+
+def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str, str], *,
+                   lecture: bool = False) -> go.Figure:
+    """One bar per forward pass (token 1 = queue + prefill, then one per decoded token) and the running total."""
+    n = len(seconds)
+    x = list(range(1, n + 1))
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    if n:
+        fig.add_bar(x=[1], y=[queue_s * MS], name=labels["queue"], marker_color="#bbbbbb")
+        fig.add_bar(x=[1], y=[seconds[0] * MS], name=labels["prefill"], marker_color=PREFILL)
+        fig.add_bar(x=x[1:], y=[s * MS for s in seconds[1:]], name=labels["decode"], marker_color=DECODE)
+        cumulative = np.cumsum([queue_s + seconds[0], *seconds[1:]]) * MS
+        fig.add_scatter(x=x, y=cumulative.tolist(), name=labels["cumulative"], mode="lines",
+                        line=dict(color=FIT, dash="dot"), secondary_y=True)
+    fig.update_layout(barmode="stack", legend=dict(orientation="h", y=1.12))
+    fig.update_xaxes(title_text=labels["x"])
+    fig.update_yaxes(title_text=labels["y"], secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text=labels["y2"], secondary_y=True, rangemode="tozero", showgrid=False)
+    return style(fig, title=labels["title"], lecture=lecture)
+
+
+def _fit_line(x: Sequence[float], k: float, c: float) -> list[float]:
+    return [float(np.exp(c) * v**k) * MS for v in x]  # fitted on seconds, drawn in ms
+
+
+def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+                        *, lecture: bool = False) -> go.Figure:
+    """TTFT and TPOT (ms) vs prompt length on log-log axes, each with its fitted power law."""
+    x = [r["prompt_tokens"] for r in rows]
+    fig = go.Figure()
+    for key, color in (("ttft_s", PREFILL), ("tpot_s", DECODE)):
+        y = [r[key] * MS if r[key] is not None else None for r in rows]
+        fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color)
+        if fits.get(key):
+            k, c = fits[key]
+            fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
+                            name=labels["fit"].format(name=labels[key], slope=f"{k:.2f}"))
+    fig.update_xaxes(type="log", title_text=labels["x"])
+    fig.update_yaxes(type="log", title_text=labels["y"])
+    return style(fig, title=labels["title"], lecture=lecture)
+
+
+def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+                *, lecture: bool = False) -> go.Figure:
+    """Per-step ms vs context length, with and without the cache, log-log with fitted slopes."""
+    fig = go.Figure()
+    for mode, color in (("cache", DECODE), ("no_cache", NO_CACHE)):
+        mine = [r for r in rows if r["mode"] == mode]
+        x = [r["context_tokens"] for r in mine]
+        fig.add_scatter(x=x, y=[r["seconds"] * MS for r in mine], mode="lines+markers", name=labels[mode],
+                        marker_color=color)
+        if fits.get(mode):
+            k, c = fits[mode]
+            fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
+                            name=labels["fit"].format(name=labels[mode], slope=f"{k:.2f}"))
+    fig.update_xaxes(type="log", title_text=labels["x"])
+    fig.update_yaxes(type="log", title_text=labels["y"])
+    return style(fig, title=labels["title"], lecture=lecture)
+
+
+def batch_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+    """Three panels against batch size: TPOT (ms), tokens/s, KV-cache bytes (MiB)."""
+    x = [r["batch"] for r in rows]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(labels["tpot"], labels["tokens_per_s"], labels["kv"]))
+    fig.add_scatter(x=x, y=[r["tpot_s"] * MS for r in rows], mode="lines+markers", marker_color=DECODE,
+                    name=labels["tpot"], row=1, col=1)
+    fig.add_scatter(x=x, y=[r["tokens_per_s"] for r in rows], mode="lines+markers", marker_color="#2ca02c",
+                    name=labels["tokens_per_s"], row=1, col=2)
+    fig.add_scatter(x=x, y=[r["kv_bytes"] / 2**20 for r in rows], mode="lines+markers", marker_color=NO_CACHE,
+                    name=labels["kv"], row=1, col=3)
+    fig.update_xaxes(title_text=labels["x"], type="log", dtick=np.log10(2))
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(showlegend=False)
+    return style(fig, title=labels["title"], lecture=lecture)
+
+
+def dtype_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+    """TTFT and TPOT (ms) per dtype, side by side; unsupported dtypes are left out."""
+    ok = [r for r in rows if r["supported"]]
+    x = [r["dtype"] for r in ok]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=[r["ttft_s"] * MS for r in ok], name=labels["ttft_s"], marker_color=PREFILL)
+    fig.add_bar(x=x, y=[r["tpot_s"] * MS for r in ok], name=labels["tpot_s"], marker_color=DECODE)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text=labels["y"])
+    return style(fig, title=labels["title"], lecture=lecture)
+
+
+def _marker(fig: go.Figure, x: float, span: tuple[float, float], name: str, color: str, dash: str) -> None:
+    """A named vertical line drawn as a trace: it shows in the legend, and on log axes needs no log10 coordinates."""
+    fig.add_scatter(x=[x, x], y=list(span), mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5))
+
+
+def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_batch: float | None,
+                   max_batch: int, kv_weights_batch: float, lecture: bool = False) -> go.Figure:
+    """Decode TPOT lower bound vs batch: the memory and compute limits, the bound, and where each regime ends."""
+    x = [r["batch"] for r in curve]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_scatter(x=x, y=[r["memory_s"] * MS for r in curve], mode="lines", name=labels["memory"],
+                    line=dict(color=DECODE))
+    fig.add_scatter(x=x, y=[r["compute_s"] * MS for r in curve], mode="lines", name=labels["compute"],
+                    line=dict(color=PREFILL))
+    fig.add_scatter(x=x, y=[r["seconds"] * MS for r in curve], mode="lines", name=labels["bound"],
+                    line=dict(color="black", width=3, dash="dot"))
+    fig.add_scatter(x=x, y=[r["tokens_per_s"] for r in curve], mode="lines", name=labels["tokens_per_s"],
+                    line=dict(color="#2ca02c"), secondary_y=True)
+    times = [r[k] * MS for r in curve for k in ("memory_s", "compute_s")]
+    span = (min(times), max(times))
+    if compute_batch is not None:
+        name = labels["compute_batch"].format(batch=f"{compute_batch:,.0f}")
+        _marker(fig, compute_batch, span, name, PREFILL, "dash")
+    if max_batch:
+        _marker(fig, max_batch, span, labels["max_batch"].format(batch=f"{max_batch:,}"), FIT, "dash")
+    if x[0] <= kv_weights_batch <= x[-1]:
+        name = labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}")
+        _marker(fig, kv_weights_batch, span, name, NO_CACHE, "dot")
+    fig.update_xaxes(type="log", title_text=labels["x"])
+    fig.update_yaxes(type="log", title_text=labels["y"], secondary_y=False)
+    fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
+    style(fig, title=labels["title"], lecture=lecture, height=480)
+    # Legend under the plot: the top edge carries the regime annotations.
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2), margin=dict(b=120))
+    return fig
+
+
+def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight_bytes: float,
+                        crossing_tokens: float, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+    """The batch's KV cache (GB) growing with context against the flat weights, the crossing marked."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(tokens), y=[b / 1e9 for b in kv_bytes], mode="lines", name=labels["kv"],
+                    line=dict(color=NO_CACHE))
+    fig.add_scatter(x=[tokens[0], tokens[-1]], y=[weight_bytes / 1e9] * 2, mode="lines", name=labels["weights"],
+                    line=dict(color=DECODE))
+    if tokens[0] <= crossing_tokens <= tokens[-1]:
+        span = (min(kv_bytes[0], weight_bytes) / 1e9, max(kv_bytes[-1], weight_bytes) / 1e9)
+        _marker(fig, crossing_tokens, span, labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"), FIT, "dash")
+    fig.update_xaxes(type="log", title_text=labels["x"])
+    fig.update_yaxes(type="log", title_text=labels["y"])
+    return style(fig, title=labels["title"], lecture=lecture)

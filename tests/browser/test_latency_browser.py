@@ -1,0 +1,102 @@
+"""Prefill & Decode and Latency & Capacity in a real browser: a streamed request, a sweep, the roofline."""
+import re
+
+import pytest
+from harness import app_server, wait_idle
+from playwright.sync_api import expect
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    # One torch thread: on a shared, oversubscribed CPU two spinning threads time out these sweeps.
+    with app_server(env={"OMP_NUM_THREADS": "1"}) as url:
+        yield url
+
+
+def _open(page, link: str, query: str = "") -> None:
+    # Through the sidebar: loading a page's URL directly makes Streamlit probe _stcore under it (404s).
+    page.goto_app(query=query)
+    page.get_by_role("link", name=link).click()
+    wait_idle(page)
+
+
+def _chart_shot(page, index: int, path) -> None:
+    """The page scrolls inside Streamlit's main block, so a full-page shot stops at the fold: shoot the chart."""
+    chart = page.locator("[data-testid='stPlotlyChart']:visible").nth(index)
+    chart.scroll_into_view_if_needed()
+    chart.screenshot(path=path)
+
+
+def _set_number(page, label: str, value: int) -> None:
+    box = page.get_by_label(label)
+    box.fill(str(value))
+    box.press("Enter")
+    wait_idle(page)
+
+
+def test_prefill_decode_streams(page, shots):
+    _open(page, "Prefill & Decode")
+    expect(page.get_by_role("heading", name="Prefill & Decode")).to_be_visible()
+    _set_number(page, "Prompt length (tokens)", 256)
+    _set_number(page, "New tokens N", 32)
+    page.get_by_role("button", name="Run request").click()
+    expect(page.get_by_text("32 / 32 tokens generated after a 256-token prompt")).to_be_visible(timeout=120_000)
+    wait_idle(page)
+    expect(page.get_by_role("button", name="Run request")).to_be_enabled()
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.screenshot(path=shots / "prefill_decode_en.png", full_page=True)
+    _chart_shot(page, 0, shots / "prefill_decode_timeline_en.png")
+    _open(page, "프리필과 디코드", "?lang=ko")
+    expect(page.get_by_role("heading", name="프리필과 디코드")).to_be_visible()
+    page.screenshot(path=shots / "prefill_decode_ko.png", full_page=True)
+    assert page.console_errors == []
+
+
+def test_latency_sweeps_and_roofline(page, shots):
+    _open(page, "Latency & Capacity")
+    expect(page.get_by_role("heading", name="Latency & Capacity")).to_be_visible()
+    lengths = page.get_by_label(re.compile("Prompt lengths"))
+    expect(lengths).to_be_visible(timeout=90_000)
+    lengths.fill("16, 64, 256, 768")
+    lengths.press("Enter")
+    wait_idle(page)
+    page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
+    expect(page.get_by_text("Done: 4 / 4 settings")).to_be_visible(timeout=120_000)
+    wait_idle(page)
+    page.screenshot(path=shots / "latency_prompt_sweep_en.png", full_page=True)
+    _chart_shot(page, 0, shots / "latency_prompt_chart_en.png")
+
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    contexts = page.get_by_label(re.compile("Context lengths"))
+    contexts.fill("8, 64, 256")
+    contexts.press("Enter")
+    wait_idle(page)
+    page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
+    expect(page.get_by_text("Done: 6 / 6 settings")).to_be_visible(timeout=180_000)
+    wait_idle(page)
+    page.screenshot(path=shots / "latency_cache_sweep_en.png", full_page=True)
+    _chart_shot(page, 0, shots / "latency_cache_chart_en.png")
+
+    for tab, n, name in (("Batch size", 4, "batch"), ("dtype", 3, "dtype")):
+        page.get_by_role("tab", name=tab, exact=True).click()
+        if name == "batch":
+            batches = page.get_by_label("Batch sizes (comma-separated)")
+            batches.fill("1, 2, 4, 8")
+            batches.press("Enter")
+            wait_idle(page)
+        page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
+        expect(page.get_by_role("tabpanel").get_by_text(f"Done: {n} / {n} settings")).to_be_visible(timeout=180_000)
+        wait_idle(page)
+        _chart_shot(page, 0, shots / f"latency_{name}_chart_en.png")
+
+    page.get_by_role("tab", name="Roofline & capacity").click()
+    page.screenshot(path=shots / "latency_roofline_en.png", full_page=True)
+    _chart_shot(page, 0, shots / "latency_roofline_chart_en.png")
+    _chart_shot(page, 1, shots / "latency_kv_weights_chart_en.png")
+    assert page.locator("[data-testid='stException']").count() == 0
+    _open(page, "지연 시간과 처리 용량", "?lang=ko")
+    expect(page.get_by_role("heading", name="지연 시간과 처리 용량")).to_be_visible()
+    page.get_by_role("tab", name="루프라인과 용량").click()
+    page.screenshot(path=shots / "latency_roofline_ko.png", full_page=True)
+    _chart_shot(page, 0, shots / "latency_roofline_chart_ko.png")
+    assert page.console_errors == []

@@ -1,0 +1,146 @@
+"""Prefill & Decode and Latency & Capacity headless (AppTest): they run, stream, sweep, cancel and chart."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.config import DecoderConfig
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+SMALL = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=128)
+
+
+def _open(page: str, lang: str = "en") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params["lang"] = lang
+    at.session_state["kv_shape"] = SMALL
+    at.switch_page(page).run()
+    assert not at.exception
+    return at
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+@pytest.mark.parametrize("page, title", [
+    ("pages/2_Prefill_and_Decode.py", ("Prefill & Decode", "프리필과 디코드")),
+    ("pages/4_Latency_and_Capacity.py", ("Latency & Capacity", "지연 시간과 처리 용량")),
+])
+def test_pages_run_in_both_languages(page, title, lang):
+    at = _open(page, lang)
+    assert at.title[0].value == title[lang == "ko"]
+    assert not at.error
+
+
+@pytest.mark.parametrize("lang, chart_title", [("en", "Batch size: latency, throughput, cache"),
+                                               ("ko", "배치 크기: 지연, 처리량, 캐시")])
+def test_batch_sweep_chart_in_both_languages(lang, chart_title):
+    at = _open("pages/4_Latency_and_Capacity.py", lang)
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.text_input(key="lc_b_batches").set_value("1, 2")
+    at.number_input(key=f"lc_b_prompt_{max_len}").set_value(8)
+    at.number_input(key="lc_b_new").set_value(3)
+    at.button(key="lc_start_batch").click().run()
+    _until(at, lambda: at.session_state["lc_run_batch"].finished)
+    at.run()
+    assert not at.exception
+    rows = at.session_state["lc_run_batch"].rows
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"] == chart_title)
+    kv = spec["data"][2]
+    assert kv["x"] == [1, 2] and kv["y"] == pytest.approx([r["kv_bytes"] / 2**20 for r in rows])
+    assert rows[1]["kv_bytes"] == 2 * rows[0]["kv_bytes"] == 2 * rows[0]["kv_formula_bytes"]
+
+
+def _until(at: AppTest, done, limit: int = 60) -> None:
+    for _ in range(limit):
+        if done():
+            return
+        at.run()
+    raise AssertionError("did not finish")
+
+
+def test_prefill_decode_streams_a_request():
+    at = _open("pages/2_Prefill_and_Decode.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.number_input(key=f"pd_prompt_{max_len}").set_value(40)
+    at.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(12)
+    at.button(key="pd_run").click().run()
+    _until(at, lambda: not at.session_state["pd_running"])
+    assert not at.exception
+    gen = at.session_state["pd_gen"]
+    assert len(gen.prompt_ids) == 40 and gen.n_generated == 12
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    bars = {d["name"]: d for d in spec["data"]}
+    names = list(bars)
+    prefill, decode, cumulative = bars[names[1]], bars[names[2]], bars[names[3]]
+    assert prefill["y"] == [pytest.approx(gen.events[0].seconds * 1e3)]
+    assert decode["x"] == list(range(2, 13)) and decode["y"] == pytest.approx([e.seconds * 1e3 for e in gen.events[1:]])
+    assert cumulative["y"][-1] == pytest.approx(1e3 * (gen.events[0].queue_s + sum(e.seconds for e in gen.events)))
+    assert len(at.metric) == 4
+
+
+def test_prompt_length_sweep_fills_its_chart_and_csv():
+    at = _open("pages/4_Latency_and_Capacity.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.text_input(key=f"lc_p_lengths_{max_len}").set_value("8, 16, 32")
+    at.number_input(key="lc_p_new").set_value(3)
+    at.button(key="lc_start_prompt-length").click().run()
+    _until(at, lambda: at.session_state["lc_run_prompt-length"].finished)
+    at.run()
+    assert not at.exception
+    rows = at.session_state["lc_run_prompt-length"].rows
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if "TTFT" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    ttft = spec["data"][0]
+    assert ttft["x"] == [8, 16, 32] and ttft["y"] == pytest.approx([r["ttft_s"] * 1e3 for r in rows])
+    assert spec["data"][1]["name"].startswith("TTFT fit, slope")
+
+
+def test_cancel_keeps_the_rows_done():
+    at = _open("pages/4_Latency_and_Capacity.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    # Long enough (68 settings, ~600 steps up to 1000 tokens) that one tick's 0.25 s cannot finish it.
+    at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 30))))
+    at.number_input(key="lc_c_repeats").set_value(9)
+    at.button(key="lc_start_cache").click().run()
+    run = at.session_state["lc_run_cache"]
+    assert 1 <= len(run.rows) < 68 and not run.finished
+    at.button(key="lc_cancel_cache").click().run()
+    assert run.cancelled and 1 <= len(run.rows) < 68
+    kept = len(run.rows)
+    at.run()
+    assert len(at.session_state["lc_run_cache"].rows) == kept
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("One decode step"))
+    assert sum(len(d["x"]) for d in spec["data"] if "slope" not in d["name"]) == kept
+
+
+def test_bad_list_shows_a_message_not_a_traceback():
+    at = _open("pages/4_Latency_and_Capacity.py")
+    at.text_input(key="lc_b_batches").set_value("1, two").run()
+    at.button(key="lc_start_batch").click().run()
+    assert not at.exception
+    assert any("whole numbers" in e.value for e in at.error)
+
+
+def test_roofline_tab_shows_the_llama3_8b_bound():
+    at = _open("pages/4_Latency_and_Capacity.py")
+    assert any("= **4.95 ms**" in m.value for m in at.markdown)  # (16.06 GB + 0.54 GB) / 3.35 TB/s, Llama-3.1-8B
+    at.number_input(key="lc_r_batch").set_value(8).run()
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Decode TPOT"))
+    memory = spec["data"][0]
+    i = memory["x"].index(8)
+    assert memory["y"][i] == pytest.approx((2 * 8_030_261_248 + 8 * 536_870_912) / 3.35e12 * 1e3)  # Llama-3.1-8B preset
+
+
+def test_hosted_demo_caps_sweep_points(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_MAX_SWEEP_POINTS", "3")
+    at = _open("pages/4_Latency_and_Capacity.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.text_input(key=f"lc_p_lengths_{max_len}").set_value("8, 16, 32, 64")
+    at.button(key="lc_start_prompt-length").click().run()
+    assert not at.exception
+    assert "lc_run_prompt-length" not in at.session_state  # refused before anything ran
+    assert any("at most 3 points per sweep, got 4" in e.value for e in at.error)
