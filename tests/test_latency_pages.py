@@ -14,6 +14,7 @@ SMALL = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128,
 def _open(page: str, lang: str = "en") -> AppTest:
     at = AppTest.from_file(APP, default_timeout=90)
     at.query_params["lang"] = lang
+    at.session_state["kv_model"] = "random"  # a small custom shape keeps the sweeps quick
     at.session_state["kv_shape"] = SMALL
     at.switch_page(page).run()
     assert not at.exception
