@@ -16,7 +16,7 @@ import torch
 from .backends.base import Backend
 from .errors import InputError
 from .device import device_memory_allocated, synchronize
-from .memory import kv_cache_bytes
+from .memory import live_kv_bytes
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class StepEvent:
     cache_lengths: list[int]  # per layer, after this pass
     live_bytes: int  # measured from the cache tensors
     allocated_bytes: int
-    formula_bytes: int  # kv_cache_bytes() for the same shape
+    formula_bytes: int  # memory.live_kv_bytes() for the same shape and per-layer lengths
     attn_scores: int  # q·k dot products computed this pass, all layers and heads
     attention: list[np.ndarray] | None = None  # per layer [n_heads, n_keys]: the newest query's row
     device_memory_bytes: int | None = None  # allocator reading on CUDA/MPS
@@ -185,9 +185,7 @@ class Generation:
             cache_lengths=lengths,
             live_bytes=live,
             allocated_bytes=allocated,
-            formula_bytes=kv_cache_bytes(
-                self.batch_size, arch.n_layers, lengths[0], arch.n_kv_heads, arch.d_head, _elem_size(be.dtype)
-            ),
+            formula_bytes=live_kv_bytes(self.batch_size, lengths, arch.kv_elems_per_token_per_layer, _elem_size(be.dtype)),
             attn_scores=attention_scores_per_pass(arch.n_layers, arch.n_heads, n_new, n_past),
             attention=[a[0, :, -1].float().cpu().numpy() for a in out.attentions] if out.attentions else None,
             device_memory_bytes=device_memory_allocated(be.device),

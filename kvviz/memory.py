@@ -49,6 +49,12 @@ def kv_cache_bytes(
     return _times_bytes(2 * batch * n_layers * n_tokens * n_kv_heads * d_head, bytes_per_elem)
 
 
+def live_kv_bytes(batch: int, layer_lengths: list[int], elems_per_token_per_layer: int, bytes_per_elem: float) -> int:
+    """The formula over a live cache whose layers may hold different lengths (sliding windows):
+    B · Σ_layers n_layer · (2·H_kv·d_head, or the MLA latent + RoPE key) · bytes."""
+    return int(batch * sum(layer_lengths) * elems_per_token_per_layer * bytes_per_elem)
+
+
 @dataclass(frozen=True)
 class KVMemory:
     """Each step of the formula, as the study note walks it: token·layer → token → request → all requests."""

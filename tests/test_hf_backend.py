@@ -169,7 +169,7 @@ def test_sliding_window_cache_keeps_only_the_window(tmp_path):
     ids = torch.tensor([gen.prompt_ids])
     assert gen.generated[0] == reference.generate(ids, max_new_tokens=10, do_sample=False)[0, ids.shape[1]:].tolist()
     assert ev.cache_lengths == [5, 5]  # window − 1 positions kept, not the whole prefix
-    assert ev.live_bytes == real_cache_bytes(gen.cache) == kv_cache_bytes(1, 2, 5, 2, 16, 4)
+    assert ev.live_bytes == real_cache_bytes(gen.cache) == kv_cache_bytes(1, 2, 5, 2, 16, 4) == ev.formula_bytes
 
 
 def test_mla_caches_the_compressed_latent(tmp_path):
@@ -185,6 +185,7 @@ def test_mla_caches_the_compressed_latent(tmp_path):
     n = len(gen.prompt_ids) + 3
     # One shared latent (kv_lora_rank) plus one RoPE key (qk_rope_head_dim) per token and layer, float32.
     assert ev.live_bytes == real_cache_bytes(gen.cache) == 2 * n * (16 + 8) * 4
+    assert ev.formula_bytes == ev.live_bytes  # the MLA formula L·n·(kv_lora_rank + qk_rope_head_dim)·bytes
     assert ev.attention[0].shape == (4, n)
 
 

@@ -23,7 +23,18 @@ class ArchInfo:
     max_seq_len: int
     n_params: int
     kind: str = "native"  # native | hf
-    mla: bool = False  # multi-head latent attention (DeepSeek): K/V come from a compressed latent
+    # Multi-head latent attention (DeepSeek): a compressed latent and one shared RoPE key are cached.
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def kv_elems_per_token_per_layer(self) -> int:
+        """Values one token leaves in one layer's cache: 2·H_kv·d_head (K and V), or the MLA latent + RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 2 * self.n_kv_heads * self.d_head
 
     @property
     def attention_kind(self) -> str:

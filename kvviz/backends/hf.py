@@ -65,7 +65,8 @@ def arch_from_config(config: Any, name: str, n_params: int) -> ArchInfo:
         max_seq_len=getattr(c, "max_position_embeddings", None) or 2048,
         n_params=n_params,
         kind="hf",
-        mla=getattr(c, "kv_lora_rank", None) is not None,
+        kv_lora_rank=getattr(c, "kv_lora_rank", None) or 0,
+        qk_rope_head_dim=getattr(c, "qk_rope_head_dim", None) or 0,
     )
 
 
