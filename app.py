@@ -10,7 +10,7 @@ st.write(ui.tr("home.summary"))
 
 st.subheader(ui.tr("home.loop_title"))
 steps = [ui.tr(f"home.loop_{i}") for i in range(1, 7)]
-st.graphviz_chart(decode_loop_dot(steps, ui.tr("home.loop_repeat")), width="stretch")
+st.graphviz_chart(decode_loop_dot(steps, ui.tr("home.loop_repeat"), lecture=settings.lecture), width="stretch")
 st.caption(ui.tr("home.loop_caption"))
 
 st.subheader(ui.tr("home.model_title"))

@@ -59,15 +59,19 @@ _STRIP_CSS = """<style>
 def token_strip_html(
     token_texts: Sequence[str], n_prompt: int, top_k: Sequence[TopToken], top_caption: str, *, lecture: bool = False
 ) -> str:
-    """Prompt and generated tokens as chips (the newest highlighted) and the top-5 of the current step."""
+    """Prompt and generated tokens as chips (the newest highlighted) and the top-5 of the current step.
+
+    Bars are scaled to the most likely token; the probabilities are printed beside them.
+    """
     chips = []
     last = len(token_texts) - 1
     for i, text in enumerate(token_texts):
         kind = "prompt" if i < n_prompt else ("newest gen" if i == last else "gen")
         chips.append(f'<span class="kv-chip {kind}" title="position {i}">{html.escape(visible(text))}</span>')
+    top = max((t.prob for t in top_k), default=1.0) or 1.0
     rows = "".join(
         f"<tr><td>{html.escape(visible(t.text))}</td><td>{t.prob:.3f}</td>"
-        f'<td><span class="kv-bar" style="width:{max(1, round(t.prob * 160))}px"></span></td></tr>'
+        f'<td><span class="kv-bar" style="width:{max(1, round(t.prob / top * 160))}px"></span></td></tr>'
         for t in top_k
     )
     size = "22px" if lecture else "15px"

@@ -51,8 +51,9 @@ def step() -> None:
         state.reuse_last_step = time.monotonic()
 
 
-def toggle_play() -> None:
-    state.reuse_playing = not state.reuse_playing
+def play(on: bool) -> None:
+    # Set, never toggle: a click can reach the server twice when a timed fragment run coalesces with it.
+    state.reuse_playing = on
 
 
 def reset() -> None:
@@ -70,10 +71,14 @@ with st.container(border=True):
     c2.number_input(tr("reuse.max_new"), 1, 512, 24, key="reuse_max_new", help=tr("reuse.max_new_help"))
     st.text_area(tr("reuse.prompt"), key="reuse_prompt", height=80)
     b = st.columns([1, 1, 1, 1, 3])
-    b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None, type="primary", key="reuse_btn_prefill")
-    b[1].button(tr("reuse.step"), on_click=step, disabled=not can_step, key="reuse_btn_step")
-    b[2].button(tr("reuse.pause") if state.reuse_playing else tr("reuse.play"), on_click=toggle_play,
-                disabled=not can_step and not state.reuse_playing, key="reuse_btn_play")
+    playing = state.reuse_playing
+    b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
+                key="reuse_btn_prefill")
+    b[1].button(tr("reuse.step"), on_click=step, disabled=not can_step or playing, key="reuse_btn_step")
+    if playing:
+        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause")
+    else:
+        b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play")
     b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
     b[4].slider(tr("reuse.speed"), 0.5, 8.0, 2.0, 0.5, key="reuse_speed", help=tr("reuse.speed_help"))
 

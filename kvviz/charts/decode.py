@@ -24,7 +24,7 @@ def _position_axis(labels: Sequence[str]) -> dict:
     return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
 
 
-def decode_loop_dot(steps: Sequence[str], loop_label: str) -> str:
+def decode_loop_dot(steps: Sequence[str], loop_label: str, *, lecture: bool = False) -> str:
     """The decode loop as Graphviz DOT: prefill → cache → new Q/K/V → append → attend → next token → repeat."""
     nodes = []
     for i, text in enumerate(steps):
@@ -33,11 +33,12 @@ def decode_loop_dot(steps: Sequence[str], loop_label: str) -> str:
     edges = [f"  s{i} -> s{i + 1};" for i in range(len(steps) - 1)]
     # The loop closes from the next token back to "new token's Q/K/V": prefill runs once.
     edges.append(f'  s{len(steps) - 1} -> s2 [label="{_dot_escape(loop_label)}", style=dashed, constraint=false];')
+    size = 20 if lecture else 14
     return "\n".join([
         "digraph decode {",
         '  rankdir=LR; bgcolor="transparent";',
-        '  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize=13, margin="0.15,0.08"];',
-        '  edge [fontname="Noto Sans CJK KR, sans-serif", fontsize=11];',
+        f'  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize={size}, margin="0.15,0.08"];',
+        f'  edge [fontname="Noto Sans CJK KR, sans-serif", fontsize={size - 2}];',
         *nodes,
         *edges,
         "}",
