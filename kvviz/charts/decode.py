@@ -61,26 +61,24 @@ def cache_growth_figure(
     """One K row and one V row per layer; cell = the pass that wrote that position (empty = not cached).
 
     Each step adds one column to every row, coloured as the newest; the prefill's columns are grey.
-    `hover` is a template with {layer}, {kind}, {pass_}.
+    `hover` is a template with {row}, {position} and {pass_}.
     """
-    n_layers = len(written)
     width = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
-    z, ylabels, text = [], [], []
+    z, ylabels = [], []
     for layer, row in enumerate(written):
         padded = list(row) + [None] * (width - len(row))
         for kind in ("K", "V"):
             z.append(padded)
             ylabels.append(f"L{layer} {kind}")
-            text.append([hover.format(layer=layer, kind=kind, pass_=p) if p is not None else "" for p in padded])
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(width)), y=list(range(2 * n_layers)), text=text,
-        hovertemplate="%{text}<br>%{x}<extra></extra>",
+        z=z, x=list(range(width)), y=ylabels,  # row names are unique, so a categorical axis is safe here
+        hovertemplate=hover.format(row="%{y}", position="%{x}", pass_="%{z}") + "<extra></extra>",
         zmin=0, zmax=max(newest, 1), showscale=False, xgap=1, ygap=1, colorscale=_pass_colors(newest),
     ))
     fig.update_xaxes(title=x_title, **_position_axis(labels[:width]))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(2 * n_layers)), ticktext=ylabels, autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(220, 60 + 18 * 2 * n_layers))
+    fig.update_yaxes(autorange="reversed")
+    return style(fig, title=title, lecture=lecture, height=max(220, 60 + 36 * len(written)))
 
 
 def _pass_colors(newest: int) -> list[list]:
@@ -113,8 +111,7 @@ def cache_bytes_figure(
     ])
     fig.update_xaxes(title=x_title, dtick=1 if len(passes) <= 20 else None)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom"))
-    return style(fig, title=title, lecture=lecture, height=300)
+    return _legend_below(style(fig, title=title, lecture=lecture, height=320))
 
 
 def kv_values_figure(
@@ -169,9 +166,9 @@ def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str],
                marker_color="#999", text=[f"{work.recompute_qkv:,}", f"{work.recompute_scores:,}"],
                textposition="outside"),
     ])
-    fig.update_yaxes(type="log", title=y_title)
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
-    return style(fig, title=title, lecture=lecture, height=300)
+    fig.update_yaxes(type="log", title=y_title, dtick=1)  # one tick per decade
+    fig.update_layout(barmode="group")
+    return _legend_below(style(fig, title=title, lecture=lecture, height=340))
 
 
 def cumulative_work_figure(
@@ -199,5 +196,10 @@ def cumulative_work_figure(
     ])
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom"))
-    return style(fig, title=title, lecture=lecture, height=340)
+    return _legend_below(style(fig, title=title, lecture=lecture, height=380))
+
+
+def _legend_below(fig: go.Figure) -> go.Figure:
+    """A horizontal legend under the plot, clear of the title and the bar labels."""
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"), margin_b=110)
+    return fig
