@@ -5,6 +5,7 @@ import html
 from collections.abc import Sequence
 
 from .engine import StepEvent, TopToken
+from .tokenizer import Tokenizer
 
 _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 
@@ -12,6 +13,17 @@ _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 def visible(text: str) -> str:
     """A token's text with whitespace made visible, so a chip or axis label is never blank."""
     return text.translate(_VISIBLE) or "∅"
+
+
+def token_texts(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """Readable text per token; a lone byte of a multi-byte character shows as its hex, not as �."""
+    out = []
+    for i in ids:
+        text = tokenizer.token_text(i)
+        if text == "\ufffd":
+            text = f"<0x{i:02X}>" if i < 256 else f"⟨{i}⟩"
+        out.append(text)
+    return out
 
 
 def kv_head_of(n_heads: int, n_kv_heads: int) -> list[int]:

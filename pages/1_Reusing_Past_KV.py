@@ -110,7 +110,7 @@ def live_view() -> None:
 
 def draw(gen: Generation) -> None:
     be, arch, last = gen.backend, gen.backend.arch, gen.events[-1]
-    texts = [be.tokenizer.token_text(i) for i in gen.token_ids]
+    texts = decode_view.token_texts(be.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(texts)
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
 
@@ -118,7 +118,7 @@ def draw(gen: Generation) -> None:
     st.caption(tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
                   ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
                + (" " + tr("reuse.done") if gen.done else ""))
-    top_caption = tr("reuse.top_caption", token=decode_view.visible(last.token_text))
+    top_caption = tr("reuse.top_caption", token=decode_view.visible(texts[-1]))
     st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
 
     st.subheader(tr("reuse.growth_title"))

@@ -64,6 +64,13 @@ def test_analytic_growth_orders():
     assert 7.9 < work.analytic_recompute(arch, 1, 2000) / work.analytic_recompute(arch, 1, 1000) < 8.1
 
 
+def test_token_texts_show_bytes_of_split_characters():
+    from kvviz.tokenizer import ByteTokenizer
+
+    ids = list("가a".encode())
+    assert decode_view.token_texts(ByteTokenizer(), ids) == ["<0xEA>", "<0xB0>", "<0x80>", "a"]
+
+
 def test_token_strip_escapes_and_marks_the_newest(gen):
     top = gen.events[-1].top_k
     html = decode_view.token_strip_html(["<b>", " a", "x"], 2, top, "top-5 & more")

@@ -111,7 +111,7 @@ def cache_bytes_figure(
     ])
     fig.update_xaxes(title=x_title, dtick=1 if len(passes) <= 20 else None)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=320))
+    return _legend_below(style(fig, title=title, lecture=lecture, height=380), y=-0.3)
 
 
 def kv_values_figure(
@@ -142,7 +142,9 @@ def attention_figure(
     """The newest query's attention probabilities: query heads × prefix positions, GQA groups outlined."""
     n_heads, n_keys = rows.shape
     fig = go.Figure(go.Heatmap(
-        z=rows.tolist(), x=list(range(n_keys)), y=list(range(n_heads)), zmin=0, zmax=1, colorscale="Viridis",
+        # zmax = the largest weight, so a spread-out row still shows its structure; the colour bar gives the scale
+        z=rows.tolist(), x=list(range(n_keys)), y=list(range(n_heads)), zmin=0, zmax=float(rows.max()),
+        colorscale="Viridis",
         hovertemplate="%{y}: %{x} → %{z:.3f}<extra></extra>",
     ))
     # A box around each group of query heads that share one KV head.
@@ -199,7 +201,7 @@ def cumulative_work_figure(
     return _legend_below(style(fig, title=title, lecture=lecture, height=380))
 
 
-def _legend_below(fig: go.Figure) -> go.Figure:
-    """A horizontal legend under the plot, clear of the title and the bar labels."""
-    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"), margin_b=110)
+def _legend_below(fig: go.Figure, y: float = -0.22) -> go.Figure:
+    """A horizontal legend under the plot (below the x-axis title), clear of the title and the bar labels."""
+    fig.update_layout(legend=dict(orientation="h", x=0, y=y, yanchor="top"), margin_b=130)
     return fig
