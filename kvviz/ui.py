@@ -29,8 +29,9 @@ from .errors import InputError
 from .hosted import HostedCaps
 from .i18n import LANG_NAMES, LANGS, t
 from .loading import load_backend
-from .memory import dtype_bytes, format_binary
+from .memory import dtype_bytes, format_binary, kv_cache_bytes
 from .sessions import REGISTRY
+from .shape import check_custom_shape, parameter_count
 
 ROOT = Path(__file__).resolve().parents[1]  # the app's folder: app.py and pages/
 
@@ -202,19 +203,27 @@ def page_setup(title_key: str) -> Settings:
 
 
 def _shape_controls(caps: HostedCaps | None = None) -> None:
+    """Custom shape: layers, query heads, KV heads (MHA/GQA/MQA), d_head, d_model; an invalid one changes nothing."""
     shape: DecoderConfig = st.session_state.kv_shape
     c1, c2 = st.columns(2)
-    layers = c1.number_input(tr("common.layers"), 1, 48, shape.n_layers, key="_w_layers")
-    d_model = c2.number_input(tr("common.d_model"), 16, 4096, shape.d_model, step=16, key="_w_d_model")
-    heads = c1.number_input(tr("common.heads"), 1, 64, shape.n_heads, key="_w_heads")
-    kv_heads = c2.number_input(tr("common.kv_heads"), 1, 64, shape.n_kv_heads, key="_w_kv_heads")
-    d_head = st.number_input(tr("common.d_head"), 2, 256, shape.d_head, step=2, key="_w_d_head")
+    layers = c1.number_input(tr("common.layers"), 1, 48, shape.n_layers, key="_w_layers", help=tr("shape.help_layers"))
+    d_model = c2.number_input(tr("common.d_model"), 16, 4096, shape.d_model, step=16, key="_w_d_model",
+                              help=tr("shape.help_d_model"))
+    heads = c1.number_input(tr("common.heads"), 1, 64, shape.n_heads, key="_w_heads", help=tr("shape.help_heads"))
+    kv_heads = c2.number_input(tr("common.kv_heads"), 1, 64, shape.n_kv_heads, key="_w_kv_heads",
+                               help=tr("shape.help_kv_heads"))
+    d_head = st.number_input(tr("common.d_head"), 2, 256, shape.d_head, step=2, key="_w_d_head",
+                             help=tr("shape.help_d_head"))
     try:
-        new = DecoderConfig(n_layers=int(layers), d_model=int(d_model), n_heads=int(heads),
-                            n_kv_heads=int(kv_heads), d_head=int(d_head), d_ff=int(d_model) * 8 // 3 // 16 * 16 or 16)
+        new = DecoderConfig(
+            n_layers=int(layers), d_model=int(d_model), n_heads=int(heads), n_kv_heads=int(kv_heads),
+            d_head=int(d_head), d_ff=int(d_model) * 8 // 3 // 16 * 16 or 16,
+            vocab_size=shape.vocab_size, max_seq_len=shape.max_seq_len)  # not in the sidebar: kept as they were
         if caps is not None:
             hosted.check_shape(new, caps)
+        # What this machine can hold first (the concrete reason), then the app's fixed ceiling.
         hosted.check_weights_fit(new, int(dtype_bytes(st.session_state.kv_dtype)), hosted.available_memory_bytes())
+        check_custom_shape(new)
     except InputError as exc:
         # Keep the last valid shape (and the generation built on it); say what is wrong.
         st.error(tr("common.invalid_shape", error=exc.message(lang())))
@@ -222,6 +231,8 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
     st.session_state.kv_shape = new
     st.caption(tr("common.shape_caption", kind=new.attention_kind, n_heads=new.n_heads,
                   n_kv_heads=new.n_kv_heads, group=new.group_size))
+    per_token = kv_cache_bytes(1, new.n_layers, 1, new.n_kv_heads, new.d_head, dtype_bytes(st.session_state.kv_dtype))
+    st.caption(tr("shape.kv_per_token", bytes=f"{per_token:,}", params=f"{parameter_count(new):,}"))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

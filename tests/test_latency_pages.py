@@ -1,4 +1,5 @@
 """Prefill & Decode and Latency & Capacity headless (AppTest): they run, stream, sweep, cancel and chart."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,11 +12,11 @@ APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SMALL = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=128)
 
 
-def _open(page: str, lang: str = "en") -> AppTest:
+def _open(page: str, lang: str = "en", shape: DecoderConfig = SMALL) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=90)
     at.query_params["lang"] = lang
     at.session_state["kv_model"] = "random"  # a small custom shape keeps the sweeps quick
-    at.session_state["kv_shape"] = SMALL
+    at.session_state["kv_shape"] = shape
     at.switch_page(page).run()
     assert not at.exception
     return at
@@ -98,7 +99,7 @@ def test_prompt_length_sweep_fills_its_chart_and_csv():
 
 
 def test_cancel_keeps_the_rows_done():
-    at = _open("pages/4_Latency_and_Capacity.py")
+    at = _open("pages/4_Latency_and_Capacity.py", shape=dataclasses.replace(SMALL, max_seq_len=1024))
     max_len = at.session_state["kv_shape"].max_seq_len
     # Long enough (68 settings, ~600 steps up to 1000 tokens) that one tick's 0.25 s cannot finish it.
     at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 30))))

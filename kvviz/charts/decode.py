@@ -1,0 +1,207 @@
+"""Figures of the step-by-step decode (Home and Reusing Past K/V): data in, plotly Figure out.
+
+Every user-visible string comes in as an argument (the pages pass them translated).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ..work import CumulativeWork, PassWork
+from .base import style
+
+PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
+MAX_TICKS = 48
+
+
+def _position_axis(labels: Sequence[str]) -> dict:
+    """Numeric positions with token labels (a categorical axis would merge repeated tokens)."""
+    n = len(labels)
+    every = max(1, -(-n // MAX_TICKS))
+    vals = list(range(0, n, every))
+    return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
+
+
+def decode_loop_dot(steps: Sequence[str], loop_label: str, *, lecture: bool = False) -> str:
+    """The decode loop as Graphviz DOT: prefill → cache → new Q/K/V → append → attend → next token → repeat."""
+    nodes = []
+    for i, text in enumerate(steps):
+        fill = "#ffe2b3" if i == 0 else ("#dfe9ff" if i < len(steps) - 1 else "#d8f5dc")
+        nodes.append(f'  s{i} [label="{_dot_escape(text)}", fillcolor="{fill}"];')
+    edges = [f"  s{i} -> s{i + 1};" for i in range(len(steps) - 1)]
+    # The loop closes from the next token back to "new token's Q/K/V": prefill runs once.
+    edges.append(f'  s{len(steps) - 1} -> s2 [label="{_dot_escape(loop_label)}", style=dashed, constraint=false];')
+    size = 20 if lecture else 14
+    return "\n".join([
+        "digraph decode {",
+        '  rankdir=LR; bgcolor="transparent";',
+        f'  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize={size}, margin="0.15,0.08"];',
+        f'  edge [fontname="Noto Sans CJK KR, sans-serif", fontsize={size - 2}];',
+        *nodes,
+        *edges,
+        "}",
+    ])
+
+
+def _dot_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def cache_growth_figure(
+    written: Sequence[Sequence[int]],
+    labels: Sequence[str],
+    *,
+    title: str,
+    x_title: str,
+    hover: str,
+    lecture: bool = False,
+) -> go.Figure:
+    """One K row and one V row per layer; cell = the pass that wrote that position (empty = not cached).
+
+    Each step adds one column to every row, coloured as the newest; the prefill's columns are grey.
+    `hover` is a template with {row}, {position} and {pass_}.
+    """
+    width = max((len(r) for r in written), default=0)
+    newest = max((r[-1] for r in written if r), default=0)
+    z, ylabels = [], []
+    for layer, row in enumerate(written):
+        padded = list(row) + [None] * (width - len(row))
+        for kind in ("K", "V"):
+            z.append(padded)
+            ylabels.append(f"L{layer} {kind}")
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(width)), y=ylabels,  # row names are unique, so a categorical axis is safe here
+        hovertemplate=hover.format(row="%{y}", position="%{x}", pass_="%{z}") + "<extra></extra>",
+        zmin=0, zmax=max(newest, 1), showscale=False, xgap=1, ygap=1, colorscale=_pass_colors(newest),
+    ))
+    fig.update_xaxes(title=x_title, **_position_axis(labels[:width]))
+    fig.update_yaxes(autorange="reversed")
+    return style(fig, title=title, lecture=lecture, height=max(220, 60 + 36 * len(written)))
+
+
+def _pass_colors(newest: int) -> list[list]:
+    """Stepped colours: the prefill's positions grey, earlier steps blue, the newest step orange."""
+    if newest == 0:
+        return [[0, PREFILL_COLOR], [1, PREFILL_COLOR]]
+    a = 0.5 / newest
+    return [[0, PREFILL_COLOR], [a, PREFILL_COLOR], [a, STEP_COLOR], [1 - a, STEP_COLOR],
+            [1 - a, NEWEST_COLOR], [1, NEWEST_COLOR]]
+
+
+def cache_bytes_figure(
+    passes: Sequence[int],
+    live: Sequence[int],
+    allocated: Sequence[int],
+    formula: Sequence[int],
+    *,
+    title: str,
+    x_title: str,
+    y_title: str,
+    names: tuple[str, str, str],
+    lecture: bool = False,
+) -> go.Figure:
+    """Live (measured from the tensors) vs preallocated bytes after each pass, with the formula's bytes."""
+    fig = go.Figure([
+        go.Scatter(x=list(passes), y=list(allocated), name=names[1], mode="lines", line=dict(dash="dash", color="#888")),
+        go.Scatter(x=list(passes), y=list(live), name=names[0], mode="lines+markers", line=dict(color=STEP_COLOR)),
+        go.Scatter(x=list(passes), y=list(formula), name=names[2], mode="markers",
+                   marker=dict(symbol="x", size=9, color=NEWEST_COLOR)),
+    ])
+    fig.update_xaxes(title=x_title, dtick=1 if len(passes) <= 20 else None)
+    fig.update_yaxes(title=y_title, rangemode="tozero")
+    return _legend_below(style(fig, title=title, lecture=lecture, height=380), y=-0.3)
+
+
+def kv_values_figure(
+    values: np.ndarray, labels: Sequence[str], *, title: str, x_title: str, lecture: bool = False
+) -> go.Figure:
+    """The real cached K or V of one layer and KV head: positions (rows, growing) × d_head."""
+    n, d_head = values.shape
+    lim = float(np.abs(values).max()) if values.size else 1.0
+    fig = go.Figure(go.Heatmap(
+        z=values.tolist(), x=list(range(d_head)), y=list(range(n)), zmin=-lim, zmax=lim,
+        colorscale="RdBu_r", hovertemplate="%{y} · d%{x}: %{z:.4f}<extra></extra>",
+    ))
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(autorange="reversed", **_position_axis(labels[:n]))
+    return style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n)))
+
+
+def attention_figure(
+    rows: np.ndarray,
+    labels: Sequence[str],
+    head_labels: Sequence[str],
+    kv_head_of: Sequence[int],
+    *,
+    title: str,
+    x_title: str,
+    lecture: bool = False,
+) -> go.Figure:
+    """The newest query's attention probabilities: query heads × prefix positions, GQA groups outlined."""
+    n_heads, n_keys = rows.shape
+    fig = go.Figure(go.Heatmap(
+        # zmax = the largest weight, so a spread-out row still shows its structure; the colour bar gives the scale
+        z=rows.tolist(), x=list(range(n_keys)), y=list(range(n_heads)), zmin=0, zmax=float(rows.max()),
+        colorscale="Viridis",
+        hovertemplate="%{y}: %{x} → %{z:.3f}<extra></extra>",
+    ))
+    # A box around each group of query heads that share one KV head.
+    starts = [h for h in range(n_heads) if h == 0 or kv_head_of[h] != kv_head_of[h - 1]]
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else n_heads
+        fig.add_shape(type="rect", x0=-0.5, x1=n_keys - 0.5, y0=start - 0.5, y1=end - 0.5,
+                      line=dict(color=NEWEST_COLOR, width=2), fillcolor="rgba(0,0,0,0)")
+    fig.update_xaxes(title=x_title, **_position_axis(labels[:n_keys]))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(n_heads)), ticktext=list(head_labels), autorange="reversed")
+    return style(fig, title=title, lecture=lecture, height=max(240, 90 + 22 * n_heads))
+
+
+def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str], names: tuple[str, str],
+                     y_title: str, lecture: bool = False) -> go.Figure:
+    """This pass: Q/K/V vectors and attention scores computed with the cache vs recomputed without it."""
+    fig = go.Figure([
+        go.Bar(x=list(categories), y=[work.cached_qkv, work.cached_scores], name=names[0], marker_color=STEP_COLOR,
+               text=[f"{work.cached_qkv:,}", f"{work.cached_scores:,}"], textposition="outside"),
+        go.Bar(x=list(categories), y=[work.recompute_qkv, work.recompute_scores], name=names[1],
+               marker_color="#999", text=[f"{work.recompute_qkv:,}", f"{work.recompute_scores:,}"],
+               textposition="outside"),
+    ])
+    fig.update_yaxes(type="log", title=y_title, dtick=1)  # one tick per decade
+    fig.update_layout(barmode="group")
+    return _legend_below(style(fig, title=title, lecture=lecture, height=340))
+
+
+def cumulative_work_figure(
+    measured: CumulativeWork,
+    analytic_n: Sequence[int],
+    analytic_cached: Sequence[int],
+    analytic_recompute: Sequence[int],
+    *,
+    title: str,
+    x_title: str,
+    y_title: str,
+    names: tuple[str, str, str, str],
+    lecture: bool = False,
+) -> go.Figure:
+    """Cumulative attention scores counted from the real passes (markers) on the analytic curves (lines)."""
+    fig = go.Figure([
+        go.Scatter(x=list(analytic_n), y=list(analytic_recompute), name=names[3], mode="lines",
+                   line=dict(color="#999", dash="dot")),
+        go.Scatter(x=list(analytic_n), y=list(analytic_cached), name=names[2], mode="lines",
+                   line=dict(color=STEP_COLOR, dash="dot")),
+        go.Scatter(x=measured.n_tokens, y=measured.recompute, name=names[1], mode="markers",
+                   marker=dict(color="#555", size=8, symbol="square")),
+        go.Scatter(x=measured.n_tokens, y=measured.cached, name=names[0], mode="markers",
+                   marker=dict(color=NEWEST_COLOR, size=9)),
+    ])
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title=y_title, rangemode="tozero")
+    return _legend_below(style(fig, title=title, lecture=lecture, height=380))
+
+
+def _legend_below(fig: go.Figure, y: float = -0.22) -> go.Figure:
+    """A horizontal legend under the plot (below the x-axis title), clear of the title and the bar labels."""
+    fig.update_layout(legend=dict(orientation="h", x=0, y=y, yanchor="top"), margin_b=130)
+    return fig

@@ -1,0 +1,120 @@
+"""Pure pieces of the decode explorer: work counts, GQA labels, cache-growth data, figures, shape limit."""
+import json
+
+import numpy as np
+import pytest
+
+from kvviz import decode_view, work
+from kvviz.charts import decode as charts
+from kvviz.config import DecoderConfig
+from kvviz.engine import Generation, attention_scores_per_pass
+from kvviz.errors import InputError
+from kvviz.loading import random_backend
+from kvviz.model import Decoder
+from kvviz.shape import check_custom_shape, parameter_count
+
+CFG = DecoderConfig(n_layers=2, d_model=64, n_heads=6, n_kv_heads=2, d_head=8, d_ff=96, vocab_size=256, max_seq_len=64)
+
+
+@pytest.fixture(scope="module")
+def gen():
+    g = Generation(random_backend(CFG), max_new_tokens=8, capture_attention=True)
+    g.prefill("abcde")
+    for _ in range(4):
+        g.step()
+    return g
+
+
+def test_gqa_groups():
+    assert decode_view.kv_head_of(6, 2) == [0, 0, 0, 1, 1, 1]
+    assert decode_view.kv_head_of(4, 4) == [0, 1, 2, 3]  # MHA
+    assert decode_view.kv_head_of(4, 1) == [0, 0, 0, 0]  # MQA
+    assert decode_view.head_labels(4, 2) == ["q0 → kv0", "q1 → kv0", "q2 → kv1", "q3 → kv1"]
+
+
+def test_written_at_reads_the_measured_lengths(gen):
+    written = decode_view.written_at(gen.events)
+    assert written == [[0] * 5 + [1, 2, 3, 4]] * CFG.n_layers
+
+
+def test_pass_work_counts(gen):
+    arch = gen.backend.arch
+    w = work.pass_work(arch, gen.events[-1])  # step 4: the 9th position queries 9 keys
+    assert (w.n_keys, w.cached_positions, w.recompute_positions) == (9, 1, 9)
+    assert w.cached_qkv == 2 * 1 * (6 + 2 * 2) and w.recompute_qkv == 2 * 9 * (6 + 2 * 2)
+    assert w.cached_scores == 2 * 6 * 9
+    assert w.recompute_scores == 2 * 6 * 9 * 10 // 2
+    prefill = work.pass_work(arch, gen.events[0])
+    assert prefill.cached_scores == prefill.recompute_scores == attention_scores_per_pass(2, 6, 5, 0)
+
+
+def test_cumulative_work_lies_on_the_analytic_sums(gen):
+    arch = gen.backend.arch
+    cw = work.cumulative_work(arch, gen.events)
+    assert cw.n_tokens == [5, 6, 7, 8, 9]
+    assert cw.cached == [work.analytic_cached(arch, n) for n in cw.n_tokens]
+    assert cw.recompute == [work.analytic_recompute(arch, 5, n) for n in cw.n_tokens]
+    assert cw.cached[-1] == 12 * 45 and cw.recompute[-1] == 12 * (15 + 21 + 28 + 36 + 45)
+
+
+def test_analytic_growth_orders():
+    arch = random_backend(CFG).arch
+    # Doubling n: cached work ×~4 (n²), recomputation ×~8 (n³).
+    assert 3.9 < work.analytic_cached(arch, 2000) / work.analytic_cached(arch, 1000) < 4.1
+    assert 7.9 < work.analytic_recompute(arch, 1, 2000) / work.analytic_recompute(arch, 1, 1000) < 8.1
+
+
+def test_token_texts_show_bytes_of_split_characters():
+    from kvviz.tokenizer import ByteTokenizer
+
+    ids = list("가a".encode())
+    assert decode_view.token_texts(ByteTokenizer(), ids) == ["<0xEA>", "<0xB0>", "<0x80>", "a"]
+
+
+def test_token_strip_escapes_and_marks_the_newest(gen):
+    top = gen.events[-1].top_k
+    html = decode_view.token_strip_html(["<b>", " a", "x"], 2, top, "top-5 & more")
+    assert "&lt;b&gt;" in html and "␣a" in html and "top-5 &amp; more" in html
+    assert html.count('class="kv-chip newest gen"') == 1 and html.count('class="kv-chip prompt"') == 2
+    assert html.count("<tr>") == len(top) == 5
+
+
+def test_cache_growth_figure_data(gen):
+    fig = charts.cache_growth_figure(decode_view.written_at(gen.events), ["t"] * 9, title="T", x_title="x", hover="{row}{position}{pass_}")
+    z = json.loads(fig.to_json())["data"][0]["z"]
+    assert len(z) == 4 and all(row == [0] * 5 + [1, 2, 3, 4] for row in z)
+    assert fig.data[0].y == ("L0 K", "L0 V", "L1 K", "L1 V")
+
+
+def test_attention_figure_rows_and_group_boxes(gen):
+    rows = gen.events[-1].attention[1]
+    fig = charts.attention_figure(rows, [str(i) for i in range(9)], decode_view.head_labels(6, 2),
+                                  decode_view.kv_head_of(6, 2), title="A", x_title="x")
+    z = np.array(fig.data[0].z)
+    assert z.shape == (6, 9)
+    np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=1e-5)
+    assert [(s.y0, s.y1) for s in fig.layout.shapes] == [(-0.5, 2.5), (2.5, 5.5)]  # two KV groups of 3
+
+
+def test_position_axis_thins_long_labels():
+    axis = charts._position_axis([str(i) for i in range(200)])
+    assert len(axis["tickvals"]) <= charts.MAX_TICKS and axis["tickvals"][0] == 0
+
+
+def test_decode_loop_dot_closes_the_loop():
+    dot = charts.decode_loop_dot(["a", "b", "c \"q\"", "d", "e", "f"], "again")
+    assert 's5 -> s2 [label="again"' in dot and 'c \\"q\\"' in dot
+    assert dot.count("->") == 6
+
+
+def test_parameter_count_matches_the_model():
+    for cfg in (CFG, DecoderConfig(), DecoderConfig(tie_embeddings=True, n_kv_heads=8)):
+        assert parameter_count(cfg) == Decoder(cfg).num_parameters()
+
+
+def test_custom_shape_limit():
+    big = DecoderConfig(n_layers=48, d_model=4096, n_heads=32, n_kv_heads=8)
+    with pytest.raises(InputError) as exc:
+        check_custom_shape(big)
+    assert "parameters" in str(exc.value) and "파라미터" in exc.value.message("ko")
+    assert check_custom_shape(CFG) is CFG
