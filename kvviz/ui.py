@@ -240,7 +240,11 @@ def _cached_backend(
     model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
 ) -> Backend:
     # Weights are shared and read-only across sessions; each session keeps its own cache.
-    return load_backend(model, dtype=dtype, device=device, shape=shape, hf_policy=hf_policy)
+    if hf_policy is not None:  # the sidebar's Hugging Face choice: always the transformers backend
+        from .backends.hf import load_hf_backend
+
+        return load_hf_backend(model, dtype=dtype, device=device, policy=hf_policy)
+    return load_backend(model, dtype=dtype, device=device, shape=shape)
 
 
 def hf_policy(caps: HostedCaps | None = None) -> HFPolicy:

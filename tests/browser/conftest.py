@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
+from harness import BASE_PATH_PROBE, IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
 
 if not os.path.exists("/usr/bin/chromium"):
     pytest.skip("the system Chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
@@ -30,7 +30,15 @@ def page(browser, app_url):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     pg.console_errors = []
-    pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
+
+    def on_console(message) -> None:  # noqa: ANN001 - a Playwright ConsoleMessage
+        if message.type != "error":
+            return
+        if "Failed to load resource" in message.text and BASE_PATH_PROBE.search(message.location.get("url", "")):
+            return  # Streamlit's own probe when a page URL is opened directly; it then finds the real base
+        pg.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
+
+    pg.on("console", on_console)
 
     def goto_app(path: str = "", query: str = "") -> None:
         pg.goto(f"{app_url}/{path}{query}")

@@ -23,6 +23,9 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# Opened directly at a page's URL (/Check), Streamlit's frontend first probes /Check/_stcore/... for its
+# base path and gets 404s, then uses the right one: those two console errors are not the app's.
+BASE_PATH_PROBE = re.compile(r"/[^/]+/_stcore/(health|host-config)$")
 
 
 class AppURL(str):
@@ -100,7 +103,8 @@ def wait_charts(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Pla
     """Wait until every Plotly chart on the page has drawn its SVG (they render after the rerun ends)."""
     charts = page.locator("[data-testid='stPlotlyChart']")
     for i in range(charts.count()):
-        charts.nth(i).locator(".main-svg").first.wait_for(timeout=timeout_ms)
+        # "attached", not "visible": a chart in a closed tab or expander is drawn but hidden
+        charts.nth(i).locator(".main-svg").first.wait_for(state="attached", timeout=timeout_ms)
 
 
 def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page

@@ -27,7 +27,7 @@ def test_page_loads(page, shots, page_file, title_key, lang):
         pytest.skip(f"{page_file} is not built yet")
     page.goto_app(url_path(page_file), f"?lang={lang}")
     # The sidebar's link to this very page, in the requested language: the page and its language loaded.
-    expect(page.get_by_role("link", name=t(title_key, lang), exact=True)).to_be_visible()
+    expect(page.get_by_test_id("stSidebarUserContent").get_by_role("link", name=t(title_key, lang), exact=True)).to_be_visible()
     main_text = page.locator("[data-testid='stMain']").inner_text()
     if lang == "ko":
         assert HANGUL.search(main_text), "the page body is not in Korean"
@@ -63,6 +63,6 @@ def test_malformed_link_is_said_not_obeyed(page, shots):
     expect(page.get_by_role("heading", name=t("home.title", "en"))).to_be_visible()  # English stays
     alerts = page.locator("[data-testid='stAlert']")
     expect(alerts.filter(has_text="lang = xx")).to_be_visible()
-    expect(alerts.filter(has_text="lecture = banana")).to_be_visible()
+    expect(alerts.filter(has_text="“banana” for “lecture”")).to_be_visible()  # url_state's own message
     page.screenshot(path=shots / "bad_link.png", full_page=True)
     _no_errors(page)

@@ -3,8 +3,10 @@ from playwright.sync_api import expect
 
 from harness import IDLE, wait_idle
 
-PROMPT = "Once upon a time, there was a little robot who"  # the first English preset: 46 byte tokens
-N_PROMPT = len(PROMPT.encode())
+from kvviz.loading import shipped_tokenizer
+
+PROMPT = "Once upon a time, there was a little robot who"  # the first English preset
+N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny
 PLOTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({
   title: g.layout.title ? g.layout.title.text.replace(/<[^>]+>/g, '') : '',
   rows: g.data[0].z ? g.data[0].z.length : null,
