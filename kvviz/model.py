@@ -30,6 +30,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused op: decode is op-bound
         # Normalised in float32 and cast back, exactly as LlamaRMSNorm does, so bf16 matches HF.
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -74,13 +76,14 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
         if self.qkv_weight is not None:
-            # One matmul instead of three: a decode step is launch-bound, not FLOP-bound.
-            q, k, v = F.linear(x, self.qkv_weight).split([hq * d, hkv * d, hkv * d], dim=-1)
+            # One matmul instead of three: a decode step is bound by op count, not FLOPs.
+            qkv = F.linear(x, self.qkv_weight)
         else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = apply_rotary(q.view(b, t, hq, d).transpose(1, 2), cos, sin)
-        k = apply_rotary(k.view(b, t, hkv, d).transpose(1, 2), cos, sin)
-        v = v.view(b, t, hkv, d).transpose(1, 2)
+            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        qkv = qkv.view(b, t, hq + 2 * hkv, d)
+        qk = apply_rotary(qkv[:, :, : hq + hkv], cos, sin)  # Q and K heads rotated together, in one pass
+        q, k = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)
+        v = qkv[:, :, hq + hkv :].transpose(1, 2)
         past = 0
         if cache is not None:
             past = cache.lengths[layer]
@@ -205,8 +208,9 @@ class Decoder(nn.Module):
         if start + t > self.cfg.max_seq_len:
             raise InputError("sequence_too_long", n_tokens=start + t, max_len=self.cfg.max_seq_len)
         h = self.model.embed_tokens(input_ids)
-        cos = self.rope_cos[start : start + t].to(h.dtype)
-        sin = self.rope_sin[start : start + t].to(h.dtype)
+        # [t, 1, d_head]: broadcast over the heads of a [B, t, heads, d_head] projection
+        cos = self.rope_cos[start : start + t, None].to(h.dtype)
+        sin = self.rope_sin[start : start + t, None].to(h.dtype)
         attentions: list[torch.Tensor] | None = [] if capture_attention else None
         for i, layer in enumerate(self.model.layers):
             a, probs = layer.self_attn(
