@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from .backends.base import Backend
-from .errors import InputError
 from .device import device_memory_allocated, synchronize
+from .errors import InputError
 from .memory import live_kv_bytes
 
 

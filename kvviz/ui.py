@@ -16,11 +16,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 from streamlit import runtime
+from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from . import hosted
-from streamlit.errors import StreamlitSecretNotFoundError
-
 from .backends.base import Backend
 from .backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from .config import DecoderConfig

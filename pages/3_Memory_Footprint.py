@@ -376,7 +376,8 @@ with tab_live:
             ss.memory_generation = gen
         except InputError as exc:
             ui.show_error(exc)
-    shown = [(key, ss[key]) for key in ("generation", "memory_generation") if isinstance(ss.get(key), Generation)]
+    # The decode page's generation, and one run here.
+    shown = [(key, ss[key]) for key in ("reuse_gen", "memory_generation") if isinstance(ss.get(key), Generation)]
     if not shown:
         st.info(tr("memory.live_none"))
     for key, gen in shown:
