@@ -132,19 +132,7 @@ def cmd_generate(args: argparse.Namespace) -> dict:
     from .engine import Generation
     from .loading import load_backend
 
-    shape = None
-    if args.model == "random":
-        shape = DecoderConfig(
-            n_layers=args.layers,
-            d_model=args.d_model,
-            n_heads=args.heads,
-            n_kv_heads=args.kv_heads,
-            d_head=args.d_head or 0,
-            d_ff=args.d_ff,
-            vocab_size=args.vocab_size,
-            max_seq_len=args.max_seq_len,
-        )
-    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape, seed=args.seed)
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
     gen = Generation(
         backend,
         max_new_tokens=args.max_new_tokens,
