@@ -125,15 +125,14 @@ def _check_link() -> None:
 
 
 def _track_session(caps: HostedCaps | None) -> None:
-    """Note this session's activity; on a hosted demo free the caches of sessions left idle."""
+    """On a hosted demo: note this session's activity and free the caches of sessions left idle."""
     ctx = get_script_run_ctx()
-    if ctx is None:
+    if caps is None or ctx is None or not runtime.exists():
         return
     now = time.monotonic()
-    if caps is not None and runtime.exists():
-        REGISTRY.sweep(now, caps.idle_timeout_s, _session_state_of)
-        if REGISTRY.pop_freed(ctx.session_id):
-            st.info(tr("hosted.idle_freed", minutes=f"{caps.idle_timeout_s / 60:g}"))
+    REGISTRY.sweep(now, caps.idle_timeout_s, _session_state_of)
+    if REGISTRY.pop_freed(ctx.session_id):
+        st.info(tr("hosted.idle_freed", minutes=f"{caps.idle_timeout_s / 60:g}"))
     REGISTRY.touch(ctx.session_id, now)
 
 

@@ -110,6 +110,8 @@ def wait_charts(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Pla
 def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
     """After a rerun: let lazily loaded widget code, fonts and Plotly finish drawing (before a screenshot)."""
     page.wait_for_load_state("networkidle", timeout=timeout_ms)
+    # Widgets' code loads lazily: until it runs, each shows a grey placeholder (stSkeleton).
+    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=timeout_ms)
     page.evaluate("document.fonts.ready.then(() => true)")
     wait_charts(page, timeout_ms)
 

@@ -31,7 +31,7 @@ def test_page_loads(page, shots, page_file, title_key, lang):
     main_text = page.locator("[data-testid='stMain']").inner_text()
     if lang == "ko":
         assert HANGUL.search(main_text), "the page body is not in Korean"
-    shot = shots / f"{url_path(page_file) or 'Home'}_{lang}.png"
+    shot = shots / f"page-{url_path(page_file) or 'Home'}_{lang}.png"
     page.screenshot(path=shot, full_page=True)
     print(f"screenshot: {shot}")
     _no_errors(page)
