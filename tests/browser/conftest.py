@@ -7,7 +7,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import BASE_PATH_PROBE, IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
-
 from playwright.sync_api import expect  # noqa: E402
 
 expect.set_options(timeout=30_000)  # a loaded CI machine can take seconds per rerun; 5 s flakes
