@@ -93,24 +93,23 @@ def kv_memory(
     )
 
 
+def _format_units(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
+    value = float(n_bytes)
+    for unit in units[:-1]:
+        if abs(value) < step:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= step
+    return f"{value:.2f} {units[-1]}"
+
+
 def format_binary(n_bytes: float) -> str:
     """Binary units, labelled as such (KiB = 1024 B): the usual calculator mistake is GiB printed as GB."""
-    value = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    return _format_units(n_bytes, 1024, ("B", "KiB", "MiB", "GiB", "TiB"))
 
 
 def format_decimal(n_bytes: float) -> str:
     """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
-    value = float(n_bytes)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
+    return _format_units(n_bytes, 1000, ("B", "kB", "MB", "GB", "TB"))
 
 
 # ---- quantized KV dtypes: data bytes plus the scales each group of values carries ------------------------

@@ -386,12 +386,8 @@ with tab_live:
             continue
         event, arch = gen.events[-1], gen.backend.arch
         dtype_name = str(gen.backend.dtype).removeprefix("torch.")
-        formula = kv_footprint(
-            KVShape(arch.n_layers, arch.n_heads, arch.n_kv_heads, arch.d_head),
-            event.cache_lengths[0],
-            gen.batch_size,
-            dtype_name,
-        ).total
+        # The engine's memory.live_kv_bytes for this shape and its per-layer lengths (windows, MLA latents too).
+        formula = event.formula_bytes
         st.markdown(
             f"**{tr('memory.live_from_' + key)}** — "
             + tr(

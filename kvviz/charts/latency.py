@@ -44,32 +44,32 @@ def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, fl
                         *, lecture: bool = False) -> go.Figure:
     """TTFT and TPOT (ms) vs prompt length on log-log axes, each with its fitted power law."""
     x = [r["prompt_tokens"] for r in rows]
-    fig = go.Figure()
-    for key, color in (("ttft_s", PREFILL), ("tpot_s", DECODE)):
-        y = [r[key] * MS if r[key] is not None else None for r in rows]
-        fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color)
-        if fits.get(key):
-            k, c = fits[key]
-            fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
-                            name=labels["fit"].format(name=labels[key], slope=f"{k:.2f}"))
-    fig.update_xaxes(type="log", title_text=labels["x"])
-    fig.update_yaxes(type="log", title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    series = {key: (x, [r[key] * MS if r[key] is not None else None for r in rows]) for key in ("ttft_s", "tpot_s")}
+    return _loglog_with_fits(series, {"ttft_s": PREFILL, "tpot_s": DECODE}, fits, labels, lecture)
 
 
 def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
                 *, lecture: bool = False) -> go.Figure:
     """Per-step ms vs context length, with and without the cache, log-log with fitted slopes."""
-    fig = go.Figure()
-    for mode, color in (("cache", DECODE), ("no_cache", NO_CACHE)):
+    series = {}
+    for mode in ("cache", "no_cache"):
         mine = [r for r in rows if r["mode"] == mode]
-        x = [r["context_tokens"] for r in mine]
-        fig.add_scatter(x=x, y=[r["seconds"] * MS for r in mine], mode="lines+markers", name=labels[mode],
-                        marker_color=color)
-        if fits.get(mode):
-            k, c = fits[mode]
+        series[mode] = ([r["context_tokens"] for r in mine], [r["seconds"] * MS for r in mine])
+    return _loglog_with_fits(series, {"cache": DECODE, "no_cache": NO_CACHE}, fits, labels, lecture)
+
+
+def _loglog_with_fits(series: Mapping[str, tuple[list, list]], colors: Mapping[str, str],
+                      fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+                      lecture: bool) -> go.Figure:
+    """Measured series on log-log axes, each with its fitted power law dashed in the same colour."""
+    fig = go.Figure()
+    for key, (x, y) in series.items():
+        color = colors[key]
+        fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color)
+        if fits.get(key):
+            k, c = fits[key]
             fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
-                            name=labels["fit"].format(name=labels[mode], slope=f"{k:.2f}"))
+                            name=labels["fit"].format(name=labels[key], slope=f"{k:.2f}"))
     fig.update_xaxes(type="log", title_text=labels["x"])
     fig.update_yaxes(type="log", title_text=labels["y"])
     return style(fig, title=labels["title"], lecture=lecture)
