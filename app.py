@@ -1,7 +1,7 @@
 """Home: the decode loop as a diagram, the model in use, and a link into every page."""
 import streamlit as st
 
-from kvviz import ui
+from kvviz.app import ui
 from kvviz.charts.decode import decode_loop_dot
 
 settings = ui.page_setup("home.title")

@@ -17,9 +17,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kvviz.config import DecoderConfig  # noqa: E402
-from kvviz.engine import Generation  # noqa: E402
-from kvviz.loading import load_backend, random_backend  # noqa: E402
+from kvviz.engine.config import DecoderConfig  # noqa: E402
+from kvviz.engine.generation import Generation  # noqa: E402
+from kvviz.engine.loading import load_backend, random_backend  # noqa: E402
 
 FIXED = DecoderConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, d_ff=688, vocab_size=4096, max_seq_len=1024)
 

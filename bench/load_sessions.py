@@ -33,9 +33,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "browser")]
 
 from harness import CHROMIUM, CHROMIUM_ARGS, IDLE, app_server, url_path  # noqa: E402
 
-from kvviz import decode_view, ui  # noqa: E402
-from kvviz.engine import Generation  # noqa: E402
-from kvviz.loading import load_backend  # noqa: E402
+from kvviz.app import ui  # noqa: E402
+from kvviz.engine.generation import Generation  # noqa: E402
+from kvviz.engine.loading import load_backend  # noqa: E402
+from kvviz.lessons import decode_view  # noqa: E402
 
 DECODE_PAGE = "pages/1_Reusing_Past_KV.py"
 RUNNING = "[data-testid='stApp'][data-test-script-state='running']"

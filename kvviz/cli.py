@@ -6,8 +6,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .config import DecoderConfig
-from .memory import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_memory
+from kvviz.engine.config import DecoderConfig
+from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_memory
 
 
 class CliError(Exception):
@@ -129,8 +129,8 @@ def _shape(args: argparse.Namespace) -> DecoderConfig | None:
 
 
 def cmd_generate(args: argparse.Namespace) -> dict:
-    from .engine import Generation
-    from .loading import load_backend
+    from kvviz.engine.generation import Generation
+    from kvviz.engine.loading import load_backend
 
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
     gen = Generation(
@@ -162,8 +162,8 @@ def cmd_generate(args: argparse.Namespace) -> dict:
 
 
 def cmd_sweep(args: argparse.Namespace) -> dict:
-    from . import sweeps
-    from .loading import load_backend
+    from kvviz.engine import sweeps
+    from kvviz.engine.loading import load_backend
 
     shape = _shape(args)
 
@@ -188,9 +188,9 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
 
 
 def cmd_memory(args: argparse.Namespace) -> dict:
-    from .hf_config import load_hf_config
-    from .memory import KVShape, kv_footprint, weight_bytes
-    from .presets import get_preset
+    from kvviz.kv.formula import KVShape, kv_footprint, weight_bytes
+    from kvviz.kv.hf_config import load_hf_config
+    from kvviz.kv.presets import get_preset
 
     shape_flags = [args.layers, args.kv_heads, args.head_dim]
     if sum(x is not None for x in (args.preset, args.config)) + any(f is not None for f in shape_flags) > 1:
@@ -216,8 +216,8 @@ def cmd_memory(args: argparse.Namespace) -> dict:
 
 
 def cmd_presets(args: argparse.Namespace) -> dict:
-    from .memory import kv_footprint
-    from .presets import HF_REPOS, PRESETS
+    from kvviz.kv.formula import kv_footprint
+    from kvviz.kv.presets import HF_REPOS, PRESETS
 
     rows = []
     for name, spec in PRESETS.items():
@@ -232,8 +232,8 @@ def cmd_presets(args: argparse.Namespace) -> dict:
 
 
 def cmd_export_hf(args: argparse.Namespace) -> dict:
-    from .export import export_hf
-    from .loading import load_backend
+    from kvviz.engine.export import export_hf
+    from kvviz.engine.loading import load_backend
 
     if args.model == "random":
         raise CliError("export-hf needs a trained model: --model tiny or a model directory")

@@ -4,7 +4,7 @@ InputError is a ValueError whose str() is the English text: the CLI prints it as
 """
 from __future__ import annotations
 
-from .i18n import t
+from kvviz.i18n import t
 
 
 class InputError(ValueError):

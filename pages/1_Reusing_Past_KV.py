@@ -3,11 +3,12 @@ import time
 
 import streamlit as st
 
-from kvviz import decode_view, ui, work
+from kvviz.app import ui
 from kvviz.charts import decode as charts
-from kvviz.engine import Generation
+from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
 from kvviz.i18n import LANGS, t
+from kvviz.lessons import decode_view, work
 
 settings = ui.page_setup("reuse.title")
 tr, lecture = ui.tr, settings.lecture

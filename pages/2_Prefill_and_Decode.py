@@ -3,11 +3,12 @@ import time
 
 import streamlit as st
 
-from kvviz import metrics, ui
+from kvviz.app import ui
 from kvviz.charts import latency as charts
-from kvviz.engine import Generation
+from kvviz.engine import metrics
+from kvviz.engine.generation import Generation
+from kvviz.engine.sweeps import prompt_ids, warm_up
 from kvviz.errors import InputError
-from kvviz.sweeps import prompt_ids, warm_up
 
 TICK_S = 0.25  # the fragment's period while decoding
 STEP_BUDGET_S = 0.15  # decode work per tick, so the timeline redraws a few times a second

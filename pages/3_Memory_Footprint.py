@@ -6,14 +6,13 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz import ui
-from kvviz.capacity import compare_allocation, parse_lengths, plan_capacity
+from kvviz.app import ui
+from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
 from kvviz.charts.memory import CacheCurve, allocation_figure, attention_comparison_figure, cache_vs_weights_figure
-from kvviz.engine import Generation
+from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
-from kvviz.hardware import HARDWARE
-from kvviz.hf_config import ModelSpec, parse_config_text
-from kvviz.memory import (
+from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
+from kvviz.kv.formula import (
     KV_DTYPES,
     KVShape,
     attention_variants,
@@ -23,8 +22,9 @@ from kvviz.memory import (
     tokens_to_reach,
     weight_bytes,
 )
-from kvviz.memory_url import DEFAULTS, read_query, scenario_query
-from kvviz.presets import HF_REPOS, PRESETS
+from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.hf_config import ModelSpec, parse_config_text
+from kvviz.kv.presets import HF_REPOS, PRESETS
 
 settings = ui.page_setup("memory.title")
 backend = ui.get_backend(settings)

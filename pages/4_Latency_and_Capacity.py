@@ -6,13 +6,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from kvviz import metrics, roofline, sweeps, ui
-from kvviz.backends.base import Backend
+from kvviz.app import ui
 from kvviz.charts import latency as charts
-from kvviz.device import DTYPES
+from kvviz.engine import metrics, sweeps
+from kvviz.engine.backends.base import Backend
+from kvviz.engine.device import DTYPES
 from kvviz.errors import InputError
-from kvviz.hardware import HARDWARE, Hardware
-from kvviz.memory import KV_DTYPE_BYTES, format_binary
+from kvviz.kv import roofline
+from kvviz.kv.formula import KV_DTYPE_BYTES, format_binary
+from kvviz.kv.hardware import HARDWARE, Hardware
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
 BUDGET_S = 0.25  # measuring per tick before the chart redraws

@@ -2,10 +2,11 @@
 import pandas as pd
 import streamlit as st
 
-from kvviz import causal, ui
+from kvviz.app import ui
 from kvviz.charts import training as charts
+from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.model import Decoder
+from kvviz.lessons import causal
 
 tr = ui.tr
 settings = ui.page_setup("training.title")

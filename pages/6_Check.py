@@ -1,7 +1,8 @@
 """Check: the study questions and five misconceptions, each predicted first and then revealed."""
 import streamlit as st
 
-from kvviz import quiz, ui
+from kvviz.app import ui
+from kvviz.lessons import quiz
 
 tr = ui.tr
 settings = ui.page_setup("check.title")

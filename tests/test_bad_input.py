@@ -7,12 +7,12 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from kvviz import hosted
-from kvviz.config import DecoderConfig
-from kvviz.device import parse_dtype, resolve_device
-from kvviz.engine import Generation
+from kvviz.app import hosted
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.device import parse_dtype, resolve_device
+from kvviz.engine.generation import Generation
+from kvviz.engine.loading import load_backend, random_backend
 from kvviz.errors import InputError
-from kvviz.loading import load_backend, random_backend
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SHAPE = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=300, max_seq_len=64)

@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from kvviz.cache import KVCache
-from kvviz.config import DecoderConfig
+from kvviz.engine.cache import KVCache
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.memory import format_binary, kv_cache_bytes, kv_memory
-from kvviz.model import Decoder
+from kvviz.kv.formula import format_binary, kv_cache_bytes, kv_memory
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

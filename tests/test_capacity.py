@@ -2,11 +2,11 @@
 
 import pytest
 
-from kvviz.capacity import compare_allocation, parse_lengths, plan_capacity
 from kvviz.errors import InputError
-from kvviz.hardware import HARDWARE
-from kvviz.memory import kv_footprint, weight_bytes
-from kvviz.presets import get_preset
+from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
+from kvviz.kv.formula import kv_footprint, weight_bytes
+from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.presets import get_preset
 
 
 def test_plan_by_hand():

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from kvviz import causal
-from kvviz.config import DecoderConfig
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import random_backend
 from kvviz.errors import InputError
-from kvviz.loading import random_backend
+from kvviz.lessons import causal
 
 SHAPE = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=300, max_seq_len=64)
 TEXT = "Past keys and values never change."

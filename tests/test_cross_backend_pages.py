@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.backends.hf import HFBackend
 from kvviz.cli import main
-from kvviz.config import DecoderConfig
-from kvviz.engine import Generation
-from kvviz.loading import load_backend
+from kvviz.engine.backends.hf import HFBackend
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.generation import Generation
+from kvviz.engine.loading import load_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME, REUSE, MEMORY = str(ROOT / "app.py"), "pages/1_Reusing_Past_KV.py", "pages/3_Memory_Footprint.py"

@@ -4,14 +4,14 @@ import json
 import numpy as np
 import pytest
 
-from kvviz import decode_view, work
 from kvviz.charts import decode as charts
-from kvviz.config import DecoderConfig
-from kvviz.engine import Generation, attention_scores_per_pass
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.generation import Generation, attention_scores_per_pass
+from kvviz.engine.loading import random_backend
+from kvviz.engine.model import Decoder
+from kvviz.engine.shape import check_custom_shape, parameter_count
 from kvviz.errors import InputError
-from kvviz.loading import random_backend
-from kvviz.model import Decoder
-from kvviz.shape import check_custom_shape, parameter_count
+from kvviz.lessons import decode_view, work
 
 CFG = DecoderConfig(n_layers=2, d_model=64, n_heads=6, n_kv_heads=2, d_head=8, d_ff=96, vocab_size=256, max_seq_len=64)
 
@@ -65,7 +65,7 @@ def test_analytic_growth_orders():
 
 
 def test_token_texts_show_bytes_of_split_characters():
-    from kvviz.tokenizer import ByteTokenizer
+    from kvviz.engine.tokenizer import ByteTokenizer
 
     ids = list("가a".encode())
     assert decode_view.token_texts(ByteTokenizer(), ids) == ["<0xEA>", "<0xB0>", "<0x80>", "a"]

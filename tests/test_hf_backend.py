@@ -21,14 +21,14 @@ from transformers import (
     Qwen2Config,
 )
 
-from kvviz.backends.hf import HFBackend, load_hf_backend
-from kvviz.backends.hf_policy import HFPolicy, check_allowed, check_size, parse_params, policy_from
 from kvviz.cli import main
-from kvviz.config import DecoderConfig
-from kvviz.engine import Generation
+from kvviz.engine.backends.hf import HFBackend, load_hf_backend
+from kvviz.engine.backends.hf_policy import HFPolicy, check_allowed, check_size, parse_params, policy_from
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.generation import Generation
+from kvviz.engine.loading import load_backend, random_backend
 from kvviz.errors import InputError
-from kvviz.loading import load_backend, random_backend
-from kvviz.memory import kv_cache_bytes
+from kvviz.kv.formula import kv_cache_bytes
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 VOCAB = 320

@@ -4,12 +4,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import hosted
-from kvviz.ui import DEFAULTS
-from kvviz.config import DecoderConfig
+from kvviz.app import hosted
+from kvviz.app.hosted import HostedCaps, load_caps
+from kvviz.app.ui import DEFAULTS
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import random_backend
 from kvviz.errors import InputError
-from kvviz.hosted import HostedCaps, load_caps
-from kvviz.loading import random_backend
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CAPS = HostedCaps()
@@ -174,7 +174,7 @@ def test_secrets_table_turns_it_on(monkeypatch):
 
 def test_the_page_helpers_apply_the_caps():
     """What pages call before a prefill or a sweep, and to bound their widgets."""
-    from kvviz import ui
+    from kvviz.app import ui
 
     shape = DecoderConfig(n_layers=8, d_model=512, n_heads=8, n_kv_heads=8, d_ff=1376)
     be = random_backend(DecoderConfig(n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, d_ff=32, vocab_size=256))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.config import DecoderConfig
+from kvviz.engine.config import DecoderConfig
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SMALL = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=128)

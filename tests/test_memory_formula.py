@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
 from kvviz.errors import InputError
-from kvviz.hf_config import load_hf_config, parse_config_text, parse_hf_config
-from kvviz.memory import (
+from kvviz.kv.formula import (
     KVShape,
     attention_variants,
     format_binary,
@@ -18,8 +18,8 @@ from kvviz.memory import (
     tokens_to_reach,
     weight_bytes,
 )
-from kvviz.memory_url import DEFAULTS, read_query, scenario_query
-from kvviz.presets import CONFIGS, PRESETS, get_preset
+from kvviz.kv.hf_config import load_hf_config, parse_config_text, parse_hf_config
+from kvviz.kv.presets import CONFIGS, PRESETS, get_preset
 
 KIB, GIB = 1024, 1024**3
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from kvviz.config import DecoderConfig
-from kvviz.engine import Generation
-from kvviz.loading import random_backend
-from kvviz.memory import KVShape, kv_footprint
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.generation import Generation
+from kvviz.engine.loading import random_backend
+from kvviz.kv.formula import KVShape, kv_footprint
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

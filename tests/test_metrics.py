@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from kvviz import metrics
-from kvviz.engine import StepEvent
+from kvviz.engine import metrics
+from kvviz.engine.generation import StepEvent
 
 TIMES = [0.5, 0.625, 0.875, 1.0, 1.25]  # request at 0; 5 tokens
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from kvviz.config import DecoderConfig
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.model import Decoder
 
 SHAPES = {
     "MHA": dict(n_heads=4, n_kv_heads=4),

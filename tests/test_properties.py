@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from kvviz.cli import main
 from kvviz.errors import InputError
-from kvviz.hardware import HARDWARE, Hardware
-from kvviz.memory import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_cache_bytes, kv_memory
+from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_cache_bytes, kv_memory
+from kvviz.kv.hardware import HARDWARE, Hardware
 
 sizes = st.integers(1, 4096)
 bytes_per_elem = st.sampled_from(sorted(set(KV_DTYPE_BYTES.values())))

@@ -1,8 +1,8 @@
 """The Check page's answers come from the calculator, not from typed-in numbers."""
-from kvviz import quiz
+from kvviz.app.ui import NAV
 from kvviz.i18n import catalog
-from kvviz.memory import format_binary, kv_cache_bytes
-from kvviz.ui import NAV
+from kvviz.kv.formula import format_binary, kv_cache_bytes
+from kvviz.lessons import quiz
 
 
 def test_cache_size_answer_is_64_gib_from_the_formula():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.config import DecoderConfig
+from kvviz.engine.config import DecoderConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "pages/1_Reusing_Past_KV.py"  # reached from the entrypoint, so sidebar links resolve

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from kvviz import roofline
-from kvviz.hardware import HARDWARE, Hardware
+from kvviz.kv import roofline
+from kvviz.kv.hardware import HARDWARE, Hardware
 
 # The stated figures: 32 layers, 32 query / 8 KV heads, d_head 128, 8.03e9 parameters.
 LLAMA3_8B = roofline.ModelShape("Llama-3-8B", 8.03e9, 32, 32, 8, 128)

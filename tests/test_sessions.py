@@ -1,11 +1,11 @@
 """Idle sessions' KV caches are freed on a hosted demo; active ones and closed ones are handled apart."""
 import pytest
 
-from kvviz.config import DecoderConfig
-from kvviz.engine import Generation
+from kvviz.app.sessions import SessionRegistry, free_generation, generations_in
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.generation import Generation
+from kvviz.engine.loading import random_backend
 from kvviz.errors import InputError
-from kvviz.loading import random_backend
-from kvviz.sessions import SessionRegistry, free_generation, generations_in
 
 SHAPE = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=300)
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from kvviz.cli import main
-from kvviz.corpus import build_corpus
-from kvviz.engine import Generation
+from kvviz.engine.export import HF_FILES
+from kvviz.engine.generation import Generation
+from kvviz.engine.loading import TINY_DIR, load_backend, load_directory
 from kvviz.errors import InputError
-from kvviz.export import HF_FILES
-from kvviz.loading import TINY_DIR, load_backend, load_directory
-from kvviz.train import TrainConfig, encode_docs, evaluation_loss, train, unigram_loss
+from kvviz.training.corpus import build_corpus
+from kvviz.training.train import TrainConfig, encode_docs, evaluation_loss, train, unigram_loss
 
 PROMPT = "def read(self, size=-1):\n    "
 # Written from the final shipped weights: greedy, 40 new tokens.
@@ -135,8 +135,8 @@ def test_hf_format_directory_loads(tiny, tmp_path):
 
 
 def test_training_is_deterministic(tmp_path):
-    from kvviz.config import DecoderConfig
-    from kvviz.corpus import Corpus, Document
+    from kvviz.engine.config import DecoderConfig
+    from kvviz.training.corpus import Corpus, Document
 
     docs = [Document(f"m{i}", f"def f{i}(x):\n    Return x plus {i}, the {w} value.") for i, w in
             enumerate(["first", "second", "third", "last"] * 10)]
@@ -159,7 +159,7 @@ def test_cli_defaults_to_tiny(capsys):
 
 def test_attention_patterns_in_the_card(tiny):
     """The card's reading of the heads: local previous-token-like heads in layer 1, no induction."""
-    from kvviz.heads import head_scores
+    from kvviz.training.heads import head_scores
 
     corpus = build_corpus()
     ids = tiny.tokenizer.encode(corpus.held_out[0].text)[:256]

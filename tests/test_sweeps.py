@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from kvviz import sweeps
 from kvviz.cli import main
-from kvviz.config import DecoderConfig
+from kvviz.engine import sweeps
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import load_backend
 from kvviz.errors import InputError
-from kvviz.loading import load_backend
 
 SHAPE = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=300, max_seq_len=96)
 

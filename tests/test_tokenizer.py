@@ -3,11 +3,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.config import DecoderConfig
-from kvviz.corpus import Document
-from kvviz.loading import TINY_DIR, shipped_tokenizer, tokenizer_for
-from kvviz.tokenizer import BPETokenizer, ByteTokenizer
-from kvviz.train import train_tokenizer
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import TINY_DIR, shipped_tokenizer, tokenizer_for
+from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer
+from kvviz.training.corpus import Document
+from kvviz.training.train import train_tokenizer
 
 TEXTS = [
     "def split(self, sep=None, maxsplit=-1):\n    Return a list of the words in the string.",

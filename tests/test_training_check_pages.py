@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz import causal, quiz
-from kvviz.config import DecoderConfig
-from kvviz.loading import tokenizer_for
-from kvviz.memory import format_binary
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import tokenizer_for
+from kvviz.kv.formula import format_binary
+from kvviz.lessons import causal, quiz
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TRAINING = "pages/5_Training_Prefill_Decode.py"

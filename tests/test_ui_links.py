@@ -5,7 +5,7 @@ from streamlit.testing.v1 import AppTest
 def _page():
     import streamlit as st
 
-    from kvviz import ui
+    from kvviz.app import ui
 
     ui._init_state()  # page_setup's link-reading part (its sidebar needs the whole app around it)
     key = ui.url_state("steps", 8, ui.int_in(1, 32))

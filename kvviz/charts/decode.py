@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from ..work import CumulativeWork, PassWork
-from .base import style
+from kvviz.charts.base import style
+from kvviz.lessons.work import CumulativeWork, PassWork
 
 PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
 MAX_TICKS = 48

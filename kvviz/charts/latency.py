@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import style
+from kvviz.charts.base import style
 
 PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
 MS = 1e3

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import style
+from kvviz.charts.base import style
 
 K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
 PREFILL_COLOR, DECODE_COLOR = "#7f7f7f", "#2ca02c"

@@ -8,8 +8,8 @@ import pytest
 from harness import ROOT, settle, url_path
 from playwright.sync_api import expect
 
+from kvviz.app.ui import NAV
 from kvviz.i18n import t
-from kvviz.ui import NAV
 
 EXCEPTION = "[data-testid='stException']"
 HANGUL = re.compile("[가-힣]")

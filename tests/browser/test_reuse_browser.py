@@ -1,9 +1,8 @@
 """Reusing Past K/V in the system Chromium: Prefill, Step, Play/Pause, and two sessions kept apart."""
+from harness import IDLE, wait_idle
 from playwright.sync_api import expect
 
-from harness import IDLE, wait_idle
-
-from kvviz.loading import shipped_tokenizer
+from kvviz.engine.loading import shipped_tokenizer
 
 PROMPT = "Once upon a time, there was a little robot who"  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny

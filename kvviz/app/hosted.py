@@ -1,0 +1,172 @@
+"""Hosted-demo mode: caps that keep one small shared CPU machine usable for every visitor.
+
+On when the environment sets KVVIZ_HOSTED=1, or `.streamlit/secrets.toml` has `hosted = true` or a
+`[hosted]` table (whose keys override the caps). Each cap can also be set by an environment variable,
+KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: ui.py passes the
+secrets in, so every check is a pure function that raises InputError("hosted....").
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+
+from kvviz.engine.config import DecoderConfig
+from kvviz.errors import InputError
+from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+
+ENV_SWITCH = "KVVIZ_HOSTED"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+# A hub id is [owner/]name of letters, digits, '.', '_' and '-'; anything else may be a file-system path.
+_HUB_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class HostedCaps:
+    """Limits per request and per session, sized for a 2-vCPU host with a few GiB of memory."""
+
+    max_params: int = 150_000_000  # SmolLM2-135M fits; the shipped and custom models are far smaller
+    max_layers: int = 8
+    max_d_model: int = 512
+    max_new_tokens: int = 64
+    max_batch: int = 4
+    max_sweep_points: int = 8
+    kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
+    idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
+    hf_allow: tuple[str, ...] = ("HuggingFaceTB/SmolLM2-135M",)
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE | _FALSE:
+        return text in _TRUE
+    raise InputError("hosted.bad_setting", name=name, value=value)
+
+
+def _cap_value(name: str, kind: type, value: object) -> Any:
+    if kind is tuple:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise InputError("hosted.bad_setting", name=name, value=value)
+        return tuple(str(i).strip() for i in items if str(i).strip())
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise InputError("hosted.bad_setting", name=name, value=value) from None
+    if number <= 0:
+        raise InputError("hosted.bad_setting", name=name, value=value)
+    return number
+
+
+def load_caps(env: Mapping[str, str], secrets: Mapping[str, Any] | None = None) -> HostedCaps | None:
+    """The caps in force, or None when this is not a hosted demo. Env vars win over secrets."""
+    table = (secrets or {}).get("hosted")
+    if ENV_SWITCH in env:
+        on = _flag(ENV_SWITCH, env[ENV_SWITCH])
+    else:
+        on = isinstance(table, Mapping) or (table is not None and _flag("hosted", table))
+    if not on:
+        return None
+    overrides: dict[str, Any] = {}
+    for f in fields(HostedCaps):
+        kind = tuple if f.name == "hf_allow" else int
+        if isinstance(table, Mapping) and f.name in table:
+            overrides[f.name] = _cap_value(f.name, kind, table[f.name])
+        env_name = "KVVIZ_" + f.name.upper()
+        if env_name in env:
+            overrides[f.name] = _cap_value(env_name, kind, env[env_name])
+    return replace(HostedCaps(), **overrides)
+
+
+def param_count(cfg: DecoderConfig) -> int:
+    """Parameters of the native decoder of this shape, counted on the meta device (no memory used)."""
+    from kvviz.engine.model import Decoder
+
+    with torch.device("meta"):
+        return Decoder(cfg).num_parameters()
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the OS could give this process now (Linux MemAvailable); None where it cannot say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_weights_fit(cfg: DecoderConfig, elem_bytes: int, available: int | None) -> None:
+    """Refuse a custom shape whose weights would take more than half the free memory (hosted or not):
+    building it would swap or get the server killed, for every visitor."""
+    need = param_count(cfg) * elem_bytes
+    if available is not None and need > available // 2:
+        raise InputError("hosted.too_big", need=format_binary(need), available=format_binary(available))
+
+
+def _at_most(key: str, value: int, limit: int) -> None:
+    if value > limit:
+        raise InputError(key, limit=limit, value=value)
+
+
+def check_params(n_params: int, caps: HostedCaps) -> None:
+    if n_params > caps.max_params:
+        raise InputError("hosted.params", limit=f"{caps.max_params:,}", value=f"{n_params:,}")
+
+
+def check_shape(cfg: DecoderConfig, caps: HostedCaps) -> None:
+    """A custom shape the host can hold: layers, width, and then the whole parameter count."""
+    _at_most("hosted.layers", cfg.n_layers, caps.max_layers)
+    _at_most("hosted.d_model", cfg.d_model, caps.max_d_model)
+    check_params(param_count(cfg), caps)
+
+
+def check_hf_model(name: str, caps: HostedCaps) -> None:
+    """Only allow-listed hub ids: never a file-system path typed into the UI."""
+    allowed = ", ".join(caps.hf_allow) or "—"
+    if name in caps.hf_allow:
+        return
+    if not _HUB_ID.fullmatch(name) or ".." in name:
+        raise InputError("hosted.no_paths", name=name, allowed=allowed)
+    raise InputError("hosted.not_allowed", name=name, allowed=allowed)
+
+
+def check_new_tokens(n: int, caps: HostedCaps) -> None:
+    _at_most("hosted.new_tokens", n, caps.max_new_tokens)
+
+
+def check_batch(n: int, caps: HostedCaps) -> None:
+    _at_most("hosted.batch", n, caps.max_batch)
+
+
+def check_sweep(n_points: int, caps: HostedCaps) -> None:
+    _at_most("hosted.sweep_points", n_points, caps.max_sweep_points)
+
+
+def check_kv_budget(
+    caps: HostedCaps, *, batch: int, n_tokens: int, n_layers: int, n_kv_heads: int, d_head: int, dtype: str
+) -> int:
+    """The formula's bytes for this request's cache, refused past the per-session budget; returns them."""
+    need = kv_cache_bytes(batch, n_layers, n_tokens, n_kv_heads, d_head, dtype_bytes(dtype))
+    if need > caps.kv_budget_bytes:
+        raise InputError("hosted.kv_budget", need=format_binary(need), budget=format_binary(caps.kv_budget_bytes),
+                         batch=batch, n_tokens=n_tokens)
+    return need
+
+
+def check_request(
+    caps: HostedCaps, *, batch: int, prompt_tokens: int, max_new_tokens: int, n_layers: int, n_kv_heads: int,
+    d_head: int, dtype: str,
+) -> int:
+    """Everything a prefill asks of the host, checked before any memory is allocated; returns KV bytes."""
+    check_batch(batch, caps)
+    check_new_tokens(max_new_tokens, caps)
+    return check_kv_budget(caps, batch=batch, n_tokens=prompt_tokens + max_new_tokens, n_layers=n_layers,
+                           n_kv_heads=n_kv_heads, d_head=d_head, dtype=dtype)

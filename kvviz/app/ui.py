@@ -1,0 +1,428 @@
+"""The one kvviz module that imports streamlit: page setup, the shared sidebar, session state.
+
+Shared settings live under non-widget keys (`kv_*`) in st.session_state, because Streamlit drops a
+widget's state when the user switches page; each widget is re-seeded from them on every page.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from streamlit import runtime
+from streamlit.errors import StreamlitSecretNotFoundError
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from kvviz.app import hosted
+from kvviz.app.hosted import HostedCaps
+from kvviz.app.sessions import REGISTRY
+from kvviz.engine.backends.base import Backend
+from kvviz.engine.backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.device import DTYPES, available_devices
+from kvviz.engine.loading import load_backend
+from kvviz.engine.shape import check_custom_shape, parameter_count
+from kvviz.errors import InputError
+from kvviz.i18n import LANG_NAMES, LANGS, t
+from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+
+ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
+
+MODELS = ("tiny", "random", "hf")
+DEFAULTS = {
+    "kv_lang": "en",
+    "kv_model": "tiny",
+    "kv_hf_model": "",  # a local directory or hub id, with model "hf"
+    "kv_dtype": "float32",
+    "kv_device": "cpu",
+    "kv_shape": DecoderConfig(),
+    "kv_lecture": False,
+}
+
+# Our own translated navigation (Streamlit's automatic one shows English file names): path, title key.
+NAV = (
+    ("app.py", "nav.home"),
+    ("pages/1_Reusing_Past_KV.py", "nav.reuse"),
+    ("pages/2_Prefill_and_Decode.py", "nav.prefill_decode"),
+    ("pages/3_Memory_Footprint.py", "nav.memory"),
+    ("pages/4_Latency_and_Capacity.py", "nav.latency"),
+    ("pages/5_Training_Prefill_Decode.py", "nav.training"),
+    ("pages/6_Check.py", "nav.check"),
+)
+
+T = TypeVar("T")
+LECTURE_SEED = 0  # lecture mode pins every seed, so a demo repeats exactly on the projector
+# Plotly's toolbar always shown, its camera button saving a PNG at twice the screen resolution.
+PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+# Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
+LECTURE_CSS = """<style>
+html { font-size: 22px; }
+[data-testid='stMainBlockContainer'] { max-width: 100%; padding-left: 3rem; padding-right: 3rem; }
+</style>"""
+
+
+@dataclass(frozen=True)
+class Settings:
+    lang: str
+    model: str  # tiny | random | hf
+    dtype: str
+    device: str
+    shape: DecoderConfig
+    hf_model: str = ""
+    lecture: bool = False
+    hosted: HostedCaps | None = None  # the caps in force on a hosted demo, None elsewhere
+
+
+def lang() -> str:
+    return st.session_state.get("kv_lang", "en")
+
+
+def tr(key: str, **values: object) -> str:
+    """Translate a locale key into the session's language."""
+    return t(key, lang(), **values)
+
+
+def show_error(exc: Exception) -> None:
+    """A clear message in the user's language, never a traceback."""
+    st.error(exc.message(lang()) if isinstance(exc, InputError) else str(exc))
+
+
+def _init_state() -> None:
+    for key, value in DEFAULTS.items():
+        st.session_state.setdefault(key, value)
+    query_lang = st.query_params.get("lang")
+    if "kv_lang_from_url" not in st.session_state:  # a session's first run only: later the radio decides
+        st.session_state.kv_lang_from_url = True
+        if query_lang in LANGS:
+            st.session_state.kv_lang = query_lang  # a shared link opens in its language
+    url_state("lecture", False, parse_bool, state="kv_lecture")
+    url_state("model", DEFAULTS["kv_model"], choice(MODELS), state="kv_model")
+
+
+def hosted_caps() -> HostedCaps | None:
+    """Hosted-demo caps from the environment or .streamlit/secrets.toml; None when not hosted."""
+    # st.secrets raises when no secrets.toml exists: probe for the file first.
+    secrets = st.secrets if st.secrets.load_if_toml_exists() else {}
+    try:
+        return hosted.load_caps(os.environ, secrets)
+    except InputError as exc:
+        show_error(exc)
+        return HostedCaps()  # a misconfigured host still gets the default caps, never none
+
+
+def _check_link() -> None:
+    """A malformed shared link (?lang=xx&lecture=banana) is said, not obeyed; the settings stay."""
+    # (lecture= and model= are checked by url_state)
+    bad_lang = st.query_params.get("lang")
+    if bad_lang is not None and bad_lang not in LANGS:
+        st.warning(tr("hosted.bad_link", name="lang", value=bad_lang, choices=", ".join(LANGS)))
+
+
+def _track_session(caps: HostedCaps | None) -> None:
+    """On a hosted demo: note this session's activity and free the caches of sessions left idle."""
+    ctx = get_script_run_ctx()
+    if caps is None or ctx is None or not runtime.exists():
+        return
+    now = time.monotonic()
+    REGISTRY.sweep(now, caps.idle_timeout_s, _session_state_of)
+    if REGISTRY.pop_freed(ctx.session_id):
+        st.info(tr("hosted.idle_freed", minutes=f"{caps.idle_timeout_s / 60:g}"))
+    REGISTRY.touch(ctx.session_id, now)
+
+
+def _session_state_of(session_id: str):  # noqa: ANN202 - Streamlit's SessionState, or None
+    """A connected session's state (None once it disconnected or closed: Streamlit frees those)."""
+    session = runtime.get_instance().get_app_session(session_id)
+    return session.session_state if session is not None else None
+
+
+def _persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 - any st widget
+    """A widget whose value survives page switches: seeded from and written back to `key`."""
+    st.session_state["_w_" + key] = st.session_state[key]
+
+    def save() -> None:
+        st.session_state[key] = st.session_state["_w_" + key]
+
+    return widget(label, key="_w_" + key, on_change=save, **kwargs)
+
+
+def page_setup(title_key: str) -> Settings:
+    """Call first on every page: page config, the shared sidebar, and the settings it chose."""
+    _init_state()
+    sidebar = "collapsed" if st.session_state.kv_lecture else "auto"  # the projector gets the whole width
+    st.set_page_config(page_title=t(title_key, lang()), layout="wide", initial_sidebar_state=sidebar)
+    if st.session_state.kv_lecture:
+        st.html(LECTURE_CSS)
+    _check_link()
+    caps = hosted_caps()
+    _track_session(caps)
+    with st.sidebar:
+        for path, key in NAV:
+            if (ROOT / path).exists():
+                st.page_link(path, label=t(key, lang()))
+        _persisted(st.radio, "kv_lang", t("common.language", lang()), options=LANGS,
+                   format_func=LANG_NAMES.get, horizontal=True)
+        if lang() != st.query_params.get("lang", "en"):
+            st.query_params["lang"] = lang()
+        models = MODELS if caps is None or caps.hf_allow else tuple(m for m in MODELS if m != "hf")
+        if st.session_state.kv_model not in models:
+            st.session_state.kv_model = DEFAULTS["kv_model"]
+        _persisted(st.selectbox, "kv_model", tr("common.model"), options=models,
+                   format_func=lambda m, lg=lang(): t(f"common.model_{m}", lg))  # bound now: AppTest calls it later
+        if st.session_state.kv_model == "random":
+            _shape_controls(caps)
+        elif st.session_state.kv_model == "hf" and caps is not None:
+            # A hosted demo offers its allow-list only: no free text, so no file-system paths.
+            if st.session_state.kv_hf_model not in caps.hf_allow:
+                st.session_state.kv_hf_model = caps.hf_allow[0]
+            _persisted(st.selectbox, "kv_hf_model", tr("common.hf_model"), options=caps.hf_allow)
+        elif st.session_state.kv_model == "hf":
+            _persisted(st.text_input, "kv_hf_model", tr("common.hf_model"))
+        _persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPES))
+        devices = available_devices()
+        if st.session_state.kv_device not in devices:
+            missing = InputError("no_device", name=st.session_state.kv_device)
+            st.warning(tr("hosted.device_reset", error=missing.message(lang())))
+            st.session_state.kv_device = "cpu"
+        _persisted(st.selectbox, "kv_device", tr("common.device"), options=devices)
+        _persisted(st.toggle, "kv_lecture", tr("lecture.toggle"), help=tr("lecture.toggle_help"))
+        if caps is not None:
+            st.caption(tr("hosted.sidebar_caption", max_layers=caps.max_layers, max_d_model=caps.max_d_model,
+                          max_new_tokens=caps.max_new_tokens, max_batch=caps.max_batch,
+                          kv_budget=format_binary(caps.kv_budget_bytes)))
+    s = st.session_state
+    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture, caps)
+
+
+def _shape_controls(caps: HostedCaps | None = None) -> None:
+    """Custom shape: layers, query heads, KV heads (MHA/GQA/MQA), d_head, d_model; an invalid one changes nothing."""
+    shape: DecoderConfig = st.session_state.kv_shape
+    c1, c2 = st.columns(2)
+    layers = c1.number_input(tr("common.layers"), 1, 48, shape.n_layers, key="_w_layers", help=tr("shape.help_layers"))
+    d_model = c2.number_input(tr("common.d_model"), 16, 4096, shape.d_model, step=16, key="_w_d_model",
+                              help=tr("shape.help_d_model"))
+    heads = c1.number_input(tr("common.heads"), 1, 64, shape.n_heads, key="_w_heads", help=tr("shape.help_heads"))
+    kv_heads = c2.number_input(tr("common.kv_heads"), 1, 64, shape.n_kv_heads, key="_w_kv_heads",
+                               help=tr("shape.help_kv_heads"))
+    d_head = st.number_input(tr("common.d_head"), 2, 256, shape.d_head, step=2, key="_w_d_head",
+                             help=tr("shape.help_d_head"))
+    try:
+        new = DecoderConfig(
+            n_layers=int(layers), d_model=int(d_model), n_heads=int(heads), n_kv_heads=int(kv_heads),
+            d_head=int(d_head), d_ff=int(d_model) * 8 // 3 // 16 * 16 or 16,
+            vocab_size=shape.vocab_size, max_seq_len=shape.max_seq_len)  # not in the sidebar: kept as they were
+        if caps is not None:
+            hosted.check_shape(new, caps)
+        # What this machine can hold first (the concrete reason), then the app's fixed ceiling.
+        hosted.check_weights_fit(new, int(dtype_bytes(st.session_state.kv_dtype)), hosted.available_memory_bytes())
+        check_custom_shape(new)
+    except InputError as exc:
+        # Keep the last valid shape (and the generation built on it); say what is wrong.
+        st.error(tr("common.invalid_shape", error=exc.message(lang())))
+        return
+    st.session_state.kv_shape = new
+    st.caption(tr("common.shape_caption", kind=new.attention_kind, n_heads=new.n_heads,
+                  n_kv_heads=new.n_kv_heads, group=new.group_size))
+    per_token = kv_cache_bytes(1, new.n_layers, 1, new.n_kv_heads, new.d_head, dtype_bytes(st.session_state.kv_dtype))
+    st.caption(tr("shape.kv_per_token", bytes=f"{per_token:,}", params=f"{parameter_count(new):,}"))
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _cached_backend(
+    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
+) -> Backend:
+    # Weights are shared and read-only across sessions; each session keeps its own cache.
+    if hf_policy is not None:  # the sidebar's Hugging Face choice: always the transformers backend
+        from kvviz.engine.backends.hf import load_hf_backend
+
+        return load_hf_backend(model, dtype=dtype, device=device, policy=hf_policy)
+    return load_backend(model, dtype=dtype, device=device, shape=shape)
+
+
+def hf_policy(caps: HostedCaps | None = None) -> HFPolicy:
+    """The deployment's limits on Hugging Face models: environment variables, else .streamlit/secrets.toml;
+    on a hosted demo its allow-list and parameter cap apply too (checked before any weights are read)."""
+    try:
+        secrets = {k: st.secrets[k] for k in (SECRET_ALLOWLIST, SECRET_MAX_PARAMS) if k in st.secrets}
+    except (FileNotFoundError, StreamlitSecretNotFoundError):
+        secrets = {}
+    policy = policy_from(os.environ, secrets)
+    if caps is None:
+        return policy
+    allow = caps.hf_allow if policy.allowlist is None else tuple(m for m in policy.allowlist if m in caps.hf_allow)
+    cap = caps.max_params if policy.max_params is None else min(policy.max_params, caps.max_params)
+    return HFPolicy(allowlist=allow, max_params=cap)
+
+
+def get_backend(settings: Settings) -> Backend | None:
+    """The shared model for these settings, or None after showing why it could not load."""
+    if settings.model == "hf" and not settings.hf_model.strip():
+        st.info(tr("hf.enter_model"))
+        return None
+    try:
+        shape = settings.shape if settings.model == "random" else None
+        _check_hosted_model(settings)
+        if settings.model == "hf":
+            backend = _cached_backend(settings.hf_model.strip(), settings.dtype, settings.device, None,
+                                      hf_policy(settings.hosted))
+        else:
+            backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
+        if settings.hosted is not None:
+            hosted.check_params(backend.arch.n_params, settings.hosted)
+        return backend
+    except (InputError, ValueError, FileNotFoundError) as exc:
+        st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
+        return None
+
+
+def _check_hosted_model(settings: Settings) -> None:
+    """On a hosted demo, refuse a model before loading it: allow-listed hub ids, shapes within the caps."""
+    if settings.hosted is None:
+        return
+    if settings.model == "hf":
+        hosted.check_hf_model(settings.hf_model, settings.hosted)
+    elif settings.model == "random":
+        hosted.check_shape(settings.shape, settings.hosted)
+
+
+def limit(settings: Settings, cap: str, default: int) -> int:
+    """A widget's upper bound: `default`, lowered to the hosted cap of that name (e.g. "max_new_tokens")."""
+    return default if settings.hosted is None else min(default, getattr(settings.hosted, cap))
+
+
+def check_request(settings: Settings, backend: Backend, *, batch: int, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Call before prefill: on a hosted demo, refuse a request past the batch, token or per-session KV caps."""
+    if settings.hosted is None:
+        return
+    a = backend.arch
+    hosted.check_request(settings.hosted, batch=batch, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
+                         n_layers=a.n_layers, n_kv_heads=a.n_kv_heads, d_head=a.d_head, dtype=settings.dtype)
+
+
+def check_sweep(settings: Settings, n_points: int) -> None:
+    """Call before a sweep: on a hosted demo, refuse more points than the cap."""
+    if settings.hosted is not None:
+        hosted.check_sweep(n_points, settings.hosted)
+
+
+def model_caption(backend: Backend) -> None:
+    a = backend.arch
+    st.caption(tr("common.model_info", name=a.name, layers=a.n_layers, heads=a.n_heads, kv_heads=a.n_kv_heads,
+                  kind=a.attention_kind, d_head=a.d_head, params=f"{a.n_params:,}"))
+
+
+# ---- shareable links, export, lecture mode ------------------------------------------------------------
+persisted = _persisted  # public name for pages: a widget seeded from, and saved to, a session key
+
+
+def parse_bool(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def choice(options: Sequence[str]) -> Callable[[str], str]:
+    """A URL parser that accepts only one of `options`."""
+
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """A URL parser for a whole number in [low, high]."""
+
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def _url_text(value: Any) -> str:
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+def url_state(key: str, default: T, parse: Callable[[str], T] = str, *, state: str | None = None) -> str:
+    """Keep a setting in the link: seeded from `?key=` once per session, then mirrored back on every run.
+
+    Returns the session_state key that holds the value (`state`, or `kv_url_<key>`); give it to
+    `persisted(widget, state_key, label, ...)`. A value equal to `default` is left out of the URL.
+    A value the parser rejects is dropped with a warning and the default kept.
+    """
+    state = state or f"kv_url_{key}"
+    read: set[str] = st.session_state.setdefault("_kv_url_read", set())
+    if state not in read:
+        read.add(state)  # the link is read when it is opened; afterwards the widgets lead
+        raw = st.query_params.get(key)
+        if raw is not None:
+            try:
+                st.session_state[state] = parse(raw)
+            except (ValueError, InputError):
+                st.warning(tr("lecture.bad_url_param", name=key, value=raw))
+    st.session_state.setdefault(state, default)
+    value = st.session_state[state]
+    if value == default:
+        if key in st.query_params:
+            del st.query_params[key]
+    elif st.query_params.get(key) != _url_text(value):
+        st.query_params[key] = _url_text(value)
+    return state
+
+
+def chart(fig: go.Figure, key: str) -> None:
+    """A Plotly chart with its toolbar on (PNG download named after `key`).
+
+    theme=None: the figure's own layout (charts.base.style: lecture type sizes, room for the toolbar) is what
+    shows; Streamlit's theme would override its fonts and margins.
+    """
+    config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
+    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
+
+
+def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
+    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean).
+
+    `prose`: cells of sentences, shown as a static table that wraps them instead of a scrolling grid.
+    """
+    if prose:
+        st.table(df, hide_index=True)
+    else:
+        st.dataframe(df, hide_index=True, width="stretch")
+    st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
+                       file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
+
+
+def ideas(titles: Sequence[str], key: str) -> list[int]:
+    """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`)."""
+    if not st.session_state.get("kv_lecture"):
+        return list(range(len(titles)))
+    state = url_state("idea", 1, int_in(1, len(titles)), state=f"kv_idea_{key}")
+    persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
+              format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
+    return [st.session_state[state] - 1]
+
+
+def demo_seed(seed: int) -> int:
+    """The seed a demo uses: the user's, or in lecture mode the fixed one."""
+    return LECTURE_SEED if st.session_state.get("kv_lecture") else seed
+
+
+def link_to(path: str) -> None:
+    """A translated link to another page of the app, if that page exists."""
+    labels = dict(NAV)
+    if path in labels and (ROOT / path).exists():
+        st.page_link(path, label=tr(labels[path]), icon=":material/arrow_forward:")

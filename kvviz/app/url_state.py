@@ -1,0 +1,105 @@
+"""The memory calculator's scenario as URL query parameters, so a link reproduces it.
+
+read_query() checks every value the way the widgets would; a malformed one falls back to its default
+and is reported, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kvviz.kv.formula import KV_DTYPES
+from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.presets import PRESETS
+
+DEFAULTS: dict[str, Any] = {
+    "src": "preset",
+    "preset": "Llama-3.1-8B",
+    "layers": 32,
+    "heads": 32,
+    "kv_heads": 8,
+    "d_head": 128,
+    "params_b": 8.03,
+    "tokens": 4096,
+    "batch": 1,
+    "kv_dtype": "bfloat16",
+    "w_dtype": "bfloat16",
+    "gpu": "H100 SXM",
+    "n_gpus": 1,
+    "frac": 0.9,
+    "lengths": "37, 120, 900, 1500, 3000, 4096",
+    "block": 16,
+}
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not lo <= value <= hi:
+            raise ValueError(text)
+        return value
+
+    return parse
+
+
+def _float_in(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = float(text)
+        if not lo <= value <= hi:  # also rejects nan
+            raise ValueError(text)
+        return value
+
+    return parse
+
+
+def _one_of(choices: Mapping | tuple) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(text)
+        return text
+
+    return parse
+
+
+# Bounds match the page's widgets, so a link can never put a widget out of its range.
+PARSERS: dict[str, Callable[[str], Any]] = {
+    "src": _one_of(("preset", "custom", "upload")),
+    "preset": _one_of(PRESETS),
+    "layers": _int_in(1, 1000),
+    "heads": _int_in(1, 1024),
+    "kv_heads": _int_in(1, 1024),
+    "d_head": _int_in(1, 4096),
+    "params_b": _float_in(0.001, 10_000.0),
+    "tokens": _int_in(1, 10_000_000),
+    "batch": _int_in(1, 100_000),
+    "kv_dtype": _one_of(KV_DTYPES),
+    "w_dtype": _one_of(KV_DTYPES),
+    "gpu": _one_of(HARDWARE),
+    "n_gpus": _int_in(1, 64),
+    "frac": _float_in(0.1, 1.0),
+    "lengths": str,
+    "block": _int_in(1, 4096),
+}
+CUSTOM_KEYS = ("layers", "heads", "kv_heads", "d_head", "params_b")
+
+
+def read_query(query: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The scenario in a URL's query (defaults for what it leaves out) and the `key=value`s it got wrong."""
+    values, bad = dict(DEFAULTS), []
+    for key, parse in PARSERS.items():
+        if key not in query:
+            continue
+        try:
+            values[key] = parse(query[key])
+        except ValueError:
+            bad.append(f"{key}={query[key]!r}")
+    return values, bad
+
+
+def scenario_query(values: Mapping[str, Any]) -> dict[str, str]:
+    """The query parameters that reproduce a scenario (only the model fields its source uses)."""
+    skip = set(CUSTOM_KEYS) if values.get("src") != "custom" else {"preset"}
+    if values.get("src") == "upload":
+        skip.add("preset")
+    return {k: str(v) for k, v in values.items() if k in PARSERS and k not in skip}

@@ -1,0 +1,239 @@
+"""A Llama-style decoder (RMSNorm, RoPE, GQA attention, SwiGLU) whose tensor names match
+transformers.LlamaForCausalLM one to one, so weights move both ways unchanged.
+
+The KV cache is an argument of forward(), not module state: one model object serves many requests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kvviz.engine.cache import KVCache
+from kvviz.engine.config import DecoderConfig
+from kvviz.errors import InputError
+
+
+@dataclass
+class DecoderOutput:
+    logits: torch.Tensor  # [B, T, V], or [B, 1, V] for the last position only
+    attentions: list[torch.Tensor] | None = None  # per layer [B, n_heads, T_query, T_key] probabilities
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused op: decode is op-bound
+        # Normalised in float32 and cast back, exactly as LlamaRMSNorm does, so bf16 matches HF.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rotary_tables(cfg: DecoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin for every position up to max_seq_len, in HF's non-interleaved (rotate_half) layout."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.d_head, 2, dtype=torch.int64).float() / cfg.d_head))
+    freqs = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.d_head, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=False)
+        self.qkv_weight: torch.Tensor | None = None  # fused copy for inference, see Decoder.fuse()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache | None,
+        layer: int,
+        *,
+        causal: bool,
+        capture: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, t, _ = x.shape
+        d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
+        if self.qkv_weight is not None:
+            # One matmul instead of three: a decode step is bound by op count, not FLOPs.
+            qkv = F.linear(x, self.qkv_weight)
+        else:
+            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        qkv = qkv.view(b, t, hq + 2 * hkv, d)
+        qk = apply_rotary(qkv[:, :, : hq + hkv], cos, sin)  # Q and K heads rotated together, in one pass
+        q, k = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)
+        v = qkv[:, :, hq + hkv :].transpose(1, 2)
+        past = 0
+        if cache is not None:
+            past = cache.lengths[layer]
+            k, v = cache.append(layer, k, v)  # only the new positions are computed; the prefix is read
+        n_keys = k.shape[2]
+
+        mask = None  # None = every query sees every key
+        if causal and t > 1:
+            # Query i sits at absolute position past + i and may see keys 0..past + i.
+            mask = torch.ones(t, n_keys, dtype=torch.bool, device=x.device).tril(diagonal=past)
+        probs = None
+        if capture or (t == 1 and x.device.type == "cpu"):
+            # Explicit softmax(QKᵀ/√d): the probabilities can be returned, and for one decode query two
+            # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
+            # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
+            g = hq // hkv
+            qg = q.reshape(b, hkv, g * t, d)
+            scores = (qg @ k.transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            probs = scores.float().softmax(dim=-1).to(q.dtype)
+            out = (probs.view(b, hkv, g * t, n_keys) @ v).view(b, hq, t, d)
+            probs = probs if capture else None
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq)
+        out = out.transpose(1, 2).reshape(b, t, hq * d)
+        return self.o_proj(out), probs
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # fused copy for inference
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+
+class LlamaModel(nn.Module):
+    """The trunk, named `model` inside Decoder so state_dict keys read `model.layers.0...` as in HF."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = LlamaModel(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        cos, sin = rotary_tables(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def init_weights(self, seed: int, std: float = 0.02) -> Decoder:
+        """Seeded random init (the 'custom shape' model and training's starting point)."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight") or "layernorm" in name:
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=gen) * std)
+        return self
+
+    def fuse(self) -> Decoder:
+        """Concatenate Q/K/V and gate/up weights for inference; any later .to() or train() drops them."""
+        with torch.no_grad():
+            for layer in self.model.layers:
+                a, m = layer.self_attn, layer.mlp
+                a.qkv_weight = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                m.gate_up_weight = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+        return self
+
+    def _unfuse(self) -> None:
+        for layer in self.model.layers:
+            layer.self_attn.qkv_weight = None
+            layer.mlp.gate_up_weight = None
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
+        self._unfuse()  # a dtype/device move would leave the fused copies stale
+        return super()._apply(fn, recurse)
+
+    def train(self, mode: bool = True) -> Decoder:
+        if mode:
+            self._unfuse()
+        return super().train(mode)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache | None = None,
+        *,
+        capture_attention: bool = False,
+        causal: bool = True,
+        all_logits: bool = True,
+    ) -> DecoderOutput:
+        b, t = input_ids.shape
+        start = cache.length if cache is not None else 0
+        if start + t > self.cfg.max_seq_len:
+            raise InputError("sequence_too_long", n_tokens=start + t, max_len=self.cfg.max_seq_len)
+        h = self.model.embed_tokens(input_ids)
+        # [t, 1, d_head]: broadcast over the heads of a [B, t, heads, d_head] projection
+        cos = self.rope_cos[start : start + t, None].to(h.dtype)
+        sin = self.rope_sin[start : start + t, None].to(h.dtype)
+        attentions: list[torch.Tensor] | None = [] if capture_attention else None
+        for i, layer in enumerate(self.model.layers):
+            a, probs = layer.self_attn(
+                layer.input_layernorm(h), cos, sin, cache, i, causal=causal, capture=capture_attention
+            )
+            h = h + a
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            if attentions is not None:
+                attentions.append(probs)
+        h = self.model.norm(h if all_logits else h[:, -1:])
+        return DecoderOutput(self.lm_head(h), attentions)
+
+    def new_cache(self, batch_size: int = 1, max_len: int | None = None) -> KVCache:
+        p = self.lm_head.weight
+        return KVCache(
+            self.cfg.n_layers,
+            batch_size,
+            self.cfg.n_kv_heads,
+            max_len or self.cfg.max_seq_len,
+            self.cfg.d_head,
+            dtype=p.dtype,
+            device=p.device,
+        )
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())

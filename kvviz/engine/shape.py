@@ -1,0 +1,23 @@
+"""The custom-shape model's size, known before any weight is allocated, and the limit the sidebar enforces."""
+from __future__ import annotations
+
+from kvviz.engine.config import DecoderConfig
+from kvviz.errors import InputError
+
+# A seeded random model is built on the server for every new shape: keep it to what a laptop CPU holds.
+MAX_CUSTOM_PARAMS = 300_000_000
+
+
+def parameter_count(cfg: DecoderConfig) -> int:
+    """Parameters of the Llama-style decoder of this shape (equals Decoder(cfg).num_parameters())."""
+    d, q, kv = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
+    per_layer = d * q + 2 * d * kv + q * d + 3 * d * cfg.d_ff + 2 * d  # attention, SwiGLU, two RMSNorms
+    head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+    return cfg.vocab_size * d + cfg.n_layers * per_layer + d + head
+
+
+def check_custom_shape(cfg: DecoderConfig, max_params: int = MAX_CUSTOM_PARAMS) -> DecoderConfig:
+    n = parameter_count(cfg)
+    if n > max_params:
+        raise InputError("shape.too_large", params=f"{n:,}", limit=f"{max_params:,}")
+    return cfg

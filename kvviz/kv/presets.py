@@ -1,0 +1,187 @@
+"""Model presets: the fields of each model's public config.json that size its KV cache, and its parameters.
+
+Each `config` below copies the field names and values of the model's Hugging Face config.json
+(checked against the public files), and goes through the same reader as an uploaded config, so a preset
+and `--config` on that model's file give the same figures. Parameter counts are exact counts of the
+checkpoint's unique tensors (tied embeddings counted once), except DeepSeek-V3's published 671B, which
+leaves out the 14B multi-token-prediction module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvviz.errors import InputError
+from kvviz.kv.hf_config import ModelSpec, parse_hf_config
+
+_LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 4096}
+_LLAMA31 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 131072}
+
+# name: (Hugging Face repository, config.json fields, parameters)
+_PRESETS: dict[str, tuple[str, dict, int]] = {
+    "Llama-2-7B": (
+        "meta-llama/Llama-2-7b-hf",
+        {
+            **_LLAMA2,
+            "num_hidden_layers": 32,
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+        },
+        6_738_415_616,
+    ),
+    "Llama-2-70B": (
+        "meta-llama/Llama-2-70b-hf",
+        {
+            **_LLAMA2,
+            "num_hidden_layers": 80,
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+        },
+        68_976_648_192,
+    ),
+    "Llama-3.1-8B": (
+        "meta-llama/Llama-3.1-8B",
+        {
+            **_LLAMA31,
+            "num_hidden_layers": 32,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+        },
+        8_030_261_248,
+    ),
+    "Llama-3.1-70B": (
+        "meta-llama/Llama-3.1-70B",
+        {
+            **_LLAMA31,
+            "num_hidden_layers": 80,
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+        },
+        70_553_706_496,
+    ),
+    "Mistral-7B": (
+        "mistralai/Mistral-7B-v0.1",
+        {
+            "model_type": "mistral",
+            "num_hidden_layers": 32,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "sliding_window": 4096,
+            "max_position_embeddings": 32768,
+            "vocab_size": 32000,
+        },
+        7_241_732_096,
+    ),
+    "Qwen2.5-7B": (
+        "Qwen/Qwen2.5-7B",
+        {
+            "model_type": "qwen2",
+            "num_hidden_layers": 28,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "sliding_window": 131072,
+            "use_sliding_window": False,
+            "max_position_embeddings": 131072,
+            "vocab_size": 152064,
+            "tie_word_embeddings": False,
+        },
+        7_615_616_512,
+    ),
+    "Qwen3-8B": (
+        "Qwen/Qwen3-8B",
+        {
+            "model_type": "qwen3",
+            "num_hidden_layers": 36,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "sliding_window": None,
+            "use_sliding_window": False,
+            "max_position_embeddings": 40960,
+            "vocab_size": 151936,
+            "tie_word_embeddings": False,
+        },
+        8_190_735_360,
+    ),
+    "Gemma-2-9B": (
+        "google/gemma-2-9b",
+        {
+            "model_type": "gemma2",
+            "num_hidden_layers": 42,
+            "hidden_size": 3584,
+            "intermediate_size": 14336,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 256,
+            "sliding_window": 4096,
+            "max_position_embeddings": 8192,
+            "vocab_size": 256000,
+        },
+        9_241_705_984,
+    ),
+    "Falcon-7B": (
+        "tiiuae/falcon-7b",
+        {
+            "model_type": "falcon",
+            "num_hidden_layers": 32,
+            "hidden_size": 4544,
+            "num_attention_heads": 71,
+            "multi_query": True,
+            "new_decoder_architecture": False,
+            "vocab_size": 65024,
+        },
+        6_921_720_704,
+    ),
+    "GPT-2": (
+        "openai-community/gpt2",
+        {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257},
+        124_439_808,
+    ),
+    "DeepSeek-V3": (
+        "deepseek-ai/DeepSeek-V3",
+        {
+            "model_type": "deepseek_v3",
+            "num_hidden_layers": 61,
+            "hidden_size": 7168,
+            "num_attention_heads": 128,
+            "num_key_value_heads": 128,
+            "kv_lora_rank": 512,
+            "q_lora_rank": 1536,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "v_head_dim": 128,
+            "n_routed_experts": 256,
+            "max_position_embeddings": 163840,
+            "vocab_size": 129280,
+        },
+        671_000_000_000,
+    ),
+}
+
+HF_REPOS: dict[str, str] = {name: repo for name, (repo, _, _) in _PRESETS.items()}
+CONFIGS: dict[str, dict] = {name: config for name, (_, config, _) in _PRESETS.items()}
+PRESETS: dict[str, ModelSpec] = {
+    name: replace(parse_hf_config(config, name), n_params=params, params_estimated=False)
+    for name, (_, config, params) in _PRESETS.items()
+}
+
+
+def get_preset(name: str) -> ModelSpec:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise InputError("memory.unknown_preset", name=name, choices=", ".join(PRESETS)) from None

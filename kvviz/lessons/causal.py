@@ -1,0 +1,166 @@
+"""Why K/V can be cached, shown with the real decoder (pure torch, no streamlit).
+
+- `parallel_vs_sequential`: one masked parallel pass (training / prefill) versus prefill + one-token
+  decode steps give the same K/V in every layer and the same logits at every position.
+- `past_kv_drift`: append one token and compare the past positions' K/V. Under the causal mask they do
+  not move; with bidirectional attention they do, in every layer above the first, so a cache would be wrong.
+- `attention_rows`: the full causal attention matrix next to the one row a decode step computes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvviz.engine.cache import KVCache
+from kvviz.engine.model import Decoder
+from kvviz.errors import InputError
+
+
+@dataclass(frozen=True)
+class KVPass:
+    """One way of running a sequence: every layer's K/V [n_kv_heads, T, d_head] and every position's logits [T, V]."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    logits: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ParallelVsSequential:
+    n_prompt: int  # positions run in the prefill of the sequential path
+    n_tokens: int
+    k_max_diff: list[float]  # per layer, max |K_parallel − K_sequential|
+    v_max_diff: list[float]
+    logits_max_diff: list[float]  # per position, max |Δlogits| over the vocabulary
+    parallel_argmax: list[int]  # greedy next token at every position, both paths
+    sequential_argmax: list[int]
+
+    @property
+    def max_diff(self) -> float:
+        return max(self.k_max_diff + self.v_max_diff + self.logits_max_diff)
+
+
+@dataclass(frozen=True)
+class PastDrift:
+    causal: bool
+    n_past: int  # positions that existed before the appended token
+    k_max_diff: list[float]  # per layer, max |ΔK| over the past positions after one token is appended
+    v_max_diff: list[float]
+    k_scale: list[float]  # per layer, max |K| of the past positions: how big the change is relative to K
+    logits_max_diff: float  # max |Δlogits| over the past positions
+
+
+def _check_ids(model: Decoder, ids: list[int], min_len: int) -> None:
+    if len(ids) < min_len:
+        raise InputError("training.too_short", n_tokens=len(ids), min_len=min_len)
+    if len(ids) > model.cfg.max_seq_len:
+        raise InputError("sequence_too_long", n_tokens=len(ids), max_len=model.cfg.max_seq_len)
+
+
+def _device(model: Decoder) -> torch.device:
+    return model.lm_head.weight.device
+
+
+def _collect(cache: KVCache, logits: torch.Tensor) -> KVPass:
+    return KVPass(
+        keys=[cache.keys(i)[0].float().clone() for i in range(cache.n_layers)],
+        values=[cache.values(i)[0].float().clone() for i in range(cache.n_layers)],
+        logits=logits[0].float(),
+    )
+
+
+@torch.inference_mode()
+def run_parallel(model: Decoder, ids: list[int], *, causal: bool = True) -> KVPass:
+    """The whole sequence in one forward pass (as in training or prefill), K/V read from a fresh cache."""
+    cache = model.new_cache(1, len(ids))
+    out = model(torch.tensor([ids], device=_device(model)), cache, causal=causal)
+    return _collect(cache, out.logits)
+
+
+@torch.inference_mode()
+def run_sequential(model: Decoder, ids: list[int], n_prompt: int) -> KVPass:
+    """Prefill the first n_prompt tokens, then feed the rest one token per pass through the cache."""
+    cache = model.new_cache(1, len(ids))
+    x = torch.tensor([ids], device=_device(model))
+    logits = [model(x[:, :n_prompt], cache).logits]
+    for pos in range(n_prompt, len(ids)):
+        logits.append(model(x[:, pos : pos + 1], cache).logits)  # only the new token goes in
+    return _collect(cache, torch.cat(logits, dim=1))
+
+
+def _layer_max(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[float]:
+    return [float((x - y).abs().max()) for x, y in zip(a, b, strict=True)]
+
+
+def parallel_vs_sequential(model: Decoder, ids: list[int], n_prompt: int) -> ParallelVsSequential:
+    _check_ids(model, ids, 2)
+    if not 1 <= n_prompt < len(ids):
+        raise InputError("training.bad_prompt_len", n_prompt=n_prompt, n_tokens=len(ids))
+    return compare_passes(run_parallel(model, ids), run_sequential(model, ids, n_prompt), n_prompt)
+
+
+def compare_passes(par: KVPass, seq: KVPass, n_prompt: int) -> ParallelVsSequential:
+    return ParallelVsSequential(
+        n_prompt=n_prompt,
+        n_tokens=len(par.logits),
+        k_max_diff=_layer_max(par.keys, seq.keys),
+        v_max_diff=_layer_max(par.values, seq.values),
+        logits_max_diff=(par.logits - seq.logits).abs().amax(dim=-1).tolist(),
+        parallel_argmax=par.logits.argmax(dim=-1).tolist(),
+        sequential_argmax=seq.logits.argmax(dim=-1).tolist(),
+    )
+
+
+def past_kv_drift(model: Decoder, ids: list[int], *, causal: bool) -> PastDrift:
+    """Run ids[:-1], then ids (one token appended), and compare the past positions' K/V layer by layer."""
+    _check_ids(model, ids, 2)
+    n_past = len(ids) - 1
+    before, after = run_parallel(model, ids[:-1], causal=causal), run_parallel(model, ids, causal=causal)
+    return PastDrift(
+        causal=causal,
+        n_past=n_past,
+        k_max_diff=_layer_max(before.keys, [k[:, :n_past] for k in after.keys]),
+        v_max_diff=_layer_max(before.values, [v[:, :n_past] for v in after.values]),
+        k_scale=[float(k.abs().max()) for k in before.keys],
+        logits_max_diff=float((before.logits - after.logits[:n_past]).abs().max()),
+    )
+
+
+@dataclass(frozen=True)
+class AttentionRows:
+    full: torch.Tensor  # [n_heads, T, T]: every query's row, as a parallel pass computes them
+    decode_row: torch.Tensor  # [n_heads, T]: the only row the last decode step computes
+    row_max_diff: float  # max |full[:, -1] − decode_row|
+
+
+@torch.inference_mode()
+def attention_rows(model: Decoder, ids: list[int], layer: int) -> AttentionRows:
+    """A decode step computes one query row; past rows are never needed again, so Q is not cached."""
+    _check_ids(model, ids, 2)
+    if not 0 <= layer < model.cfg.n_layers:
+        raise InputError("training.bad_layer", layer=layer, n_layers=model.cfg.n_layers)
+    x = torch.tensor([ids], device=_device(model))
+    full = model(x, None, capture_attention=True).attentions[layer][0].float()
+    cache = model.new_cache(1, len(ids))
+    model(x[:, :-1], cache)
+    step = model(x[:, -1:], cache, capture_attention=True).attentions[layer][0, :, -1].float()
+    return AttentionRows(full=full, decode_row=step, row_max_diff=float((full[:, -1] - step).abs().max()))
+
+
+def causal_mask(n: int) -> torch.Tensor:
+    """[n, n] booleans: query i may attend to key j exactly when j ≤ i."""
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+# Texts the demo runs (language-neutral on purpose: the same link gives the same tokens in every UI language).
+PRESETS: dict[str, str] = {
+    "cat": "The cat sat on the mat because it was warm.",
+    "kv": "Past keys and values never change.",
+    "code": "def add(a, b):\n    return a + b",
+    "korean": "고양이가 따뜻한 매트 위에 앉았다.",
+}
+MAX_DEMO_TOKENS = 64  # one decode pass per token on a shared CPU: keep the live demo quick
+
+# Parallel and sequential passes multiply in different orders: equal up to this much rounding.
+ROUNDING_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 5e-2}

@@ -1,0 +1,93 @@
+"""Pure helpers that turn a Generation's state into what the decode pages draw (no streamlit, no plotly)."""
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from kvviz.engine.generation import StepEvent, TopToken
+from kvviz.engine.tokenizer import Tokenizer
+
+_VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
+
+
+def visible(text: str) -> str:
+    """A token's text with whitespace made visible, so a chip or axis label is never blank."""
+    return text.translate(_VISIBLE) or "∅"
+
+
+def token_texts(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """Readable text per token; a lone byte of a multi-byte character shows as its hex, not as �."""
+    out = []
+    for i in ids:
+        text = tokenizer.token_text(i)
+        if text == "\ufffd":
+            text = f"<0x{i:02X}>" if i < 256 else f"⟨{i}⟩"
+        out.append(text)
+    return out
+
+
+def kv_head_of(n_heads: int, n_kv_heads: int) -> list[int]:
+    """The KV head each query head reads (GQA: consecutive query heads share one KV head)."""
+    group = n_heads // n_kv_heads
+    return [h // group for h in range(n_heads)]
+
+
+def head_labels(n_heads: int, n_kv_heads: int) -> list[str]:
+    """'q3 → kv1' for each query head: which KV head its group shares."""
+    return [f"q{h} → kv{g}" for h, g in enumerate(kv_head_of(n_heads, n_kv_heads))]
+
+
+def written_at(events: Sequence[StepEvent]) -> list[list[int]]:
+    """For every layer, the pass (0 = prefill, k = step k) that wrote each cached position.
+
+    Read from the per-layer cache lengths the engine measured after each pass, so a layer that
+    did not grow would show a gap.
+    """
+    if not events:
+        return []
+    out: list[list[int]] = [[] for _ in events[0].cache_lengths]
+    for event in events:
+        for layer, length in enumerate(event.cache_lengths):
+            out[layer].extend([event.index] * (length - len(out[layer])))
+    return out
+
+
+def position_labels(token_texts: Sequence[str]) -> list[str]:
+    """'12 ␣the' for each position: the index keeps repeated tokens apart."""
+    return [f"{i} {visible(text)}" for i, text in enumerate(token_texts)]
+
+
+_STRIP_CSS = """<style>
+.kv-strip{display:flex;flex-wrap:wrap;gap:4px;font-family:ui-monospace,monospace;font-size:var(--kv-size,15px)}
+.kv-chip{padding:2px 6px;border-radius:6px;border:1px solid #c8ccd4;background:#f3f4f6;white-space:pre}
+.kv-chip.gen{background:#e0ecff;border-color:#7aa7f0}
+.kv-chip.newest{background:#ffb020;border-color:#c77c00;font-weight:700}
+.kv-top{margin-top:6px;font-size:var(--kv-size,15px)}
+.kv-top td{padding:1px 8px;font-family:ui-monospace,monospace}
+.kv-bar{display:inline-block;height:10px;background:#7aa7f0;border-radius:3px}
+</style>"""
+
+
+def token_strip_html(
+    token_texts: Sequence[str], n_prompt: int, top_k: Sequence[TopToken], top_caption: str, *, lecture: bool = False
+) -> str:
+    """Prompt and generated tokens as chips (the newest highlighted) and the top-5 of the current step.
+
+    Bars are scaled to the most likely token; the probabilities are printed beside them.
+    """
+    chips = []
+    last = len(token_texts) - 1
+    for i, text in enumerate(token_texts):
+        kind = "prompt" if i < n_prompt else ("newest gen" if i == last else "gen")
+        chips.append(f'<span class="kv-chip {kind}" title="position {i}">{html.escape(visible(text))}</span>')
+    top = max((t.prob for t in top_k), default=1.0) or 1.0
+    rows = "".join(
+        f"<tr><td>{html.escape(visible(t.text))}</td><td>{t.prob:.3f}</td>"
+        f'<td><span class="kv-bar" style="width:{max(1, round(t.prob / top * 160))}px"></span></td></tr>'
+        for t in top_k
+    )
+    size = "22px" if lecture else "15px"
+    return (
+        f'{_STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
+        f'<div class="kv-top">{html.escape(top_caption)}<table>{rows}</table></div></div>'
+    )

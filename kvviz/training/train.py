@@ -1,0 +1,211 @@
+"""`python -m kvviz.training`: train the shipped tiny model on CPU, from nothing, deterministically.
+
+Builds the stdlib-docstring corpus (kvviz.training.corpus), trains a byte-level BPE on its training split,
+then trains a small GQA decoder with AdamW and a cosine schedule, logging train and held-out loss.
+Same seed and thread count → the same tokenizer.json and the same weights, bit for bit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import TINY_DIR
+from kvviz.engine.model import Decoder
+from kvviz.engine.tokenizer import EOS_TOKEN, BPETokenizer
+from kvviz.training.corpus import Corpus, Document, build_corpus
+
+EOS_ID = 0  # the first special token the BPE trainer adds
+
+# The shipped shape: 8 query heads share 2 KV heads (GQA, groups of 4).
+TINY_SHAPE = DecoderConfig(
+    n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, d_ff=688, vocab_size=4096, max_seq_len=512,
+    bos_id=EOS_ID, eos_id=EOS_ID,
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0
+    steps: int = 1200
+    batch_size: int = 4
+    seq_len: int = 512  # the whole context, so every position the app can reach was trained
+    lr: float = 2e-3
+    min_lr: float = 2e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    eval_every: int = 100
+    threads: int = 1  # on a shared 2-core machine one thread outran two (no spin-waiting)
+
+
+def train_tokenizer(docs: Sequence[Document], vocab_size: int, path: Path) -> BPETokenizer:
+    """Byte-level BPE (GPT-2 style): 256 byte symbols, merges up to vocab_size, EOS as id 0."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte, so any UTF-8 text encodes
+        show_progress=False,
+    )
+    tok.train_from_iterator([d.text for d in docs], trainer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    bpe = BPETokenizer(path)
+    assert bpe.eos_id == EOS_ID
+    return bpe
+
+
+def encode_docs(tokenizer: BPETokenizer, docs: Sequence[Document]) -> torch.Tensor:
+    """One stream of ids: EOS before every document (so EOS also serves as BOS)."""
+    ids: list[int] = []
+    for doc in docs:
+        ids.append(EOS_ID)
+        ids.extend(tokenizer.encode(doc.text))
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def unigram_loss(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab_size: int) -> float:
+    """Cross-entropy (nats/token) of the add-one-smoothed token frequencies of the training split."""
+    counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0
+    logp = counts.log() - counts.sum().log()
+    return float(-logp[eval_ids[1:]].mean())  # the same targets evaluation_loss predicts
+
+
+@torch.no_grad()
+def evaluation_loss(model: Decoder, ids: torch.Tensor, seq_len: int, max_tokens: int | None = None) -> float:
+    """Mean next-token cross-entropy over non-overlapping windows of `ids` (nats/token)."""
+    ids = ids[: max_tokens + 1] if max_tokens else ids
+    total, count = 0.0, 0
+    for start in range(0, len(ids) - 1, seq_len):
+        chunk = ids[start : start + seq_len + 1]
+        if len(chunk) < 2:
+            break
+        logits = model(chunk[None, :-1]).logits[0].float()
+        total += float(F.cross_entropy(logits, chunk[1:], reduction="sum"))
+        count += len(chunk) - 1
+    return total / count
+
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup, then cosine decay from lr to min_lr."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: Decoder, cfg: TrainConfig) -> torch.optim.AdamW:
+    # Decay matrices only; norms' gains stay free, as in most Llama recipes.
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+
+
+def save_checkpoint(model: Decoder, out_dir: Path) -> None:
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.cfg.save(out_dir / "config.json")
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def train(
+    cfg: TrainConfig,
+    out_dir: Path = TINY_DIR,
+    corpus: Corpus | None = None,
+    shape: DecoderConfig = TINY_SHAPE,
+    log=print,  # noqa: ANN001
+) -> dict:
+    """Train tokenizer and model into out_dir; return the measured numbers (also in training.json)."""
+    torch.manual_seed(cfg.seed)
+    t_start = time.perf_counter()
+    corpus = corpus or build_corpus()
+    tokenizer = train_tokenizer(corpus.train, shape.vocab_size, out_dir / "tokenizer.json")
+    train_ids = encode_docs(tokenizer, corpus.train)
+    eval_ids = encode_docs(tokenizer, corpus.held_out)
+    log(f"corpus: {len(corpus.train)} train docs, {len(train_ids):,} tokens; "
+        f"{len(corpus.held_out)} held-out docs, {len(eval_ids):,} tokens")
+
+    model = Decoder(shape).init_weights(cfg.seed)
+    opt = make_optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history: list[dict] = []
+    t_train = time.perf_counter()
+    for step in range(cfg.steps):
+        lr = learning_rate(step, cfg)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        starts = torch.randint(0, len(train_ids) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
+        batch = torch.stack([train_ids[s : s + cfg.seq_len + 1] for s in starts.tolist()])
+        model.train()
+        logits = model(batch[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            model.eval()
+            held_out = evaluation_loss(model, eval_ids, shape.max_seq_len)
+            elapsed = time.perf_counter() - t_train
+            row = {"step": step + 1, "train_loss": loss.item(), "held_out_loss": held_out, "lr": lr,
+                   "elapsed_s": round(elapsed, 1)}
+            history.append(row)
+            tok_s = (step + 1) * cfg.batch_size * cfg.seq_len / elapsed
+            save_checkpoint(model, out_dir)  # the latest weights are always usable, even mid-run
+            log(f"step {step + 1:5d}  train {loss.item():.3f}  held-out {held_out:.3f}  lr {lr:.2e}  "
+                f"{elapsed:6.0f} s  {tok_s:,.0f} tok/s")
+    train_s = time.perf_counter() - t_train
+
+    final_train = evaluation_loss(model, train_ids, shape.max_seq_len, max_tokens=len(eval_ids))
+    held_out = history[-1]["held_out_loss"]
+    result = {
+        "train_config": asdict(cfg),
+        "corpus": corpus.stats(),
+        "train_tokens": len(train_ids),
+        "held_out_tokens": len(eval_ids),
+        "n_params": model.num_parameters(),
+        "train_loss": final_train,  # over a held-out-sized prefix of the training split, same windows
+        "held_out_loss": held_out,
+        "held_out_perplexity": math.exp(held_out),
+        "unigram_held_out_loss": unigram_loss(train_ids, eval_ids, shape.vocab_size),
+        "train_seconds": round(train_s, 1),
+        "total_seconds": round(time.perf_counter() - t_start, 1),
+        "history": history,
+    }
+    (out_dir / "training.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    defaults = TrainConfig()
+    p = argparse.ArgumentParser(prog="python -m kvviz.training", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=TINY_DIR, help="where model, config and tokenizer go")
+    for name, value in asdict(defaults).items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    args = vars(p.parse_args(argv))
+    out = args.pop("out")
+    torch.set_num_threads(args["threads"])  # float sums depend on the thread split: part of the recipe
+    result = train(replace(defaults, **args), out)
+    print(f"held-out loss {result['held_out_loss']:.3f} (perplexity {result['held_out_perplexity']:.1f}), "
+          f"unigram {result['unigram_held_out_loss']:.3f}; {result['n_params']:,} parameters; "
+          f"trained in {result['train_seconds']:.0f} s -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
