@@ -74,7 +74,7 @@ def main() -> None:
     if not args.skip_no_cache:
         rows["HF generate(), no cache"] = per_token(lambda k: hf(hf_model, prompt, k, False), n, 1)
     base = rows["ours, cache, capture off"]
-    print(f"{backend.arch.name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
+    print(f"{backend.spec.name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
           f"float32 CPU, {torch.get_num_threads()} threads, prompt {args.prompt_tokens}, {n} new tokens")
     for name, s in rows.items():
         print(f"  {name:28s} {s * 1e3:8.3f} ms/token  {1 / s:8.1f} tokens/s  time ×{s / base:5.2f} of ours")

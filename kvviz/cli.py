@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_memory
+from kvviz.kv.formula import KV_DTYPES, format_binary
 
 
 class CliError(Exception):
@@ -39,6 +39,23 @@ def _add_shape_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--d-ff", type=_positive_int, default=688)
     g.add_argument("--vocab-size", type=_positive_int, default=4096)
     g.add_argument("--max-seq-len", type=_positive_int, default=1024)
+
+
+def _positive_float(text: str) -> float:
+    value = _nonnegative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {text!r}")
+    return value
 
 
 def _int_list(text: str) -> list[int]:
@@ -94,14 +111,34 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("memory", help="KV-cache bytes, M = 2·B·L·n·H_kv·d_head·bytes, with every intermediate")
     m.add_argument("--preset", help="a model preset (see `kvviz presets`)")
     m.add_argument("--config", help="a Hugging Face config.json (or its directory)")
-    m.add_argument("--weight-dtype", default="bfloat16", choices=list(KV_DTYPE_BYTES))
+    m.add_argument("--weight-dtype", default="bfloat16", choices=list(KV_DTYPES))
     m.add_argument("--layers", type=_positive_int)
     m.add_argument("--kv-heads", type=_positive_int)
     m.add_argument("--head-dim", type=_positive_int)
     m.add_argument("--tokens", type=_positive_int, default=4096)
     m.add_argument("--batch", type=_positive_int, default=1)
-    m.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPE_BYTES))
+    m.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPES))
     m.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("capacity", help="KV tokens and concurrent requests on a GPU, computed as vLLM does at start-up")
+    c.add_argument("--preset", help="a model preset (see `kvviz presets`)")
+    c.add_argument("--config", help="a Hugging Face config.json (or its directory)")
+    c.add_argument("--params", type=_positive_int, help="the parameter count, where the config cannot give it")
+    c.add_argument("--gpu", help="a GPU from the table (see --list-gpus); its total as the device reports it")
+    c.add_argument("--gpu-memory-gib", type=_positive_float,
+                   help="one GPU's total as torch.cuda.mem_get_info() reports it (vLLM's total_gpu_memory)")
+    c.add_argument("--list-gpus", action="store_true", help="print the GPU table with sources and exit")
+    c.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size (GPUs sharing the model)")
+    c.add_argument("--gpu-memory-utilization", type=_positive_float, default=0.9)
+    c.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPES))
+    c.add_argument("--weight-dtype", default="bfloat16", choices=list(KV_DTYPES))
+    c.add_argument("--max-model-len", type=_positive_int, help="tokens per request (default: the model's context)")
+    c.add_argument("--block-size", type=_positive_int, default=16)
+    c.add_argument("--reserve-gib", type=_nonnegative_float,
+                   help="activation peak + non-torch memory per GPU, as your vLLM log states them (default: estimated)")
+    c.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192,
+                   help="the profiling batch the reserve estimate assumes")
+    c.add_argument("--json", action="store_true")
 
     pr = sub.add_parser("presets", help="the model presets: KV shape, bytes per token, parameters")
     pr.add_argument("--json", action="store_true")
@@ -133,6 +170,10 @@ def cmd_generate(args: argparse.Namespace) -> dict:
     from kvviz.engine.loading import load_backend
 
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
+    n_prompt, context = len(backend.tokenizer.encode(args.prompt)), backend.spec.max_context
+    if n_prompt < context < n_prompt + args.max_new_tokens:  # the engine would stop early; say so instead
+        raise CliError(f"--max-new-tokens {args.max_new_tokens}: the prompt takes {n_prompt} of the model's {context} "
+                       f"positions, so at most {context - n_prompt} new tokens fit")
     gen = Generation(
         backend,
         max_new_tokens=args.max_new_tokens,
@@ -145,7 +186,7 @@ def cmd_generate(args: argparse.Namespace) -> dict:
     events = gen.run(args.prompt)
     last = events[-1]
     return {
-        "model": backend.arch.name,
+        "model": backend.spec.name,
         "device": str(backend.device),
         "dtype": args.dtype,
         "use_cache": gen.use_cache,
@@ -171,7 +212,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         return load_backend(args.model, dtype=dtype, device=args.device, shape=shape, seed=args.seed)
 
     backend = load(args.dtype)
-    max_len = backend.arch.max_seq_len
+    max_len = backend.spec.max_context
     if args.kind == "prompt-length":
         lengths = args.lengths or sweeps.default_prompt_lengths(max_len, args.new_tokens)
         sweep = sweeps.prompt_length_sweep(backend, lengths, n_new=args.new_tokens, repeats=args.repeats)
@@ -183,36 +224,75 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     else:
         sweep = sweeps.dtype_sweep(load, args.dtypes, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
     rows = sweeps.SweepRun(sweep).run()
-    return {"sweep": args.kind, "model": backend.arch.name, "device": str(backend.device), "dtype": args.dtype,
+    return {"sweep": args.kind, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype,
             "columns": list(sweeps.COLUMNS[args.kind]), "rows": rows, "summary": sweeps.summary(args.kind, rows)}
 
 
-def cmd_memory(args: argparse.Namespace) -> dict:
-    from kvviz.kv.formula import KVShape, kv_footprint, weight_bytes
-    from kvviz.kv.hf_config import load_hf_config
+def _model_spec(args: argparse.Namespace, command: str):  # noqa: ANN202 - a KVSpec
     from kvviz.kv.presets import get_preset
+    from kvviz.kv.reader import load_hf_config
+
+    if (args.preset is None) == (args.config is None):
+        raise CliError(f"{command} takes one of --preset or --config")
+    spec = get_preset(args.preset) if args.preset else load_hf_config(args.config)
+    if getattr(args, "params", None):
+        spec = spec.with_params(args.params, "given")
+    return spec
+
+
+def cmd_memory(args: argparse.Namespace) -> dict:
+    from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
 
     shape_flags = [args.layers, args.kv_heads, args.head_dim]
     if sum(x is not None for x in (args.preset, args.config)) + any(f is not None for f in shape_flags) > 1:
         raise CliError("memory takes one of --preset, --config, or --layers/--kv-heads/--head-dim")
     if args.preset or args.config:
-        spec = get_preset(args.preset) if args.preset else load_hf_config(args.config)
-        fp = kv_footprint(spec.shape, args.tokens, args.batch, args.kv_dtype)
-        out = {"model": spec.name, **fp.to_dict()}
-        if spec.shape.is_mla:
-            out |= {"kv_lora_rank": spec.shape.kv_lora_rank, "qk_rope_head_dim": spec.shape.qk_rope_head_dim}
-        if spec.n_params:
-            out |= {"n_params": spec.n_params, "params_estimated": spec.params_estimated,
-                    "weight_dtype": args.weight_dtype, "weight_bytes": weight_bytes(spec.n_params, args.weight_dtype)}
+        spec = _model_spec(args, "memory")
+        out = {"model": spec.name, **kv_footprint(spec, args.tokens, args.batch, args.kv_dtype).to_dict()}
+        if spec.is_mla:
+            out |= {"kv_lora_rank": spec.kv_lora_rank, "qk_rope_head_dim": spec.qk_rope_head_dim}
+        out |= {"n_params": spec.n_params, "params_source": spec.params_source, "weight_dtype": args.weight_dtype,
+                "weight_bytes": weight_bytes(spec.n_params, args.weight_dtype)}
         return out
     missing = [f"--{n.replace('_', '-')}" for n in ("layers", "kv_heads", "head_dim") if getattr(args, n) is None]
     if missing:
         raise CliError(f"memory needs {', '.join(missing)} (the model's shape), or --preset / --config")
-    mem = kv_memory(args.batch, args.layers, args.tokens, args.kv_heads, args.head_dim, dtype_bytes(args.kv_dtype))
-    # The same figures through the general formula, which also states quantization scales.
-    fp = kv_footprint(KVShape(args.layers, args.kv_heads, args.kv_heads, args.head_dim), args.tokens, args.batch,
+    # Query heads do not change the bytes: the shape is labelled by its KV heads alone.
+    fp = kv_footprint(KVSpec(args.layers, args.kv_heads, args.kv_heads, args.head_dim), args.tokens, args.batch,
                       args.kv_dtype)
-    return {"kv_dtype": args.kv_dtype, **mem.to_dict(), **{k: v for k, v in fp.to_dict().items() if k != "kind"}}
+    return {k: v for k, v in fp.to_dict().items() if k != "kind"}
+
+
+def cmd_capacity(args: argparse.Namespace) -> dict:
+    from kvviz.kv.capacity import plan_capacity
+    from kvviz.kv.hardware import HARDWARE
+
+    if args.list_gpus:
+        return {"gpus": [vars(h) for h in HARDWARE.values()]}
+    spec = _model_spec(args, "capacity")
+    if (args.gpu is None) == (args.gpu_memory_gib is None):
+        raise CliError("capacity takes one of --gpu NAME or --gpu-memory-gib X")
+    if args.gpu is not None:
+        if args.gpu not in HARDWARE:
+            raise CliError(f"unknown --gpu {args.gpu!r}: choose one of {', '.join(HARDWARE)}")
+        gpu = HARDWARE[args.gpu]
+        if gpu.memory_bytes is None:
+            raise CliError(f"{gpu.name}: its memory size is not known here; give --gpu-memory-gib")
+        total, source = gpu.memory_bytes, f"{gpu.name} ({gpu.memory_kind}): {gpu.memory_source}"
+    else:
+        total, source = round(args.gpu_memory_gib * 2**30), "--gpu-memory-gib"
+    if spec.n_params is None:
+        raise CliError(f"{spec.name}: the parameter count cannot be read from this config; give --params N")
+    max_len = args.max_model_len or spec.max_context
+    if max_len is None:
+        raise CliError(f"{spec.name}: the config gives no context length; give --max-model-len N")
+    reserve = None if args.reserve_gib is None else round(args.reserve_gib * 2**30)
+    plan = plan_capacity(spec, total, max_model_len=max_len, gpu_memory_utilization=args.gpu_memory_utilization,
+                         tp=args.tp, kv_dtype_name=args.kv_dtype, weight_dtype=args.weight_dtype,
+                         block_size=args.block_size, reserve_bytes=reserve,
+                         max_num_batched_tokens=args.max_num_batched_tokens)
+    return {"model": spec.name, "n_params": spec.n_params, "params_source": spec.params_source,
+            "device_total_source": source, **plan.to_dict()}
 
 
 def cmd_presets(args: argparse.Namespace) -> dict:
@@ -221,12 +301,13 @@ def cmd_presets(args: argparse.Namespace) -> dict:
 
     rows = []
     for name, spec in PRESETS.items():
-        s = spec.shape
+        s = spec
         rows.append({"name": name, "hf_repo": HF_REPOS[name], "kind": s.attention_kind, "n_layers": s.n_layers,
                      "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads, "d_head": s.d_head, "d_model": spec.d_model,
                      "kv_lora_rank": s.kv_lora_rank, "qk_rope_head_dim": s.qk_rope_head_dim,
                      "sliding_window": s.sliding_window, "n_sliding_layers": s.n_sliding_layers,
                      "max_context": spec.max_context, "n_params": spec.n_params,
+                     "params_source": spec.params_source,
                      "bf16_bytes_per_token": kv_footprint(s, 1).per_token})
     return {"presets": rows}
 
@@ -239,7 +320,7 @@ def cmd_export_hf(args: argparse.Namespace) -> dict:
         raise CliError("export-hf needs a trained model: --model tiny or a model directory")
     backend = load_backend(args.model, device="cpu")
     files = export_hf(backend.model, backend.tokenizer.path, args.out)
-    return {"model": backend.arch.name, "out": args.out, "files": [str(f) for f in files]}
+    return {"model": backend.spec.name, "out": args.out, "files": [str(f) for f in files]}
 
 
 def _print_generate(r: dict) -> None:
@@ -268,9 +349,31 @@ def _print_memory(r: dict) -> None:
     print(f"per request          ·{r['n_tokens']} tokens{window} = {r['per_request']} B "
           f"({format_binary(r['per_request'])})")
     print(f"total                ·{r['batch']} requests = {r['total']} B ({format_binary(r['total'])})")
-    if "weight_bytes" in r:
-        print(f"weights              {r['n_params']} params · {r['weight_dtype']} = {r['weight_bytes']} B "
-              f"({format_binary(r['weight_bytes'])}{', estimated' if r['params_estimated'] else ''})")
+    if r.get("weight_bytes") is not None:
+        print(f"weights              {r['n_params']} params ({r['params_source']}) · {r['weight_dtype']} = "
+              f"{r['weight_bytes']} B ({format_binary(r['weight_bytes'])})")
+    elif "n_params" in r:
+        print("weights              unknown: the config does not give the parameter count")
+
+
+def _print_capacity(r: dict) -> None:
+    if "gpus" in r:
+        for g in r["gpus"]:
+            mem = f"{g['memory_bytes']:,} B ({g['memory_kind']})" if g["memory_bytes"] else "memory unknown"
+            print(f"{g['name']:28s} {mem:32s} {g['bandwidth_bytes_per_s'] / 1e12:6.3f} TB/s "
+                  f"{g['peak_flops'] / 1e12:7.1f} TFLOP/s")
+        return
+    gib = 2**30
+    print(f"{r['model']} on {r['tp']} GPU(s); per GPU, as vLLM computes it at start-up:")
+    print(f"  total {r['device_total_bytes'] / gib:.2f} GiB × gpu_memory_utilization {r['gpu_memory_utilization']} "
+          f"= {r['requested_bytes'] / gib:.2f} GiB")
+    print(f"  − weights {r['weights_bytes'] / gib:.2f} GiB − reserve {r['reserve_bytes'] / gib:.2f} GiB"
+          f"{' (estimated)' if r['reserve_estimated'] else ''} = KV budget {r['kv_budget_bytes'] / gib:.2f} GiB")
+    print(f"  {r['num_blocks']:,} blocks of {r['block_size']} tokens = {r['kv_cache_tokens']:,} tokens "
+          f"({r['kv_bytes_per_token']:,} B per token, {r['kv_dtype']})")
+    print(f"  maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
+    if not r["weights_fit"]:
+        print("  the weights and the reserve do not fit in the memory the engine may use")
 
 
 def _print_sweep(r: dict) -> None:
@@ -295,7 +398,7 @@ def _print_presets(r: dict) -> None:
             if p["sliding_window"] else "")
         print(f"{p['name']:14s} {p['kind']:3s} L={p['n_layers']:<3d} H={p['n_heads']:<3d} H_kv={p['n_kv_heads']:<3d} "
               f"d_head={p['d_head']:<3d} {format_binary(p['bf16_bytes_per_token']):>10s}/token (bf16) "
-              f"{p['n_params'] / 1e9:7.2f}B params{extra}")
+              f"{p['n_params'] / 1e9:7.2f}B params ({p['params_source']}){extra}")
 
 
 def _print_export(r: dict) -> None:
@@ -307,6 +410,7 @@ def _print_export(r: dict) -> None:
 COMMANDS = {
     "generate": (cmd_generate, _print_generate),
     "memory": (cmd_memory, _print_memory),
+    "capacity": (cmd_capacity, _print_capacity),
     "presets": (cmd_presets, _print_presets),
     "export-hf": (cmd_export_hf, _print_export),
     "sweep": (cmd_sweep, _print_sweep),

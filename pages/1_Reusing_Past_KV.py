@@ -86,7 +86,7 @@ with st.container(border=True):
 if "reuse_error" in state:
     ui.show_error(state.pop("reuse_error"))
 if stale:
-    st.warning(tr("reuse.stale", name=gen.backend.arch.name))
+    st.warning(tr("reuse.stale", name=gen.backend.spec.name))
 if backend is not None:
     ui.model_caption(backend)
 period = 1.0 / state.reuse_speed
@@ -110,7 +110,7 @@ def live_view() -> None:
 
 
 def draw(gen: Generation) -> None:
-    be, arch, last = gen.backend, gen.backend.arch, gen.events[-1]
+    be, arch, last = gen.backend, gen.backend.spec, gen.events[-1]
     texts = decode_view.token_texts(be.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(texts)
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]

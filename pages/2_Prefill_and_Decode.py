@@ -22,7 +22,7 @@ if backend is None:
     st.stop()
 ui.model_caption(backend)
 
-max_len = backend.arch.max_seq_len
+max_len = backend.spec.max_context
 c1, c2, c3 = st.columns([2, 2, 3])
 # Keys carry the context size: a model with a shorter context starts from defaults that fit it.
 n_prompt = c1.number_input(tr("prefill_decode.prompt_tokens"), 1, max_len - 1, max_len // 2, key=f"pd_prompt_{max_len}")

@@ -384,7 +384,7 @@ with tab_live:
         if not gen.events or not gen.use_cache:
             st.info(tr("memory.live_empty"))
             continue
-        event, arch = gen.events[-1], gen.backend.arch
+        event, arch = gen.events[-1], gen.backend.spec
         dtype_name = str(gen.backend.dtype).removeprefix("torch.")
         # The engine's memory.live_kv_bytes for this shape and its per-layer lengths (windows, MLA latents too).
         formula = event.formula_bytes

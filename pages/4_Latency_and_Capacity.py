@@ -27,7 +27,7 @@ backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
 ui.model_caption(backend)
-max_len = backend.arch.max_seq_len
+max_len = backend.spec.max_context
 ss = st.session_state
 
 
@@ -228,7 +228,7 @@ with tab_dtype:
 # ---- roofline --------------------------------------------------------------------------------------------
 with tab_roof:
     st.write(tr("latency.roof_intro"))
-    current = roofline.ModelShape.from_arch(backend.arch)
+    current = KVSpec.from_arch(backend.spec)
     models = {**roofline.preset_shapes(), current.name: current}
     c1, c2 = st.columns(2)
     hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="lc_r_hw")

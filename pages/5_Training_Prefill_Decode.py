@@ -17,7 +17,7 @@ backend = ui.get_backend(settings)
 
 def model_key() -> tuple:
     # Weights are a pure function of these settings (seeded init or a fixed checkpoint).
-    return backend.arch, str(backend.dtype), str(backend.device)
+    return backend.spec, str(backend.dtype), str(backend.device)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -84,7 +84,7 @@ if native and set(show) & {0, 1, 2}:
     ui.model_caption(backend)
     key, ids_t = model_key(), tuple(ids)
     tol = causal.ROUNDING_TOLERANCE.get(backend.dtype, 5e-2)
-    layer_options = list(range(backend.arch.n_layers))
+    layer_options = list(range(backend.spec.n_layers))
     layer_label = {i: tr("training.layer_n", layer=i + 1) for i in layer_options}.get  # 1-based, like the charts
 
     if 0 in show:
@@ -113,7 +113,7 @@ if native and set(show) & {0, 1, 2}:
             s1, s2, s3 = st.columns(3)
             layer = s1.selectbox(tr("training.layer"), layer_options, index=len(layer_options) - 1,
                                  format_func=layer_label, key="s1_layer")
-            head = s2.selectbox(tr("training.kv_head"), range(backend.arch.n_kv_heads), key="s1_head")
+            head = s2.selectbox(tr("training.kv_head"), range(backend.spec.n_kv_heads), key="s1_head")
             which = s3.radio(tr("training.tensor"), ["K", "V"], horizontal=True, key="s1_tensor")
             pick = (lambda p: p.keys) if which == "K" else (lambda p: p.values)
             ui.chart(charts.kv_side_by_side(
@@ -172,7 +172,7 @@ if native and set(show) & {0, 1, 2}:
         st.markdown(tr("training.s3_text"))
         a1, a2 = st.columns(2)
         layer = a1.selectbox(tr("training.layer"), layer_options, format_func=layer_label, key="s3_layer")
-        head = a2.selectbox(tr("training.q_head"), range(backend.arch.n_heads), key="s3_head")
+        head = a2.selectbox(tr("training.q_head"), range(backend.spec.n_heads), key="s3_head")
         rows = attention(model, key, ids_t, layer)
         n = len(ids)
         m = st.columns(3)

@@ -47,7 +47,7 @@ ENGINE_CASES = [
     ("a dtype that does not exist", lambda b: parse_dtype("int3"), "unknown_dtype", "int3"),
     ("huge shape for this machine",
      lambda b: hosted.check_weights_fit(DecoderConfig(n_layers=48, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=11008),
-                                        4, available=16 * 2**30), "hosted.too_big", "more than half"),
+                                        "float32", available=16 * 2**30), "hosted.too_big", "more than half"),
 ]
 if torch.cuda.is_available():  # a GPU host has the device these cases ask for
     ENGINE_CASES = [c for c in ENGINE_CASES if c[2] != "no_device"]

@@ -5,8 +5,10 @@ import torch
 from kvviz.engine.cache import KVCache
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.model import Decoder
+from kvviz.engine.shape import native_spec
 from kvviz.errors import InputError
-from kvviz.kv.formula import format_binary, kv_cache_bytes, kv_memory
+from kvviz.kv.formula import KVSpec, format_binary, kv_footprint
+from tests.kvref import textbook_bytes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -20,8 +22,9 @@ def test_live_bytes_equal_formula(dtype, layers, heads, kv_heads, batch):
         model(torch.randint(0, 300, (batch, 5)), cache)
         for n in range(6, 12):
             model(torch.randint(0, 300, (batch, 1)), cache)
-            assert cache.live_bytes() == kv_cache_bytes(batch, layers, n, kv_heads, cfg.d_head, elem)
-    assert cache.allocated_bytes() == kv_cache_bytes(batch, layers, 40, kv_heads, cfg.d_head, elem)
+            formula = kv_footprint(native_spec(cfg), n, batch, str(dtype)).total
+            assert cache.live_bytes() == formula == textbook_bytes(batch, layers, n, kv_heads, cfg.d_head, elem)
+    assert cache.allocated_bytes() == textbook_bytes(batch, layers, 40, kv_heads, cfg.d_head, elem)
     assert cache.allocated_bytes() == sum(t.numel() * elem for t in cache.k + cache.v)
 
 
@@ -38,17 +41,18 @@ def test_cache_append_and_reset():
 
 
 def test_seed_example_figures():
-    m = kv_memory(batch=32, n_layers=32, n_tokens=4096, n_kv_heads=32, d_head=128, bytes_per_elem=2)
+    m = kv_footprint(KVSpec(n_layers=32, n_heads=32, n_kv_heads=32, d_head=128), 4096, 32, "bfloat16")
     assert m.per_token_per_layer == 16 * 1024
     assert m.per_token == 512 * 1024
     assert m.per_request == 2 * 1024**3
     assert m.total == 64 * 1024**3
-    assert kv_cache_bytes(32, 32, 4096, 8, 128, 2) == 16 * 1024**3
+    assert textbook_bytes(32, 32, 4096, 8, 128, 2) == 16 * 1024**3
     assert format_binary(m.total) == "64.00 GiB"
 
 
-@pytest.mark.parametrize("bad", [dict(batch=0), dict(n_layers=-1), dict(n_tokens=-5)])
+@pytest.mark.parametrize("bad", [dict(batch=0), dict(n_layers=-1), dict(n_tokens=-5), dict(d_head=0)])
 def test_formula_rejects_bad_sizes(bad):
-    args = dict(batch=1, n_layers=2, n_tokens=3, n_kv_heads=2, d_head=8, bytes_per_elem=2) | bad
+    args = dict(batch=1, n_layers=2, n_tokens=3, n_kv_heads=2, d_head=8) | bad
     with pytest.raises(InputError):
-        kv_cache_bytes(**args)
+        spec = KVSpec(n_layers=args["n_layers"], n_heads=2, n_kv_heads=args["n_kv_heads"], d_head=args["d_head"])
+        kv_footprint(spec, args["n_tokens"], args["batch"], "bfloat16")

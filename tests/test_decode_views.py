@@ -38,18 +38,18 @@ def test_written_at_reads_the_measured_lengths(gen):
 
 
 def test_pass_work_counts(gen):
-    arch = gen.backend.arch
+    arch = gen.backend.spec
     w = work.pass_work(arch, gen.events[-1])  # step 4: the 9th position queries 9 keys
     assert (w.n_keys, w.cached_positions, w.recompute_positions) == (9, 1, 9)
     assert w.cached_qkv == 2 * 1 * (6 + 2 * 2) and w.recompute_qkv == 2 * 9 * (6 + 2 * 2)
     assert w.cached_scores == 2 * 6 * 9
     assert w.recompute_scores == 2 * 6 * 9 * 10 // 2
     prefill = work.pass_work(arch, gen.events[0])
-    assert prefill.cached_scores == prefill.recompute_scores == attention_scores_per_pass(2, 6, 5, 0)
+    assert prefill.cached_scores == prefill.recompute_scores == attention_scores_per_pass(arch, 5, 0) == 2 * 6 * 5 * 6 // 2
 
 
 def test_cumulative_work_lies_on_the_analytic_sums(gen):
-    arch = gen.backend.arch
+    arch = gen.backend.spec
     cw = work.cumulative_work(arch, gen.events)
     assert cw.n_tokens == [5, 6, 7, 8, 9]
     assert cw.cached == [work.analytic_cached(arch, n) for n in cw.n_tokens]
@@ -58,7 +58,7 @@ def test_cumulative_work_lies_on_the_analytic_sums(gen):
 
 
 def test_analytic_growth_orders():
-    arch = random_backend(CFG).arch
+    arch = random_backend(CFG).spec
     # Doubling n: cached work ×~4 (n²), recomputation ×~8 (n³).
     assert 3.9 < work.analytic_cached(arch, 2000) / work.analytic_cached(arch, 1000) < 4.1
     assert 7.9 < work.analytic_recompute(arch, 1, 2000) / work.analytic_recompute(arch, 1, 1000) < 8.1

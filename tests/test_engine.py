@@ -43,7 +43,7 @@ def test_cache_and_no_cache_generate_the_same_tokens(backend):
     assert all(e.live_bytes == 0 for e in b.events)
     # no cache: step k recomputes all prompt+k positions
     assert [e.n_input_tokens for e in b.events] == list(range(9, 19))
-    assert b.events[3].attn_scores == attention_scores_per_pass(2, 8, 12, 0)
+    assert b.events[3].attn_scores == attention_scores_per_pass(b.backend.spec, 12, 0) == 2 * 8 * 12 * 13 // 2
 
 
 def test_sampling_repeats_with_seed_and_batch_rows(backend):

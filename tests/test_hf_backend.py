@@ -28,7 +28,7 @@ from kvviz.engine.config import DecoderConfig
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend, random_backend
 from kvviz.errors import InputError
-from kvviz.kv.formula import kv_cache_bytes
+from tests.kvref import textbook_bytes
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 VOCAB = 320
@@ -90,7 +90,7 @@ def test_greedy_tokens_equal_transformers_generate(saved, kind):
     d_head = c.hidden_size // c.num_attention_heads
     n_cached = len(gen.prompt_ids) + 11
     assert events[-1].cache_lengths == [n_cached] * c.num_hidden_layers
-    formula = kv_cache_bytes(1, c.num_hidden_layers, n_cached, n_kv, d_head, 4)
+    formula = textbook_bytes(1, c.num_hidden_layers, n_cached, n_kv, d_head, 4)
     assert events[-1].live_bytes == real_cache_bytes(gen.cache) == formula == events[-1].formula_bytes
     assert events[-1].allocated_bytes == formula  # a DynamicCache holds exactly what it caches
     assert backend.layer_kv(gen.cache, 1)[0].shape == (1, n_kv, n_cached, d_head)
@@ -116,14 +116,14 @@ def test_attention_rows_cover_the_prefix_and_sum_to_one(saved, kind):
 
 
 def test_arch_facts_come_from_the_config(saved):
-    a = load_hf_backend(str(saved["qwen2"]), device="cpu").arch
+    a = load_hf_backend(str(saved["qwen2"]), device="cpu").spec
     assert (a.n_layers, a.n_heads, a.n_kv_heads, a.d_head, a.d_model) == (3, 4, 1, 16, 64)
-    assert (a.vocab_size, a.max_seq_len, a.kind, a.attention_kind) == (VOCAB, 64, "hf", "MQA")
+    assert (a.vocab_size, a.max_context, a.attention_kind) == (VOCAB, 64, "MQA")
     assert a.name == f"{saved['qwen2'].name} (qwen2)"
     reference = AutoModelForCausalLM.from_pretrained(saved["qwen2"])
     assert a.n_params == reference.num_parameters()
-    g = load_hf_backend(str(saved["gpt2"]), device="cpu").arch
-    assert (g.n_heads, g.n_kv_heads, g.d_head, g.max_seq_len, g.attention_kind) == (4, 4, 16, 64, "MHA")
+    g = load_hf_backend(str(saved["gpt2"]), device="cpu").spec
+    assert (g.n_heads, g.n_kv_heads, g.d_head, g.max_context, g.attention_kind) == (4, 4, 16, 64, "MHA")
 
 
 def test_bfloat16_cache_bytes(saved):
@@ -131,7 +131,7 @@ def test_bfloat16_cache_bytes(saved):
     gen = Generation(backend, max_new_tokens=3)
     ev = gen.run(PROMPT)[-1]
     n = len(gen.prompt_ids) + 2
-    assert ev.live_bytes == real_cache_bytes(gen.cache) == kv_cache_bytes(1, 2, n, 2, 16, 2) == ev.formula_bytes
+    assert ev.live_bytes == real_cache_bytes(gen.cache) == textbook_bytes(1, 2, n, 2, 16, 2) == ev.formula_bytes
 
 
 def test_tokenizer_round_trip_and_token_text(saved):
@@ -169,7 +169,7 @@ def test_sliding_window_cache_keeps_only_the_window(tmp_path):
     ids = torch.tensor([gen.prompt_ids])
     assert gen.generated[0] == reference.generate(ids, max_new_tokens=10, do_sample=False)[0, ids.shape[1]:].tolist()
     assert ev.cache_lengths == [5, 5]  # window − 1 positions kept, not the whole prefix
-    assert ev.live_bytes == real_cache_bytes(gen.cache) == kv_cache_bytes(1, 2, 5, 2, 16, 4) == ev.formula_bytes
+    assert ev.live_bytes == real_cache_bytes(gen.cache) == textbook_bytes(1, 2, 5, 2, 16, 4) == ev.formula_bytes
 
 
 def test_mla_caches_the_compressed_latent(tmp_path):
@@ -179,7 +179,7 @@ def test_mla_caches_the_compressed_latent(tmp_path):
                               num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
                               max_position_embeddings=64, **SMALL)
     backend = load_hf_backend(save_tiny(config, tmp_path), device="cpu")
-    assert backend.arch.mla and backend.arch.attention_kind == "MLA"
+    assert backend.spec.is_mla and backend.spec.attention_kind == "MLA"
     gen = Generation(backend, max_new_tokens=4, capture_attention=True)
     ev = gen.run(PROMPT)[-1]
     n = len(gen.prompt_ids) + 3
@@ -218,7 +218,7 @@ def test_native_decoder_saved_as_hf_llama_matches_native_backend(tmp_path):
     assert torch.allclose(a.last_logits, b.last_logits, atol=1e-4)
     for row_a, row_b in zip(ea[-1].attention, eb[-1].attention):
         assert abs(row_a - row_b).max() < 1e-5
-    assert hf.arch.n_params == native.arch.n_params
+    assert hf.spec.n_params == native.spec.n_params
 
 
 # ---- errors a user can cause ----------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def test_allowlist_and_size_cap(saved):
     check_allowed(path + "/", HFPolicy((path,)))  # the same directory, spelled differently
     err = expect_error("hf.not_allowed", path, policy=HFPolicy(("gpt2",)))
     assert "gpt2" in str(err)
-    n_params = load_hf_backend(path, device="cpu", policy=HFPolicy((path,), 10**6)).arch.n_params
+    n_params = load_hf_backend(path, device="cpu", policy=HFPolicy((path,), 10**6)).spec.n_params
     assert n_params < 10**6
     err = expect_error("hf.too_big", path, policy=HFPolicy(None, n_params - 1))
     assert f"{n_params:,}" in str(err)

@@ -9,7 +9,9 @@ from kvviz.app.hosted import HostedCaps, load_caps
 from kvviz.app.ui import DEFAULTS
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import random_backend
+from kvviz.engine.shape import parameter_count
 from kvviz.errors import InputError
+from kvviz.kv.formula import KVSpec
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CAPS = HostedCaps()
@@ -75,18 +77,18 @@ def test_within_caps_passes():
 
 def test_param_count_matches_the_built_model():
     cfg = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=300)
-    assert hosted.param_count(cfg) == random_backend(cfg).arch.n_params
+    assert parameter_count(cfg) == random_backend(cfg).model.num_parameters() == random_backend(cfg).spec.n_params
 
 
 def test_kv_budget_uses_the_formula():
     # 2 · batch 4 · 8 layers · 1024 tokens · 8 KV heads · d_head 64 · 4 bytes = 128 MiB > 64 MiB
-    shape = dict(n_layers=8, n_kv_heads=8, d_head=64)
+    spec = KVSpec(n_layers=8, n_heads=8, n_kv_heads=8, d_head=64)
     with pytest.raises(InputError) as err:
-        hosted.check_request(CAPS, batch=4, prompt_tokens=960, max_new_tokens=64, dtype="float32", **shape)
+        hosted.check_request(CAPS, spec, batch=4, prompt_tokens=960, max_new_tokens=64, dtype="float32")
     assert "needs 128.00 MiB" in str(err.value) and "at most 64.00 MiB" in str(err.value)
     # the same request in bfloat16 at batch 1 needs 16 MiB: allowed, and the bytes are returned
-    assert hosted.check_request(CAPS, batch=1, prompt_tokens=960, max_new_tokens=64, dtype="bfloat16",
-                                **shape) == 2 * 8 * 1024 * 8 * 64 * 2
+    assert hosted.check_request(CAPS, spec, batch=1, prompt_tokens=960, max_new_tokens=64,
+                                dtype="bfloat16") == 2 * 8 * 1024 * 8 * 64 * 2
 
 
 # ---- the sidebar and backend under KVVIZ_HOSTED=1 ----------------------------------------------------

@@ -59,10 +59,11 @@ def test_config_file_equals_preset(tmp_path, capsys, preset, config):
     assert {k: from_file[k] for k in keys} == {k: from_preset[k] for k in keys}
     if preset == "DeepSeek-V3":
         assert from_file["per_token"] == 61 * 576 * 2 and from_file["kind"] == "MLA"
-        assert "n_params" not in from_file  # MoE: no estimate from a config
+        assert from_file["n_params"] is None and from_file["params_source"] == "unknown"  # MoE: never a default
+        assert from_file["weight_bytes"] is None
     else:
         assert from_file["per_token"] == 336 * 1024
-        assert from_file["params_estimated"] and not from_preset["params_estimated"]
+        assert from_file["params_source"] == "estimated" and from_preset["params_source"] == "counted"
 
 
 def test_presets_json(capsys):

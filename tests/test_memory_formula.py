@@ -9,25 +9,25 @@ from hypothesis import strategies as st
 from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
 from kvviz.errors import InputError
 from kvviz.kv.formula import (
-    KVShape,
+    KVSpec,
     attention_variants,
     format_binary,
     format_decimal,
-    kv_cache_bytes,
     kv_footprint,
     tokens_to_reach,
     weight_bytes,
 )
-from kvviz.kv.hf_config import load_hf_config, parse_config_text, parse_hf_config
 from kvviz.kv.presets import CONFIGS, PRESETS, get_preset
+from kvviz.kv.reader import load_hf_config, parse_config_text, parse_hf_config
+from tests.kvref import kv_part, textbook_bytes
 
 KIB, GIB = 1024, 1024**3
 
 
 def test_seed_example_every_step():
-    fp = kv_footprint(KVShape(n_layers=32, n_heads=32, n_kv_heads=32, d_head=128), 4096, 32, "bfloat16")
+    fp = kv_footprint(KVSpec(n_layers=32, n_heads=32, n_kv_heads=32, d_head=128), 4096, 32, "bfloat16")
     assert (fp.per_token_per_layer, fp.per_token, fp.per_request, fp.total) == (16 * KIB, 512 * KIB, 2 * GIB, 64 * GIB)
-    gqa = kv_footprint(KVShape(n_layers=32, n_heads=32, n_kv_heads=8, d_head=128), 4096, 32, "bfloat16")
+    gqa = kv_footprint(KVSpec(n_layers=32, n_heads=32, n_kv_heads=8, d_head=128), 4096, 32, "bfloat16")
     assert gqa.total == 16 * GIB == fp.total // 4
     assert fp.kind == "MHA" and gqa.kind == "GQA"
     assert format_binary(fp.total) == "64.00 GiB" and format_decimal(fp.total) == "68.72 GB"
@@ -47,23 +47,23 @@ def test_seed_example_every_step():
     ],
 )
 def test_preset_bytes_per_token_bf16(name, per_token):
-    assert kv_footprint(get_preset(name).shape, 1, 1, "bfloat16").per_token == per_token
+    assert kv_footprint(get_preset(name), 1, 1, "bfloat16").per_token == per_token
 
 
 def test_preset_kinds_and_windows():
-    kinds = {n: p.shape.attention_kind for n, p in PRESETS.items()}
+    kinds = {n: p.attention_kind for n, p in PRESETS.items()}
     assert kinds["Llama-2-7B"] == "MHA" and kinds["Falcon-7B"] == "MQA" and kinds["DeepSeek-V3"] == "MLA"
     assert kinds["Llama-3.1-70B"] == "GQA"
     mistral, gemma, qwen = (
-        get_preset("Mistral-7B").shape,
-        get_preset("Gemma-2-9B").shape,
-        get_preset("Qwen2.5-7B").shape,
+        get_preset("Mistral-7B"),
+        get_preset("Gemma-2-9B"),
+        get_preset("Qwen2.5-7B"),
     )
     assert (mistral.sliding_window, mistral.n_sliding_layers) == (4096, 32)
     assert (gemma.sliding_window, gemma.n_sliding_layers) == (4096, 21)  # alternating local/global layers
     assert qwen.sliding_window == 0  # use_sliding_window: false in its config
-    ds = get_preset("DeepSeek-V3").shape
-    mha = KVShape(ds.n_layers, ds.n_heads, ds.n_heads, ds.d_head)
+    ds = get_preset("DeepSeek-V3")
+    mha = KVSpec(ds.n_layers, ds.n_heads, ds.n_heads, ds.d_head)
     # DeepSeek-V2's comparison: MLA caches (d_c + d_R) = 4.5·d_h per layer, MHA 2·n_h·d_h with d_h = 128
     assert ds.d_head == 128 and ds.values_per_token_layer == 576 == 4.5 * ds.d_head
     assert kv_footprint(mha, 1).per_token == 2 * 128 * 128 * 2 * 61
@@ -88,19 +88,20 @@ def test_preset_parameter_counts_match_their_configs():
 
 
 def test_sliding_window_caps_n():
-    mistral = get_preset("Mistral-7B").shape
+    mistral = get_preset("Mistral-7B")
     per_token = 128 * KIB
-    assert kv_footprint(mistral, 4096).per_request == 4096 * per_token
-    assert kv_footprint(mistral, 32768).per_request == 4096 * per_token  # every layer capped at W
-    gemma = get_preset("Gemma-2-9B").shape
+    # a sliding layer keeps the W − 1 tokens the next query can still see (transformers keeps exactly these)
+    assert kv_footprint(mistral, 4095).per_request == 4095 * per_token
+    assert kv_footprint(mistral, 32768).per_request == 4095 * per_token  # every layer capped at W − 1
+    gemma = get_preset("Gemma-2-9B")
     layer = 8 * KIB  # 2·8·256·2
-    # 21 global layers keep all 8192 tokens, 21 local layers keep 4096
-    assert kv_footprint(gemma, 8192).per_request == layer * (21 * 8192 + 21 * 4096)
-    assert tokens_to_reach(mistral, 4096 * per_token + 1, 1, "bfloat16") is None
+    # 21 global layers keep all 8192 tokens, 21 local layers keep 4095
+    assert kv_footprint(gemma, 8192).per_request == layer * (21 * 8192 + 21 * 4095)
+    assert tokens_to_reach(mistral, 4095 * per_token + 1, 1, "bfloat16") is None
 
 
 def test_quantized_dtypes_state_their_scales():
-    shape = KVShape(n_layers=32, n_heads=32, n_kv_heads=8, d_head=128)
+    shape = KVSpec(n_layers=32, n_heads=32, n_kv_heads=8, d_head=128)
     int8 = kv_footprint(shape, 1, 1, "int8")
     # 16 vectors of 128 values: 2048 B data + 2 groups of 64 per vector · 2 B fp16 scale = 64 B
     assert int8.per_token_per_layer == 2048 + 16 * 2 * 2 and int8.scale_bytes_per_token_per_layer == 64
@@ -108,15 +109,15 @@ def test_quantized_dtypes_state_their_scales():
     assert int4.per_token_per_layer == 1024 + 16 * 2 * 4  # fp16 scale + fp16 zero point per group
     fp8 = kv_footprint(shape, 1, 1, "fp8")
     assert fp8.per_token_per_layer == 2048 and fp8.scale_bytes_per_token_per_layer == 0
-    mla = kv_footprint(get_preset("DeepSeek-V3").shape, 1, 1, "int8")
+    mla = kv_footprint(get_preset("DeepSeek-V3"), 1, 1, "int8")
     assert mla.per_token_per_layer == 576 + 9 * 2  # 576 values = 9 groups of 64
 
 
 def test_new_formula_agrees_with_the_foundation_one():
     for layers, kv_heads, d_head, n, b in [(1, 1, 2, 0, 1), (3, 2, 16, 17, 2), (32, 8, 128, 4096, 32)]:
         for dtype, size in (("float32", 4), ("bfloat16", 2), ("fp8", 1)):
-            fp = kv_footprint(KVShape(layers, kv_heads * 2, kv_heads, d_head), n, b, dtype)
-            assert fp.total == kv_cache_bytes(b, layers, n, kv_heads, d_head, size)
+            fp = kv_footprint(KVSpec(layers, kv_heads * 2, kv_heads, d_head), n, b, dtype)
+            assert fp.total == textbook_bytes(b, layers, n, kv_heads, d_head, size)
 
 
 def test_weight_bytes():
@@ -137,11 +138,11 @@ def test_weight_bytes():
 )
 def test_shape_rejects_bad_sizes(kwargs):
     with pytest.raises(InputError):
-        KVShape(**({"n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "d_head": 16} | kwargs))
+        KVSpec(**({"n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "d_head": 16} | kwargs))
 
 
 def test_footprint_rejects_bad_counts():
-    shape = KVShape(4, 8, 2, 16)
+    shape = KVSpec(4, 8, 2, 16)
     for kwargs in (dict(n_tokens=-1), dict(batch=0), dict(kv_dtype_name="int3")):
         with pytest.raises(InputError):
             kv_footprint(shape, **({"n_tokens": 4} | kwargs))
@@ -204,23 +205,23 @@ def test_saved_config_equals_preset(tmp_path, preset, config):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     spec = load_hf_config(path)
-    assert spec.shape == get_preset(preset).shape
+    assert kv_part(spec) == kv_part(get_preset(preset))
     for n in (1, 4096, 20000):
-        assert kv_footprint(spec.shape, n, 3, "bfloat16") == kv_footprint(get_preset(preset).shape, n, 3, "bfloat16")
-    assert load_hf_config(tmp_path).shape == spec.shape  # a directory holding config.json
+        assert kv_footprint(spec, n, 3, "bfloat16") == kv_footprint(get_preset(preset), n, 3, "bfloat16")
+    assert kv_part(load_hf_config(tmp_path)) == kv_part(spec)  # a directory holding config.json
 
 
 def test_config_field_variants():
     gpt2 = parse_hf_config({"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024})
-    assert (gpt2.shape.n_layers, gpt2.shape.n_kv_heads, gpt2.shape.d_head, gpt2.max_context) == (12, 12, 64, 1024)
+    assert (gpt2.n_layers, gpt2.n_kv_heads, gpt2.d_head, gpt2.max_context) == (12, 12, 64, 1024)
     falcon = parse_hf_config(
         {"num_hidden_layers": 32, "hidden_size": 4544, "num_attention_heads": 71, "multi_query": True}
     )
-    assert (falcon.shape.n_kv_heads, falcon.shape.d_head, falcon.shape.attention_kind) == (1, 64, "MQA")
+    assert (falcon.n_kv_heads, falcon.d_head, falcon.attention_kind) == (1, 64, "MQA")
     no_kv = parse_hf_config({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4})
-    assert no_kv.shape.n_kv_heads == 4  # defaults to num_attention_heads
+    assert no_kv.n_kv_heads == 4  # defaults to num_attention_heads
     nested = parse_hf_config({"model_type": "llava", "text_config": CONFIGS["Llama-3.1-8B"]})
-    assert nested.shape == get_preset("Llama-3.1-8B").shape
+    assert kv_part(nested) == kv_part(get_preset("Llama-3.1-8B"))
     typed = parse_hf_config(
         {
             **CONFIGS["Qwen3-8B"],
@@ -230,7 +231,7 @@ def test_config_field_variants():
             "layer_types": ["full_attention", "sliding_attention"] * 2,
         }
     )
-    assert (typed.shape.sliding_window, typed.shape.n_sliding_layers) == (512, 2)
+    assert (typed.sliding_window, typed.n_sliding_layers) == (512, 2)
 
 
 @pytest.mark.parametrize(
@@ -296,25 +297,27 @@ def test_url_round_trip_and_malformed_values():
     d_head=st.integers(1, 256),
     n=st.integers(0, 50_000),
     batch=st.integers(1, 64),
-    window=st.integers(1, 8192),
+    window=st.integers(2, 8192),
     dtype=st.sampled_from(["float32", "bfloat16", "fp8"]),
 )
 def test_footprint_matches_foundation_formula_and_windows_never_add(
     layers, group, kv_heads, d_head, n, batch, window, dtype
 ):
     size = {"float32": 4, "bfloat16": 2, "fp8": 1}[dtype]
-    full = KVShape(layers, kv_heads * group, kv_heads, d_head)
-    assert kv_footprint(full, n, batch, dtype).total == kv_cache_bytes(batch, layers, n, kv_heads, d_head, size)
-    windowed = KVShape(layers, kv_heads * group, kv_heads, d_head, sliding_window=window, n_sliding_layers=layers)
-    assert kv_footprint(windowed, n, batch, dtype).total == kv_cache_bytes(
-        batch, layers, min(n, window), kv_heads, d_head, size
+    full = KVSpec(layers, kv_heads * group, kv_heads, d_head)
+    assert kv_footprint(full, n, batch, dtype).total == textbook_bytes(batch, layers, n, kv_heads, d_head, size)
+    windowed = KVSpec(layers, kv_heads * group, kv_heads, d_head, sliding_window=window, n_sliding_layers=layers)
+    assert kv_footprint(windowed, n, batch, dtype).total == textbook_bytes(
+        batch, layers, min(n, window - 1), kv_heads, d_head, size
     )
 
 
 def test_attention_variants_same_size():
-    v = attention_variants(get_preset("Llama-2-7B").shape)
+    v = attention_variants(get_preset("Llama-2-7B"))
     assert [s.n_kv_heads for s in v.values()] == [32, 8, 1, 32] and list(v) == ["MHA", "GQA", "MQA", "MLA"]
     assert (v["MLA"].kv_lora_rank, v["MLA"].qk_rope_head_dim) == (512, 64)
-    assert attention_variants(get_preset("Qwen2.5-7B").shape)["GQA"].n_kv_heads == 4  # its own groups
-    assert attention_variants(get_preset("GPT-2").shape)["GQA"].n_kv_heads == 6  # 12 heads: largest g ≤ 8
-    assert attention_variants(get_preset("DeepSeek-V3").shape)["MLA"] == get_preset("DeepSeek-V3").shape
+    assert attention_variants(get_preset("Qwen2.5-7B"))["GQA"].n_kv_heads == 4  # its own groups
+    assert attention_variants(get_preset("GPT-2"))["GQA"].n_kv_heads == 6  # 12 heads: largest g ≤ 8
+    assert kv_part(attention_variants(get_preset("DeepSeek-V3"))["MLA"]) == kv_part(get_preset("DeepSeek-V3"))
+    # 71 heads (Falcon-7B) have no group count between MHA and MQA: no "GQA (H_kv=1)" twin of MQA
+    assert list(attention_variants(get_preset("Falcon-7B"))) == ["MHA", "MQA", "MLA"]

@@ -6,7 +6,7 @@ import torch
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import random_backend
-from kvviz.kv.formula import KVShape, kv_footprint
+from kvviz.kv.formula import KVSpec, kv_footprint
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -16,7 +16,7 @@ def test_live_cache_bytes_equal_formula(dtype, heads, kv_heads, batch):
         n_layers=2, d_model=64, n_heads=heads, n_kv_heads=kv_heads, d_ff=96, vocab_size=300, max_seq_len=64
     )
     gen = Generation(random_backend(cfg, dtype=dtype), max_new_tokens=5, batch_size=batch)
-    shape = KVShape(cfg.n_layers, heads, kv_heads, cfg.d_head)
+    shape = KVSpec(cfg.n_layers, heads, kv_heads, cfg.d_head)
     event = gen.prefill("memory")
     for _ in range(3):
         n = event.cache_lengths[0]

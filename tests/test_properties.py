@@ -8,11 +8,14 @@ from hypothesis import strategies as st
 
 from kvviz.cli import main
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_cache_bytes, kv_memory
+from kvviz.kv.formula import KV_DTYPES, KVSpec, format_binary, kv_dtype, kv_footprint
 from kvviz.kv.hardware import HARDWARE, Hardware
+from tests.kvref import textbook_bytes
 
 sizes = st.integers(1, 4096)
-bytes_per_elem = st.sampled_from(sorted(set(KV_DTYPE_BYTES.values())))
+bytes_per_elem = st.sampled_from(sorted({f.data_bytes for f in KV_DTYPES.values()}))
+# formats without per-group scales: their bytes are the textbook product exactly
+plain_dtype = st.sampled_from([name for name, f in KV_DTYPES.items() if not f.group_size])
 factor = st.integers(1, 64)
 
 
@@ -23,18 +26,19 @@ def test_formula_is_linear_in_each_factor(b, l, n, h, d, e, k, which):
     args = [b, l, n, h, d]
     scaled = list(args)
     scaled[which] *= k
-    assert kv_cache_bytes(*scaled, e) == k * kv_cache_bytes(*args, e)
+    assert textbook_bytes(*scaled, e) == k * textbook_bytes(*args, e)
     # exact integer bytes at any size (e·2 is whole for every dtype: int4 is half a byte)
-    assert kv_cache_bytes(*args, e) == 2 * b * l * n * h * d * int(e * 2) // 2
+    assert textbook_bytes(*args, e) == 2 * b * l * n * h * d * int(e * 2) // 2
 
 
-@given(b=sizes, l=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, e=bytes_per_elem)
-def test_intermediates_multiply_out(b, l, n, h, d, e):
-    m = kv_memory(b, l, n, h, d, e)
+@given(b=sizes, l=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, dtype=plain_dtype)
+def test_intermediates_multiply_out(b, l, n, h, d, dtype):
+    m = kv_footprint(KVSpec(l, h, h, d), n, b, dtype)
+    e = KV_DTYPES[dtype].data_bytes
     assert m.per_token_per_layer == 2 * h * d * int(e * 2) // 2
     assert m.per_token == m.per_token_per_layer * l
     assert m.per_request == m.per_token * n
-    assert m.total == m.per_request * b == kv_cache_bytes(b, l, n, h, d, e)
+    assert m.total == m.per_request * b == textbook_bytes(b, l, n, h, d, e)
 
 
 UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4}
@@ -58,22 +62,21 @@ bad_size = st.one_of(
 )
 
 
-@given(bad=bad_size, which=st.integers(0, 5))
+@given(bad=bad_size, which=st.integers(0, 4))
 def test_bad_sizes_raise_input_error_and_nothing_else(bad, which):
-    args = [1, 2, 3, 4, 8, 2]
+    batch, n_layers, n_tokens, n_kv_heads, d_head = args = [1, 2, 3, 4, 8]
     if which == 2 and isinstance(bad, int) and not isinstance(bad, bool) and bad == 0:
         return  # an empty cache (n_tokens = 0) is valid
     args[which] = bad
+    batch, n_layers, n_tokens, n_kv_heads, d_head = args
     with pytest.raises(InputError):
-        kv_cache_bytes(*args)
-    with pytest.raises(InputError):
-        kv_memory(*args)
+        kv_footprint(KVSpec(n_layers, 4, n_kv_heads, d_head), n_tokens, batch, "bfloat16")
 
 
-@given(st.text(max_size=12).filter(lambda s: s not in KV_DTYPE_BYTES))
+@given(st.text(max_size=12).filter(lambda s: s.removeprefix("torch.") not in KV_DTYPES))
 def test_unknown_kv_dtype_is_an_input_error(name):
     with pytest.raises(InputError, match="choose one of"):
-        dtype_bytes(name)
+        kv_dtype(name)
 
 
 # ---- hardware presets --------------------------------------------------------------------------------
@@ -81,11 +84,12 @@ def test_unknown_kv_dtype_is_an_input_error(name):
 def test_presets_are_consistent(name, k):
     hw = HARDWARE[name]
     assert hw.name == name
-    assert isinstance(hw.memory_bytes, int) and hw.memory_bytes >= 10**9
+    assert hw.memory_bytes is None or (isinstance(hw.memory_bytes, int) and hw.memory_bytes >= 10**9)
+    assert hw.bandwidth_source and hw.flops_source and (hw.memory_bytes is None or hw.memory_source)
     assert hw.bandwidth_bytes_per_s > 0 and hw.peak_flops > 0
     assert math.isclose(hw.ridge_flops_per_byte * hw.bandwidth_bytes_per_s, hw.peak_flops)
     assert 1 <= hw.ridge_flops_per_byte <= 1000  # FLOP per byte: every real accelerator sits in this band
-    faster = Hardware(name, hw.memory_bytes, hw.bandwidth_bytes_per_s * k, hw.peak_flops)
+    faster = Hardware(name, hw.bandwidth_bytes_per_s * k, hw.peak_flops, hw.memory_bytes)
     assert math.isclose(faster.ridge_flops_per_byte, hw.ridge_flops_per_byte / k)  # more bandwidth, lower ridge
 
 
@@ -98,7 +102,8 @@ def test_preset_names_are_unique_and_frozen():
 # ---- the CLI's argument parsing -------------------------------------------------------------------------
 FLAGS = ["--prompt", "--model", "--max-new-tokens", "--no-cache", "--dtype", "--device", "--seed", "--temperature",
          "--top-k", "--batch", "--json", "--layers", "--heads", "--kv-heads", "--d-head", "--d-model", "--d-ff",
-         "--vocab-size", "--max-seq-len", "--preset", "--kv-dtype", "--tokens", "--head-dim", "--config"]
+         "--vocab-size", "--max-seq-len", "--preset", "--kv-dtype", "--tokens", "--head-dim", "--config", "--gpu",
+         "--gpu-memory-gib", "--tp", "--gpu-memory-utilization", "--max-model-len", "--reserve-gib", "--params"]
 VALUES = st.one_of(
     st.integers(-5, 300).map(str), st.floats(allow_nan=True).map(str),
     st.sampled_from(["float32", "bfloat16", "int3", "cuda", "mps", "auto", "cpu", "random", "tiny", "", " ", "한국어",
@@ -112,11 +117,13 @@ SMALL = ["--max-new-tokens", "2", "--layers", "1", "--d-model", "32", "--heads",
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(command=st.sampled_from(["generate", "memory", "presets", "export-hf", "", "bogus"]),
+@given(command=st.sampled_from(["generate", "memory", "capacity", "presets", "export-hf", "", "bogus"]),
        rest=st.lists(TOKENS, max_size=8))
 @example(command="generate", rest=["--prompt", "x", "--model", "a\nb"])  # a newline in a name: still one line
 @example(command="generate", rest=["--prompt", "🙂 한국어", "--model", "random"])
 @example(command="memory", rest=["--layers", "nan", "--kv-heads", "1", "--head-dim", "1"])
+@example(command="capacity", rest=["--preset", "DeepSeek-V3", "--gpu", "H200", "--tp", "3"])
+@example(command="capacity", rest=["--preset", "Llama-3.1-8B", "--gpu-memory-gib", "0.5"])
 def test_cli_exits_0_or_2_with_one_line_errors(capsys, command, rest):
     argv = ([command] if command else []) + rest + (SMALL if command == "generate" else [])
     code = main(argv)

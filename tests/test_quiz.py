@@ -1,13 +1,14 @@
 """The Check page's answers come from the calculator, not from typed-in numbers."""
 from kvviz.app.ui import NAV
 from kvviz.i18n import catalog
-from kvviz.kv.formula import format_binary, kv_cache_bytes
+from kvviz.kv.formula import format_binary
 from kvviz.lessons import quiz
+from tests.kvref import textbook_bytes
 
 
 def test_cache_size_answer_is_64_gib_from_the_formula():
     m = quiz.cache_size_memory()
-    assert m.total == kv_cache_bytes(32, 32, 4096, 32, 128, 2) == 64 * 2**30
+    assert m.total == textbook_bytes(32, 32, 4096, 32, 128, 2) == 64 * 2**30
     assert format_binary(m.total) == "64.00 GiB"
     assert m.per_token_per_layer == 16 * 1024 and m.per_request == 2 * 2**30
 

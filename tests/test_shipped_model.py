@@ -30,7 +30,7 @@ def tiny():
 
 def test_shipped_files_and_shape(tiny):
     assert sum(f.stat().st_size for f in TINY_DIR.iterdir()) <= 25 * 2**20
-    a = tiny.arch
+    a = tiny.spec
     assert (a.n_layers, a.n_heads, a.n_kv_heads, a.d_head, a.vocab_size) == (4, 8, 2, 32, 4096)
     assert a.attention_kind == "GQA" and a.n_params == 4_868_352
     assert tiny.tokenizer.eos_id == tiny.model.cfg.eos_id == 0

@@ -58,7 +58,7 @@ def test_dtype_sweep_bytes_follow_element_size():
 
     rows = sweeps.SweepRun(sweeps.dtype_sweep(load, ["float32", "bfloat16", "float16"], n_prompt=8, n_new=3)).run()
     _check(rows, "dtype", 3)
-    n_params = load("float32").arch.n_params
+    n_params = load("float32").spec.n_params
     assert [r["weight_bytes"] for r in rows[:2]] == [4 * n_params, 2 * n_params]
     assert rows[0]["kv_bytes"] == 2 * rows[1]["kv_bytes"]
     assert rows[2]["supported"] is False and rows[2]["error"] == "no float16 kernel on this device"

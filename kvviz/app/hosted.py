@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import torch
-
 from kvviz.engine.config import DecoderConfig
+from kvviz.engine.shape import parameter_count
 from kvviz.errors import InputError
-from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+from kvviz.kv.formula import KVSpec, format_binary, kv_footprint, weight_bytes
 
 ENV_SWITCH = "KVVIZ_HOSTED"
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
@@ -83,14 +82,6 @@ def load_caps(env: Mapping[str, str], secrets: Mapping[str, Any] | None = None) 
     return replace(HostedCaps(), **overrides)
 
 
-def param_count(cfg: DecoderConfig) -> int:
-    """Parameters of the native decoder of this shape, counted on the meta device (no memory used)."""
-    from kvviz.engine.model import Decoder
-
-    with torch.device("meta"):
-        return Decoder(cfg).num_parameters()
-
-
 def available_memory_bytes() -> int | None:
     """Memory the OS could give this process now (Linux MemAvailable); None where it cannot say."""
     try:
@@ -103,10 +94,10 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def check_weights_fit(cfg: DecoderConfig, elem_bytes: int, available: int | None) -> None:
+def check_weights_fit(cfg: DecoderConfig, dtype: str, available: int | None) -> None:
     """Refuse a custom shape whose weights would take more than half the free memory (hosted or not):
     building it would swap or get the server killed, for every visitor."""
-    need = param_count(cfg) * elem_bytes
+    need = weight_bytes(parameter_count(cfg), dtype)
     if available is not None and need > available // 2:
         raise InputError("hosted.too_big", need=format_binary(need), available=format_binary(available))
 
@@ -125,7 +116,7 @@ def check_shape(cfg: DecoderConfig, caps: HostedCaps) -> None:
     """A custom shape the host can hold: layers, width, and then the whole parameter count."""
     _at_most("hosted.layers", cfg.n_layers, caps.max_layers)
     _at_most("hosted.d_model", cfg.d_model, caps.max_d_model)
-    check_params(param_count(cfg), caps)
+    check_params(parameter_count(cfg), caps)
 
 
 def check_hf_model(name: str, caps: HostedCaps) -> None:
@@ -150,11 +141,9 @@ def check_sweep(n_points: int, caps: HostedCaps) -> None:
     _at_most("hosted.sweep_points", n_points, caps.max_sweep_points)
 
 
-def check_kv_budget(
-    caps: HostedCaps, *, batch: int, n_tokens: int, n_layers: int, n_kv_heads: int, d_head: int, dtype: str
-) -> int:
+def check_kv_budget(caps: HostedCaps, spec: KVSpec, *, batch: int, n_tokens: int, dtype: str) -> int:
     """The formula's bytes for this request's cache, refused past the per-session budget; returns them."""
-    need = kv_cache_bytes(batch, n_layers, n_tokens, n_kv_heads, d_head, dtype_bytes(dtype))
+    need = kv_footprint(spec, n_tokens, batch, dtype).total
     if need > caps.kv_budget_bytes:
         raise InputError("hosted.kv_budget", need=format_binary(need), budget=format_binary(caps.kv_budget_bytes),
                          batch=batch, n_tokens=n_tokens)
@@ -162,11 +151,9 @@ def check_kv_budget(
 
 
 def check_request(
-    caps: HostedCaps, *, batch: int, prompt_tokens: int, max_new_tokens: int, n_layers: int, n_kv_heads: int,
-    d_head: int, dtype: str,
+    caps: HostedCaps, spec: KVSpec, *, batch: int, prompt_tokens: int, max_new_tokens: int, dtype: str
 ) -> int:
     """Everything a prefill asks of the host, checked before any memory is allocated; returns KV bytes."""
     check_batch(batch, caps)
     check_new_tokens(max_new_tokens, caps)
-    return check_kv_budget(caps, batch=batch, n_tokens=prompt_tokens + max_new_tokens, n_layers=n_layers,
-                           n_kv_heads=n_kv_heads, d_head=d_head, dtype=dtype)
+    return check_kv_budget(caps, spec, batch=batch, n_tokens=prompt_tokens + max_new_tokens, dtype=dtype)

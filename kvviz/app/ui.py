@@ -27,10 +27,10 @@ from kvviz.engine.backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS,
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device import DTYPES, available_devices
 from kvviz.engine.loading import load_backend
-from kvviz.engine.shape import check_custom_shape, parameter_count
+from kvviz.engine.shape import check_custom_shape, native_spec
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
-from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+from kvviz.kv.formula import format_binary, kv_footprint
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 
@@ -220,17 +220,18 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
         if caps is not None:
             hosted.check_shape(new, caps)
         # What this machine can hold first (the concrete reason), then the app's fixed ceiling.
-        hosted.check_weights_fit(new, int(dtype_bytes(st.session_state.kv_dtype)), hosted.available_memory_bytes())
+        hosted.check_weights_fit(new, st.session_state.kv_dtype, hosted.available_memory_bytes())
         check_custom_shape(new)
     except InputError as exc:
         # Keep the last valid shape (and the generation built on it); say what is wrong.
         st.error(tr("common.invalid_shape", error=exc.message(lang())))
         return
     st.session_state.kv_shape = new
-    st.caption(tr("common.shape_caption", kind=new.attention_kind, n_heads=new.n_heads,
-                  n_kv_heads=new.n_kv_heads, group=new.group_size))
-    per_token = kv_cache_bytes(1, new.n_layers, 1, new.n_kv_heads, new.d_head, dtype_bytes(st.session_state.kv_dtype))
-    st.caption(tr("shape.kv_per_token", bytes=f"{per_token:,}", params=f"{parameter_count(new):,}"))
+    spec = native_spec(new)
+    st.caption(tr("common.shape_caption", kind=spec.attention_kind, n_heads=spec.n_heads,
+                  n_kv_heads=spec.n_kv_heads, group=spec.group_size))
+    per_token = kv_footprint(spec, 1, 1, st.session_state.kv_dtype).per_token
+    st.caption(tr("shape.kv_per_token", bytes=f"{per_token:,}", params=f"{spec.n_params:,}"))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -274,7 +275,7 @@ def get_backend(settings: Settings) -> Backend | None:
         else:
             backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
-            hosted.check_params(backend.arch.n_params, settings.hosted)
+            hosted.check_params(backend.spec.n_params, settings.hosted)
         return backend
     except (InputError, ValueError, FileNotFoundError) as exc:
         st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
@@ -300,9 +301,8 @@ def check_request(settings: Settings, backend: Backend, *, batch: int, prompt_to
     """Call before prefill: on a hosted demo, refuse a request past the batch, token or per-session KV caps."""
     if settings.hosted is None:
         return
-    a = backend.arch
-    hosted.check_request(settings.hosted, batch=batch, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                         n_layers=a.n_layers, n_kv_heads=a.n_kv_heads, d_head=a.d_head, dtype=settings.dtype)
+    hosted.check_request(settings.hosted, backend.spec, batch=batch, prompt_tokens=prompt_tokens,
+                         max_new_tokens=max_new_tokens, dtype=settings.dtype)
 
 
 def check_sweep(settings: Settings, n_points: int) -> None:
@@ -312,7 +312,7 @@ def check_sweep(settings: Settings, n_points: int) -> None:
 
 
 def model_caption(backend: Backend) -> None:
-    a = backend.arch
+    a = backend.spec
     st.caption(tr("common.model_info", name=a.name, layers=a.n_layers, heads=a.n_heads, kv_heads=a.n_kv_heads,
                   kind=a.attention_kind, d_head=a.d_head, params=f"{a.n_params:,}"))
 

@@ -41,17 +41,6 @@ class DecoderConfig:
         if self.rope_theta <= 0 or self.norm_eps <= 0:
             raise InputError("rope_norm")
 
-    @property
-    def attention_kind(self) -> str:
-        """MHA when every query head has its own KV head, MQA when one KV head serves all, else GQA."""
-        if self.n_kv_heads == self.n_heads:
-            return "MHA"
-        return "MQA" if self.n_kv_heads == 1 else "GQA"
-
-    @property
-    def group_size(self) -> int:
-        return self.n_heads // self.n_kv_heads
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -16,7 +16,7 @@ import torch
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.device import device_memory_allocated, synchronize
 from kvviz.errors import InputError
-from kvviz.kv.formula import live_kv_bytes
+from kvviz.kv.formula import KVSpec, kv_footprint
 
 
 @dataclass(frozen=True)
@@ -40,17 +40,17 @@ class StepEvent:
     cache_lengths: list[int]  # per layer, after this pass
     live_bytes: int  # measured from the cache tensors
     allocated_bytes: int
-    formula_bytes: int  # memory.live_kv_bytes() for the same shape and per-layer lengths
+    formula_bytes: int  # kv_footprint() of the model's KV description for the positions cached (0 without a cache)
     attn_scores: int  # q·k dot products computed this pass, all layers and heads
     attention: list[np.ndarray] | None = None  # per layer [n_heads, n_keys]: the newest query's row
     device_memory_bytes: int | None = None  # allocator reading on CUDA/MPS
     queue_s: float = 0.0  # prefill only: time from request to the start of work
 
 
-def attention_scores_per_pass(n_layers: int, n_heads: int, n_new: int, n_past: int) -> int:
-    """Dot products q·k for n_new queries after n_past cached keys under a causal mask."""
-    # query i (0-based among the new ones) sees n_past + i + 1 keys
-    return n_layers * n_heads * (n_new * n_past + n_new * (n_new + 1) // 2)
+def attention_scores_per_pass(spec: KVSpec, n_new: int, n_past: int) -> int:
+    """Dot products q·k for n_new queries after n_past cached keys under a causal mask (a sliding layer's
+    query sees at most its window), all layers and query heads."""
+    return spec.n_heads * spec.keys_attended(n_past, n_new)
 
 
 @dataclass
@@ -70,6 +70,7 @@ class Generation:
     cache: Any = None
     last_logits: torch.Tensor | None = None  # [B, V] float32, of the latest pass
     created_at: float = field(default_factory=time.perf_counter)
+    requested_new_tokens: int = 0  # what was asked, before prefill() capped it at the context
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -115,11 +116,13 @@ class Generation:
         # Only whitespace or control characters is no prompt at all (each would still be a byte token).
         if not ids or (isinstance(prompt, str) and not any(c.isprintable() and not c.isspace() for c in prompt)):
             raise InputError("empty_prompt")
-        max_len = self.backend.arch.max_seq_len
+        max_len = self.backend.spec.max_context
         if len(ids) >= max_len:
             raise InputError("prompt_too_long", n_tokens=len(ids), max_len=max_len)
         self.prompt_ids = ids
-        # Never decode past the context: fewer new tokens rather than an error mid-generation.
+        # Never decode past the context: fewer new tokens rather than an error mid-generation; the pages say so
+        # (requested_new_tokens keeps what was asked), the CLI refuses beforehand.
+        self.requested_new_tokens = self.max_new_tokens
         self.max_new_tokens = min(self.max_new_tokens, max_len - len(ids))
         if self.use_cache:
             self.cache = self.backend.new_cache(self.batch_size, len(ids) + self.max_new_tokens)
@@ -164,12 +167,13 @@ class Generation:
         self.last_logits = logits
         n_new = x.shape[1]
         n_keys = n_past + n_new
-        arch = be.arch
+        spec = be.spec
         if self.use_cache:
             lengths = be.cache_lengths(self.cache)
             live, allocated = be.cache_live_bytes(self.cache), be.cache_allocated_bytes(self.cache)
+            formula = kv_footprint(spec, n_keys, self.batch_size, str(be.dtype)).total
         else:
-            lengths, live, allocated = [0] * arch.n_layers, 0, 0
+            lengths, live, allocated, formula = [0] * spec.n_layers, 0, 0, 0
         probs = torch.softmax(logits[0], dim=-1)
         top_p, top_i = probs.topk(min(5, probs.numel()))
         event = StepEvent(
@@ -185,8 +189,8 @@ class Generation:
             cache_lengths=lengths,
             live_bytes=live,
             allocated_bytes=allocated,
-            formula_bytes=live_kv_bytes(self.batch_size, lengths, arch.kv_elems_per_token_per_layer, _elem_size(be.dtype)),
-            attn_scores=attention_scores_per_pass(arch.n_layers, arch.n_heads, n_new, n_past),
+            formula_bytes=formula,
+            attn_scores=attention_scores_per_pass(spec, n_new, n_past),
             attention=[a[0, :, -1].float().cpu().numpy() for a in out.attentions] if out.attentions else None,
             device_memory_bytes=device_memory_allocated(be.device),
             queue_s=queue_s,
@@ -230,6 +234,3 @@ class Generation:
         decode = [e.seconds for e in self.events[1:]]
         return sum(decode) / len(decode) if decode else None
 
-
-def _elem_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()

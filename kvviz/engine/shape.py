@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
+from kvviz.kv.formula import KVSpec
+from kvviz.kv.reader import parse_hf_config
 
 # A seeded random model is built on the server for every new shape: keep it to what a laptop CPU holds.
 MAX_CUSTOM_PARAMS = 300_000_000
@@ -14,6 +16,11 @@ def parameter_count(cfg: DecoderConfig) -> int:
     per_layer = d * q + 2 * d * kv + q * d + 3 * d * cfg.d_ff + 2 * d  # attention, SwiGLU, two RMSNorms
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
     return cfg.vocab_size * d + cfg.n_layers * per_layer + d + head
+
+
+def native_spec(cfg: DecoderConfig, name: str = "") -> KVSpec:
+    """The native decoder's KV description: its config as a Llama config.json, through the one reader."""
+    return parse_hf_config(cfg.to_hf_dict(), name).with_params(parameter_count(cfg), "counted")
 
 
 def check_custom_shape(cfg: DecoderConfig, max_params: int = MAX_CUSTOM_PARAMS) -> DecoderConfig:

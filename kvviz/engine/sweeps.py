@@ -97,12 +97,12 @@ def _measure(backend: Backend, n_prompt: int, n_new: int, *, batch: int = 1, use
 
 def warm_up(backend: Backend) -> None:
     """A few short passes first, so one-off costs (allocator growth, kernel choice) land in no timing."""
-    _measure(backend, min(8, backend.arch.max_seq_len - 3), 3)
+    _measure(backend, min(8, backend.spec.max_context - 3), 3)
 
 
 def _check_fits(backend: Backend, n_tokens: int) -> None:
-    if n_tokens > backend.arch.max_seq_len:
-        raise InputError("latency.too_long", n_tokens=n_tokens, max_len=backend.arch.max_seq_len)
+    if n_tokens > backend.spec.max_context:
+        raise InputError("latency.too_long", n_tokens=n_tokens, max_len=backend.spec.max_context)
 
 
 def _fastest(values: Sequence[float | None]) -> float | None:
@@ -203,7 +203,7 @@ def dtype_sweep(
             s = summarize(gen.events)
             yield {**row, "ttft_s": s.ttft_s, "tpot_s": s.tpot_s,
                    "tokens_per_s": 1 / s.tpot_s if s.tpot_s else None,
-                   "weight_bytes": backend.arch.n_params * backend.dtype.itemsize,
+                   "weight_bytes": backend.spec.n_params * backend.dtype.itemsize,
                    "kv_bytes": gen.events[-1].live_bytes}
 
     return Sweep("dtype", len(dtypes), rows())

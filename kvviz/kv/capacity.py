@@ -1,27 +1,78 @@
-"""Capacity planning: how many tokens and requests fit in what the weights leave of a GPU's memory,
-and what a contiguous max-length reservation wastes next to paged blocks (as vLLM's PagedAttention).
+"""Capacity planning as vLLM does it at start-up (how many KV tokens and requests fit in what the weights and
+the profiled activations leave of each GPU), and what a contiguous max-length reservation wastes next to paged
+blocks (PagedAttention). Checked against real vLLM start-up logs in tests/fixtures/vllm_logs.json.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from kvviz.errors import InputError
+from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
+
+# vLLM's defaults where a log or the user does not say otherwise: 16-token blocks, utilization 0.9, and the
+# profiling run's batch (max_num_batched_tokens 8192, max_num_seqs 256).
+BLOCK_SIZE = 16
+GPU_MEMORY_UTILIZATION = 0.9
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_NUM_SEQS = 256
+NON_TORCH_BYTES = 256 * 2**20  # CUDA context, cuBLAS workspaces: 0.04–0.35 GiB on one GPU in the logs we keep
+
+
+def estimate_reserve_bytes(spec: KVSpec, *, max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+                           max_num_seqs: int = MAX_NUM_SEQS, act_bytes: int = 2) -> int | None:
+    """A rough stand-in for what vLLM measures by profiling before it sizes the cache: the peak activations of
+    one batch of max_num_batched_tokens (≈ 16·d_model values per token in 16-bit, MLP intermediate included),
+    the sampler's float32 logits and probabilities for max_num_seqs rows, and non-torch memory. None when the
+    shape lacks d_model or vocab_size. The logs we keep measured 0.5–9.5 GiB: replace it with your own log's
+    "activation peak + non_torch" whenever you have one."""
+    if spec.d_model is None or spec.vocab_size is None:
+        return None
+    activations = max_num_batched_tokens * 16 * spec.d_model * act_bytes
+    sampler = max_num_seqs * spec.vocab_size * 4 * 2
+    return activations + sampler + NON_TORCH_BYTES
+
+
+def shard_for_tp(spec: KVSpec, tp: int) -> KVSpec:
+    """One GPU's part of the model under tensor parallelism, as vLLM splits it: query heads ÷ tp, KV heads ÷ tp
+    (replicated when there are fewer KV heads than GPUs), an MLA latent whole on every GPU."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise InputError("positive_int", name="tp", value=tp)
+    if tp == 1:
+        return spec
+    if spec.n_heads % tp:
+        raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
+    kv = spec.n_kv_heads if spec.is_mla else max(1, spec.n_kv_heads // tp)
+    heads = spec.n_heads // tp
+    if heads % kv:
+        raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
+    return replace(spec, n_heads=heads, n_kv_heads=kv)
 
 
 @dataclass(frozen=True)
 class CapacityPlan:
-    gpu_memory_bytes: int
-    memory_fraction: float  # share of the GPU the engine may use (vLLM's gpu_memory_utilization)
-    usable_bytes: int  # gpu_memory · fraction
-    weight_bytes: int
-    kv_budget_bytes: int  # usable − weights (0 when the weights do not fit)
-    kv_bytes_per_token: int  # all layers of one token
-    max_tokens: int  # tokens the budget holds, summed over all requests
-    context_tokens: int
-    bytes_per_request: int  # one request's cache at the context length
-    max_requests: int  # concurrent requests at that context
+    """vLLM's start-up arithmetic, per GPU: total × utilization − weights − reserve = KV budget → blocks →
+    tokens, and "maximum concurrency for max_model_len tokens per request"."""
+
+    device_total_bytes: int  # one GPU, as torch.cuda.mem_get_info() reports it (vLLM's total_gpu_memory)
+    gpu_memory_utilization: float
+    requested_bytes: int  # total · utilization
+    tp: int
+    weights_bytes: int  # one GPU's share: parameters · bytes ÷ tp
+    reserve_bytes: int  # activation peak + non-torch memory
+    reserve_estimated: bool
+    kv_budget_bytes: int  # requested − weights − reserve (0 when nothing is left)
+    kv_dtype: str
+    block_size: int
+    kv_bytes_per_token: int  # one GPU, all layers
+    kv_bytes_per_block: int
+    num_blocks: int
+    kv_cache_tokens: int  # num_blocks · block_size (vLLM's "GPU KV cache size: N tokens")
+    max_model_len: int
+    blocks_per_request: int  # blocks one max_model_len request needs (sliding layers need fewer)
+    max_concurrency: float  # num_blocks / blocks_per_request
+    max_requests: int  # whole requests of max_model_len tokens
     weights_fit: bool
 
     def to_dict(self) -> dict:
@@ -29,40 +80,63 @@ class CapacityPlan:
 
 
 def plan_capacity(
-    gpu_memory_bytes: int,
-    memory_fraction: float,
-    weight_bytes: int,
-    kv_bytes_per_token: int,
-    context_tokens: int,
-    bytes_per_request: int | None = None,
+    spec: KVSpec,
+    device_total_bytes: int,
+    *,
+    max_model_len: int,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    tp: int = 1,
+    kv_dtype_name: str = "bfloat16",
+    weight_dtype: str = "bfloat16",
+    block_size: int = BLOCK_SIZE,
+    reserve_bytes: int | None = None,
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
 ) -> CapacityPlan:
-    """Budget → tokens → requests. bytes_per_request defaults to context · per-token (no sliding window)."""
-    if not 0 < memory_fraction <= 1:
-        raise InputError("memory.bad_fraction", value=memory_fraction)
-    for name, value in (
-        ("gpu_memory_bytes", gpu_memory_bytes),
-        ("kv_bytes_per_token", kv_bytes_per_token),
-        ("context_tokens", context_tokens),
-    ):
-        if value <= 0:
+    """The KV capacity of one model on tp GPUs of device_total_bytes each, computed as vLLM computes it."""
+    if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
+        raise InputError("memory.bad_fraction", value=gpu_memory_utilization)
+    for name, value in (("device_total_bytes", device_total_bytes), ("max_model_len", max_model_len),
+                        ("block_size", block_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError("positive_int", name=name, value=value)
-    if weight_bytes < 0:
-        raise InputError("positive_int", name="weight_bytes", value=weight_bytes)
-    usable = int(gpu_memory_bytes * memory_fraction)
-    budget = max(usable - weight_bytes, 0)
-    per_request = bytes_per_request if bytes_per_request is not None else context_tokens * kv_bytes_per_token
+    if spec.n_params is None:
+        raise InputError("capacity.params_unknown", name=spec.name or "?")
+    shard = shard_for_tp(spec, tp)
+    weights = math.ceil(weight_bytes(spec.n_params, weight_dtype) / tp)
+    estimated = reserve_bytes is None
+    if estimated:
+        reserve_bytes = estimate_reserve_bytes(shard, max_num_batched_tokens=max_num_batched_tokens)
+        if reserve_bytes is None:
+            raise InputError("capacity.reserve_unknown")
+    elif reserve_bytes < 0:
+        raise InputError("positive_int", name="reserve_bytes", value=reserve_bytes)
+    requested = int(device_total_bytes * gpu_memory_utilization)
+    budget = max(requested - weights - reserve_bytes, 0)
+    fp = kv_footprint(shard, max_model_len, 1, kv_dtype_name)
+    per_block = fp.per_token * block_size
+    num_blocks = budget // per_block
+    # a request's blocks: full layers hold max_model_len tokens, sliding layers only their window
+    blocks_per_request = max(1, math.ceil(fp.per_request / per_block))
     return CapacityPlan(
-        gpu_memory_bytes=gpu_memory_bytes,
-        memory_fraction=memory_fraction,
-        usable_bytes=usable,
-        weight_bytes=weight_bytes,
+        device_total_bytes=device_total_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        requested_bytes=requested,
+        tp=tp,
+        weights_bytes=weights,
+        reserve_bytes=reserve_bytes,
+        reserve_estimated=estimated,
         kv_budget_bytes=budget,
-        kv_bytes_per_token=kv_bytes_per_token,
-        max_tokens=budget // kv_bytes_per_token,
-        context_tokens=context_tokens,
-        bytes_per_request=per_request,
-        max_requests=budget // per_request if per_request else 0,
-        weights_fit=usable >= weight_bytes,
+        kv_dtype=fp.kv_dtype,
+        block_size=block_size,
+        kv_bytes_per_token=fp.per_token,
+        kv_bytes_per_block=per_block,
+        num_blocks=num_blocks,
+        kv_cache_tokens=num_blocks * block_size,
+        max_model_len=max_model_len,
+        blocks_per_request=blocks_per_request,
+        max_concurrency=num_blocks / blocks_per_request,
+        max_requests=num_blocks // blocks_per_request,
+        weights_fit=requested >= weights + reserve_bytes,
     )
 
 

@@ -1,31 +1,21 @@
-"""The KV-cache memory formula, M_KV = 2 · B · L · n · H_kv · d_head · bytes, with its intermediates.
+"""The one description of a model's KV cache (KVSpec) and the one formula over it (kv_footprint).
 
-Everything the app and CLI show about KV memory comes from here (no torch needed).
+What one token leaves in one layer's cache — a K and a V vector per KV head (MHA/GQA/MQA), or one MLA latent
+plus one shared RoPE key — how many tokens each layer keeps (sliding-window layers keep only the last W − 1
+past tokens), and the storage format with its quantization scales. Every byte count the app, the CLI, the
+engine's formula column, the capacity planner, the roofline and the hosted budget show comes from
+kv_footprint(); a second formula anywhere is a bug. No torch needed.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from fractions import Fraction
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 
 from kvviz.errors import InputError
 
-# Bytes per cached element for each KV dtype; int4 packs two values in a byte.
-KV_DTYPE_BYTES: dict[str, float] = {
-    "float32": 4,
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-    "int8": 1,
-    "int4": 0.5,
-}
-
-
-def dtype_bytes(name: str) -> float:
-    try:
-        return KV_DTYPE_BYTES[name]
-    except KeyError:
-        raise InputError("unknown_kv_dtype", name=name, choices=", ".join(KV_DTYPE_BYTES)) from None
+# Where a parameter count came from; "unknown" is never replaced by a default.
+PARAM_SOURCES = ("counted", "published", "estimated", "given", "unknown")
 
 
 def _check_positive(**sizes: float) -> None:
@@ -34,85 +24,13 @@ def _check_positive(**sizes: float) -> None:
             raise InputError("positive_int", name=name, value=value)
 
 
-def _times_bytes(elements: int, bytes_per_elem: float) -> int:
-    """elements · bytes, exact at any size (a float product drops whole bytes past 2**53)."""
-    return int(elements * Fraction(bytes_per_elem))
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError("n_tokens_negative" if name == "n_tokens" else "positive_int", name=name, value=value)
+    return value
 
 
-def kv_cache_bytes(
-    batch: int, n_layers: int, n_tokens: int, n_kv_heads: int, d_head: int, bytes_per_elem: float
-) -> int:
-    """2 (K and V) · B · L · n · H_kv · d_head · bytes. n_tokens may be 0 (an empty cache)."""
-    _check_positive(batch=batch, n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, bytes_per_elem=bytes_per_elem)
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
-        raise InputError("n_tokens_negative", value=n_tokens)
-    return _times_bytes(2 * batch * n_layers * n_tokens * n_kv_heads * d_head, bytes_per_elem)
-
-
-def live_kv_bytes(batch: int, layer_lengths: list[int], elems_per_token_per_layer: int, bytes_per_elem: float) -> int:
-    """The formula over a live cache whose layers may hold different lengths (sliding windows):
-    B · Σ_layers n_layer · (2·H_kv·d_head, or the MLA latent + RoPE key) · bytes."""
-    return int(batch * sum(layer_lengths) * elems_per_token_per_layer * bytes_per_elem)
-
-
-@dataclass(frozen=True)
-class KVMemory:
-    """Each step of the formula, as the study note walks it: token·layer → token → request → all requests."""
-
-    batch: int
-    n_layers: int
-    n_tokens: int
-    n_kv_heads: int
-    d_head: int
-    bytes_per_elem: float
-    per_token_per_layer: int  # 2 · H_kv · d_head · bytes
-    per_token: int  # · L
-    per_request: int  # · n
-    total: int  # · B
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def kv_memory(
-    batch: int, n_layers: int, n_tokens: int, n_kv_heads: int, d_head: int, bytes_per_elem: float
-) -> KVMemory:
-    total = kv_cache_bytes(batch, n_layers, n_tokens, n_kv_heads, d_head, bytes_per_elem)
-    per_token_per_layer = _times_bytes(2 * n_kv_heads * d_head, bytes_per_elem)
-    return KVMemory(
-        batch=batch,
-        n_layers=n_layers,
-        n_tokens=n_tokens,
-        n_kv_heads=n_kv_heads,
-        d_head=d_head,
-        bytes_per_elem=bytes_per_elem,
-        per_token_per_layer=per_token_per_layer,
-        per_token=per_token_per_layer * n_layers,
-        per_request=per_token_per_layer * n_layers * n_tokens,
-        total=total,
-    )
-
-
-def _format_units(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
-    value = float(n_bytes)
-    for unit in units[:-1]:
-        if abs(value) < step:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= step
-    return f"{value:.2f} {units[-1]}"
-
-
-def format_binary(n_bytes: float) -> str:
-    """Binary units, labelled as such (KiB = 1024 B): the usual calculator mistake is GiB printed as GB."""
-    return _format_units(n_bytes, 1024, ("B", "KiB", "MiB", "GiB", "TiB"))
-
-
-def format_decimal(n_bytes: float) -> str:
-    """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
-    return _format_units(n_bytes, 1000, ("B", "kB", "MB", "GB", "TB"))
-
-
-# ---- quantized KV dtypes: data bytes plus the scales each group of values carries ------------------------
+# ---- storage formats: bytes per value and the scales each group of values carries -------------------------
 
 
 @dataclass(frozen=True)
@@ -120,19 +38,20 @@ class KVDtype:
     """A KV storage format: bytes per value and the scale overhead of its quantization groups."""
 
     name: str
-    data_bytes: float  # per cached value
+    data_bytes: float  # per cached value; int4 packs two values per byte
     group_size: int = 0  # values sharing one scale (0 = no per-group scale)
-    scale_bytes_per_group: int = 0  # fp16 scale (+ fp16 zero point for asymmetric int4)
+    scale_bytes_per_group: int = 0  # fp16 scale, plus an fp16 zero point for asymmetric int4
 
     def vector_bytes(self, n_values: int) -> int:
         """Bytes of one cached vector of n_values (a K or V head, or an MLA latent), scales included."""
-        data = math.ceil(n_values * self.data_bytes)  # int4 packs two values per byte
+        data = math.ceil(n_values * self.data_bytes)
         groups = math.ceil(n_values / self.group_size) if self.group_size else 0
         return data + groups * self.scale_bytes_per_group
 
 
-# int8/int4: one fp16 scale per 64 values (int4 adds an fp16 zero point), the layout of Hugging Face's
-# QuantizedCache (q_group_size=64) and KIVI; fp8 (e4m3) uses one scale per tensor, which is negligible.
+# int8: one fp16 scale per 64 values; int4: an fp16 scale and an fp16 zero point per 64 values — the layout of
+# Hugging Face's QuantizedCache (q_group_size=64) and KIVI. fp8 (e4m3, vLLM's --kv-cache-dtype fp8) keeps one
+# scale per layer tensor, which is not per token and so not counted here.
 KV_DTYPES: dict[str, KVDtype] = {
     "float32": KVDtype("float32", 4),
     "bfloat16": KVDtype("bfloat16", 2),
@@ -144,39 +63,54 @@ KV_DTYPES: dict[str, KVDtype] = {
 
 
 def kv_dtype(name: str) -> KVDtype:
+    """A storage format by name; a torch dtype's name ("torch.bfloat16") works too."""
+    key = str(name).removeprefix("torch.")
     try:
-        return KV_DTYPES[name]
+        return KV_DTYPES[key]
     except KeyError:
         raise InputError("unknown_kv_dtype", name=name, choices=", ".join(KV_DTYPES)) from None
 
 
-# ---- the general shape: MHA / GQA / MQA / MLA, with or without a sliding window -------------------------
+# ---- the description --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class KVShape:
-    """What one token leaves in the cache of one layer, and how many layers keep how many tokens."""
+class KVSpec:
+    """A model as every KV number sees it: per-layer cache shape, plus the facts around it (or unknown).
+
+    Built by one reader (kvviz.kv.reader) from the native config, any Hugging Face config.json and the presets.
+    """
 
     n_layers: int
-    n_heads: int  # query heads (for the MHA/GQA/MQA label)
+    n_heads: int  # query heads
     n_kv_heads: int
     d_head: int
     kv_lora_rank: int = 0  # MLA: the compressed latent c_KV cached instead of K and V
     qk_rope_head_dim: int = 0  # MLA: the decoupled RoPE key, shared by all heads, cached beside it
-    sliding_window: int = 0  # 0 = every layer attends (and caches) the whole context
-    n_sliding_layers: int = 0  # layers that keep only the last `sliding_window` tokens
+    sliding_window: int = 0  # W: a sliding layer's query attends to itself and the W − 1 tokens before it
+    n_sliding_layers: int = 0
+    name: str = ""
+    d_model: int | None = None
+    vocab_size: int | None = None
+    max_context: int | None = None
+    n_params: int | None = None  # None = unknown, never a default
+    params_source: str = "unknown"
+    is_moe: bool = False  # experts: a token reads only some weights (the roofline's weight bytes are unknown)
+    model_type: str = ""
 
     def __post_init__(self) -> None:
         _check_positive(n_layers=self.n_layers, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head)
         for name in ("kv_lora_rank", "qk_rope_head_dim", "sliding_window", "n_sliding_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError("positive_int", name=name, value=value)
+            _check_count(name, getattr(self, name))
         if self.n_heads % self.n_kv_heads:
             raise InputError("not_divisible", n_heads=self.n_heads, n_kv_heads=self.n_kv_heads)
-        if self.n_sliding_layers > self.n_layers or (self.n_sliding_layers and not self.sliding_window):
+        if self.n_sliding_layers > self.n_layers or (self.n_sliding_layers and self.sliding_window < 2):
             raise InputError("memory.bad_window", window=self.sliding_window, layers=self.n_sliding_layers,
                              n_layers=self.n_layers)
+        if self.params_source not in PARAM_SOURCES:
+            raise ValueError(f"params_source {self.params_source!r} not in {PARAM_SOURCES}")
+        if (self.n_params is None) != (self.params_source == "unknown"):
+            raise ValueError("n_params is None exactly when params_source is 'unknown'")
 
     @property
     def is_mla(self) -> bool:
@@ -191,6 +125,11 @@ class KVShape:
         return "MQA" if self.n_kv_heads == 1 else "GQA"
 
     @property
+    def group_size(self) -> int:
+        """Query heads per KV head (1 for MHA, all of them for MQA)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
     def vectors_per_token_layer(self) -> tuple[int, int]:
         """(how many vectors, values in each) one token caches in one layer."""
         if self.is_mla:
@@ -202,10 +141,34 @@ class KVShape:
         count, length = self.vectors_per_token_layer
         return count * length
 
-    def cached_token_layers(self, n_tokens: int) -> int:
-        """Σ over layers of tokens kept: sliding layers cap n at the window."""
+    @property
+    def window_kept(self) -> int:
+        """Past tokens a sliding layer keeps between passes: the next query sees itself and W − 1 before it
+        (transformers' DynamicSlidingWindowLayer keeps exactly these)."""
+        return self.sliding_window - 1 if self.n_sliding_layers else 0
+
+    def layer_lengths(self, n_tokens: int) -> list[int]:
+        """Tokens each layer keeps after n tokens: full layers first, then the sliding ones (the sum is what
+        counts; which layers slide is the config's business)."""
         full = self.n_layers - self.n_sliding_layers
-        return full * n_tokens + self.n_sliding_layers * min(n_tokens, self.sliding_window)
+        return [n_tokens] * full + [min(n_tokens, self.window_kept)] * self.n_sliding_layers
+
+    def keys_attended(self, n_past: int, n_new: int) -> int:
+        """Σ over layers and new queries of the keys each query scores (a window caps it at W)."""
+        full = self.n_layers - self.n_sliding_layers
+        total = full * sum(n_past + i + 1 for i in range(n_new))
+        if self.n_sliding_layers:
+            total += self.n_sliding_layers * sum(min(n_past + i + 1, self.sliding_window) for i in range(n_new))
+        return total
+
+    def with_params(self, n_params: int | None, source: str) -> KVSpec:
+        return replace(self, n_params=n_params, params_source=source if n_params is not None else "unknown")
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"attention_kind": self.attention_kind}
+
+
+# ---- the formula ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -234,73 +197,110 @@ class KVFootprint:
         return asdict(self)
 
 
-def kv_footprint(shape: KVShape, n_tokens: int, batch: int = 1, kv_dtype_name: str = "bfloat16") -> KVFootprint:
-    """The one function behind every KV figure the app shows (MHA/GQA/MQA/MLA, windows, quantized dtypes)."""
+def kv_bytes(spec: KVSpec, layer_lengths: Sequence[int], batch: int = 1, kv_dtype_name: str = "bfloat16") -> int:
+    """B · Σ_layers (tokens the layer keeps) · (bytes one token leaves in one layer, scales included)."""
+    count, length = spec.vectors_per_token_layer
+    return batch * sum(layer_lengths) * count * kv_dtype(kv_dtype_name).vector_bytes(length)
+
+
+def kv_footprint(spec: KVSpec, n_tokens: int, batch: int = 1, kv_dtype_name: str = "bfloat16") -> KVFootprint:
+    """The one function behind every KV figure (MHA/GQA/MQA/MLA, windows, quantized dtypes)."""
     _check_positive(batch=batch)
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
-        raise InputError("n_tokens_negative", value=n_tokens)
+    _check_count("n_tokens", n_tokens)
     fmt = kv_dtype(kv_dtype_name)
-    count, length = shape.vectors_per_token_layer
-    per_token_per_layer = count * fmt.vector_bytes(length)
-    data_bytes = count * math.ceil(length * fmt.data_bytes)
-    token_layers = shape.cached_token_layers(n_tokens)
-    per_request = per_token_per_layer * token_layers
+    count, length = spec.vectors_per_token_layer
+    per_token_per_layer = kv_bytes(spec, [1], 1, fmt.name)
+    token_layers = sum(spec.layer_lengths(n_tokens))
+    per_request = kv_bytes(spec, spec.layer_lengths(n_tokens), 1, fmt.name)
     return KVFootprint(
-        kind=shape.attention_kind,
+        kind=spec.attention_kind,
         kv_dtype=fmt.name,
         batch=batch,
         n_tokens=n_tokens,
-        n_layers=shape.n_layers,
-        n_kv_heads=shape.n_kv_heads,
-        d_head=shape.d_head,
+        n_layers=spec.n_layers,
+        n_kv_heads=spec.n_kv_heads,
+        d_head=spec.d_head,
         values_per_token_per_layer=count * length,
         bytes_per_elem=fmt.data_bytes,
-        scale_bytes_per_token_per_layer=per_token_per_layer - data_bytes,
+        scale_bytes_per_token_per_layer=per_token_per_layer - count * math.ceil(length * fmt.data_bytes),
         per_token_per_layer=per_token_per_layer,
-        per_token=per_token_per_layer * shape.n_layers,
+        per_token=per_token_per_layer * spec.n_layers,
         cached_token_layers=token_layers,
         per_request=per_request,
         total=per_request * batch,
-        sliding_window=shape.sliding_window,
-        n_sliding_layers=shape.n_sliding_layers,
+        sliding_window=spec.sliding_window,
+        n_sliding_layers=spec.n_sliding_layers,
     )
 
 
-def attention_variants(shape: KVShape) -> dict[str, KVShape]:
+def attention_variants(spec: KVSpec) -> dict[str, KVSpec]:
     """MHA, GQA, MQA and MLA at the same L, query heads and d_head: only what each token caches differs.
 
-    GQA keeps the model's own groups, else the largest group count ≤ 8 dividing the heads (Llama's 8);
-    MLA keeps the model's own ranks, else DeepSeek's ratios: latent 4·d_head, RoPE key d_head/2.
+    GQA keeps the model's own groups, else the largest group count ≤ 8 dividing the heads (Llama's 8), and is
+    left out when no such count exists (then it would equal MHA or MQA); MLA keeps the model's own ranks, else
+    DeepSeek's ratios: latent 4·d_head, RoPE key d_head/2.
     """
-    h, d = shape.n_heads, shape.d_head
-    groups = shape.n_kv_heads if shape.attention_kind == "GQA" else max(
-        (g for g in range(2, 9) if h % g == 0 and g < h), default=1)
-    rank, rope = (shape.kv_lora_rank, shape.qk_rope_head_dim) if shape.is_mla else (4 * d, d // 2)
-    return {
-        "MHA": KVShape(shape.n_layers, h, h, d),
-        "GQA": KVShape(shape.n_layers, h, groups, d),
-        "MQA": KVShape(shape.n_layers, h, 1, d),
-        "MLA": KVShape(shape.n_layers, h, h, d, kv_lora_rank=rank, qk_rope_head_dim=rope),
-    }
+    h, d, L = spec.n_heads, spec.d_head, spec.n_layers
+    groups = spec.n_kv_heads if spec.attention_kind == "GQA" else max(
+        (g for g in range(2, 9) if h % g == 0 and g < h), default=0)
+    rank, rope = (spec.kv_lora_rank, spec.qk_rope_head_dim) if spec.is_mla else (4 * d, d // 2)
+    out = {"MHA": KVSpec(L, h, h, d)}
+    if groups:
+        out["GQA"] = KVSpec(L, h, groups, d)
+    if h > 1:
+        out["MQA"] = KVSpec(L, h, 1, d)
+    out["MLA"] = KVSpec(L, h, h, d, kv_lora_rank=rank, qk_rope_head_dim=rope)
+    return out
 
 
 def tokens_to_reach(
-    shape: KVShape, target_bytes: int, batch: int, kv_dtype_name: str, limit: int = 1 << 24
+    spec: KVSpec, target_bytes: int, batch: int, kv_dtype_name: str, limit: int = 1 << 24
 ) -> int | None:
-    """Smallest context n whose cache (B requests) reaches target_bytes, or None (a window caps it first)."""
-    if kv_footprint(shape, limit, batch, kv_dtype_name).total < target_bytes:
+    """Smallest context n whose cache (B requests) reaches target_bytes, or None when it never does
+    (a model whose every layer slides stops growing) or not within `limit` tokens."""
+    if kv_footprint(spec, limit, batch, kv_dtype_name).total < target_bytes:
         return None
     lo, hi = 0, limit  # the footprint never shrinks as n grows, so bisect
     while lo < hi:
         mid = (lo + hi) // 2
-        if kv_footprint(shape, mid, batch, kv_dtype_name).total >= target_bytes:
+        if kv_footprint(spec, mid, batch, kv_dtype_name).total >= target_bytes:
             hi = mid
         else:
             lo = mid + 1
     return lo
 
 
-def weight_bytes(n_params: int, weight_dtype: str) -> int:
-    """Weight memory: parameters · bytes per weight (quantized weights ignore their small scale overhead)."""
+def cache_stops_growing(spec: KVSpec) -> bool:
+    """True when every layer keeps only a window: the cache is capped, whatever the context."""
+    return spec.n_sliding_layers == spec.n_layers
+
+
+def weight_bytes(n_params: int | None, weight_dtype: str) -> int | None:
+    """Weight memory: parameters · bytes per weight; None when the count is unknown.
+    (Quantized weights' small scale overhead is not counted.)"""
+    if n_params is None:
+        return None
     _check_positive(n_params=n_params)
     return math.ceil(n_params * kv_dtype(weight_dtype).data_bytes)
+
+
+# ---- units ------------------------------------------------------------------------------------------------
+
+
+def _format_units(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
+    value = float(n_bytes)
+    for unit in units[:-1]:
+        if abs(value) < step:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= step
+    return f"{value:.2f} {units[-1]}"
+
+
+def format_binary(n_bytes: float) -> str:
+    """Binary units, labelled as such (KiB = 1024 B): the usual calculator mistake is GiB printed as GB."""
+    return _format_units(n_bytes, 1024, ("B", "KiB", "MiB", "GiB", "TiB"))
+
+
+def format_decimal(n_bytes: float) -> str:
+    """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
+    return _format_units(n_bytes, 1000, ("B", "kB", "MB", "GB", "TB"))

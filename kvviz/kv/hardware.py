@@ -1,19 +1,29 @@
-"""Accelerator presets for roofline bounds and capacity planning (user-editable in the app).
+"""Accelerators for roofline bounds and capacity planning: each number with its source (kvviz/kv/hardware.toml).
 
-Figures are vendor datasheet numbers: memory as marketed (decimal GB), bandwidth in bytes/s, and peak
-*dense* 16-bit tensor FLOP/s (no structured-sparsity doubling).
+Memory is one device's total as the device reports it to CUDA (what torch.cuda.mem_get_info() and vLLM's
+"total_gpu_memory" show), not the marketed decimal size; None where it is unknown (Apple's unified memory comes in
+several sizes). Bandwidth in bytes/s; peak is dense 16-bit tensor FLOP/s (no structured-sparsity doubling).
 """
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("hardware.toml")
 
 
 @dataclass(frozen=True)
 class Hardware:
     name: str
-    memory_bytes: int
     bandwidth_bytes_per_s: float
     peak_flops: float  # dense bf16/fp16 FLOP/s
+    memory_bytes: int | None = None
+    memory_kind: str = "cuda"  # "cuda": as CUDA reports it; "nvidia-smi": the larger nvidia-smi total; "given"
+    memory_source: str = ""
+    bandwidth_source: str = ""
+    flops_source: str = ""
+    nvidia_smi_total_mib: int | None = None
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -21,17 +31,10 @@ class Hardware:
         return self.peak_flops / self.bandwidth_bytes_per_s
 
 
-GB, TB, TFLOPS = 10**9, 10**12, 10**12
+def _load() -> dict[str, Hardware]:
+    rows = tomllib.loads(TABLE.read_text(encoding="utf-8"))["device"]
+    keep = {f for f in Hardware.__dataclass_fields__}
+    return {r["name"]: Hardware(**{k: v for k, v in r.items() if k in keep}) for r in rows}
 
-HARDWARE: dict[str, Hardware] = {
-    h.name: h
-    for h in (
-        Hardware("H100 SXM", 80 * GB, 3.35 * TB, 989 * TFLOPS),
-        Hardware("H200", 141 * GB, 4.8 * TB, 989 * TFLOPS),
-        Hardware("A100 80GB", 80 * GB, 2.039 * TB, 312 * TFLOPS),
-        Hardware("L4", 24 * GB, 0.3 * TB, 121 * TFLOPS),
-        Hardware("RTX 4090", 24 * GB, 1.008 * TB, 165 * TFLOPS),
-        Hardware("Apple M3 Max", 128 * GB, 0.4 * TB, 28 * TFLOPS),
-        Hardware("Generic CPU", 64 * GB, 0.05 * TB, 1 * TFLOPS),
-    )
-}
+
+HARDWARE: dict[str, Hardware] = _load()

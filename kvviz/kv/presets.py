@@ -9,10 +9,9 @@ leaves out the 14B multi-token-prediction module.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kvviz.errors import InputError
-from kvviz.kv.hf_config import ModelSpec, parse_hf_config
+from kvviz.kv.formula import KVSpec
+from kvviz.kv.reader import parse_hf_config
 
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 4096}
 _LLAMA31 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 131072}
@@ -174,13 +173,13 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
 
 HF_REPOS: dict[str, str] = {name: repo for name, (repo, _, _) in _PRESETS.items()}
 CONFIGS: dict[str, dict] = {name: config for name, (_, config, _) in _PRESETS.items()}
-PRESETS: dict[str, ModelSpec] = {
-    name: replace(parse_hf_config(config, name), n_params=params, params_estimated=False)
+PRESETS: dict[str, KVSpec] = {
+    name: parse_hf_config(config, name).with_params(params, "published" if name == "DeepSeek-V3" else "counted")
     for name, (_, config, params) in _PRESETS.items()
 }
 
 
-def get_preset(name: str) -> ModelSpec:
+def get_preset(name: str) -> KVSpec:
     try:
         return PRESETS[name]
     except KeyError:

@@ -1,64 +1,93 @@
 """Roofline lower bounds for serving a decoder on an accelerator (no torch needed).
 
-A decode step must read every weight once (shared by the batch) plus each request's KV cache, and
-do ~2 FLOPs per parameter per token; prefill does the same FLOPs for every prompt token at once. A
-pass can be no faster than its bytes / bandwidth nor its FLOPs / peak: the bound is the larger one.
+A decode step must read every weight once (shared by the batch) plus each request's KV cache, and do ~2 FLOPs
+per parameter per token; prefill does the same FLOPs for every prompt token at once. A pass can be no faster
+than its bytes / bandwidth nor its FLOPs / peak: the bound is the larger one. KV bytes come from kv_footprint
+(windows and quantization scales included); how many requests fit comes from the capacity planner.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
-from kvviz.kv.formula import kv_cache_bytes
+from kvviz.errors import InputError
+from kvviz.kv.formula import KVSpec, kv_footprint, tokens_to_reach, weight_bytes
 from kvviz.kv.hardware import Hardware
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """The few numbers a roofline needs. (The Memory page's presets carry the same fields.)"""
+class Roofline:
+    """One model, its storage formats and one accelerator: the numbers every bound below needs."""
 
-    name: str
-    n_params: float
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
+    spec: KVSpec
+    hw: Hardware
+    weight_dtype: str = "bfloat16"
+    kv_dtype: str = "bfloat16"
 
-    def weight_bytes(self, bytes_per_param: float) -> float:
+    def __post_init__(self) -> None:
+        if self.spec.n_params is None:
+            raise InputError("capacity.params_unknown", name=self.spec.name or "?")
+        if self.spec.is_moe:
+            # A token reads only its experts' weights, which the config alone does not give.
+            raise InputError("capacity.moe_weights", name=self.spec.name or "?")
+
+    @property
+    def weight_bytes(self) -> int:
         # All parameters: the embedding lookup reads one row only, a small overestimate (~5% for 8B).
-        return self.n_params * bytes_per_param
+        return weight_bytes(self.spec.n_params, self.weight_dtype)
 
-    def kv_bytes_per_token(self, kv_bytes_per_elem: float) -> int:
-        return kv_cache_bytes(1, self.n_layers, 1, self.n_kv_heads, self.d_head, kv_bytes_per_elem)
+    def kv_bytes(self, n_context: int, batch: int = 1) -> int:
+        """KV bytes a step reads for `batch` requests of n_context cached tokens (windows cap it)."""
+        return kv_footprint(self.spec, n_context, batch, self.kv_dtype).total
 
     def decode_flops_per_token(self, n_context: int) -> float:
-        """2 FLOPs per weight (multiply-add), plus QKᵀ and PV over the cached context (2·2·L·H_q·d_head·n)."""
-        return 2 * self.n_params + 4 * self.n_layers * self.n_heads * self.d_head * n_context
+        """2 FLOPs per weight (multiply-add), plus QKᵀ and PV over the keys the new query sees (2·2·H_q·d_head
+        per key and layer)."""
+        keys = self.spec.keys_attended(max(n_context - 1, 0), 1)
+        return 2 * self.spec.n_params + 4 * self.spec.n_heads * self.spec.d_head * keys
 
     def prefill_flops(self, n_prompt: int) -> float:
-        """Weights for every prompt token, plus causal attention (half of the n² score matrix, for QKᵀ and PV)."""
-        return 2 * self.n_params * n_prompt + 2 * self.n_layers * self.n_heads * self.d_head * n_prompt**2
+        """Weights for every prompt token, plus causal attention over the keys each query sees."""
+        keys = self.spec.keys_attended(0, n_prompt)
+        return 2 * self.spec.n_params * n_prompt + 4 * self.spec.n_heads * self.spec.d_head * keys
 
-    @classmethod
-    def from_arch(cls, arch: object) -> ModelShape:
-        """The model a backend runs (anything with ArchInfo's fields, e.g. backend.arch)."""
-        a = arch
-        return cls(a.name, float(a.n_params), a.n_layers, a.n_heads, a.n_kv_heads, a.d_head)  # type: ignore[attr-defined]
+    def _bound(self, bytes_moved: float, flops: float) -> PassBound:
+        return PassBound(bytes_moved, flops, bytes_moved / self.hw.bandwidth_bytes_per_s, flops / self.hw.peak_flops)
 
+    def decode_bound(self, *, batch: int, n_context: int) -> PassBound:
+        """TPOT ≥ (weight bytes + B·KV bytes) / bandwidth, and ≥ B·FLOPs per token / peak."""
+        return self._bound(self.weight_bytes + self.kv_bytes(n_context, batch),
+                           batch * self.decode_flops_per_token(n_context))
 
-def preset_shapes() -> dict[str, ModelShape]:
-    """The Memory page's presets (kvviz/presets.py) whose cache grows by a fixed amount per token.
+    def prefill_bound(self, *, n_prompt: int, batch: int = 1) -> PassBound:
+        """Prefill ≥ FLOPs / peak (usually the binding one), and ≥ (weights + the KV it writes) / bandwidth."""
+        return self._bound(self.weight_bytes + self.kv_bytes(n_prompt, batch), batch * self.prefill_flops(n_prompt))
 
-    MLA and sliding-window models are left out: their per-token cost is not one constant (and
-    DeepSeek-V3's parameters are mostly experts a token never reads).
-    """
-    from kvviz.kv.presets import PRESETS
+    def compute_bound_batch(self, *, n_context: int) -> float | None:
+        """Batch B where decode's compute time reaches its memory time; None if it never does.
 
-    return {
-        name: ModelShape(name, float(spec.n_params), s.n_layers, s.n_heads, s.n_kv_heads, s.d_head)
-        for name, spec in PRESETS.items()
-        if spec.n_params and not (s := spec.shape).is_mla and not s.n_sliding_layers
-    }
+        B·F/peak = (W + B·KV)/bw  ⇒  B = (W/bw) / (F/peak − KV/bw). Each request adds its own cache reads, so
+        with long contexts the denominator can turn ≤ 0: attention stays memory-bound at any batch.
+        """
+        per_request = self.decode_flops_per_token(n_context) / self.hw.peak_flops - (
+            self.kv_bytes(n_context) / self.hw.bandwidth_bytes_per_s
+        )
+        if per_request <= 0:
+            return None
+        return self.weight_bytes / self.hw.bandwidth_bytes_per_s / per_request
+
+    def kv_equals_weights_tokens(self, *, batch: int) -> int | None:
+        """Cached tokens per request at which the batch's KV cache weighs as much as the weights (None: never,
+        a cache whose every layer slides stops growing first)."""
+        return tokens_to_reach(self.spec, self.weight_bytes, batch, self.kv_dtype)
+
+    def decode_curve(self, *, batches: list[int], n_context: int) -> list[dict]:
+        """One row per batch size: the bound's parts, TPOT and tokens/s, for the roofline chart."""
+        rows = []
+        for b in batches:
+            bound = self.decode_bound(batch=b, n_context=n_context)
+            rows.append({"batch": b, **bound.to_dict(), "tokens_per_s": b / bound.seconds,
+                         "kv_bytes": self.kv_bytes(n_context, b), "weight_bytes": self.weight_bytes})
+        return rows
 
 
 @dataclass(frozen=True)
@@ -80,74 +109,3 @@ class PassBound:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "seconds": self.seconds, "limited_by": self.limited_by}
-
-
-def _bound(bytes_moved: float, flops: float, hw: Hardware) -> PassBound:
-    return PassBound(bytes_moved, flops, bytes_moved / hw.bandwidth_bytes_per_s, flops / hw.peak_flops)
-
-
-def decode_bound(
-    model: ModelShape, hw: Hardware, *, batch: int, n_context: int, weight_bytes_per_param: float = 2,
-    kv_bytes_per_elem: float = 2,
-) -> PassBound:
-    """TPOT ≥ (weight bytes + B·KV bytes) / bandwidth, and ≥ B·FLOPs per token / peak."""
-    kv = batch * model.kv_bytes_per_token(kv_bytes_per_elem) * n_context
-    return _bound(model.weight_bytes(weight_bytes_per_param) + kv, batch * model.decode_flops_per_token(n_context), hw)
-
-
-def prefill_bound(
-    model: ModelShape, hw: Hardware, *, n_prompt: int, batch: int = 1, weight_bytes_per_param: float = 2,
-    kv_bytes_per_elem: float = 2,
-) -> PassBound:
-    """Prefill ≥ FLOPs / peak (usually the binding one), and ≥ (weights + the KV it writes) / bandwidth."""
-    kv = batch * model.kv_bytes_per_token(kv_bytes_per_elem) * n_prompt
-    return _bound(model.weight_bytes(weight_bytes_per_param) + kv, batch * model.prefill_flops(n_prompt), hw)
-
-
-def compute_bound_batch(
-    model: ModelShape, hw: Hardware, *, n_context: int, weight_bytes_per_param: float = 2,
-    kv_bytes_per_elem: float = 2,
-) -> float | None:
-    """Batch B where decode's compute time reaches its memory time; None if it never does.
-
-    B·F/peak = (W + B·KV)/bw  ⇒  B = (W/bw) / (F/peak − KV/bw). Each request adds its own cache reads, so
-    with long contexts the denominator can turn ≤ 0: attention stays memory-bound at any batch.
-    """
-    per_request = model.decode_flops_per_token(n_context) / hw.peak_flops - (
-        model.kv_bytes_per_token(kv_bytes_per_elem) * n_context / hw.bandwidth_bytes_per_s
-    )
-    if per_request <= 0:
-        return None
-    return model.weight_bytes(weight_bytes_per_param) / hw.bandwidth_bytes_per_s / per_request
-
-
-def kv_equals_weights_tokens(
-    model: ModelShape, *, batch: int, weight_bytes_per_param: float = 2, kv_bytes_per_elem: float = 2
-) -> float:
-    """Total cached tokens per request at which the batch's KV cache weighs as much as the weights."""
-    return model.weight_bytes(weight_bytes_per_param) / (batch * model.kv_bytes_per_token(kv_bytes_per_elem))
-
-
-def max_batch_that_fits(
-    model: ModelShape, hw: Hardware, *, n_context: int, weight_bytes_per_param: float = 2,
-    kv_bytes_per_elem: float = 2,
-) -> int:
-    """Requests of n_context tokens whose caches fit in memory beside the weights (0 if weights alone do not)."""
-    free = hw.memory_bytes - model.weight_bytes(weight_bytes_per_param)
-    per_request = model.kv_bytes_per_token(kv_bytes_per_elem) * n_context
-    return max(0, math.floor(free / per_request)) if per_request else 0
-
-
-def decode_curve(
-    model: ModelShape, hw: Hardware, *, batches: list[int], n_context: int, weight_bytes_per_param: float = 2,
-    kv_bytes_per_elem: float = 2,
-) -> list[dict]:
-    """One row per batch size: the bound's parts, TPOT and tokens/s, for the roofline chart."""
-    rows = []
-    for b in batches:
-        bound = decode_bound(model, hw, batch=b, n_context=n_context, weight_bytes_per_param=weight_bytes_per_param,
-                             kv_bytes_per_elem=kv_bytes_per_elem)
-        rows.append({"batch": b, **bound.to_dict(), "tokens_per_s": b / bound.seconds,
-                     "kv_bytes": b * model.kv_bytes_per_token(kv_bytes_per_elem) * n_context,
-                     "weight_bytes": model.weight_bytes(weight_bytes_per_param)})
-    return rows

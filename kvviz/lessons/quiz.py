@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvviz.kv.formula import KVMemory, dtype_bytes, format_binary, kv_memory
+from kvviz.kv.formula import KVFootprint, KVSpec, format_binary, kv_dtype, kv_footprint, weight_bytes
 
 GIB = 1024**3
 NUMBER_TOLERANCE = 0.01  # a numeric answer within 1 % counts (rounding of a hand calculation)
@@ -35,14 +35,15 @@ class Question:
 
 
 # The study note's example: 32 layers, 32 KV heads, d_head 128, bf16, 4096 tokens, 32 requests.
-CACHE_SIZE_EXAMPLE = dict(batch=32, n_layers=32, n_tokens=4096, n_kv_heads=32, d_head=128, kv_dtype="bfloat16")
-WEIGHTS_7B_BF16 = 7e9 * dtype_bytes("bfloat16")  # a 7B-parameter model's weights, for scale
+CACHE_SIZE_EXAMPLE = dict(batch=32, n_tokens=4096, kv_dtype="bfloat16")
+CACHE_SIZE_SPEC = KVSpec(n_layers=32, n_heads=32, n_kv_heads=32, d_head=128)
+WEIGHTS_7B_BF16 = weight_bytes(7 * 10**9, "bfloat16")  # a 7B-parameter model's weights, for scale
 
 
-def cache_size_memory() -> KVMemory:
+def cache_size_memory() -> KVFootprint:
     """The cache-size question's answer, computed by the same formula the calculator uses."""
     e = CACHE_SIZE_EXAMPLE
-    return kv_memory(e["batch"], e["n_layers"], e["n_tokens"], e["n_kv_heads"], e["d_head"], dtype_bytes(e["kv_dtype"]))
+    return kv_footprint(CACHE_SIZE_SPEC, e["n_tokens"], e["batch"], e["kv_dtype"])
 
 
 TRUTH = ("true", "false")
@@ -86,10 +87,17 @@ def explain_values() -> dict[str, str]:
     """Numbers the explanations quote, all from the calculator (never typed into a locale file)."""
     m = cache_size_memory()
     return {
+        # the question's own factors, so the text and the answer cannot drift apart
+        "layers": f"{m.n_layers}",
+        "kv_heads": f"{m.n_kv_heads}",
+        "d_head": f"{m.d_head}",
+        "elem_bytes": f"{kv_dtype(m.kv_dtype).data_bytes:g}",
+        "tokens": f"{m.n_tokens}",
+        "batch": f"{m.batch}",
         "per_token_per_layer": format_binary(m.per_token_per_layer),
         "per_token": format_binary(m.per_token),
         "per_request": format_binary(m.per_request),
         "total": format_binary(m.total),
-        "total_gb": f"{m.total / 1e9:.1f}",
+        "total_gb": f"{m.total / 1e9:.2f}",
         "weights_7b": format_binary(WEIGHTS_7B_BF16),
     }

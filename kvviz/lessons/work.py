@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvviz.engine.backends.base import ArchInfo
 from kvviz.engine.generation import StepEvent, attention_scores_per_pass
+from kvviz.kv.formula import KVSpec
 
 
-def qkv_vectors(arch: ArchInfo, n_positions: int) -> int:
+def qkv_vectors(arch: KVSpec, n_positions: int) -> int:
     """Head vectors projected for n_positions in all layers: one Q per query head, one K and V per KV head."""
     return arch.n_layers * n_positions * (arch.n_heads + 2 * arch.n_kv_heads)
 
@@ -31,7 +31,7 @@ class PassWork:
     recompute_scores: int
 
 
-def pass_work(arch: ArchInfo, event: StepEvent) -> PassWork:
+def pass_work(arch: KVSpec, event: StepEvent) -> PassWork:
     t = event.position + 1
     return PassWork(
         n_keys=t,
@@ -40,7 +40,7 @@ def pass_work(arch: ArchInfo, event: StepEvent) -> PassWork:
         cached_scores=event.attn_scores,
         recompute_positions=t,
         recompute_qkv=qkv_vectors(arch, t),
-        recompute_scores=attention_scores_per_pass(arch.n_layers, arch.n_heads, t, 0),
+        recompute_scores=attention_scores_per_pass(arch, t, 0),
     )
 
 
@@ -53,7 +53,7 @@ class CumulativeWork:
     recompute: list[int]
 
 
-def cumulative_work(arch: ArchInfo, events: Sequence[StepEvent]) -> CumulativeWork:
+def cumulative_work(arch: KVSpec, events: Sequence[StepEvent]) -> CumulativeWork:
     n_tokens, cached, recompute = [], [], []
     total_cached = total_recompute = 0
     for event in events:
@@ -66,12 +66,12 @@ def cumulative_work(arch: ArchInfo, events: Sequence[StepEvent]) -> CumulativeWo
     return CumulativeWork(n_tokens, cached, recompute)
 
 
-def analytic_cached(arch: ArchInfo, n: int) -> int:
+def analytic_cached(arch: KVSpec, n: int) -> int:
     """Σ over positions 1..n of t scores: a causal prefill plus cached steps, L·H·n(n+1)/2 = O(n²)."""
     return arch.n_layers * arch.n_heads * n * (n + 1) // 2
 
 
-def analytic_recompute(arch: ArchInfo, prompt_len: int, n: int) -> int:
+def analytic_recompute(arch: KVSpec, prompt_len: int, n: int) -> int:
     """Σ over t = prompt_len..n of t(t+1)/2 scores, each pass re-scoring the whole prefix = O(n³)."""
 
     def tetra(m: int) -> int:  # Σ_{t=1..m} t(t+1)/2

@@ -1,4 +1,4 @@
 """Backends: the native decoder and (later) Hugging Face models, behind one protocol."""
-from kvviz.engine.backends.base import ArchInfo, Backend, ForwardResult
+from kvviz.engine.backends.base import Backend, ForwardResult
 
-__all__ = ["ArchInfo", "Backend", "ForwardResult"]
+__all__ = ["Backend", "ForwardResult"]

@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 
-from kvviz.engine.backends.base import ArchInfo, ForwardResult
+from kvviz.engine.backends.base import ForwardResult
 from kvviz.engine.backends.hf_policy import HFPolicy, check_allowed, check_size
 from kvviz.engine.device import parse_dtype, resolve_device
 from kvviz.errors import InputError
+from kvviz.kv.formula import KVSpec
+from kvviz.kv.reader import parse_hf_config
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 _TRUE = {"1", "true", "yes", "on"}
@@ -50,24 +52,13 @@ class HFTokenizer:
         return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
-def arch_from_config(config: Any, name: str, n_params: int) -> ArchInfo:
-    """Architecture facts from a transformers config (text part of it for multimodal models)."""
-    c = config.get_text_config(decoder=True)
-    n_heads = c.num_attention_heads
-    return ArchInfo(
-        name=name,
-        n_layers=c.num_hidden_layers,
-        n_heads=n_heads,
-        n_kv_heads=getattr(c, "num_key_value_heads", None) or n_heads,
-        d_head=getattr(c, "head_dim", None) or c.hidden_size // n_heads,
-        d_model=c.hidden_size,
-        vocab_size=c.vocab_size,
-        max_seq_len=getattr(c, "max_position_embeddings", None) or 2048,
-        n_params=n_params,
-        kind="hf",
-        kv_lora_rank=getattr(c, "kv_lora_rank", None) or 0,
-        qk_rope_head_dim=getattr(c, "qk_rope_head_dim", None) or 0,
-    )
+def spec_from_config(config: Any, name: str) -> KVSpec:
+    """The KV description of a transformers config (its text part for multimodal models), read by the same
+    reader as a config.json, so Falcon's flags, windows and MLA count the same everywhere."""
+    spec = parse_hf_config(config.get_text_config(decoder=True).to_dict(), name)
+    if spec.max_context is None:
+        raise InputError("hf.no_context", name=name)
+    return spec
 
 
 def _layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -84,9 +75,10 @@ class HFBackend:
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         n_params = sum(t.numel() for t in {id(t): t for t in model.parameters()}.values())
-        self.arch = arch_from_config(model.config, name, n_params)
-        if tokenizer.vocab_size > self.arch.vocab_size:
-            raise InputError("vocab_mismatch", tokenizer=tokenizer.vocab_size, model=self.arch.vocab_size)
+        self.spec = spec_from_config(model.config, name).with_params(n_params, "counted")
+        self.kind = "hf"
+        if self.spec.vocab_size is not None and tokenizer.vocab_size > self.spec.vocab_size:
+            raise InputError("vocab_mismatch", tokenizer=tokenizer.vocab_size, model=self.spec.vocab_size)
         self.tokenizer = tokenizer
         # SDPA is faster but returns no weights; eager is switched on only for passes that show attention.
         self._fast_attention = model.config._attn_implementation
@@ -105,8 +97,8 @@ class HFBackend:
     ) -> ForwardResult:
         b, t = input_ids.shape
         past = cache.get_seq_length() if cache is not None else 0
-        if past + t > self.arch.max_seq_len:
-            raise InputError("sequence_too_long", n_tokens=past + t, max_len=self.arch.max_seq_len)
+        if past + t > self.spec.max_context:
+            raise InputError("sequence_too_long", n_tokens=past + t, max_len=self.spec.max_context)
         # Explicit positions: the new tokens sit after the cached ones (RoPE angle or learned embedding row).
         position_ids = torch.arange(past, past + t, device=input_ids.device).expand(b, t)
         with self._lock:
@@ -124,7 +116,7 @@ class HFBackend:
         attentions = None
         if capture_attention:
             if not out.attentions or any(a is None for a in out.attentions):
-                raise InputError("hf.no_attention", name=self.arch.name)
+                raise InputError("hf.no_attention", name=self.spec.name)
             attentions = list(out.attentions)
         return ForwardResult(out.logits, attentions)
 
@@ -229,8 +221,10 @@ def load_hf_backend(
     config = _load_config(name, source, local, offline)
     check_causal_lm(name, config)
     try:
-        arch_from_config(config, name, 0)
-    except (AttributeError, TypeError, ZeroDivisionError):
+        spec_from_config(config, name)
+    except InputError as exc:
+        if exc.key != "memory.config_missing":
+            raise
         # A state-space or recurrent LM (Mamba, RWKV): no attention heads, so no KV cache to show.
         raise InputError("hf.no_kv_cache", name=name, what=config.model_type) from None
     if policy.max_params is not None:

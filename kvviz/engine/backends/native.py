@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from kvviz.engine.backends.base import ArchInfo, ForwardResult
+from kvviz.engine.backends.base import ForwardResult
 from kvviz.engine.cache import KVCache
 from kvviz.engine.model import Decoder
+from kvviz.engine.shape import native_spec
 from kvviz.engine.tokenizer import Tokenizer
 from kvviz.errors import InputError
 
@@ -18,18 +19,9 @@ class NativeBackend:
         self.model = model.eval().fuse()
         self.tokenizer = tokenizer
         self.device, self.dtype = p.device, p.dtype
-        c = model.cfg
-        self.arch = ArchInfo(
-            name=name,
-            n_layers=c.n_layers,
-            n_heads=c.n_heads,
-            n_kv_heads=c.n_kv_heads,
-            d_head=c.d_head,
-            d_model=c.d_model,
-            vocab_size=c.vocab_size,
-            max_seq_len=c.max_seq_len,
-            n_params=model.num_parameters(),
-        )
+        # The native config goes through the same reader as any Hugging Face config.json.
+        self.spec = native_spec(model.cfg, name)
+        self.kind = "native"
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         return self.model.new_cache(batch_size, max_len)

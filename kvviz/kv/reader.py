@@ -1,20 +1,21 @@
-"""Read a Hugging Face config.json into the KV shape the memory formula needs.
+"""The one reader of a model's KV description: any Hugging Face config (a config.json file, an upload, a
+loaded transformers config's to_dict(), the presets, and the native model's own config as a Llama dict).
 
-Field names differ between families (GPT-2's n_layer/n_head/n_embd, Falcon's multi_query, DeepSeek's
-MLA ranks, Gemma's own head_dim and alternating sliding layers); each is read here, and a config that
-does not say what the formula needs gives a clear InputError naming the field.
+Field names differ between families (GPT-2's n_layer/n_head/n_embd, Falcon's multi_query /
+new_decoder_architecture / num_kv_heads / n_head_kv, DeepSeek's MLA ranks, Gemma's own head_dim and
+alternating sliding layers, Qwen2's max_window_layers); each is read here, as transformers reads it, and a
+config that does not say what the formula needs gives a clear InputError naming the field.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVShape
+from kvviz.kv.formula import KVSpec
 
 # The first name found wins; GPT-2 and Falcon-style names follow the Llama-style ones.
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -22,19 +23,6 @@ HEAD_FIELDS = ("num_attention_heads", "n_head", "n_heads")
 HIDDEN_FIELDS = ("hidden_size", "n_embd", "d_model")
 KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model as the memory page sees it: its KV shape, width, context and (when known) parameters."""
-
-    name: str
-    shape: KVShape
-    d_model: int
-    max_context: int | None = None
-    n_params: int | None = None  # exact for presets; a dense-model estimate for an uploaded config
-    params_estimated: bool = False
-    model_type: str = ""
 
 
 def _int_field(cfg: dict[str, Any], names: tuple[str, ...], *, required: bool = True) -> int | None:
@@ -50,18 +38,49 @@ def _int_field(cfg: dict[str, Any], names: tuple[str, ...], *, required: bool = 
     return None
 
 
+FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
+MOE_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts")
+# Dense decoders with a gated MLP (gate, up, down) and Llama-style attention projections: the only families
+# whose parameter count the config alone determines here; any other is "unknown" until the user gives it.
+GATED_MLP_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
+
+
+def _n_kv_heads(cfg: dict[str, Any], n_heads: int) -> int:
+    """KV heads as the model's attention module reads them (Falcon's flags decide which field counts)."""
+    if cfg.get("model_type") in FALCON_TYPES:
+        # transformers' FalconAttention: num_kv_heads if new_decoder_architecture or not multi_query, else 1.
+        # RefinedWeb (Falcon-40B's original code) is the new architecture with n_head_kv; multi_query defaults
+        # to True in FalconConfig, so a config that omits it is multi-query.
+        new_arch = cfg.get("new_decoder_architecture", cfg.get("model_type") == "RefinedWeb")
+        if new_arch:
+            return _int_field(cfg, ("num_kv_heads", "n_head_kv"), required=False) or n_heads
+        return 1 if cfg.get("multi_query", True) else n_heads
+    n_kv = _int_field(cfg, KV_HEAD_FIELDS, required=False)
+    if n_kv is None:
+        n_kv = 1 if cfg.get("multi_query") is True else n_heads  # GPT-BigCode / SantaCoder say multi_query
+    return n_kv
+
+
 def _sliding_layers(cfg: dict[str, Any], n_layers: int) -> tuple[int, int]:
-    """(window, layers that use it). A window a config switches off (use_sliding_window false) is none."""
+    """(window, layers that use it), as transformers' cache decides which layers slide."""
     window = cfg.get("sliding_window")
     if window is None or cfg.get("use_sliding_window") is False:
         return 0, 0
-    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 1:
         raise InputError("memory.config_bad_value", field="sliding_window", value=json.dumps(window))
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list):
         if len(layer_types) != n_layers:
             raise InputError("memory.config_layer_types", listed=len(layer_types), n_layers=n_layers)
         return window, sum(t == "sliding_attention" for t in layer_types)
+    if "max_window_layers" in cfg:
+        # Qwen2/Qwen2-MoE: layers from max_window_layers on slide, the first ones attend fully (Qwen2Config).
+        first = cfg["max_window_layers"]
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise InputError("memory.config_bad_value", field="max_window_layers", value=json.dumps(first))
+        if not cfg.get("use_sliding_window"):
+            return 0, 0
+        return window, max(n_layers - first, 0)
     pattern = cfg.get("sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 0:
         return window, n_layers - n_layers // pattern  # Gemma 3: every pattern-th layer is global
@@ -70,26 +89,28 @@ def _sliding_layers(cfg: dict[str, Any], n_layers: int) -> tuple[int, int]:
     return window, n_layers  # Mistral: every layer keeps only the window
 
 
-def estimate_params(cfg: dict[str, Any], shape: KVShape, d_model: int) -> int | None:
-    """Parameters of a dense gated-MLP decoder (Llama family) from its config; None for MoE or unknown MLPs.
+def estimate_params(cfg: dict[str, Any], n_layers: int, n_heads: int, n_kv_heads: int, d_head: int,
+                    d_model: int) -> int | None:
+    """Parameters of a dense gated-MLP decoder (GATED_MLP_TYPES) from its config; None (unknown) for any other
+    family (MoE, MLA, Falcon, GPT-2, GPT-NeoX, ...) or a config without vocab_size and intermediate_size.
 
     Counts the projections and embeddings, skips norms and biases (well under 0.1%).
     """
-    if any(k in cfg for k in ("n_routed_experts", "num_experts", "num_local_experts")) or shape.is_mla:
+    if cfg.get("model_type") not in GATED_MLP_TYPES or any(k in cfg for k in MOE_FIELDS):
         return None
     vocab, d_ff = cfg.get("vocab_size"), cfg.get("intermediate_size")
     if not isinstance(vocab, int) or not isinstance(d_ff, int):
         return None
-    attn = 2 * d_model * shape.n_heads * shape.d_head + 2 * d_model * shape.n_kv_heads * shape.d_head
+    attn = 2 * d_model * n_heads * d_head + 2 * d_model * n_kv_heads * d_head
     mlp = 3 * d_model * d_ff  # gate, up, down
     # Gemma ties input and output embeddings by default and its config.json does not always say so.
     tied = cfg.get("tie_word_embeddings", str(cfg.get("model_type", "")).startswith("gemma"))
     embeddings = vocab * d_model * (1 if tied else 2)
-    return shape.n_layers * (attn + mlp) + embeddings
+    return n_layers * (attn + mlp) + embeddings
 
 
-def parse_hf_config(cfg: Any, name: str = "config.json") -> ModelSpec:
-    """The KV shape of a Hugging Face config dict; InputError for anything the formula cannot trust."""
+def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
+    """The KV description of a Hugging Face config dict; InputError for anything the formula cannot trust."""
     if not isinstance(cfg, dict):
         raise InputError("memory.config_not_object")
     if isinstance(cfg.get("text_config"), dict) and not any(f in cfg for f in LAYER_FIELDS):
@@ -97,10 +118,7 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> ModelSpec:
     n_layers = _int_field(cfg, LAYER_FIELDS)
     n_heads = _int_field(cfg, HEAD_FIELDS)
     d_model = _int_field(cfg, HIDDEN_FIELDS)
-    n_kv_heads = _int_field(cfg, KV_HEAD_FIELDS, required=False)
-    if n_kv_heads is None:
-        # Falcon-7B says multi_query: true (one KV head); otherwise every query head has its own.
-        n_kv_heads = 1 if cfg.get("multi_query") is True else n_heads
+    n_kv_heads = _n_kv_heads(cfg, n_heads)
     kv_lora_rank = _int_field(cfg, ("kv_lora_rank",), required=False) or 0
     rope_dim = 0
     if kv_lora_rank:
@@ -116,29 +134,29 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> ModelSpec:
     if n_heads % n_kv_heads:
         raise InputError("memory.config_kv_split", n_heads=n_heads, n_kv_heads=n_kv_heads)
     window, n_sliding = _sliding_layers(cfg, n_layers)
-    shape = KVShape(
+    params = estimate_params(cfg, n_layers, n_heads, n_kv_heads, d_head, d_model)
+    vocab = cfg.get("vocab_size")
+    return KVSpec(
         n_layers=n_layers,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         d_head=d_head,
         kv_lora_rank=kv_lora_rank,
         qk_rope_head_dim=rope_dim,
-        sliding_window=window,
+        sliding_window=window if n_sliding else 0,
         n_sliding_layers=n_sliding,
-    )
-    params = estimate_params(cfg, shape, d_model)
-    return ModelSpec(
         name=name,
-        shape=shape,
         d_model=d_model,
+        vocab_size=vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None,
         max_context=_int_field(cfg, CONTEXT_FIELDS, required=False),
         n_params=params,
-        params_estimated=params is not None,
+        params_source="estimated" if params is not None else "unknown",
+        is_moe=any(k in cfg for k in MOE_FIELDS),
         model_type=str(cfg.get("model_type", "")),
     )
 
 
-def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelSpec:
+def parse_config_text(text: str | bytes, name: str = "config.json") -> KVSpec:
     """Parse the text of a config.json (an upload or a file)."""
     try:
         data = json.loads(text)
@@ -149,7 +167,7 @@ def parse_config_text(text: str | bytes, name: str = "config.json") -> ModelSpec
     return parse_hf_config(data, name)
 
 
-def load_hf_config(path: str | Path) -> ModelSpec:
+def load_hf_config(path: str | Path) -> KVSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
