@@ -14,8 +14,9 @@ from kvviz.errors import InputError
 from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
 from kvviz.kv.formula import (
     KV_DTYPES,
-    KVShape,
+    KVSpec,
     attention_variants,
+    cache_stops_growing,
     format_binary,
     format_decimal,
     kv_footprint,
@@ -23,14 +24,14 @@ from kvviz.kv.formula import (
     weight_bytes,
 )
 from kvviz.kv.hardware import HARDWARE
-from kvviz.kv.hf_config import ModelSpec, parse_config_text
 from kvviz.kv.presets import HF_REPOS, PRESETS
+from kvviz.kv.reader import parse_config_text
 
 settings = ui.page_setup("memory.title")
-backend = ui.get_backend(settings)
 tr, ss, lecture = ui.tr, st.session_state, settings.lecture
 st.title(tr("memory.title"))
 st.write(tr("memory.intro"))
+backend = ui.get_backend(settings)
 
 # ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----
 if "mem_url_values" not in ss:
@@ -40,6 +41,9 @@ for key, value in (ss.get("mem_saved") or ss.mem_url_values).items():
     ss.setdefault("mem_" + key, value)
 if ss.get("mem_url_bad"):
     st.warning(tr("memory.url_bad", values=", ".join(ss.mem_url_bad)))
+    ss.mem_url_bad = []  # said once; the values the user fixes afterwards are not malformed
+if ss.mem_url_values.get("src") == "upload" and "mem_upload_spec" not in ss:
+    st.info(tr("memory.url_upload"))  # a file cannot travel in a link
 
 
 def load_seed(kv_heads: int) -> None:
@@ -70,7 +74,7 @@ with left:
         horizontal=True,
         format_func=lambda s: tr(f"memory.source_{s}"),
     )
-    spec: ModelSpec | None = None
+    spec: KVSpec | None = None
     try:
         if src == "preset":
             name = st.selectbox(tr("memory.preset"), list(PRESETS), key="mem_preset")
@@ -83,13 +87,9 @@ with left:
             kv_heads = a.number_input(tr("memory.kv_heads"), 1, 1024, key="mem_kv_heads")
             d_head = b.number_input(tr("memory.d_head"), 1, 4096, key="mem_d_head")
             st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f")
-            shape = KVShape(n_layers=int(layers), n_heads=int(heads), n_kv_heads=int(kv_heads), d_head=int(d_head))
-            spec = ModelSpec(
-                name=tr("memory.source_custom"),
-                shape=shape,
-                d_model=int(heads) * int(d_head),
-                n_params=int(ss.mem_params_b * 1e9),
-            )
+            spec = KVSpec(n_layers=int(layers), n_heads=int(heads), n_kv_heads=int(kv_heads), d_head=int(d_head),
+                          name=tr("memory.source_custom"), d_model=int(heads) * int(d_head),
+                          n_params=round(ss.mem_params_b * 1e9), params_source="given")
         else:
             upload = st.file_uploader(tr("memory.upload"), type=None, key="mem_upload")
             if upload is not None and ss.get("mem_upload_id") != upload.file_id:
@@ -99,8 +99,8 @@ with left:
                     if parsed.model_type:
                         parsed = replace(parsed, name=f"{upload.name} ({parsed.model_type})")
                     ss.mem_upload_spec = parsed
-                    if parsed.n_params:
-                        ss.mem_params_b = round(parsed.n_params / 1e9, 3)
+                    # the box shows this config's own count, or stays empty when the config cannot give one
+                    ss.mem_upload_params_b = None if parsed.n_params is None else round(parsed.n_params / 1e9, 3)
                 except InputError as exc:
                     ss.mem_upload_error = exc  # the last valid config stays in use
             if upload is not None and ss.get("mem_upload_error"):
@@ -110,17 +110,14 @@ with left:
                 st.info(tr("memory.upload_hint"))
             else:
                 st.caption(tr("memory.upload_loaded", name=spec.name))
-                st.number_input(
-                    tr("memory.params_b"),
-                    0.001,
-                    10_000.0,
-                    key="mem_params_b",
-                    format="%.3f",
-                    help=tr("memory.params_estimated"),
-                )
-                if not spec.n_params:
-                    st.caption(tr("memory.params_unknown"))
-                spec = replace(spec, n_params=int(ss.mem_params_b * 1e9))
+                given = st.number_input(tr("memory.params_b"), 0.001, 10_000.0, value=None, format="%.3f",
+                                        key="mem_upload_params_b", placeholder=tr("memory.params_placeholder"),
+                                        help=tr("memory.params_help"))
+                if given is None:
+                    st.warning(tr("memory.params_unknown"))
+                    spec = spec.with_params(None, "unknown")
+                elif spec.n_params is None or abs(given * 1e9 - spec.n_params) >= 5e5:
+                    spec = spec.with_params(round(given * 1e9), "given")
     except InputError as exc:
         ui.show_error(exc)
         spec = None
@@ -134,14 +131,18 @@ with left:
     w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="mem_w_dtype")
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
-        st.caption(tr("memory.scale_note", dtype=fmt.name, group=fmt.group_size, scale=fmt.scale_bytes_per_group))
+        st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
+                      scale=fmt.scale_bytes_per_group))
 
 if spec is None:
     st.stop()
 ss.mem_last_spec = spec
-shape = spec.shape
+shape = spec
 fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
-weights = weight_bytes(spec.n_params, w_dtype_name) if spec.n_params else 0
+weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
+if spec.max_context is not None and tokens > spec.max_context:
+    st.warning(tr("memory.past_context", tokens=f"{int(tokens):,}", max_context=f"{spec.max_context:,}",
+                  name=spec.name))
 
 
 with right:
@@ -152,9 +153,9 @@ with right:
         numbers = rf"{batch} \cdot {shape.n_layers} \cdot {tokens}"
         numbers += rf" \cdot ({shape.kv_lora_rank} + {shape.qk_rope_head_dim})"
     elif shape.n_sliding_layers:
-        # full layers keep n tokens, windowed layers min(n, W)
-        full, kept = shape.n_layers - shape.n_sliding_layers, min(int(tokens), shape.sliding_window)
-        symbolic = r"2 \cdot B \cdot (L_{full} \cdot n + L_{W} \cdot \min(n, W))"
+        # full layers keep n tokens, windowed layers the W − 1 tokens the next query can still see
+        full, kept = shape.n_layers - shape.n_sliding_layers, min(int(tokens), shape.window_kept)
+        symbolic = r"2 \cdot B \cdot (L_{full} \cdot n + L_{W} \cdot \min(n, W - 1))"
         symbolic += r" \cdot H_{kv} \cdot d_{head} \cdot \text{bytes}"
         numbers = rf"2 \cdot {batch} \cdot ({full} \cdot {tokens} + {shape.n_sliding_layers} \cdot {kept})"
         numbers += rf" \cdot {shape.n_kv_heads} \cdot {shape.d_head}"
@@ -210,12 +211,13 @@ with right:
     ]
     st.markdown("\n".join(rows))
     st.caption(tr("memory.units_note"))
-    if weights:
+    if weights is not None:
         st.write(
             tr(
                 "memory.vs_weights",
                 weights=format_binary(weights),
                 params=f"{spec.n_params / 1e9:.2f}",
+                source=tr(f"memory.params_{spec.params_source}"),
                 dtype=w_dtype_name,
                 ratio=f"{fp.total / weights:.3g}",
             )
@@ -229,7 +231,7 @@ with tab_cmp:
     variants = attention_variants(shape)
     per_token = [kv_footprint(s, 1, 1, kv_dtype_name).per_token for s in variants.values()]
     mla = variants["MLA"]
-    labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]
+    labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]  # MHA/GQA/MQA
     labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
     st.plotly_chart(
         attention_comparison_figure(
@@ -251,7 +253,7 @@ with tab_cmp:
     st.caption(tr("memory.compare_note", rank=mla.kv_lora_rank, rope=mla.qk_rope_head_dim))
 
 with tab_growth:
-    if not weights:
+    if weights is None:
         st.info(tr("memory.no_params"))
     else:
         batches = sorted({1, 8, 32, int(batch)})
@@ -278,11 +280,12 @@ with tab_growth:
             key="mem_growth_chart",
         )
         for c in curves:
-            st.write(
-                tr("memory.crossing_at", batch=c.batch, tokens=f"{c.crossing_tokens:,}")
-                if c.crossing_tokens
-                else tr("memory.crossing_never", batch=c.batch)
-            )
+            if c.crossing_tokens:
+                st.write(tr("memory.crossing_at", batch=c.batch, tokens=f"{c.crossing_tokens:,}"))
+            elif cache_stops_growing(shape):
+                st.write(tr("memory.crossing_never", batch=c.batch))
+            else:
+                st.write(tr("memory.crossing_beyond", batch=c.batch, tokens=f"{2**24:,}"))
 
 with tab_cap:
     a, b, c = st.columns(3)
@@ -290,40 +293,68 @@ with tab_cap:
     n_gpus = b.number_input(tr("memory.n_gpus"), 1, 64, key="mem_n_gpus")
     fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
     gpu = HARDWARE[gpu_name]
-    plan = plan_capacity(
-        gpu.memory_bytes * int(n_gpus), fraction, weights, fp.per_token, int(tokens), bytes_per_request=fp.per_request
-    )
-    m = st.columns(5)
-    m[0].metric(
-        tr("memory.cap_usable"),
-        format_binary(plan.usable_bytes),
-        help=f"{plan.usable_bytes:,} B · {format_decimal(plan.usable_bytes)}",
-    )
-    m[1].metric(tr("memory.cap_weights"), format_binary(plan.weight_bytes), help=f"{plan.weight_bytes:,} B")
-    m[2].metric(tr("memory.cap_budget"), format_binary(plan.kv_budget_bytes), help=f"{plan.kv_budget_bytes:,} B")
-    m[3].metric(tr("memory.cap_tokens"), f"{plan.max_tokens:,}")
-    m[4].metric(tr("memory.cap_requests", tokens=f"{int(tokens):,}"), f"{plan.max_requests:,}")
-    st.caption(
-        tr(
-            "memory.cap_steps",
-            mem=format_decimal(plan.gpu_memory_bytes),
-            frac=fraction,
-            usable=format_binary(plan.usable_bytes),
-            weights=format_binary(weights),
-            budget=format_binary(plan.kv_budget_bytes),
-            per_token=format_binary(fp.per_token),
-            per_request=format_binary(fp.per_request),
+    st.caption(tr("memory.gpu_source", kind=tr(f"memory.gpu_kind_{gpu.memory_kind}"),
+                  source=gpu.memory_source or "—"))
+    d, e = st.columns(2)
+    total_gib = d.number_input(tr("memory.gpu_total"), 0.1, 100_000.0,
+                               None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
+                               key=f"mem_total_{gpu_name}", placeholder=tr("memory.unknown"))
+    reserve_gib = e.number_input(tr("memory.reserve"), 0.0, 1000.0, value=None, format="%.2f",
+                                 key=f"mem_reserve_{spec.name}_{n_gpus}", placeholder=tr("memory.reserve_estimated"),
+                                 help=tr("memory.reserve_help"))
+    plan = None
+    if weights is None:
+        st.warning(tr("memory.cap_params_unknown"))
+    elif total_gib is None:
+        st.info(tr("memory.cap_memory_unknown"))
+    else:
+        try:
+            shown = None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2)
+            total = gpu.memory_bytes if total_gib == shown else round(total_gib * 2**30)  # exact unless edited
+            plan = plan_capacity(spec, total, max_model_len=int(tokens),
+                                 gpu_memory_utilization=fraction, tp=int(n_gpus), kv_dtype_name=kv_dtype_name,
+                                 weight_dtype=w_dtype_name,
+                                 reserve_bytes=None if reserve_gib is None else round(reserve_gib * 2**30))
+        except InputError as exc:
+            ui.show_error(exc)
+    if plan is not None:
+        m = st.columns(5)
+        m[0].metric(tr("memory.cap_usable"), format_binary(plan.requested_bytes), help=f"{plan.requested_bytes:,} B")
+        m[1].metric(tr("memory.cap_weights"), format_binary(plan.weights_bytes), help=f"{plan.weights_bytes:,} B")
+        m[2].metric(tr("memory.cap_budget"), format_binary(plan.kv_budget_bytes), help=f"{plan.kv_budget_bytes:,} B")
+        m[3].metric(tr("memory.cap_tokens"), f"{plan.kv_cache_tokens:,}")
+        m[4].metric(tr("memory.cap_requests", tokens=f"{int(tokens):,}"), f"{plan.max_requests:,}")
+        st.caption(
+            tr(
+                "memory.cap_steps",
+                total=format_binary(plan.device_total_bytes),
+                frac=fraction,
+                usable=format_binary(plan.requested_bytes),
+                weights=format_binary(plan.weights_bytes),
+                tp=plan.tp,
+                reserve=format_binary(plan.reserve_bytes),
+                how=tr("memory.reserve_was_estimated" if plan.reserve_estimated else "memory.reserve_was_given"),
+                budget=format_binary(plan.kv_budget_bytes),
+                block=plan.block_size,
+                per_block=format_binary(plan.kv_bytes_per_block),
+                blocks=f"{plan.num_blocks:,}",
+                concurrency=f"{plan.max_concurrency:,.2f}",
+                tokens=f"{int(tokens):,}",
+            )
         )
-    )
-    if not plan.weights_fit:
-        st.warning(tr("memory.cap_no_fit"))
+        if not plan.weights_fit:
+            st.warning(tr("memory.cap_no_fit"))
 
     st.subheader(tr("memory.paged_title"))
     a, b = st.columns([3, 1])
     lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
     block = b.number_input(tr("memory.block"), 1, 4096, key="mem_block")
     try:
-        alloc = compare_allocation(parse_lengths(lengths_text), int(tokens), fp.per_token, int(block))
+        lengths = parse_lengths(lengths_text)
+        if longer := [n for n in lengths if n > tokens]:  # the request mix follows the context set above
+            st.caption(tr("memory.lengths_capped", n=len(longer), max_len=f"{int(tokens):,}"))
+            lengths = [min(n, int(tokens)) for n in lengths]
+        alloc = compare_allocation(lengths, int(tokens), fp.per_token, int(block))
         ss.mem_last_alloc = alloc
     except InputError as exc:
         ui.show_error(exc)
@@ -343,16 +374,17 @@ with tab_cap:
             key="mem_alloc_chart",
         )
         live = format_binary(alloc.live_bytes)
-        fit_contiguous, fit_paged = alloc.requests_that_fit(plan.kv_budget_bytes)
-        st.write(
-            tr(
-                "memory.fit_compare",
-                budget=format_binary(plan.kv_budget_bytes),
-                contiguous=f"{fit_contiguous:,}",
-                paged=f"{fit_paged:,}",
-                max_len=f"{alloc.max_len:,}",
+        if plan is not None:
+            fit_contiguous, fit_paged = alloc.requests_that_fit(plan.kv_budget_bytes)
+            st.write(
+                tr(
+                    "memory.fit_compare",
+                    budget=format_binary(plan.kv_budget_bytes),
+                    contiguous=f"{fit_contiguous:,}",
+                    paged=f"{fit_paged:,}",
+                    max_len=f"{alloc.max_len:,}",
+                )
             )
-        )
         st.markdown(
             "\n".join(
                 [
@@ -372,7 +404,8 @@ with tab_live:
         try:
             gen = Generation(backend, max_new_tokens=4)
             gen.prefill(tr("memory.run_prompt"))
-            gen.step()
+            if not gen.done:  # a prefill that emitted EOS already holds the cache to measure
+                gen.step()
             ss.memory_generation = gen
         except InputError as exc:
             ui.show_error(exc)
@@ -385,6 +418,7 @@ with tab_live:
             st.info(tr("memory.live_empty"))
             continue
         event, arch = gen.events[-1], gen.backend.spec
+        stored_heads = gen.backend.layer_kv(gen.cache, 0)[0].shape[1]
         dtype_name = str(gen.backend.dtype).removeprefix("torch.")
         # The engine's memory.live_kv_bytes for this shape and its per-layer lengths (windows, MLA latents too).
         formula = event.formula_bytes
@@ -416,6 +450,11 @@ with tab_live:
         )
         if event.live_bytes == formula:
             st.success(tr("memory.live_equal"))
+        elif not arch.is_mla and stored_heads != arch.n_kv_heads and event.live_bytes * arch.n_kv_heads == (
+                formula * stored_heads):
+            # transformers' Falcon (new_decoder_architecture) caches K/V already repeated for every query head
+            st.info(tr("memory.live_expanded", stored=stored_heads, needed=arch.n_kv_heads,
+                       factor=f"{stored_heads / arch.n_kv_heads:g}"))
         else:
             st.error(tr("memory.live_differ", diff=f"{event.live_bytes - formula:,}"))
 

@@ -12,9 +12,11 @@ from kvviz.engine import metrics, sweeps
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.device import DTYPES
 from kvviz.errors import InputError
-from kvviz.kv import roofline
-from kvviz.kv.formula import KV_DTYPE_BYTES, format_binary
+from kvviz.kv.capacity import plan_capacity
+from kvviz.kv.formula import KV_DTYPES, format_binary
 from kvviz.kv.hardware import HARDWARE, Hardware
+from kvviz.kv.presets import PRESETS
+from kvviz.kv.roofline import Roofline
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
 BUDGET_S = 0.25  # measuring per tick before the chart redraws
@@ -93,6 +95,14 @@ def sizes(widget_key: str, limit: int) -> list[int]:
 
 def fmt_ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def fmt_duration(seconds: float) -> str:
+    """A bound in the unit that reads best: µs, ms, s, or hours for absurd inputs (never '26668357.15 ms')."""
+    for limit, scale, unit in ((1e-3, 1e6, "µs"), (1.0, 1e3, "ms"), (3600.0, 1.0, "s")):
+        if seconds < limit:
+            return f"{seconds * scale:,.3g} {unit}"
+    return f"{seconds / 3600:,.3g} h"
 
 
 def fmt_slope(value: float | None) -> str:
@@ -225,62 +235,78 @@ with tab_dtype:
 
     sweep_panel("dtype", make_dtype, draw_dtype, describe_dtype)
 
-# ---- roofline --------------------------------------------------------------------------------------------
+# ---- roofline ----------------------------------------------------------------------------------------------
 with tab_roof:
     st.write(tr("latency.roof_intro"))
-    current = KVSpec.from_arch(backend.spec)
-    models = {**roofline.preset_shapes(), current.name: current}
+    # The Memory page's presets (experts excepted: a token reads only its experts) and the model in use.
+    models = {**{n: s for n, s in PRESETS.items() if not s.is_moe}, backend.spec.name: backend.spec}
     c1, c2 = st.columns(2)
     hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="lc_r_hw")
     names = list(models)
     model_name = c2.selectbox(tr("latency.roof_model"), names, index=names.index("Llama-3.1-8B"), key="lc_r_model")
     preset = HARDWARE[hw_name]
+    st.caption(tr("latency.hw_sources", memory=preset.memory_source or tr("latency.unknown"),
+                  bandwidth=preset.bandwidth_source, flops=preset.flops_source))
     h1, h2, h3 = st.columns(3)
-    # Keyed by preset: choosing another accelerator reloads its datasheet numbers, which stay editable.
-    memory_gb = h1.number_input(tr("latency.memory_gb"), 0.1, 10_000.0, preset.memory_bytes / 1e9,
-                                key=f"lc_r_mem_{hw_name}")
+    # Keyed by preset: choosing another accelerator reloads its numbers, which stay editable.
+    memory_gib = h1.number_input(tr("latency.memory_gib"), 0.1, 100_000.0,
+                                 None if preset.memory_bytes is None else round(preset.memory_bytes / 2**30, 2),
+                                 key=f"lc_r_mem_{hw_name}", placeholder=tr("latency.unknown"))
     bandwidth_tb = h2.number_input(tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
                                    format="%.3f", key=f"lc_r_bw_{hw_name}")
     peak_tf = h3.number_input(tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
                               key=f"lc_r_peak_{hw_name}")
-    hw = Hardware(hw_name, int(memory_gb * 1e9), bandwidth_tb * 1e12, peak_tf * 1e12)
-    model = models[model_name]
+    hw = Hardware(hw_name, bandwidth_tb * 1e12, peak_tf * 1e12,
+                  None if memory_gib is None else round(memory_gib * 2**30))
     d1, d2, d3, d4 = st.columns(4)
     weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"], key="lc_r_wdtype")
-    kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPE_BYTES), index=1, key="lc_r_kvdtype")
+    kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
     n_context = int(d3.number_input(tr("latency.context"), 1, 10_000_000, 4096, key="lc_r_context"))
     batch = int(d4.number_input(tr("latency.batch"), 1, 100_000, 1, key="lc_r_batch"))
-    wb, kb = KV_DTYPE_BYTES[weight_dtype], KV_DTYPE_BYTES[kv_dtype]
-    kw = dict(weight_bytes_per_param=wb, kv_bytes_per_elem=kb)
+    try:
+        roof = Roofline(models[model_name], hw, weight_dtype, kv_dtype)
+    except InputError as exc:
+        ui.show_error(exc)
+        st.stop()
 
-    decode = roofline.decode_bound(model, hw, batch=batch, n_context=n_context, **kw)
-    prefill = roofline.prefill_bound(model, hw, n_prompt=n_context, **kw)
-    b_star = roofline.compute_bound_batch(model, hw, n_context=n_context, **kw)
-    fits = roofline.max_batch_that_fits(model, hw, n_context=n_context, **kw)
-    crossing = roofline.kv_equals_weights_tokens(model, batch=batch, **kw)
-    weights, kv_req = model.weight_bytes(wb), model.kv_bytes_per_token(kb) * n_context
+    decode = roof.decode_bound(batch=batch, n_context=n_context)
+    prefill = roof.prefill_bound(n_prompt=n_context)
+    b_star = roof.compute_bound_batch(n_context=n_context)
+    crossing = roof.kv_equals_weights_tokens(batch=batch)
+    weights, kv_req = roof.weight_bytes, roof.kv_bytes(n_context)
+    # How many requests fit: the capacity planner, the same function (and answer) as the Memory page.
+    plan = None if hw.memory_bytes is None else plan_capacity(
+        roof.spec, hw.memory_bytes, max_model_len=n_context, kv_dtype_name=kv_dtype, weight_dtype=weight_dtype)
 
-    st.markdown(tr("latency.roof_decode", weights=f"{weights / 1e9:.2f}", batch=batch, kv=f"{kv_req / 1e9:.3f}",
-                   bw=f"{hw.bandwidth_bytes_per_s / 1e12:.3f}", tpot=fmt_ms(decode.memory_s),
-                   compute=fmt_ms(decode.compute_s), bound=fmt_ms(decode.seconds),
+    st.markdown(tr("latency.roof_decode", weights=format_binary(weights), batch=batch, kv=format_binary(kv_req),
+                   bw=f"{hw.bandwidth_bytes_per_s / 1e12:.3f}", tpot=fmt_duration(decode.memory_s),
+                   compute=fmt_duration(decode.compute_s), bound=fmt_duration(decode.seconds),
                    limit=tr(f"latency.limit_{decode.limited_by}")))
     m = st.columns(4)
-    m[0].metric(tr("latency.m_tpot"), fmt_ms(decode.seconds))
+    m[0].metric(tr("latency.m_tpot"), fmt_duration(decode.seconds))
     m[0].caption(tr(f"latency.limit_{decode.limited_by}"))
-    m[1].metric(tr("latency.m_prefill", n=n_context), fmt_ms(prefill.seconds))
+    m[1].metric(tr("latency.m_prefill", n=n_context), fmt_duration(prefill.seconds))
     m[1].caption(tr(f"latency.limit_{prefill.limited_by}"))
-    m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else f"{b_star:,.0f}")
-    ridge = tr("latency.ridge", ridge=f"{hw.ridge_flops_per_byte:.0f}")
+    m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else f"{b_star:,.3g}")
+    ridge = tr("latency.ridge", ridge=f"{hw.ridge_flops_per_byte:,.3g}")
     m[2].caption(tr("latency.never_compute") if b_star is None else ridge)
-    weights_only = roofline.compute_bound_batch(model, hw, n_context=0, **kw)  # the textbook figure: no cache reads
+    weights_only = roof.compute_bound_batch(n_context=0)  # the textbook figure: no cache reads
     if weights_only is not None:
-        m[2].caption(tr("latency.weights_only_batch", batch=f"{weights_only:,.0f}"))
-    m[3].metric(tr("latency.m_fits"), f"{fits:,}")
-    m[3].caption(tr("latency.crossing", tokens=f"{crossing:,.0f}", batch=batch))
+        m[2].caption(tr("latency.weights_only_batch", batch=f"{weights_only:,.3g}"))
+    if plan is None:
+        m[3].metric(tr("latency.m_fits"), tr("latency.unknown"))
+        m[3].caption(tr("latency.memory_unknown"))
+    else:
+        m[3].metric(tr("latency.m_fits"), f"{plan.max_requests:,}" if plan.weights_fit else "—")
+        m[3].caption(tr("latency.fits_how", util=plan.gpu_memory_utilization, reserve=format_binary(plan.reserve_bytes))
+                     if plan.weights_fit else tr("latency.weights_no_fit", weights=format_binary(weights)))
+    m[3].caption(tr("latency.crossing", tokens=f"{crossing:,}", batch=batch) if crossing is not None
+                 else tr("latency.crossing_never", batch=batch))
+    fits = plan.max_requests if plan is not None else 0
 
     top = max(1024, 2 * fits, int(2 * (b_star or 0)))
     batches = sorted({int(round(b)) for b in [2**i for i in range(0, top.bit_length() + 1)] + [batch]})
-    curve = roofline.decode_curve(model, hw, batches=batches, n_context=n_context, **kw)
+    curve = roof.decode_curve(batches=batches, n_context=n_context)
     st.plotly_chart(charts.roofline_chart(curve, labels("rchart", "title", "x", "y", "y2", "memory", "compute", "bound",
                                                          "tokens_per_s", "compute_batch", "max_batch", "kv_weights"),
                                           compute_batch=b_star, max_batch=fits,
@@ -289,7 +315,7 @@ with tab_roof:
     tokens = sorted({2**i for i in range(7, 21)} | {n_context})
     kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
     kv_labels["title"] = tr("latency.kchart_title", batch=batch)
-    st.plotly_chart(charts.kv_vs_weights_chart(tokens, [batch * model.kv_bytes_per_token(kb) * n for n in tokens],
+    st.plotly_chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens],
                                                weights, crossing, kv_labels, lecture=settings.lecture),
                     key="lc_kv_weights", width="stretch")
     st.caption(tr("latency.roof_note"))

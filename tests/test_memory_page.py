@@ -6,9 +6,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.kv.capacity import plan_capacity
+from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.presets import CONFIGS, get_preset
 from tests.test_memory_formula import GEMMA2_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
 PAGE = "pages/3_Memory_Footprint.py"
 
 
@@ -123,19 +127,48 @@ def test_charts_carry_the_formula():
     assert alloc[1]["y"][0] == pytest.approx((6 * 4096 - live) * 512 / 1024)
 
 
-def test_capacity_planner_metrics():
+def test_capacity_planner_is_vllms_arithmetic():
     at = open_page({"preset": "Llama-3.1-8B", "tokens": "8192", "gpu": "H100 SXM", "frac": "0.9"})
+    plan = plan_capacity(get_preset("Llama-3.1-8B"), HARDWARE["H100 SXM"].memory_bytes, max_model_len=8192)
     m = metrics(at)
-    assert m["Max tokens in cache"] == "426,784" and m["Max requests at 8,192 tokens"] == "52"
-    # default mix 37…4096 tokens, max length 8192: 1 GiB per reservation; 606 blocks of 2 MiB per 6 requests
+    assert m["Max tokens in cache"] == f"{plan.kv_cache_tokens:,}" == "449,184"
+    assert m["Max requests at 8,192 tokens"] == f"{plan.max_requests:,}" == "54"
+    assert any("79.20 GiB × 0.9" in c.value and "estimated" in c.value for c in at.caption)
     fit = next(md.value for md in at.markdown if md.value.startswith("In the"))
-    assert "52 requests fit if each reserves 8,192" in fit and "264 requests of this mix" in fit
+    assert "54 requests fit if each reserves 8,192" in fit
     at.selectbox(key="mem_gpu").set_value("L4").run()
-    assert not any("do not fit" in w.value for w in at.warning)  # 24 GB · 0.9 still holds 16 GB of weights
-    assert metrics(at)["Max requests at 8,192 tokens"] == "5"  # (21.6e9 − 16,060,522,496) / 1 GiB = 5.16
-    at.selectbox(key="mem_w_dtype").set_value("float32").run()  # 32 GB of weights
+    assert not any("do not fit" in w.value for w in at.warning)  # 22.03 GiB · 0.9 still holds 14.96 GiB
+    assert metrics(at)["Max requests at 8,192 tokens"] == "3"
+    at.selectbox(key="mem_w_dtype").set_value("float32").run()  # 29.92 GiB of weights
     assert any("do not fit" in w.value for w in at.warning)
     assert metrics(at)["Max requests at 8,192 tokens"] == "0"
+
+
+def test_unknown_parameter_count_is_asked_for_never_reused():
+    """Issue 12 item 1: after a preset, a DeepSeek-V3 upload must not inherit 8.03B parameters."""
+    at = open_page({"preset": "Llama-3.1-8B"})
+    at.radio(key="mem_src").set_value("upload").run()
+    at.file_uploader(key="mem_upload").set_value(
+        ("config.json", json.dumps(CONFIGS["DeepSeek-V3"]).encode(), "application/json")).run()
+    assert not at.exception
+    assert at.number_input(key="mem_upload_params_b").value is None
+    assert any("parameter count is unknown" in w.value for w in at.warning)
+    assert "Max requests at 4,096 tokens" not in metrics(at)  # no capacity until it is given
+    assert not any("8.03B" in md.value for md in at.markdown)
+    at.number_input(key="mem_upload_params_b").set_value(671.0).run()
+    assert "Max requests at 4,096 tokens" in metrics(at)
+    assert any("671.00B parameters (as you entered it)" in md.value for md in at.markdown)
+
+
+def test_memory_and_latency_pages_agree_on_requests_that_fit():
+    at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "gpu": "H100 SXM", "frac": "0.9"})
+    memory_page = metrics(at)["Max requests at 4,096 tokens"]
+    lat = AppTest.from_file(APP, default_timeout=90)
+    lat.session_state["kv_model"] = "random"
+    lat.switch_page("pages/4_Latency_and_Capacity.py")
+    lat.run()
+    assert not lat.exception, lat.exception
+    assert {m.label: m.value for m in lat.metric}["Requests that fit in memory"] == memory_page
 
 
 def test_live_cache_run_here_equals_formula():
@@ -149,9 +182,9 @@ def test_live_cache_run_here_equals_formula():
 
 def test_sliding_window_preset_shows_capped_factors():
     at = open_page({"preset": "Gemma-2-9B", "tokens": "8192"})
-    assert r"(21 \cdot 8192 + 21 \cdot 4096)" in at.latex[0].value
-    assert metrics(at)["Per request"] == "1.97 GiB"  # 8 KiB · (21·8192 + 21·4096) = 2,113,929,216 B
-    assert any("2,113,929,216 B" in md.value for md in at.markdown)
+    assert r"(21 \cdot 8192 + 21 \cdot 4095)" in at.latex[0].value  # a window keeps W − 1 past tokens
+    assert metrics(at)["Per request"] == "1.97 GiB"  # 8 KiB · (21·8192 + 21·4095) = 2,113,757,184 B
+    assert any("2,113,757,184 B" in md.value for md in at.markdown)
 
 
 def test_quantized_kv_states_its_scales():
@@ -159,3 +192,18 @@ def test_quantized_kv_states_its_scales():
     # 16 vectors of 128 values: 1024 B of 4-bit data + 2 groups · 4 B (fp16 scale and zero) each = 128 B
     assert metrics(at)["Per token, per layer"] == "1.12 KiB"
     assert any("2 · 8 · 128 · 0.5 B + 128 B (scales) | 1,152 B" in md.value for md in at.markdown)
+
+
+def test_no_window_claim_for_a_model_without_one():
+    """Issue 12 item 6: DeepSeek-V3's cache passes its weights beyond the search limit; it has no window."""
+    at = open_page({"preset": "DeepSeek-V3", "tokens": "4096", "batch": "1"})
+    texts = [md.value for md in at.markdown]
+    assert not any("sliding window" in t for t in texts)
+    assert any("does not reach the weights within 16,777,216 tokens" in t for t in texts)
+    at = open_page({"preset": "Mistral-7B", "tokens": "4096", "batch": "1"})
+    assert any("every layer keeps only its sliding window" in md.value for md in at.markdown)
+
+
+def test_context_past_the_models_maximum_is_flagged():
+    at = open_page({"preset": "GPT-2", "tokens": "32768"})
+    assert any("maximum context of 1,024 tokens" in w.value for w in at.warning)

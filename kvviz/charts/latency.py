@@ -141,14 +141,15 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
 
 
 def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight_bytes: float,
-                        crossing_tokens: float, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
-    """The batch's KV cache (GB) growing with context against the flat weights, the crossing marked."""
+                        crossing_tokens: float | None, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+    """The batch's KV cache (GB) growing with context against the flat weights, the crossing marked (None: the
+    cache never reaches the weights)."""
     fig = go.Figure()
     fig.add_scatter(x=list(tokens), y=[b / 1e9 for b in kv_bytes], mode="lines", name=labels["kv"],
                     line=dict(color=NO_CACHE))
     fig.add_scatter(x=[tokens[0], tokens[-1]], y=[weight_bytes / 1e9] * 2, mode="lines", name=labels["weights"],
                     line=dict(color=DECODE))
-    if tokens[0] <= crossing_tokens <= tokens[-1]:
+    if crossing_tokens is not None and tokens[0] <= crossing_tokens <= tokens[-1]:
         span = (min(kv_bytes[0], weight_bytes) / 1e9, max(kv_bytes[-1], weight_bytes) / 1e9)
         _marker(fig, crossing_tokens, span, labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"), FIT, "dash")
     fig.update_xaxes(type="log", title_text=labels["x"])
