@@ -64,3 +64,19 @@ def test_cuda_without_gpu_one_line_no_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_generate_refuses_what_cannot_fit_in_the_context(capsys):
+    """Issue 12 item 11: never stop silently at the context limit with exit 0."""
+    assert main(["generate", "--prompt", "The cache", "--max-new-tokens", "100000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at most" in err and "new tokens fit" in err
+
+
+def test_capacity_cli_errors_are_one_line(capsys):
+    assert main(["capacity", "--preset", "Llama-3.1-8B"]) == 2  # no GPU given
+    assert main(["capacity", "--preset", "Llama-3.1-8B", "--gpu", "Apple M3 Max (40-core GPU)"]) == 2
+    assert main(["capacity", "--preset", "DeepSeek-V3", "--gpu", "H200", "--tp", "3"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 3 and all(e.startswith("kvviz: error: ") for e in errors)
+    assert "memory size is not known" in errors[1] and "split evenly" in errors[2]

@@ -139,3 +139,50 @@ def test_help_exits_zero(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0 and "generate" in capsys.readouterr().out
+
+
+# ---- one description, one answer: every path that reports KV bytes agrees ----------------------------------
+@st.composite
+def kv_specs(draw):
+    layers, d_head = draw(st.integers(1, 96)), draw(st.sampled_from([16, 64, 128, 256]))
+    kv = draw(st.integers(1, 16))
+    group = draw(st.sampled_from([1, 2, 4, 8]))
+    kind = draw(st.sampled_from(["plain", "window", "mla"]))
+    extra = {}
+    if kind == "window":
+        extra = dict(sliding_window=draw(st.integers(2, 4096)), n_sliding_layers=draw(st.integers(1, layers)))
+    elif kind == "mla":
+        extra = dict(kv_lora_rank=draw(st.sampled_from([128, 512])), qk_rope_head_dim=draw(st.sampled_from([32, 64])))
+    return KVSpec(layers, kv * group, kv, d_head, n_params=draw(st.integers(10**6, 10**11)), params_source="given",
+                  d_model=kv * group * d_head, vocab_size=32000, **extra)
+
+
+@settings(max_examples=80, deadline=None)
+@given(spec=kv_specs(), dtype=st.sampled_from(list(KV_DTYPES)), n=st.integers(1, 70_000))
+def test_every_path_reports_the_same_bytes(spec, dtype, n):
+    from kvviz.app import hosted
+    from kvviz.kv.capacity import plan_capacity
+    from kvviz.kv.roofline import Roofline
+
+    per_token = kv_footprint(spec, 1, 1, dtype).per_token  # the Memory page's figure
+    total = kv_footprint(spec, n, 1, dtype).total
+    plan = plan_capacity(spec, 200 * 2**30, max_model_len=n, kv_dtype_name=dtype, reserve_bytes=0)
+    assert plan.kv_bytes_per_token == per_token  # the planner
+    roof = Roofline(spec, HARDWARE["H100 SXM"], kv_dtype=dtype)
+    assert roof.kv_bytes(1) == per_token and roof.kv_bytes(n) == total  # the roofline
+    caps = hosted.HostedCaps(kv_budget_bytes=10**15)
+    assert hosted.check_kv_budget(caps, spec, batch=1, n_tokens=n, dtype=dtype) == total  # the hosted budget
+
+
+@settings(max_examples=12, deadline=None)
+@given(kv=st.sampled_from([1, 2, 4]), dtype=st.sampled_from(["float32", "bfloat16", "float16"]))
+def test_engine_live_bytes_are_the_formula(kv, dtype):
+    from kvviz.engine.config import DecoderConfig
+    from kvviz.engine.generation import Generation
+    from kvviz.engine.loading import random_backend
+
+    cfg = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=kv, d_ff=96, vocab_size=300, max_seq_len=64)
+    backend = random_backend(cfg, dtype=dtype)
+    event = Generation(backend, max_new_tokens=3).run([5, 6, 7, 8])[-1]
+    n = event.position + 1
+    assert event.live_bytes == event.formula_bytes == kv_footprint(backend.spec, n, 1, dtype).total

@@ -1,4 +1,6 @@
 """The Check page's answers come from the calculator, not from typed-in numbers."""
+from pathlib import Path
+
 from kvviz.app.ui import NAV
 from kvviz.i18n import catalog
 from kvviz.kv.formula import format_binary
@@ -36,3 +38,17 @@ def test_questions_are_complete():
                 assert all(f"check.{q.id}_opt_{o}" in texts for o in q.options)
     assert quiz.check_choice(quiz.question("why_kv"), "once")
     assert not quiz.check_choice(quiz.question("why_kv"), "bigger")
+
+
+def test_question_text_takes_its_factors_from_the_spec():
+    """Issue 12 item 11: the numbers a question states are the ones its answer is computed from."""
+    from kvviz.i18n import t
+
+    values = quiz.explain_values()
+    for lang in ("en", "ko"):
+        text = t("check.cache_size_q", lang, **values)
+        spec = quiz.CACHE_SIZE_SPEC
+        assert all(str(x) in text for x in (spec.n_layers, spec.n_kv_heads, spec.d_head, 4096))
+    raw = (Path(quiz.__file__).parents[1] / "locales" / "en" / "check.toml").read_text()
+    line = next(line for line in raw.splitlines() if line.startswith("cache_size_q"))
+    assert not any(ch.isdigit() for ch in line.split("=", 1)[1]), line  # no factor typed into the text

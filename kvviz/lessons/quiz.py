@@ -91,6 +91,7 @@ def explain_values() -> dict[str, str]:
         "layers": f"{m.n_layers}",
         "kv_heads": f"{m.n_kv_heads}",
         "d_head": f"{m.d_head}",
+        "dtype": m.kv_dtype,
         "elem_bytes": f"{kv_dtype(m.kv_dtype).data_bytes:g}",
         "tokens": f"{m.n_tokens}",
         "batch": f"{m.batch}",
