@@ -130,17 +130,12 @@ class Attention(nn.Module):
         kv.k[layer][batch.slots] = k_new
         kv.v[layer][batch.slots] = v_new
         out = torch.empty(t, hq * d, dtype=x.dtype, device=x.device)
-        g = hq // hkv
         for grp in batch.groups:  # the decoding requests together; each prefilling request alone
             r, max_q = grp.query_index.shape
             k = kv.k[layer][grp.key_slots].permute(0, 2, 1, 3)  # [R, H_kv, max_ctx, d], through the block tables
             v = kv.v[layer][grp.key_slots].permute(0, 2, 1, 3)
-            n_keys = k.shape[2]
             qp = q[grp.query_index].permute(0, 2, 1, 3)  # [R, H, max_q, d]
-            scores = (qp.reshape(r, hkv, g * max_q, d) @ k.transpose(-1, -2)).view(r, hq, max_q, n_keys)
-            scores = (scores / math.sqrt(d)).masked_fill(~grp.mask, float("-inf"))
-            probs = scores.float().softmax(dim=-1).to(q.dtype)
-            o = (probs.view(r, hkv, g * max_q, n_keys) @ v).view(r, hq, max_q, d)
+            o = F.scaled_dot_product_attention(qp, k, v, attn_mask=grp.mask, enable_gqa=hkv != hq)
             out[grp.out_index] = o.permute(0, 2, 1, 3).reshape(r * max_q, hq * d)[grp.unpad_index]
         return self.o_proj(out.unsqueeze(0))
 
