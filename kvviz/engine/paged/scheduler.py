@@ -23,10 +23,10 @@ from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE, BlockPool, block_hash
 from kvviz.engine.paged.kv import build_batch
 from kvviz.errors import InputError
 
-WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+ARRIVING, WAITING, RUNNING, FINISHED = "arriving", "waiting", "running", "finished"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two requests with the same tokens are still two requests
 class Request:
     request_id: int
     prompt_ids: list[int]
@@ -103,13 +103,16 @@ class PagedEngine:
         self.record_logits = record_logits
         self.requests: list[Request] = []
         self.waiting: deque[Request] = deque()
+        self.arriving: list[tuple[int, Request]] = []  # (step it arrives at, request)
         self.running: list[Request] = []
         self.n_steps = 0
         self.history: list[PoolSample] = []
         self.reports: list[StepReport] = []
 
     # ---- requests ------------------------------------------------------------------------------------
-    def add(self, prompt_ids: Sequence[int], max_new_tokens: int, label: str = "") -> Request:
+    def add(self, prompt_ids: Sequence[int], max_new_tokens: int, label: str = "", *, at_step: int | None = None
+            ) -> Request:
+        """Queue a request now, or (at_step) have it arrive when the scheduler reaches that step."""
         prompt = [int(t) for t in prompt_ids]
         max_len = self.model.cfg.max_seq_len
         if not prompt:
@@ -124,12 +127,23 @@ class PagedEngine:
                              pool=self.pool.n_blocks)
         req = Request(len(self.requests), prompt, max_new_tokens, label, arrival_s=time.perf_counter())
         self.requests.append(req)
-        self.waiting.append(req)
+        if at_step is not None and at_step > self.n_steps:
+            req.status = ARRIVING
+            self.arriving.append((at_step, req))
+        else:
+            self.waiting.append(req)
         return req
+
+    def _arrive(self) -> None:
+        due = [req for at, req in self.arriving if at <= self.n_steps]
+        self.arriving = [(at, req) for at, req in self.arriving if at > self.n_steps]
+        for req in due:
+            req.status, req.arrival_s = WAITING, time.perf_counter()
+            self.waiting.append(req)
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.arriving
 
     # ---- one scheduler step -----------------------------------------------------------------------------
     def _blocks_for(self, n_tokens: int) -> int:
@@ -193,6 +207,7 @@ class PagedEngine:
     @torch.inference_mode()
     def step(self) -> StepReport:
         """Schedule, run one batched forward, take each request's next token."""
+        self._arrive()
         scheduled, admitted, preempted = self._schedule()
         seconds, finished = 0.0, []
         if scheduled:
@@ -255,3 +270,63 @@ class PagedEngine:
     def sharing(self) -> dict[int, int]:
         """block id -> how many running requests hold it."""
         return {b.block_id: b.ref_count for b in self.pool.blocks if b.ref_count > 0}
+
+
+# ---- pure views for the page's figures --------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockView:
+    block_id: int
+    state: str  # used | cached (free, still hashable) | free
+    ref_count: int
+    n_filled: int
+    owners: tuple[int, ...]  # running request ids holding it
+
+
+@dataclass(frozen=True)
+class RequestView:
+    request_id: int
+    label: str
+    status: str
+    prompt_tokens: int
+    output_tokens: int
+    n_computed: int
+    cached_tokens: int | None
+    block_table: tuple[int, ...]
+    n_preemptions: int
+    ttft_s: float | None
+
+
+def snapshot(engine: PagedEngine) -> tuple[list[BlockView], list[RequestView]]:
+    owners: dict[int, list[int]] = {}
+    for req in engine.running:
+        for b in req.block_table:
+            owners.setdefault(b, []).append(req.request_id)
+    blocks = [BlockView(b.block_id, engine.pool.state(b.block_id), b.ref_count, b.n_filled,
+                        tuple(owners.get(b.block_id, ()))) for b in engine.pool.blocks]
+    requests = [RequestView(r.request_id, r.label, r.status, len(r.prompt_ids), len(r.output_ids), r.n_computed,
+                            r.cached_tokens, tuple(r.block_table), r.n_preemptions, r.ttft_s)
+                for r in engine.requests]
+    return blocks, requests
+
+
+@dataclass(frozen=True)
+class Fragmentation:
+    """The running requests' K/V four ways, in bytes read off the pool's tensors."""
+
+    live_bytes: int  # token positions actually held (a shared block counted once)
+    paged_bytes: int  # blocks in use × bytes per block
+    paged_unshared_bytes: int  # the blocks they would take without prefix sharing: Σ ⌈n/B⌉
+    contiguous_bytes: int  # each request reserving max_seq_len up front
+    bytes_per_token: int
+
+
+def fragmentation(engine: PagedEngine) -> Fragmentation | None:
+    from kvviz.kv.capacity import compare_allocation
+
+    lengths = [r.n_computed for r in engine.running if r.n_computed]
+    if not lengths:
+        return None
+    per_token = engine.kv.bytes_per_block() // engine.block_size
+    cmp = compare_allocation(lengths, engine.model.cfg.max_seq_len, per_token, engine.block_size)
+    return Fragmentation(engine.live_tokens() * per_token, engine.pool.n_in_use() * engine.kv.bytes_per_block(),
+                         cmp.paged_bytes, cmp.contiguous_bytes, per_token)
