@@ -93,13 +93,17 @@ if st.session_state.get("pg_error") is not None:
     st.session_state.pg_error = None
 
 
-def savings() -> list[tuple[int, float, float]]:
-    """The prefill time each hit saved, measured once per request (whole prompt vs after the hit)."""
+def savings() -> dict[int, tuple[float, float]]:
+    """The prefill time each hit saved: whole prompt vs after the hit, measured once per (prompt length, hit)."""
     done: dict = st.session_state.setdefault("pg_savings", {})
+    out = {}
     for r in engine.requests:
-        if r.cached_tokens and r.request_id not in done:
-            done[r.request_id] = measure_hit_saving(model, r.prompt_ids, r.cached_tokens)
-    return [(i, f, h) for i, (f, h) in sorted(done.items())]
+        if r.cached_tokens:
+            key = (len(r.prompt_ids), r.cached_tokens)
+            if key not in done:
+                done[key] = measure_hit_saving(model, r.prompt_ids, r.cached_tokens, repeats=5)
+            out[r.request_id] = done[key]
+    return out
 
 
 def show() -> None:
@@ -123,18 +127,18 @@ def show() -> None:
         return
     keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "hover_block", "hover_table", "row",
             "logical", "hit_boundary", "pool_title", "tables_title") + tuple(
-        f"status_{s}" for s in ("running", "waiting", "arriving", "finished"))
+        f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
     labels = {k: tr(f"paged.c_{k}") for k in keys}
     ui.chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
     st.caption(tr("paged.tables_caption", size=block_size))
     ui.chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
-    saved = {i: (f, h) for i, f, h in savings()}
+    saved = savings()
     rows = []
     for r in requests:
         f_h = saved.get(r.request_id)
         rows.append({
             tr("paged.col_request"): f"R{r.request_id}", tr("paged.col_label"): r.label,
-            tr("paged.col_status"): tr(f"paged.c_status_{r.status}"), tr("paged.col_prompt"): r.prompt_tokens,
+            tr("paged.col_status"): tr(f"paged.c_status_{charts.status_key(r)}"), tr("paged.col_prompt"): r.prompt_tokens,
             tr("paged.col_cached"): r.cached_tokens,
             tr("paged.col_max_cached"): max_cacheable_tokens(r.prompt_tokens, block_size),
             tr("paged.col_generated"): r.output_tokens, tr("paged.col_blocks"): len(r.block_table),
@@ -160,7 +164,7 @@ def show() -> None:
             st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
     if saved:
         slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "ms", "savings_title")}
-        ui.chart(charts.hit_savings(savings(), slabels, lecture=lecture), "pg_savings")
+        ui.chart(charts.hit_savings([(i, f, h) for i, (f, h) in saved.items()], slabels, lecture=lecture), "pg_savings")
         st.caption(tr("paged.savings_caption"))
 
 

@@ -30,6 +30,11 @@ def category(state: str, ref_count: int) -> int:
     return 1 + min(ref_count, 4)
 
 
+def status_key(request: Any) -> str:
+    """running | waiting | preempted (waiting to be recomputed) | arriving | finished."""
+    return "preempted" if request.status == "waiting" and request.n_preemptions else request.status
+
+
 def _colorscale() -> list[list[Any]]:
     n = len(COLORS)
     scale = []
@@ -83,7 +88,7 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
     by sharing; the green bar is the hit boundary (blocks left of it came from the prefix cache)."""
     by_id = {b.block_id: b for b in blocks}
     width = max([len(r.block_table) for r in requests] + [1])
-    names = [labels["row"].format(id=r.request_id, label=r.label, status=labels[f"status_{r.status}"])
+    names = [labels["row"].format(id=r.request_id, label=r.label, status=labels[f"status_{status_key(r)}"])
              for r in requests]
     z: list[list[float | None]] = []
     text, hover = [], []
@@ -128,7 +133,8 @@ def pool_usage(history: Sequence[Any], labels: Mapping[str, str], *, lecture: bo
                         text=[m[2] for m in marks], textposition="top center", name=labels["preempted"],
                         marker=dict(symbol="x", size=12, color=PREEMPT))
     fig.update_xaxes(title_text=labels["step"])
-    fig.update_yaxes(title_text=labels["blocks"], rangemode="tozero")
+    top = max((h.used + h.cached_free + h.free for h in history), default=1)
+    fig.update_yaxes(title_text=labels["blocks"], range=[0, top * 1.15])
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     return style(fig, title=labels["usage_title"], lecture=lecture)
 
@@ -155,7 +161,7 @@ def hit_savings(rows: Sequence[tuple[int, float, float]], labels: Mapping[str, s
     fig = go.Figure()
     fig.add_bar(x=names, y=[f * 1e3 for _, f, _ in rows], name=labels["full"], marker_color="#9e9e9e")
     fig.add_bar(x=names, y=[h * 1e3 for _, _, h in rows], name=labels["with_hit"], marker_color=HIT,
-                text=[labels["saved"].format(ms=f"{(f - h) * 1e3:.1f}") for _, f, h in rows], textposition="outside")
+                text=[labels["saved"].format(ms=f"{(f - h) * 1e3:+.1f}") for _, f, h in rows], textposition="outside")
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     fig.update_yaxes(title_text=labels["ms"], rangemode="tozero")
     return style(fig, title=labels["savings_title"], lecture=lecture)

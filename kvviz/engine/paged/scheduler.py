@@ -39,7 +39,7 @@ class Request:
     cached_tokens: int | None = None  # prompt tokens taken from the prefix cache at first admission
     recompute_cached_tokens: int = 0  # tokens found again in the cache when recomputed after preemption
     n_preemptions: int = 0
-    arrival_s: float = 0.0
+    arrival_s: float | None = None  # when it first could be scheduled (the step it arrived in)
     first_token_s: float | None = None
     prefill_step_s: float | None = None  # seconds of the forward that computed its prompt (with its batch)
     admitted_step: int | None = None
@@ -52,7 +52,9 @@ class Request:
 
     @property
     def ttft_s(self) -> float | None:
-        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+        if self.first_token_s is None or self.arrival_s is None:
+            return None
+        return self.first_token_s - self.arrival_s
 
     @property
     def done(self) -> bool:
@@ -125,7 +127,7 @@ class PagedEngine:
         if math.ceil(total / self.block_size) > self.pool.n_blocks:  # it could never run, even alone
             raise InputError("paged.request_too_big", blocks=math.ceil(total / self.block_size),
                              pool=self.pool.n_blocks)
-        req = Request(len(self.requests), prompt, max_new_tokens, label, arrival_s=time.perf_counter())
+        req = Request(len(self.requests), prompt, max_new_tokens, label)
         self.requests.append(req)
         if at_step is not None and at_step > self.n_steps:
             req.status = ARRIVING
@@ -138,8 +140,12 @@ class PagedEngine:
         due = [req for at, req in self.arriving if at <= self.n_steps]
         self.arriving = [(at, req) for at, req in self.arriving if at > self.n_steps]
         for req in due:
-            req.status, req.arrival_s = WAITING, time.perf_counter()
+            req.status = WAITING
             self.waiting.append(req)
+        now = time.perf_counter()
+        for req in self.waiting:  # the clock starts when the scheduler first sees it, not when a page queued it
+            if req.arrival_s is None:
+                req.arrival_s = now
 
     @property
     def idle(self) -> bool:
