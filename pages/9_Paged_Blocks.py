@@ -64,7 +64,7 @@ def add(shared: bool, count: int = 1) -> None:
             index = len(engine.requests)
             prompt = (shared_prefix_ids(backend.tokenizer, n_system) if shared else []) + suffix_ids(
                 model.cfg.vocab_size, n_own, index)
-            engine.add(prompt, n_new, tr("paged.label_shared" if shared else "paged.label_own"),
+            engine.add(prompt, n_new, "shared" if shared else "own",  # translated when drawn
                        at_step=engine.n_steps + k if count > 1 else None)
     except InputError as exc:
         st.session_state.pg_error = exc
@@ -80,7 +80,7 @@ def toggle_play() -> None:
 
 
 playing = st.session_state.get("pg_playing", False)
-b = st.columns(6)
+b = st.columns([3, 3, 2, 2, 2, 2])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
@@ -126,7 +126,7 @@ def show() -> None:
         st.info(tr("paged.idle"))
         return
     keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "hover_block", "hover_table", "row",
-            "logical", "hit_boundary", "pool_title", "tables_title") + tuple(
+            "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own") + tuple(
         f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
     labels = {k: tr(f"paged.c_{k}") for k in keys}
     ui.chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
@@ -137,7 +137,7 @@ def show() -> None:
     for r in requests:
         f_h = saved.get(r.request_id)
         rows.append({
-            tr("paged.col_request"): f"R{r.request_id}", tr("paged.col_label"): r.label,
+            tr("paged.col_request"): f"R{r.request_id}", tr("paged.col_label"): tr(f"paged.c_label_{r.label}"),
             tr("paged.col_status"): tr(f"paged.c_status_{charts.status_key(r)}"), tr("paged.col_prompt"): r.prompt_tokens,
             tr("paged.col_cached"): r.cached_tokens,
             tr("paged.col_max_cached"): max_cacheable_tokens(r.prompt_tokens, block_size),

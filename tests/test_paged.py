@@ -191,3 +191,23 @@ def test_prefix_demo_cli_bad_input(capsys):
     assert main(["prefix-demo", "--shared-prefix", "5000"]) == 2
     assert "context" in capsys.readouterr().err
     assert main(["prefix-demo", "--block-size", "0"]) == 2
+
+
+def test_fragmentation_bytes(small):
+    from kvviz.engine.paged.scheduler import fragmentation
+    from kvviz.kv.formula import KVShape, kv_footprint
+
+    c = small.cfg
+    engine = PagedEngine(small, 32, 8)
+    system = ids(small, 20, 5)
+    engine.add(system + ids(small, 5, 1), 4)
+    engine.step()
+    engine.add(system + ids(small, 9, 2), 4)
+    engine.step()  # request 0 holds 26 tokens, request 1 has 29 (16 of them in request 0's two full blocks)
+    frag = fragmentation(engine)
+    per_token = kv_footprint(KVShape(c.n_layers, c.n_heads, c.n_kv_heads, c.d_head), 1, 1, "float32").per_token
+    assert frag.bytes_per_token == per_token
+    assert frag.live_bytes == (26 + 29 - 16) * per_token
+    assert frag.paged_bytes == (4 + 2) * 8 * per_token  # ⌈26/8⌉ + ⌈29/8⌉ − 2 shared
+    assert frag.paged_unshared_bytes == (4 + 4) * 8 * per_token
+    assert frag.contiguous_bytes == 2 * c.max_seq_len * per_token

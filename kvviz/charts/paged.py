@@ -88,7 +88,7 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
     by sharing; the green bar is the hit boundary (blocks left of it came from the prefix cache)."""
     by_id = {b.block_id: b for b in blocks}
     width = max([len(r.block_table) for r in requests] + [1])
-    names = [labels["row"].format(id=r.request_id, label=r.label, status=labels[f"status_{status_key(r)}"])
+    names = [labels["row"].format(id=r.request_id, label=labels.get(f"label_{r.label}", r.label), status=labels[f"status_{status_key(r)}"])
              for r in requests]
     z: list[list[float | None]] = []
     text, hover = [], []
@@ -135,8 +135,7 @@ def pool_usage(history: Sequence[Any], labels: Mapping[str, str], *, lecture: bo
     fig.update_xaxes(title_text=labels["step"])
     top = max((h.used + h.cached_free + h.free for h in history), default=1)
     fig.update_yaxes(title_text=labels["blocks"], range=[0, top * 1.15])
-    fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom"))
-    return style(fig, title=labels["usage_title"], lecture=lecture)
+    return style(fig, title=labels["usage_title"], lecture=lecture, height=400)
 
 
 def fragmentation_bars(frag: Any, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
