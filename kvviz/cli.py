@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true")
 
     pd = sub.add_parser("prefix-demo", help="requests sharing a system prompt in the paged KV cache: hits, TTFT, blocks")
-    pd.add_argument("--requests", type=_positive_int, default=8, help="requests; each arrives after the previous prefill")
+    pd.add_argument("--requests", type=_positive_int, default=8,
+                    help="requests; each arrives after the previous one's prefill")
     pd.add_argument("--shared-prefix", type=_non_negative_int, default=256, help="tokens of the shared system prompt")
     pd.add_argument("--suffix", type=_positive_int, default=32, help="tokens of each request's own part")
     pd.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block (vLLM: 16)")

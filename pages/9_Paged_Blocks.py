@@ -137,8 +137,10 @@ def show() -> None:
     for r in requests:
         f_h = saved.get(r.request_id)
         rows.append({
-            tr("paged.col_request"): f"R{r.request_id}", tr("paged.col_label"): tr(f"paged.c_label_{r.label}"),
-            tr("paged.col_status"): tr(f"paged.c_status_{charts.status_key(r)}"), tr("paged.col_prompt"): r.prompt_tokens,
+            tr("paged.col_request"): f"R{r.request_id}",
+            tr("paged.col_label"): tr(f"paged.c_label_{r.label}"),
+            tr("paged.col_status"): tr(f"paged.c_status_{charts.status_key(r)}"),
+            tr("paged.col_prompt"): r.prompt_tokens,
             tr("paged.col_cached"): r.cached_tokens,
             tr("paged.col_max_cached"): max_cacheable_tokens(r.prompt_tokens, block_size),
             tr("paged.col_generated"): r.output_tokens, tr("paged.col_blocks"): len(r.block_table),

@@ -44,7 +44,7 @@ def alone(model: Decoder, prompt: list[int], outputs: list[int]) -> list[torch.T
 
 def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     assert len(a) == len(b)
-    return max((x - y).abs().max().item() for x, y in zip(a, b))
+    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
 def check_alone(model: Decoder, engine: PagedEngine) -> None:
@@ -96,7 +96,7 @@ def test_reused_prefix_equals_computed_prefix(tiny):
         runs[caching] = engine.requests
     assert [r.cached_tokens for r in runs[True]] == [0, 64, 64]
     assert [r.cached_tokens for r in runs[False]] == [0, 0, 0]
-    for hit, computed in zip(runs[True], runs[False]):
+    for hit, computed in zip(runs[True], runs[False], strict=True):
         assert max_diff(hit.logits, computed.logits) <= TOL
         assert hit.output_ids == computed.output_ids
 

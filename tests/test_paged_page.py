@@ -22,8 +22,10 @@ def _chart(at: AppTest, title: str) -> dict:
                 if s["layout"]["title"]["text"] == title)
 
 
-@pytest.mark.parametrize("lang, title, tables", [("en", "Paged Blocks & Prefix Sharing", "Block tables: logical → physical"),
-                                                 ("ko", "페이지 블록과 프리픽스 공유", "블록 테이블: 논리 → 물리")])
+@pytest.mark.parametrize("lang, title, tables", [
+    ("en", "Paged Blocks & Prefix Sharing", "Block tables: logical → physical"),
+    ("ko", "페이지 블록과 프리픽스 공유", "블록 테이블: 논리 → 물리"),
+])
 def test_four_requests_share_the_system_prompt(lang, title, tables):
     at = _open(lang)
     assert at.title[0].value == title

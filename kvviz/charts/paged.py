@@ -88,8 +88,8 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
     by sharing; the green bar is the hit boundary (blocks left of it came from the prefix cache)."""
     by_id = {b.block_id: b for b in blocks}
     width = max([len(r.block_table) for r in requests] + [1])
-    names = [labels["row"].format(id=r.request_id, label=labels.get(f"label_{r.label}", r.label), status=labels[f"status_{status_key(r)}"])
-             for r in requests]
+    names = [labels["row"].format(id=r.request_id, label=labels.get(f"label_{r.label}", r.label),
+                                  status=labels[f"status_{status_key(r)}"]) for r in requests]
     z: list[list[float | None]] = []
     text, hover = [], []
     for r in requests:

@@ -90,9 +90,10 @@ def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, sh
                        prefix_caching=False)
     on = run_arrivals(model, prompts, new_tokens=new_tokens, block_size=block_size, n_blocks=n_blocks,
                       prefix_caching=True)
-    diff = max((a - b).abs().max().item() for r_on, r_off in zip(on.engine.requests, off.engine.requests)
-               for a, b in zip(r_on.logits, r_off.logits))
-    same_tokens = all(a.output_ids == b.output_ids for a, b in zip(on.engine.requests, off.engine.requests))
+    pairs = list(zip(on.engine.requests, off.engine.requests, strict=True))
+    diff = max((a - b).abs().max().item() for r_on, r_off in pairs
+               for a, b in zip(r_on.logits, r_off.logits, strict=True))
+    same_tokens = all(a.output_ids == b.output_ids for a, b in pairs)
     hit = [i for i, r in enumerate(on.engine.requests) if r.cached_tokens]
     ttft_cached = statistics.median(on.engine.requests[i].ttft_s for i in hit) if hit else None
     ttft_computed = statistics.median(off.engine.requests[i].ttft_s for i in hit) if hit else None
@@ -104,7 +105,7 @@ def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, sh
         "requests": [
             {"prompt_tokens": len(r.prompt_ids), "cached_tokens": r.cached_tokens, "ttft_s": r.ttft_s,
              "ttft_no_prefix_cache_s": r_off.ttft_s}
-            for r, r_off in zip(on.engine.requests, off.engine.requests)
+            for r, r_off in pairs
         ],
         "hit_rate": on.engine.hit_rate(),
         "blocks_used": on.blocks_used,

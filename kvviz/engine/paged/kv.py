@@ -20,7 +20,7 @@ class PagedKV:
         self.block_size = block_size
 
     def allocated_bytes(self) -> int:
-        return sum(k.nbytes + v.nbytes for k, v in zip(self.k, self.v))
+        return sum(k.nbytes + v.nbytes for k, v in zip(self.k, self.v, strict=True))
 
     def bytes_per_block(self) -> int:
         return self.allocated_bytes() // (self.k[0].shape[0] // self.block_size)
@@ -87,12 +87,12 @@ def build_batch(new_tokens: Sequence[Sequence[int]], n_cached: Sequence[int], bl
     q_lens = [len(t) for t in new_tokens]
     starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
     ids = [t for toks in new_tokens for t in toks]
-    positions = [p for c, q in zip(n_cached, q_lens) for p in range(c, c + q)]
-    slots = [slot_of(table, p, block_size) for table, c, q in zip(block_tables, n_cached, q_lens)
+    positions = [p for c, q in zip(n_cached, q_lens, strict=True) for p in range(c, c + q)]
+    slots = [slot_of(table, p, block_size) for table, c, q in zip(block_tables, n_cached, q_lens, strict=True)
              for p in range(c, c + q)]
     decoding = [i for i, q in enumerate(q_lens) if q == 1]
     members = ([decoding] if decoding else []) + [[i] for i, q in enumerate(q_lens) if q > 1]
     groups = [_group(m, q_lens, n_cached, starts, block_tables, block_size, device) for m in members]
-    last = [s + q - 1 for s, q in zip(starts, q_lens)]
+    last = [s + q - 1 for s, q in zip(starts, q_lens, strict=True)]
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
     return PagedBatch(as_long(ids), as_long(positions), as_long(slots), groups, as_long(last), q_lens)

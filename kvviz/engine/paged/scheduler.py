@@ -226,7 +226,7 @@ class PagedEngine:
             synchronize(self.kv.k[0].device)
             end = time.perf_counter()
             seconds = end - start
-            for (req, toks), logit, nxt in zip(scheduled, logits, next_ids):
+            for (req, toks), logit, nxt in zip(scheduled, logits, next_ids, strict=True):
                 was_prefill = len(toks) > 1 or not req.output_ids or req.n_computed == 0
                 req.n_computed += len(toks)
                 hashes = req.extend_hashes(self.block_size)
