@@ -26,7 +26,7 @@ def main() -> None:
     backend = load_backend(args.model, device="cpu")
     print(f"{backend.arch.name}: {args.requests} requests, own part {args.suffix} tokens, blocks of {args.block_size}")
     print(f"{'prefix':>6} {'hit rate':>8} {'TTFT hit ms':>11} {'TTFT computed ms':>16} {'ratio':>6} "
-          f"{'blocks shared/unshared':>22} {'max |Δlogit|':>12}")
+          f"{'blocks with/without sharing':>27} {'max |Δlogit|':>12}")
     for p in (int(x) for x in args.prefixes.split(",")):
         limit = backend.arch.max_seq_len - args.suffix - args.new_tokens
         if p > limit:
@@ -35,7 +35,7 @@ def main() -> None:
         r = prefix_demo(backend.model, backend.tokenizer, n_requests=args.requests, shared_prefix=p,
                         suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens)
         print(f"{p:>6} {r['hit_rate']:>8.1%} {r['ttft_cached_s'] * 1e3:>11.1f} {r['ttft_computed_s'] * 1e3:>16.1f} "
-              f"{r['ttft_ratio']:>6.2f} {r['blocks_used']:>10}/{r['blocks_used_without_sharing']:<11} "
+              f"{r['ttft_ratio']:>6.2f} {r['blocks_used']:>15}/{r['blocks_used_without_sharing']:<11} "
               f"{r['max_abs_logit_diff_vs_no_sharing']:>12.2e}")
 
 
