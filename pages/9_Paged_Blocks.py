@@ -4,7 +4,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app import hosted, ui
 from kvviz.charts import paged as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -46,6 +46,14 @@ n_own = int(c[3].number_input(tr("paged.own_tokens"), 1, max_len - 2, min(20, ma
 n_new = int(c[4].number_input(tr("paged.new_tokens"), 1, ui.limit(settings, "max_new_tokens", max_len - 2),
                               min(40, max_len // 8), key=f"pg_new_{max_len}"))
 
+if settings.hosted is not None:  # the pool is allocated whole: its token slots count against the session's KV budget
+    try:
+        a = backend.arch
+        hosted.check_kv_budget(settings.hosted, batch=1, n_tokens=n_blocks * block_size, n_layers=a.n_layers,
+                               n_kv_heads=a.n_kv_heads, d_head=a.d_head, dtype=settings.dtype)
+    except InputError as exc:
+        ui.show_error(exc)
+        st.stop()
 key = (id(model), block_size, n_blocks)
 if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") != key:
     st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size)

@@ -61,3 +61,14 @@ def test_small_pool_preempts_and_recomputes():
     marks = next(d for d in usage["data"] if d.get("name") == "preempted")
     assert marks["text"] == [f"R{victim.request_id}"]
     assert any(m.value == "1" for m in at.metric)
+
+
+def test_hosted_pool_past_the_kv_budget_is_refused(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", str(2**20))  # 1 MiB: 512 token slots of the shipped model
+    at = _open("en")
+    assert at.session_state["pg_engine"] is not None  # 20 blocks × 16 = 320 slots fit
+    at.number_input(key="pg_blocks").set_value(64).run()  # 1024 slots do not
+    assert not at.exception
+    assert any("hosted demo" in e.value for e in at.error)
+    assert at.session_state["pg_engine"] is None
