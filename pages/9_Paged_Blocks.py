@@ -19,11 +19,11 @@ settings = ui.page_setup("paged.title")
 tr = ui.tr
 st.title(tr("paged.title"))
 st.write(tr("paged.intro"))
-backend = ui.get_backend(settings)
-if backend is not None and not isinstance(backend, NativeBackend):
+if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
-    backend = ui.get_backend(dataclasses.replace(settings, model="tiny"))
-if backend is None:
+    settings = dataclasses.replace(settings, model="tiny")
+backend = ui.get_backend(settings)
+if not isinstance(backend, NativeBackend):
     st.stop()
 ui.model_caption(backend)
 model, max_len = backend.model, backend.arch.max_seq_len

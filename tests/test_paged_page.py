@@ -72,3 +72,12 @@ def test_hosted_pool_past_the_kv_budget_is_refused(monkeypatch):
     assert not at.exception
     assert any("hosted demo" in e.value for e in at.error)
     assert at.session_state["pg_engine"] is None
+
+
+def test_hugging_face_choice_says_why_and_runs_the_shipped_model():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["kv_model"] = "hf"
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert any("contiguous cache per request" in i.value for i in at.info)
+    assert at.session_state["pg_engine"].model.cfg.max_seq_len > 0  # the native engine is ready
