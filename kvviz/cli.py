@@ -42,19 +42,29 @@ def _add_shape_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _positive_float(text: str) -> float:
-    value = _nonnegative_float(text)
+    value = _non_negative_float(text)
     if value == 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 
 
-def _nonnegative_float(text: str) -> float:
+def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected zero or a positive number, got {value}")
     return value
 
 
@@ -134,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--weight-dtype", default="bfloat16", choices=list(KV_DTYPES))
     c.add_argument("--max-model-len", type=_positive_int, help="tokens per request (default: the model's context)")
     c.add_argument("--block-size", type=_positive_int, default=16)
-    c.add_argument("--reserve-gib", type=_nonnegative_float,
+    c.add_argument("--reserve-gib", type=_non_negative_float,
                    help="activation peak + non-torch memory per GPU, as your vLLM log states them (default: estimated)")
     c.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192,
                    help="the profiling batch the reserve estimate assumes")
@@ -142,6 +152,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("presets", help="the model presets: KV shape, bytes per token, parameters")
     pr.add_argument("--json", action="store_true")
+
+    pd = sub.add_parser("prefix-demo", help="requests sharing a system prompt in the paged KV cache: hits, TTFT, blocks")
+    pd.add_argument("--requests", type=_positive_int, default=8,
+                    help="requests; each arrives after the previous one's prefill")
+    pd.add_argument("--shared-prefix", type=_non_negative_int, default=256, help="tokens of the shared system prompt")
+    pd.add_argument("--suffix", type=_positive_int, default=32, help="tokens of each request's own part")
+    pd.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block (vLLM: 16)")
+    pd.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens each request generates")
+    pd.add_argument("--model", default="tiny", help="tiny (shipped), random (custom shape), or a kvviz directory")
+    pd.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    pd.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    pd.add_argument("--seed", type=int, default=0)
+    pd.add_argument("--json", action="store_true")
+    _add_shape_flags(pd)
 
     x = sub.add_parser("export-hf", help="write the shipped model as a transformers Llama directory")
     x.add_argument("--out", required=True, help="directory to write (created if missing)")
@@ -312,6 +336,20 @@ def cmd_presets(args: argparse.Namespace) -> dict:
     return {"presets": rows}
 
 
+def cmd_prefix_demo(args: argparse.Namespace) -> dict:
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.loading import load_backend
+    from kvviz.engine.paged.demo import prefix_demo
+
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
+    if not isinstance(backend, NativeBackend):
+        raise CliError("prefix-demo runs the native decoder's paged cache: use --model tiny, random or a kvviz "
+                       "directory (a Hugging Face model keeps one contiguous cache per request here)")
+    out = prefix_demo(backend.model, backend.tokenizer, n_requests=args.requests, shared_prefix=args.shared_prefix,
+                      suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens)
+    return {**out, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype}
+
+
 def cmd_export_hf(args: argparse.Namespace) -> dict:
     from kvviz.engine.export import export_hf
     from kvviz.engine.loading import load_backend
@@ -401,6 +439,26 @@ def _print_presets(r: dict) -> None:
               f"{p['n_params'] / 1e9:7.2f}B params ({p['params_source']}){extra}")
 
 
+def _print_prefix_demo(r: dict) -> None:
+    def ms(s: float | None) -> str:
+        return "n/a" if s is None else f"{s * 1e3:.2f} ms"
+
+    print(f"[{r['model']} on {r['device']}, {r['dtype']}, blocks of {r['block_size']} tokens, "
+          f"pool {r['pool_blocks']} blocks, {r['new_tokens']} new tokens each]")
+    print(f"{'request':>7}  {'prompt':>6}  {'cached':>6}  {'TTFT':>10}  {'TTFT, no prefix cache':>22}")
+    for i, q in enumerate(r["requests"]):
+        print(f"{i:>7}  {q['prompt_tokens']:>6}  {q['cached_tokens']:>6}  {ms(q['ttft_s']):>10}  "
+              f"{ms(q['ttft_no_prefix_cache_s']):>22}")
+    rate = "n/a" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
+    ratio = "n/a" if r["ttft_ratio"] is None else f"{r['ttft_ratio']:.2f}×"
+    print(f"hit rate {rate} (cached / prompt tokens); TTFT of a hit {ms(r['ttft_cached_s'])} vs "
+          f"{ms(r['ttft_computed_s'])} computed ({ratio}, medians)")
+    print(f"blocks in use after the last prefill: {r['blocks_used']} with sharing ({r['blocks_shared']} shared) vs "
+          f"{r['blocks_used_without_sharing']} without")
+    print(f"logits vs the run without sharing: max |diff| {r['max_abs_logit_diff_vs_no_sharing']:.2e}, "
+          f"same tokens: {r['same_tokens_vs_no_sharing']}")
+
+
 def _print_export(r: dict) -> None:
     print(f"{r['model']} written as a transformers Llama directory: {r['out']}")
     for path in r["files"]:
@@ -414,6 +472,7 @@ COMMANDS = {
     "presets": (cmd_presets, _print_presets),
     "export-hf": (cmd_export_hf, _print_export),
     "sweep": (cmd_sweep, _print_sweep),
+    "prefix-demo": (cmd_prefix_demo, _print_prefix_demo),
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,9 @@ from torch import nn
 from kvviz.engine.cache import KVCache
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
+
+if TYPE_CHECKING:
+    from kvviz.engine.paged.kv import PagedBatch, PagedKV
 
 
 @dataclass
@@ -111,6 +115,29 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq)
         out = out.transpose(1, 2).reshape(b, t, hq * d)
         return self.o_proj(out), probs
+
+    def forward_paged(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: PagedKV, layer: int,
+                      batch: PagedBatch) -> torch.Tensor:
+        """Many requests' new tokens at once ([1, T, d]): K/V written into their block slots, then each request's
+        queries attend to its own keys, gathered through its block table (as PagedAttention)."""
+        _, t, _ = x.shape
+        d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
+        qkv = F.linear(x, self.qkv_weight) if self.qkv_weight is not None else torch.cat(
+            [self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        qkv = qkv.view(t, hq + 2 * hkv, d)
+        qk = apply_rotary(qkv[:, : hq + hkv], cos, sin)
+        q, k_new, v_new = qk[:, :hq], qk[:, hq:], qkv[:, hq + hkv :]
+        kv.k[layer][batch.slots] = k_new
+        kv.v[layer][batch.slots] = v_new
+        out = torch.empty(t, hq * d, dtype=x.dtype, device=x.device)
+        for grp in batch.groups:  # the decoding requests together; each prefilling request alone
+            r, max_q = grp.query_index.shape
+            k = kv.k[layer][grp.key_slots].permute(0, 2, 1, 3)  # [R, H_kv, max_ctx, d], through the block tables
+            v = kv.v[layer][grp.key_slots].permute(0, 2, 1, 3)
+            qp = q[grp.query_index].permute(0, 2, 1, 3)  # [R, H, max_q, d]
+            o = F.scaled_dot_product_attention(qp, k, v, attn_mask=grp.mask, enable_gqa=hkv != hq)
+            out[grp.out_index] = o.permute(0, 2, 1, 3).reshape(r * max_q, hq * d)[grp.unpad_index]
+        return self.o_proj(out.unsqueeze(0))
 
 
 class MLP(nn.Module):
@@ -222,6 +249,28 @@ class Decoder(nn.Module):
                 attentions.append(probs)
         h = self.model.norm(h if all_logits else h[:, -1:])
         return DecoderOutput(self.lm_head(h), attentions)
+
+    def forward_paged(self, batch: PagedBatch, kv: PagedKV) -> torch.Tensor:
+        """One batched forward over several requests in a paged cache: the logits of each request's last new
+        token, [R, V]. The contiguous forward() above is untouched; this path only adds block-table gathers."""
+        if int(batch.positions.max()) >= self.cfg.max_seq_len:
+            raise InputError("sequence_too_long", n_tokens=int(batch.positions.max()) + 1,
+                             max_len=self.cfg.max_seq_len)
+        h = self.model.embed_tokens(batch.input_ids).unsqueeze(0)  # [1, T, d]
+        cos = self.rope_cos[batch.positions, None].to(h.dtype)  # [T, 1, d_head]: each token at its own position
+        sin = self.rope_sin[batch.positions, None].to(h.dtype)
+        for i, layer in enumerate(self.model.layers):
+            h = h + layer.self_attn.forward_paged(layer.input_layernorm(h), cos, sin, kv, i, batch)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        h = self.model.norm(h[0, batch.last_index])
+        return self.lm_head(h)
+
+    def new_paged_kv(self, n_blocks: int, block_size: int) -> PagedKV:
+        from kvviz.engine.paged.kv import PagedKV
+
+        p = self.lm_head.weight
+        return PagedKV(self.cfg.n_layers, n_blocks, block_size, self.cfg.n_kv_heads, self.cfg.d_head,
+                       dtype=p.dtype, device=p.device)
 
     def new_cache(self, batch_size: int = 1, max_len: int | None = None) -> KVCache:
         p = self.lm_head.weight

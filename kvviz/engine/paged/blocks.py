@@ -1,0 +1,147 @@
+"""The block pool: fixed-size KV blocks, a block table per request, and vLLM's prefix-caching rules.
+
+Rules (vLLM automatic prefix caching, docs "Automatic Prefix Caching" / design "prefix_caching.md"):
+- a block's hash chains its parent's hash and its own token ids, so equal hashes mean equal whole prefixes;
+- only full blocks get a hash and can be shared;
+- a lookup walks the prompt's full blocks from the start and stops at the first miss;
+- the last prompt token is always computed (its logits pick the next token), so an n-token prompt reuses at
+  most ⌊(n−1)/B⌋·B tokens;
+- a freed block keeps its hash on an LRU free list and can be hit again until it is taken for new tokens.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvviz.errors import InputError
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size on GPU
+
+
+def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
+    """Hash of a full block: its parent's hash and its own token ids (sha256, so a hit is a real match)."""
+    h = hashlib.sha256(parent or b"root")
+    h.update(b",".join(str(t).encode() for t in tokens))
+    return h.digest()
+
+
+def prompt_block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
+    """The chained hashes of every full block of a token sequence."""
+    hashes: list[bytes] = []
+    parent = None
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = block_hash(parent, token_ids[start : start + block_size])
+        hashes.append(parent)
+    return hashes
+
+
+def max_cacheable_tokens(n_prompt: int, block_size: int) -> int:
+    """The most tokens an n-token prompt can take from the cache: full blocks, keeping the last token."""
+    return max(n_prompt - 1, 0) // block_size * block_size
+
+
+@dataclass
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: bytes | None = None  # set once the block is full and registered
+    n_filled: int = 0  # token slots written (a partial last block has fewer than block_size)
+
+
+class BlockPool:
+    """Physical blocks 0..n_blocks−1. A block is in use (ref_count > 0), cached-but-free (ref_count 0 with a
+    hash: reusable on a hit, evicted when taken) or free (ref_count 0, no hash)."""
+
+    def __init__(self, n_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        if n_blocks <= 0:
+            raise InputError("positive_int", name="blocks", value=n_blocks)
+        if block_size <= 0:
+            raise InputError("positive_int", name="block size", value=block_size)
+        self.block_size = block_size
+        self.blocks = [Block(i) for i in range(n_blocks)]
+        # Free blocks, least recently freed first: allocation takes from the front (evicting a cached one).
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(n_blocks))
+        self.cached: dict[bytes, int] = {}  # hash -> block id
+        self.hits = 0  # tokens served from the cache, over the pool's life
+        self.queries = 0  # prompt tokens looked up
+        self.evictions = 0
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def n_free(self) -> int:
+        """Blocks that can be taken now: the free ones and the cached-but-free ones."""
+        return len(self.free)
+
+    def n_in_use(self) -> int:
+        return self.n_blocks - len(self.free)
+
+    def n_cached_free(self) -> int:
+        return sum(1 for i in self.free if self.blocks[i].hash is not None)
+
+    def lookup(self, hashes: Sequence[bytes], n_prompt: int) -> list[int]:
+        """The physical blocks of the longest cached prefix: full blocks only, the last token kept out,
+        stopping at the first miss. Does not take them (see `take_cached`)."""
+        limit = max_cacheable_tokens(n_prompt, self.block_size) // self.block_size
+        found: list[int] = []
+        for h in hashes[:limit]:
+            block_id = self.cached.get(h)
+            if block_id is None:
+                break
+            found.append(block_id)
+        return found
+
+    def take_cached(self, block_ids: Sequence[int]) -> None:
+        """A request now shares these cached blocks: one more reference each (off the free list if unused)."""
+        for i in block_ids:
+            b = self.blocks[i]
+            if b.ref_count == 0:
+                del self.free[i]
+            b.ref_count += 1
+
+    def allocate(self, n: int) -> list[int]:
+        """n fresh blocks from the front of the free list; a cached one taken here loses its hash (evicted)."""
+        if n > len(self.free):
+            raise InputError("paged.pool_full", needed=n, free=len(self.free))
+        out = []
+        for _ in range(n):
+            i, _ = self.free.popitem(last=False)
+            b = self.blocks[i]
+            if b.hash is not None:
+                if self.cached.get(b.hash) == i:
+                    del self.cached[b.hash]
+                b.hash = None
+                self.evictions += 1
+            b.ref_count, b.n_filled = 1, 0
+            out.append(i)
+        return out
+
+    def release(self, block_ids: Sequence[int]) -> None:
+        """A request lets go of its blocks. Blocks left unused join the free list tail in reverse order, so a
+        request's last blocks (least likely to be a shared prefix) are evicted first, as vLLM does."""
+        for i in reversed(block_ids):
+            b = self.blocks[i]
+            b.ref_count -= 1
+            if b.ref_count < 0:
+                raise RuntimeError(f"block {i} released more often than taken")
+            if b.ref_count == 0:
+                self.free[i] = None
+
+    def register(self, block_id: int, h: bytes) -> None:
+        """A block just became full: make it findable by its hash (first writer wins; a duplicate stays private)."""
+        b = self.blocks[block_id]
+        if b.hash is not None:
+            return
+        if h not in self.cached:
+            b.hash = h
+            self.cached[h] = block_id
+
+    def state(self, block_id: int) -> str:
+        b = self.blocks[block_id]
+        if b.ref_count > 0:
+            return "used"
+        return "cached" if b.hash is not None else "free"

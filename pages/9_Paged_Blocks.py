@@ -1,0 +1,194 @@
+"""Paged Blocks & Prefix Sharing: many requests in one block pool, prefix hits, preemption, fragmentation."""
+import dataclasses
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.app import hosted, ui
+from kvviz.charts import paged as charts
+from kvviz.engine.backends.native import NativeBackend
+from kvviz.engine.paged.blocks import max_cacheable_tokens
+from kvviz.engine.paged.demo import measure_hit_saving, shared_prefix_ids, suffix_ids
+from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot
+from kvviz.errors import InputError
+
+TICK_S = 0.4  # one scheduler step per tick while playing
+BLOCK_SIZES = (4, 8, 16, 32)
+
+settings = ui.page_setup("paged.title")
+tr = ui.tr
+st.title(tr("paged.title"))
+st.write(tr("paged.intro"))
+if settings.model == "hf":
+    st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
+    settings = dataclasses.replace(settings, model="tiny")
+backend = ui.get_backend(settings)
+if not isinstance(backend, NativeBackend):
+    st.stop()
+ui.model_caption(backend)
+model, max_len = backend.model, backend.spec.max_context
+
+
+def reset() -> None:
+    st.session_state.pg_engine = None
+    st.session_state.pg_playing = False
+    st.session_state.pg_savings = {}
+
+
+c = st.columns(5)
+block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,
+                            help=tr("paged.block_size_help"))
+n_blocks = int(c[1].number_input(tr("paged.pool_blocks"), 2, 1024, 20, key="pg_blocks", on_change=reset,
+                                 help=tr("paged.pool_blocks_help")))
+n_system = int(c[2].number_input(tr("paged.system_tokens"), 1, max_len - 2, min(48, max_len // 4),
+                                 key=f"pg_system_{max_len}"))
+n_own = int(c[3].number_input(tr("paged.own_tokens"), 1, max_len - 2, min(20, max_len // 8), key=f"pg_own_{max_len}"))
+n_new = int(c[4].number_input(tr("paged.new_tokens"), 1, ui.limit(settings, "max_new_tokens", max_len - 2),
+                              min(40, max_len // 8), key=f"pg_new_{max_len}"))
+
+if settings.hosted is not None:  # the pool is allocated whole: its token slots count against the session's KV budget
+    try:
+        hosted.check_kv_budget(settings.hosted, backend.spec, batch=1, n_tokens=n_blocks * block_size,
+                               dtype=settings.dtype)
+    except InputError as exc:
+        ui.show_error(exc)
+        st.stop()
+key = (id(model), block_size, n_blocks)
+if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") != key:
+    st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size)
+    st.session_state.pg_key = key
+    st.session_state.pg_savings = {}
+    st.session_state.pg_playing = False
+engine: PagedEngine = st.session_state.pg_engine
+st.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_blocks * block_size,
+              kib=f"{engine.kv.allocated_bytes() / 1024:,.0f}", per_block=f"{engine.kv.bytes_per_block():,}"))
+
+
+def add(shared: bool, count: int = 1) -> None:
+    """Queue requests; several arrive one per step, so each finds the system prompt already computed."""
+    try:
+        for k in range(count):
+            index = len(engine.requests)
+            prompt = (shared_prefix_ids(backend.tokenizer, n_system) if shared else []) + suffix_ids(
+                model.cfg.vocab_size, n_own, index)
+            engine.add(prompt, n_new, "shared" if shared else "own",  # translated when drawn
+                       at_step=engine.n_steps + k if count > 1 else None)
+    except InputError as exc:
+        st.session_state.pg_error = exc
+
+
+def step() -> None:
+    if not engine.idle:
+        engine.step()
+
+
+def toggle_play() -> None:
+    st.session_state.pg_playing = not st.session_state.get("pg_playing", False) and not engine.idle
+
+
+playing = st.session_state.get("pg_playing", False)
+b = st.columns([3, 3, 2, 2, 2, 2])
+b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
+b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
+b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
+b[3].button(tr("paged.step"), on_click=step, disabled=playing or engine.idle, key="pg_step", width="stretch")
+b[4].button(tr("paged.pause" if playing else "paged.play"), on_click=toggle_play, key="pg_play", width="stretch",
+            disabled=engine.idle and not playing)
+b[5].button(tr("paged.reset"), on_click=reset, key="pg_reset", width="stretch")
+if st.session_state.get("pg_error") is not None:
+    ui.show_error(st.session_state.pg_error)
+    st.session_state.pg_error = None
+
+
+def savings() -> dict[int, tuple[float, float]]:
+    """The prefill time each hit saved: whole prompt vs after the hit, measured once per (prompt length, hit)."""
+    done: dict = st.session_state.setdefault("pg_savings", {})
+    out = {}
+    for r in engine.requests:
+        if r.cached_tokens:
+            key = (len(r.prompt_ids), r.cached_tokens)
+            if key not in done:
+                done[key] = measure_hit_saving(model, r.prompt_ids, r.cached_tokens, repeats=5)
+            out[r.request_id] = done[key]
+    return out
+
+
+def show() -> None:
+    blocks, requests = snapshot(engine)
+    lecture = settings.lecture
+    m = st.columns(5)
+    m[0].metric(tr("paged.m_step"), engine.n_steps)
+    counts = {s: sum(r.status == s for r in requests) for s in ("running", "waiting", "arriving", "finished")}
+    m[1].metric(tr("paged.m_requests"), f"{counts['running']} / {counts['waiting'] + counts['arriving']} / "
+                                        f"{counts['finished']}")
+    m[1].caption(tr("paged.m_requests_help"))
+    rate = engine.hit_rate()
+    m[2].metric(tr("paged.m_hit_rate"), "—" if rate is None else f"{rate:.0%}")
+    m[2].caption(tr("paged.m_hit_rate_help", hits=engine.pool.hits, queries=engine.pool.queries))
+    m[3].metric(tr("paged.m_blocks"), f"{engine.pool.n_in_use()} / {engine.pool.n_cached_free()} / "
+                                      f"{engine.pool.n_free - engine.pool.n_cached_free()}")
+    m[3].caption(tr("paged.m_blocks_help"))
+    m[4].metric(tr("paged.m_preemptions"), sum(r.n_preemptions for r in requests))
+    if not requests:
+        st.info(tr("paged.idle"))
+        return
+    keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "hover_block", "hover_table", "row",
+            "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own") + tuple(
+        f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
+    labels = {k: tr(f"paged.c_{k}") for k in keys}
+    ui.chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
+    st.caption(tr("paged.tables_caption", size=block_size))
+    ui.chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
+    saved = savings()
+    rows = []
+    for r in requests:
+        f_h = saved.get(r.request_id)
+        rows.append({
+            tr("paged.col_request"): f"R{r.request_id}",
+            tr("paged.col_label"): tr(f"paged.c_label_{r.label}"),
+            tr("paged.col_status"): tr(f"paged.c_status_{charts.status_key(r)}"),
+            tr("paged.col_prompt"): r.prompt_tokens,
+            tr("paged.col_cached"): r.cached_tokens,
+            tr("paged.col_max_cached"): max_cacheable_tokens(r.prompt_tokens, block_size),
+            tr("paged.col_generated"): r.output_tokens, tr("paged.col_blocks"): len(r.block_table),
+            tr("paged.col_ttft"): None if r.ttft_s is None else round(r.ttft_s * 1e3, 1),
+            tr("paged.col_preempted"): r.n_preemptions,
+            tr("paged.col_saved"): None if f_h is None else round((f_h[0] - f_h[1]) * 1e3, 1),
+        })
+    ui.table(pd.DataFrame(rows), "pg_requests")
+    st.caption(tr("paged.table_caption"))
+    left, right = st.columns(2)
+    with left:
+        usage = {k: tr(f"paged.c_{k}") for k in ("used", "cached", "free", "preempted", "step", "blocks",
+                                                   "usage_title")}
+        ui.chart(charts.pool_usage(engine.history, usage, lecture=lecture), "pg_usage")
+    with right:
+        frag = fragmentation(engine)
+        if frag is None:
+            st.info(tr("paged.no_running"))
+        else:
+            flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
+                                                         "bar_text", "frag_title")}
+            ui.chart(charts.fragmentation_bars(frag, flabels, lecture=lecture), "pg_frag")
+            st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
+    if saved:
+        slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "ms", "savings_title")}
+        ui.chart(charts.hit_savings([(i, f, h) for i, (f, h) in saved.items()], slabels, lecture=lecture), "pg_savings")
+        st.caption(tr("paged.savings_caption"))
+
+
+def live() -> None:
+    if st.session_state.get("pg_playing"):
+        engine.step()
+        if engine.idle:
+            st.session_state.pg_playing = False
+            st.rerun()  # the whole page, so the buttons flip and the fragment stops ticking
+    show()
+
+
+st.fragment(live, run_every=TICK_S if playing else None)()
+
+with st.expander(tr("paged.rules_title")):
+    st.markdown(tr("paged.rules", size=block_size))
+with st.expander(tr("paged.backends_title")):
+    st.markdown(tr("paged.backends"))

@@ -1,0 +1,213 @@
+"""The paged KV cache: batched, shared, preempted requests give the logits of each request alone in a
+contiguous cache; prefix hits follow vLLM's rules (full blocks, last prompt token computed, stop at a miss)."""
+import json
+
+import pytest
+import torch
+
+from kvviz.cli import main
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.loading import load_backend
+from kvviz.engine.model import Decoder
+from kvviz.engine.paged.blocks import BlockPool, max_cacheable_tokens, prompt_block_hashes
+from kvviz.engine.paged.demo import measure_hit_saving, suffix_ids
+from kvviz.engine.paged.scheduler import FINISHED, PagedEngine
+from kvviz.errors import InputError
+
+TOL = 1e-5  # float32
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Decoder:
+    return load_backend("tiny", device="cpu").model
+
+
+@pytest.fixture(scope="module")
+def small() -> Decoder:
+    cfg = DecoderConfig(n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=300, max_seq_len=256)
+    return Decoder(cfg).init_weights(3).eval().fuse()
+
+
+def ids(model: Decoder, n: int, index: int) -> list[int]:
+    return suffix_ids(model.cfg.vocab_size, n, index)
+
+
+@torch.inference_mode()
+def alone(model: Decoder, prompt: list[int], outputs: list[int]) -> list[torch.Tensor]:
+    """The request by itself in a contiguous cache: prefill, then one decode step per output token."""
+    cache = model.new_cache(1, len(prompt) + len(outputs))
+    logits = [model(torch.tensor([prompt]), cache, all_logits=False).logits[0, -1]]
+    for tok in outputs[:-1]:
+        logits.append(model(torch.tensor([[tok]]), cache, all_logits=False).logits[0, -1])
+    return logits
+
+
+def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    assert len(a) == len(b)
+    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
+def check_alone(model: Decoder, engine: PagedEngine) -> None:
+    for req in engine.requests:
+        assert req.status == FINISHED and len(req.output_ids) == req.max_new_tokens
+        ref = alone(model, req.prompt_ids, req.output_ids)
+        assert max_diff(ref, req.logits) <= TOL, req.request_id
+        assert [int(x.argmax()) for x in ref] == req.output_ids
+
+
+def test_batched_shared_paged_logits_equal_each_request_alone(tiny):
+    system = ids(tiny, 40, 99)
+    engine = PagedEngine(tiny, 64, 16, record_logits=True)
+    for i, n in enumerate((5, 17, 30, 2)):  # different lengths, one shared system prompt
+        engine.add(system + ids(tiny, n, i), 6 + i)
+    engine.add(ids(tiny, 23, 7), 5)  # and one that shares nothing
+    engine.step()
+    late = [engine.add(system + ids(tiny, 9, 8), 7), engine.add(system + ids(tiny, 3, 9), 4)]  # arrive while decoding
+    batch_sizes = []
+    while not engine.idle:
+        batch_sizes.append(len(engine.step().scheduled))
+    assert max(batch_sizes) >= 5  # several requests of different lengths in one forward
+    assert [r.cached_tokens for r in late] == [32, 32]  # ⌊40/16⌋·16 of the system prompt
+    check_alone(tiny, engine)
+
+
+def test_preempted_request_is_recomputed_exactly(tiny):
+    system = ids(tiny, 20, 50)
+    engine = PagedEngine(tiny, 12, 8, record_logits=True)  # too small for four requests of 40+ tokens
+    for i in range(4):
+        engine.add(system + ids(tiny, 3 + i, i), 20)
+    engine.run()
+    assert sum(r.n_preemptions for r in engine.requests) >= 1
+    assert any(s.preempted for s in engine.history)
+    check_alone(tiny, engine)
+    assert engine.pool.n_in_use() == 0  # every block came back
+
+
+def test_reused_prefix_equals_computed_prefix(tiny):
+    prompts = [ids(tiny, 70, 1) + ids(tiny, 12, 2 + i) for i in range(3)]
+    runs = {}
+    for caching in (True, False):
+        engine = PagedEngine(tiny, 40, 16, prefix_caching=caching, record_logits=True)
+        for p in prompts:
+            req = engine.add(p, 5)
+            while req.first_token_s is None:
+                engine.step()
+        engine.run()
+        runs[caching] = engine.requests
+    assert [r.cached_tokens for r in runs[True]] == [0, 64, 64]
+    assert [r.cached_tokens for r in runs[False]] == [0, 0, 0]
+    for hit, computed in zip(runs[True], runs[False], strict=True):
+        assert max_diff(hit.logits, computed.logits) <= TOL
+        assert hit.output_ids == computed.output_ids
+
+
+@pytest.mark.parametrize("block_size", [4, 8, 16])
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 33, 64, 65])
+def test_identical_prompt_reuses_floor_n_minus_1(small, block_size, n):
+    prompt = ids(small, n, 0)
+    engine = PagedEngine(small, 64, block_size)
+    first = engine.add(prompt, 2)
+    engine.run()
+    second = engine.add(prompt, 2)  # the first one's blocks are free now, but still hashed
+    engine.run()
+    assert first.cached_tokens == 0
+    assert second.cached_tokens == (n - 1) // block_size * block_size == max_cacheable_tokens(n, block_size)
+
+
+@pytest.mark.parametrize("block_size", [4, 8, 16])
+@pytest.mark.parametrize("p, n", [(3, 20), (8, 9), (16, 40), (17, 40), (31, 32), (47, 90)])
+def test_shared_prefix_reuses_floor_p(small, block_size, p, n):
+    prefix = ids(small, p, 100)
+    a = prefix + ids(small, n - p, 1)
+    b = prefix + ids(small, n - p, 2)  # differs from a at position p
+    assert a[p] != b[p]
+    engine = PagedEngine(small, 64, block_size)
+    engine.add(a, 3)
+    engine.step()  # a is prefilled and still running: its full blocks are shared, not just cached
+    req = engine.add(b, 3)
+    engine.step()
+    assert req.cached_tokens == p // block_size * block_size
+    shared = sum(1 for c in engine.sharing().values() if c == 2)
+    assert shared == p // block_size
+    engine.run()
+
+
+def test_lookup_stops_at_first_miss_and_lru_eviction():
+    pool = BlockPool(4, 2)
+    tokens = [1, 2, 3, 4, 5, 6, 7]
+    hashes = prompt_block_hashes(tokens, 2)
+    assert len(hashes) == 3  # full blocks only
+    blocks = pool.allocate(3)
+    pool.register(blocks[0], hashes[0])
+    pool.register(blocks[2], hashes[2])  # block 1 missing: block 2 must not be found
+    assert pool.lookup(hashes, len(tokens)) == [blocks[0]]
+    pool.register(blocks[1], hashes[1])
+    assert pool.lookup(hashes, len(tokens)) == blocks  # ⌊6/2⌋ = 3 blocks
+    assert pool.lookup(hashes, 6) == blocks[:2]  # n = 6: the last token stays computed, ⌊5/2⌋·2 = 4
+    pool.release(blocks)
+    assert pool.n_cached_free() == 3 and pool.n_free == 4
+    assert pool.lookup(hashes, len(tokens)) == blocks  # freed, still hashable
+    # Allocation takes the never-used block first, then the request's last block (freed first): LRU order.
+    first = pool.allocate(2)
+    assert first == [3, blocks[2]]
+    assert pool.lookup(hashes, len(tokens)) == blocks[:2]
+    assert pool.evictions == 1
+    pool.take_cached(blocks[:2])
+    assert pool.n_free == 0
+    with pytest.raises(InputError):
+        pool.allocate(1)
+
+
+def test_too_big_or_empty_request_is_refused(small):
+    engine = PagedEngine(small, 4, 8)
+    with pytest.raises(InputError, match="needs 5 blocks"):
+        engine.add(ids(small, 30, 0), 10)
+    with pytest.raises(InputError):
+        engine.add([], 3)
+    with pytest.raises(InputError):
+        engine.add(ids(small, 250, 0), 10)  # past the context
+
+
+def test_hit_saving_is_measured(small):
+    full_s, hit_s = measure_hit_saving(small, ids(small, 40, 0), 32, repeats=1)
+    assert full_s > 0 and hit_s > 0
+
+
+def test_prefix_demo_cli(capsys):
+    assert main(["prefix-demo", "--requests", "3", "--shared-prefix", "40", "--suffix", "9", "--block-size", "8",
+                 "--new-tokens", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["prompt_tokens"] for r in out["requests"]] == [49] * 3
+    assert [r["cached_tokens"] for r in out["requests"]] == [0, 40, 40]
+    assert out["hit_rate"] == pytest.approx(80 / 147)
+    assert all(r["ttft_s"] > 0 for r in out["requests"])
+    assert out["blocks_shared"] == 5  # the 40-token system prompt: 5 blocks of 8
+    # 3 requests of 49 + 1..3 decoded tokens: 7 blocks each without sharing; 5 shared + 2 own each with it
+    assert out["blocks_used_without_sharing"] == 21 and out["blocks_used"] == 5 + 3 * 2
+    assert out["max_abs_logit_diff_vs_no_sharing"] <= TOL and out["same_tokens_vs_no_sharing"]
+
+
+def test_prefix_demo_cli_bad_input(capsys):
+    assert main(["prefix-demo", "--shared-prefix", "5000"]) == 2
+    assert "context" in capsys.readouterr().err
+    assert main(["prefix-demo", "--block-size", "0"]) == 2
+
+
+def test_fragmentation_bytes(small):
+    from kvviz.engine.paged.scheduler import fragmentation
+    from kvviz.kv.formula import KVSpec, kv_footprint
+
+    c = small.cfg
+    engine = PagedEngine(small, 32, 8)
+    system = ids(small, 20, 5)
+    engine.add(system + ids(small, 5, 1), 4)
+    engine.step()
+    engine.add(system + ids(small, 9, 2), 4)
+    engine.step()  # request 0 holds 26 tokens, request 1 has 29 (16 of them in request 0's two full blocks)
+    frag = fragmentation(engine)
+    per_token = kv_footprint(KVSpec(c.n_layers, c.n_heads, c.n_kv_heads, c.d_head), 1, 1, "float32").per_token
+    assert frag.bytes_per_token == per_token
+    assert frag.live_bytes == (26 + 29 - 16) * per_token
+    assert frag.paged_bytes == (4 + 2) * 8 * per_token  # ⌈26/8⌉ + ⌈29/8⌉ − 2 shared
+    assert frag.paged_unshared_bytes == (4 + 4) * 8 * per_token
+    assert frag.contiguous_bytes == 2 * c.max_seq_len * per_token

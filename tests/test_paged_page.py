@@ -1,0 +1,83 @@
+"""The Paged Blocks page headless (AppTest): shared blocks in the block tables, the hit boundary, a preemption."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGE = "pages/9_Paged_Blocks.py"
+
+
+def _open(lang: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["lang"] = lang
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    return at
+
+
+def _chart(at: AppTest, title: str) -> dict:
+    return next(s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                if s["layout"]["title"]["text"] == title)
+
+
+@pytest.mark.parametrize("lang, title, tables", [
+    ("en", "Paged Blocks & Prefix Sharing", "Block tables: logical → physical"),
+    ("ko", "페이지 블록과 프리픽스 공유", "블록 테이블: 논리 → 물리"),
+])
+def test_four_requests_share_the_system_prompt(lang, title, tables):
+    at = _open(lang)
+    assert at.title[0].value == title
+    assert at.number_input(key="pg_blocks").value == 20
+    at.button(key="pg_add4").click().run()
+    for _ in range(4):  # the four arrive one per step
+        at.button(key="pg_step").click().run()
+    assert not at.exception
+    engine = at.session_state["pg_engine"]
+    assert [r.cached_tokens for r in engine.requests] == [0, 48, 48, 48]  # ⌊48/16⌋·16 of a 48-token system prompt
+    heat = _chart(at, tables)["data"][0]
+    first_blocks = [row[:3] for row in heat["text"]]
+    assert first_blocks[0] == first_blocks[1] == first_blocks[2] == first_blocks[3]  # the same physical blocks
+    assert heat["z"][0][:3] == [5, 5, 5]  # coloured "shared by 4+"
+    assert all(row[3] != first_blocks[0][0] for row in heat["text"])  # own blocks differ
+    shapes = _chart(at, tables)["layout"]["shapes"]
+    assert [s["x0"] for s in shapes] == [2.5, 2.5, 2.5]  # the hit boundary after 3 blocks, for R1..R3
+
+
+def test_small_pool_preempts_and_recomputes():
+    at = _open("en")
+    at.number_input(key="pg_blocks").set_value(12).run()
+    at.button(key="pg_add4").click().run()
+    for _ in range(40):
+        at.button(key="pg_step").click().run()
+        if any(r.n_preemptions for r in at.session_state["pg_engine"].requests):
+            break
+    assert not at.exception
+    engine = at.session_state["pg_engine"]
+    victim = next(r for r in engine.requests if r.n_preemptions)
+    assert victim.request_id == max(r.request_id for r in engine.requests if r.status != "finished")
+    usage = _chart(at, "Pool usage over time")
+    marks = next(d for d in usage["data"] if d.get("name") == "preempted")
+    assert marks["text"] == [f"R{victim.request_id}"]
+    assert any(m.value == "1" for m in at.metric)
+
+
+def test_hosted_pool_past_the_kv_budget_is_refused(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", str(2**20))  # 1 MiB: 512 token slots of the shipped model
+    at = _open("en")
+    assert at.session_state["pg_engine"] is not None  # 20 blocks × 16 = 320 slots fit
+    at.number_input(key="pg_blocks").set_value(64).run()  # 1024 slots do not
+    assert not at.exception
+    assert any("hosted demo" in e.value for e in at.error)
+    assert at.session_state["pg_engine"] is None
+
+
+def test_hugging_face_choice_says_why_and_runs_the_shipped_model():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["kv_model"] = "hf"
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert any("contiguous cache per request" in i.value for i in at.info)
+    assert at.session_state["pg_engine"].model.cfg.max_seq_len > 0  # the native engine is ready
