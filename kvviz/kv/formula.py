@@ -234,12 +234,17 @@ class KVFootprint:
         return asdict(self)
 
 
-def kv_footprint(shape: KVShape, n_tokens: int, batch: int = 1, kv_dtype_name: str = "bfloat16") -> KVFootprint:
-    """The one function behind every KV figure the app shows (MHA/GQA/MQA/MLA, windows, quantized dtypes)."""
+def kv_footprint(
+    shape: KVShape, n_tokens: int, batch: int = 1, kv_dtype_name: str | KVDtype = "bfloat16"
+) -> KVFootprint:
+    """The one function behind every KV figure the app shows (MHA/GQA/MQA/MLA, windows, quantized dtypes).
+
+    kv_dtype_name may also be a KVDtype (e.g. int4 with KIVI's group size: dataclasses.replace(KV_DTYPES["int4"],
+    group_size=32)); kvviz.compression stores such caches and holds their bytes equal to this."""
     _check_positive(batch=batch)
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
         raise InputError("n_tokens_negative", value=n_tokens)
-    fmt = kv_dtype(kv_dtype_name)
+    fmt = kv_dtype_name if isinstance(kv_dtype_name, KVDtype) else kv_dtype(kv_dtype_name)
     count, length = shape.vectors_per_token_layer
     per_token_per_layer = count * fmt.vector_bytes(length)
     data_bytes = count * math.ceil(length * fmt.data_bytes)

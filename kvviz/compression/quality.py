@@ -1,0 +1,109 @@
+"""Quality of a compressed cache against the full one on real text: perplexity, KL(full ‖ compressed) of the
+next-token distribution, and top-1 agreement, over chunks of the shipped model's held-out split or a file."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from kvviz.compression.runner import Method, Trace, run_method
+from kvviz.engine.backends.base import Backend
+from kvviz.errors import InputError
+
+DEFAULT_TOKENS = 2048  # evaluated text per method: a few thousand tokens keeps a CPU run to seconds
+MAX_TEXT_BYTES = 2_000_000
+
+
+@cache
+def held_out_text() -> str:
+    """The shipped model's held-out documents, read through the corpus module (never a fixed file)."""
+    from kvviz.training import corpus
+
+    return "\n\n".join(d.text for d in corpus.build_corpus().held_out)
+
+
+def read_text(path: str | Path) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("compression.no_text_file", path=str(p))
+    if p.stat().st_size > MAX_TEXT_BYTES:
+        raise InputError("compression.text_too_large", path=str(p), limit=MAX_TEXT_BYTES)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("compression.not_utf8", path=str(p)) from None
+
+
+def chunks(backend: Backend, text: str, seq_len: int, n_tokens: int) -> list[list[int]]:
+    """Consecutive pieces of seq_len tokens, at most n_tokens in all (at least one piece of ≥ 4 tokens)."""
+    ids = backend.tokenizer.encode(text)
+    out = [ids[i : i + seq_len] for i in range(0, min(len(ids), max(n_tokens, seq_len)), seq_len)]
+    out = [c for c in out if len(c) == seq_len] or ([ids[:seq_len]] if len(ids) >= 4 else [])
+    if not out:
+        raise InputError("compression.text_too_short", n_tokens=len(ids))
+    return out
+
+
+@dataclass
+class Quality:
+    method: str
+    label: str
+    perplexity: float
+    kl_divergence: float  # nats per token, mean of KL(full ‖ compressed)
+    top1_agreement: float  # share of positions whose argmax matches the full cache's
+    kv_bytes: int
+    formula_bytes: int
+    n_cached: int
+    full_perplexity: float
+    full_kv_bytes: int
+    full_n_cached: int
+    n_predicted: int
+    budget: int | None = None
+    bookkeeping_bytes: int = 0
+    scale_bytes_outside_cache: int = 0
+    fp8_clipped: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def memory_saved(self) -> float:
+        return 1 - self.kv_bytes / self.full_kv_bytes
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved}
+
+
+def compare(full: list[Trace], comp: list[Trace], targets: list[torch.Tensor]) -> tuple[float, float, float, float]:
+    """(perplexity, full perplexity, mean KL, top-1 agreement) pooled over every predicted token."""
+    lf = torch.cat([t.logits for t in full]).log_softmax(-1)
+    lc = torch.cat([t.logits for t in comp]).log_softmax(-1)
+    y = torch.cat(targets)
+    nll = -lc.gather(1, y[:, None]).mean().item()
+    nll_full = -lf.gather(1, y[:, None]).mean().item()
+    kl = (lf.exp() * (lf - lc)).sum(-1).clamp_min(0).mean().item()
+    top1 = (lf.argmax(-1) == lc.argmax(-1)).float().mean().item()
+    return math.exp(nll), math.exp(nll_full), kl, top1
+
+
+def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int | None = None,
+             n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5) -> list[Quality]:
+    """Each method on the same chunks: prompt = the first prompt_share of a chunk, the rest decoded."""
+    seq_len = min(seq_len or backend.arch.max_seq_len, backend.arch.max_seq_len)
+    pieces = chunks(backend, text, seq_len, n_tokens)
+    n_prompt = max(1, int(len(pieces[0]) * prompt_share))
+    full = [run_method(backend, ids, n_prompt, Method("full")) for ids in pieces]
+    targets = [torch.tensor(ids[n_prompt:], device=full[0].logits.device) for ids in pieces]
+    out = []
+    for m in methods:
+        comp = full if m.name == "full" else [run_method(backend, ids, n_prompt, m) for ids in pieces]
+        ppl, ppl_full, kl, top1 = compare(full, comp, targets)
+        last = comp[-1]
+        out.append(Quality(m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached,
+                           ppl_full, full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)),
+                           m.budget, last.bookkeeping_bytes, last.scale_bytes_outside_cache,
+                           sum(t.fp8_clipped for t in comp), tuple(last.notes)))
+    return out
