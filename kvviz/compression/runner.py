@@ -209,7 +209,7 @@ def _run_hf(backend: Backend, ids: list[int], n_prompt: int, method: Method, vie
                 t = chunk.shape[1]
                 kept = ecache.lengths[0]
                 pos0 = ecache.length
-                out = model(input_ids=chunk, past_key_values=dyn, use_cache=True, output_attentions=True,
+                out = model(input_ids=chunk, cache=dyn, use_cache=True, output_attentions=True,
                             position_ids=torch.arange(pos0, pos0 + t, device=x.device)[None],
                             cache_position=torch.arange(kept, kept + t, device=x.device), logits_to_keep=1)
                 logits.append(out.logits[0, -1].float())
