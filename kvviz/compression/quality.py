@@ -3,13 +3,13 @@ next-token distribution, and top-1 agreement, over chunks of the shipped model's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 import torch
 
-from kvviz.compression.runner import Method, Trace, run_method
+from kvviz.compression.runner import Method, StepView, Trace, run_method
 from kvviz.engine.backends.base import Backend
 from kvviz.errors import InputError
 
@@ -66,6 +66,7 @@ class Quality:
     scale_bytes_outside_cache: int = 0
     fp8_clipped: int = 0
     notes: tuple[str, ...] = ()
+    views: dict[int, StepView] = field(default_factory=dict, repr=False)  # the first chunk's recorded steps
 
     @property
     def memory_saved(self) -> float:
@@ -74,7 +75,9 @@ class Quality:
     def to_dict(self) -> dict:
         from dataclasses import asdict
 
-        return {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved}
+        out = {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved}
+        del out["views"]
+        return out
 
 
 def compare(full: list[Trace], comp: list[Trace], targets: list[torch.Tensor]) -> tuple[float, float, float, float]:
@@ -90,20 +93,47 @@ def compare(full: list[Trace], comp: list[Trace], targets: list[torch.Tensor]) -
 
 
 def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int | None = None,
-             n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5) -> list[Quality]:
-    """Each method on the same chunks: prompt = the first prompt_share of a chunk, the rest decoded."""
+             n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5, view_steps: tuple[int, ...] = (),
+             progress=None) -> list[Quality]:  # noqa: ANN001 - progress(done, total) or None
+    """Each method on the same chunks: prompt = the first prompt_share of a chunk, the rest decoded.
+    view_steps: decode steps of the first chunk whose kept positions and attention each method records."""
     seq_len = min(seq_len or backend.arch.max_seq_len, backend.arch.max_seq_len)
     pieces = chunks(backend, text, seq_len, n_tokens)
     n_prompt = max(1, int(len(pieces[0]) * prompt_share))
-    full = [run_method(backend, ids, n_prompt, Method("full")) for ids in pieces]
+    total, done = len(pieces) * (1 + len(methods)), 0
+
+    def run(ids: list[int], m: Method, first: bool) -> Trace:
+        nonlocal done
+        trace = run_method(backend, ids, n_prompt, m, view_steps=view_steps if first else ())
+        done += 1
+        if progress is not None:
+            progress(done, total)
+        return trace
+
+    full = [run(ids, Method("full"), i == 0) for i, ids in enumerate(pieces)]
     targets = [torch.tensor(ids[n_prompt:], device=full[0].logits.device) for ids in pieces]
     out = []
     for m in methods:
-        comp = full if m.name == "full" else [run_method(backend, ids, n_prompt, m) for ids in pieces]
+        comp = full if m.name == "full" else [run(ids, m, i == 0) for i, ids in enumerate(pieces)]
         ppl, ppl_full, kl, top1 = compare(full, comp, targets)
         last = comp[-1]
         out.append(Quality(m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached,
                            ppl_full, full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)),
                            m.budget, last.bookkeeping_bytes, last.scale_bytes_outside_cache,
-                           sum(t.fp8_clipped for t in comp), tuple(last.notes)))
+                           sum(t.fp8_clipped for t in comp), tuple(last.notes), comp[0].views))
+    return out
+
+
+def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Method]:
+    """Every method the page compares: each eviction policy at each budget; on kvviz's own decoder also
+    int8, int4, fp8, and head pooling (GQA halves the KV heads when it can, MQA keeps one)."""
+    from kvviz.compression.eviction import EVICTION
+
+    out = [Method(name, budget=b) for b in budgets for name in EVICTION]
+    if native:
+        out += [Method("int8"), Method("int4"), Method("fp8")]
+        if n_kv_heads % 2 == 0 and n_kv_heads > 2:
+            out.append(Method("gqa", kv_heads=n_kv_heads // 2))
+        if n_kv_heads > 1:
+            out.append(Method("mqa"))
     return out

@@ -64,8 +64,12 @@ class Trace:
     bookkeeping_bytes: int = 0  # positions / scores an eviction policy keeps beside K/V
     scale_bytes_outside_cache: int = 0  # fp8's per-layer tensor scales
     fp8_clipped: int = 0
-    view: StepView | None = None
+    views: dict[int, StepView] = field(default_factory=dict)  # decode step → what the cache held then
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def view(self) -> StepView | None:
+        return next(iter(self.views.values()), None)
 
 
 def kv_shape(backend: Backend) -> KVShape:
@@ -107,23 +111,26 @@ def _view(step: int, position: int, kept: list[torch.Tensor], attentions: list[t
                     [a[0, :, -1].float().cpu().numpy() for a in attentions])
 
 
-def run_method(backend: Backend, ids: list[int], n_prompt: int, method: Method, *, view_step: int | None = None
-               ) -> Trace:
-    """Prefill ids[:n_prompt], then feed ids[n_prompt:-1] one at a time; logits predict ids[n_prompt:]."""
+def run_method(backend: Backend, ids: list[int], n_prompt: int, method: Method, *, view_step: int | None = None,
+               view_steps: tuple[int, ...] = ()) -> Trace:
+    """Prefill ids[:n_prompt], then feed ids[n_prompt:-1] one at a time; logits predict ids[n_prompt:].
+
+    At each of view_steps (pass 0 = prefill) the kept positions and the newest query's attention are recorded."""
+    steps = frozenset(view_steps) | ({view_step} if view_step is not None else frozenset())
     if not 1 <= n_prompt < len(ids):
         raise InputError("compression.bad_prompt", n_prompt=n_prompt, n_tokens=len(ids))
     if method.name not in METHODS:
         raise InputError("compression.unknown_method", name=method.name)
     model = getattr(backend, "model", None)
     if isinstance(model, Decoder):
-        return _run_native(backend, model, ids, n_prompt, method, view_step)
+        return _run_native(backend, model, ids, n_prompt, method, steps)
     if method.name in QUANT or method.name in POOL:
         raise InputError("compression.native_only", method=method.name)
-    return _run_hf(backend, ids, n_prompt, method, view_step)
+    return _run_hf(backend, ids, n_prompt, method, steps)
 
 
 def _run_native(backend: Backend, model: Decoder, ids: list[int], n_prompt: int, method: Method,
-                view_step: int | None) -> Trace:
+                view_steps: frozenset[int]) -> Trace:
     shape = kv_shape(backend)
     dtype, device = backend.dtype, backend.device
     policy: Policy | None = None
@@ -144,22 +151,22 @@ def _run_native(backend: Backend, model: Decoder, ids: list[int], n_prompt: int,
 
     x = torch.tensor([ids], device=device)
     logits: list[torch.Tensor] = []
-    view = None
+    views: dict[int, StepView] = {}
     with torch.inference_mode():
         for step in range(len(ids) - n_prompt):
             prefill = step == 0
             chunk = x[:, :n_prompt] if prefill else x[:, n_prompt + step - 1 : n_prompt + step]
-            want_view = view_step is not None and step == view_step
+            want_view = step in view_steps
             capture = prefill or want_view or bool(policy and policy.needs_attention)
             out = model(chunk, cache, capture_attention=capture, all_logits=False)
             logits.append(out.logits[0, -1].float())
             if want_view:
                 kept = cache.pos if isinstance(cache, EvictingCache) else [
                     torch.arange(n, device=device).expand(1, shape.n_kv_heads, n) for n in cache.lengths]
-                view = _view(step, n_prompt + step - 1, kept, out.attentions)
+                views[step] = _view(step, n_prompt + step - 1, kept, out.attentions)
             if policy is not None:
                 policy.after_pass(cache, out.attentions, prefill)
-    return _trace(method, logits, cache, shape, dtype, view, notes)
+    return _trace(method, logits, cache, shape, dtype, views, notes)
 
 
 def _budget(method: Method) -> int:
@@ -169,7 +176,7 @@ def _budget(method: Method) -> int:
 
 
 def _trace(method: Method, logits: list[torch.Tensor], cache: Any, shape: KVShape, dtype: torch.dtype,
-           view: StepView | None, notes: list[str]) -> Trace:
+           views: dict[int, StepView], notes: list[str]) -> Trace:
     n = cache.lengths[0]
     if isinstance(cache, (EvictingCache, QuantizedCache)):
         measured, formula = cache.kv_bytes(), cache.formula_bytes()
@@ -179,10 +186,10 @@ def _trace(method: Method, logits: list[torch.Tensor], cache: Any, shape: KVShap
                  bookkeeping_bytes=cache.bookkeeping_bytes() if isinstance(cache, EvictingCache) else 0,
                  scale_bytes_outside_cache=cache.tensor_scale_bytes() if isinstance(cache, QuantizedCache) else 0,
                  fp8_clipped=cache.clipped if isinstance(cache, QuantizedCache) else 0,
-                 view=view, notes=notes)
+                 views=views, notes=notes)
 
 
-def _run_hf(backend: Backend, ids: list[int], n_prompt: int, method: Method, view_step: int | None) -> Trace:
+def _run_hf(backend: Backend, ids: list[int], n_prompt: int, method: Method, view_steps: frozenset[int]) -> Trace:
     from transformers import DynamicCache
 
     shape = kv_shape(backend)
@@ -198,7 +205,7 @@ def _run_hf(backend: Backend, ids: list[int], n_prompt: int, method: Method, vie
     ecache = EvictingCache(shape, 1, backend.dtype, backend.device, reposition=reposition, rotate=rotate)
     x = torch.tensor([ids], device=backend.device)
     logits: list[torch.Tensor] = []
-    view = None
+    views: dict[int, StepView] = {}
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")  # the same attention path for every pass (and its probabilities)
     try:
@@ -215,14 +222,14 @@ def _run_hf(backend: Backend, ids: list[int], n_prompt: int, method: Method, vie
                 logits.append(out.logits[0, -1].float())
                 for i, layer in enumerate(dyn.layers):
                     ecache.append(i, layer.keys[:, :, kept:], layer.values[:, :, kept:])
-                if view_step is not None and step == view_step:
-                    view = _view(step, n_prompt + step - 1, ecache.pos, list(out.attentions))
+                if step in view_steps:
+                    views[step] = _view(step, n_prompt + step - 1, ecache.pos, list(out.attentions))
                 if policy is not None:
                     policy.after_pass(ecache, list(out.attentions), prefill)
                 for i, layer in enumerate(dyn.layers):
                     layer.keys, layer.values = ecache.k[i], ecache.v[i]
     finally:
         model.set_attn_implementation(previous)
-    trace = _trace(method, logits, ecache, shape, backend.dtype, view, notes)
+    trace = _trace(method, logits, ecache, shape, backend.dtype, views, notes)
     trace.kv_bytes = backend.cache_live_bytes(dyn)  # what the model's own cache holds
     return trace
