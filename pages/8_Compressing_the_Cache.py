@@ -33,9 +33,22 @@ c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
 source = ui.persisted(c1.radio, ui.url_state("text", "held_out", ui.choice(SOURCES)), tr("compression.text_source"),
                       options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
                       horizontal=True)
-seq_len = c2.selectbox(tr("compression.seq_len"), lengths, index=min(1, len(lengths) - 1), key="cc_seq_len",
-                       help=tr("compression.seq_len_help"))
-n_tokens = c3.selectbox(tr("compression.n_tokens"), [256, 512, 1024, 2048], index=1, key="cc_tokens")
+TOKENS = [256, 512, 1024, 2048]
+
+
+def one_of(options: list[int]):  # noqa: ANN201 - a URL parser
+    def parse(raw: str) -> int:
+        if int(raw) not in options:
+            raise ValueError(raw)
+        return int(raw)
+
+    return parse
+
+
+seq_len = ui.persisted(c2.selectbox, ui.url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths)),
+                       tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
+n_tokens = ui.persisted(c3.selectbox, ui.url_state("tokens", 512, one_of(TOKENS)), tr("compression.n_tokens"),
+                        options=TOKENS)
 shares = c4.multiselect(tr("compression.budgets"), [0.25, 0.5], default=[0.25, 0.5], key="cc_budgets",
                         format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
 own = ""
@@ -53,8 +66,9 @@ if st.button(tr("compression.run"), type="primary", key="cc_run"):
     bar = st.progress(0.0, text=tr("compression.running"))
     try:
         text = own if source == "own" else quality.held_out_text()
-        rows = quality.evaluate(backend, [Method("full"), *methods], text, seq_len=seq_len, n_tokens=n_tokens,
-                                view_steps=view_steps, progress=lambda d, t: bar.progress(d / t))
+        with quality.torch_threads(1 if backend.device.type == "cpu" else None):
+            rows = quality.evaluate(backend, [Method("full"), *methods], text, seq_len=seq_len, n_tokens=n_tokens,
+                                    view_steps=view_steps, progress=lambda d, t: bar.progress(d / t))
         st.session_state.kv_compress = (request, rows)
     except InputError as exc:
         ui.show_error(exc)
@@ -76,7 +90,7 @@ if 0 in show:
         full_bytes=format_binary(full_row.full_kv_bytes)))
     metric = st.radio(tr("compression.metric"), ["kl", "top1"], horizontal=True, key="cc_metric",
                       format_func={m: tr(f"compression.metric_{m}") for m in ("kl", "top1")}.get)
-    fams = {f: tr(f"compression.family_{f if f != 'share' else 'pool'}") for f in charts.FAMILY_COLORS}
+    fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
     ui.chart(charts.tradeoff_figure(data, metric=metric, family_names=fams, x_title=tr("compression.chart_x"),
                                     y_title=tr(f"compression.chart_{metric}"),
                                     title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")

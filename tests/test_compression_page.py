@@ -30,10 +30,10 @@ def measured(lang: str) -> AppTest:
     at.session_state["kv_shape"] = SMALL
     at.query_params["text"] = "own"
     at.query_params["lang"] = lang
+    at.query_params["tokens"] = "256"
     at.switch_page(PAGE)
     at.run()
     at.text_area(key="cc_own_text").input(TEXT)
-    at.selectbox(key="cc_tokens").set_value(256)
     at.run()
     at.button(key="cc_run").click()
     return at.run()

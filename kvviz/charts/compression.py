@@ -27,17 +27,15 @@ def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str
     """One marker per method: x = share of KV bytes saved, y = quality lost (KL, or top-1 disagreement)."""
     fig = go.Figure()
     for fam, color in FAMILY_COLORS.items():
-        mine = [r for r in rows if family(r["method"]) == fam]
-        if not mine:
-            continue
-        y = [max(FLOOR, r["kl_divergence"] if metric == "kl" else 1 - r["top1_agreement"]) for r in mine]
-        fig.add_trace(go.Scatter(
-            x=[r["memory_saved"] for r in mine], y=y, mode="markers+text", name=family_names[fam],
-            text=[r["label"] for r in mine], textposition="top center",
-            marker=dict(size=13, color=color, symbol=[SYMBOLS.get(r["method"], "circle") for r in mine]),
-            customdata=[[r["perplexity"], r["kv_bytes"]] for r in mine],
-            hovertemplate="%{text}<br>saved %{x:.1%}<br>%{y:.4g}<br>ppl %{customdata[0]:.3f}"
-                          "<br>%{customdata[1]:,} B<extra></extra>"))
+        for r in (r for r in rows if family(r["method"]) == fam):  # one legend entry per method, grouped by family
+            y = max(FLOOR, r["kl_divergence"] if metric == "kl" else 1 - r["top1_agreement"])
+            fig.add_trace(go.Scatter(
+                x=[r["memory_saved"]], y=[y], mode="markers", name=r["label"], legendgroup=fam,
+                legendgrouptitle=dict(text=family_names[fam]),
+                marker=dict(size=13, color=color, symbol=SYMBOLS.get(r["method"], "circle")),
+                customdata=[[r["perplexity"], r["kv_bytes"]]],
+                hovertemplate=f"{r['label']}<br>saved %{{x:.1%}}<br>%{{y:.4g}}<br>ppl %{{customdata[0]:.3f}}"
+                              "<br>%{customdata[1]:,} B<extra></extra>"))
     fig.update_xaxes(title=x_title, tickformat=".0%", range=[-0.05, 1.0])
     fig.update_yaxes(title=y_title, type="log")
     return style(fig, title=title, lecture=lecture, height=440)
