@@ -205,3 +205,19 @@ def test_cli_bad_arguments_one_line(argv, words, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err and err.startswith("kvviz: error:")
+
+
+def test_streaming_on_gpt2_keeps_original_positions(tmp_path):
+    """Learned absolute positions live in the hidden state: nothing to re-rotate, so StreamingLLM keeps them."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    config = GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=320, bos_token_id=0,
+                        eos_token_id=0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    byte_bpe().save_pretrained(tmp_path)
+    hf = load_backend(str(tmp_path), device="cpu")
+    ids = list(range(5, 45))
+    trace = run_method(hf, ids, 20, Method("streaming", 12), view_step=10)
+    assert any("original positions" in n for n in trace.notes)
+    assert trace.kv_bytes == trace.formula_bytes == 2 * 12 * 2 * 4 * 16 * 4  # MHA: 4 KV heads of 16
+    assert trace.view.kept[0][0].tolist()[:4] == [0, 1, 2, 3]

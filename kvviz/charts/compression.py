@@ -83,7 +83,7 @@ def attention_by_position(kept: np.ndarray, attention: np.ndarray) -> tuple[np.n
     total: dict[int, float] = {}
     for kv in range(h_kv):
         probs = attention[kv * g : (kv + 1) * g].sum(0)
-        for pos, p in zip(kept[kv].tolist(), probs.tolist()):
+        for pos, p in zip(kept[kv].tolist(), probs.tolist(), strict=False):
             total[pos] = total.get(pos, 0.0) + p
     xs = np.array(sorted(total))
     return xs, np.array([total[x] / attention.shape[0] for x in xs])

@@ -96,11 +96,11 @@ class EvictingCache:
 
     # ---- bytes ----
     def kv_bytes(self) -> int:
-        return sum(k.nbytes + v.nbytes for k, v in zip(self.k, self.v))
+        return sum(k.nbytes + v.nbytes for k, v in zip(self.k, self.v, strict=False))
 
     def bookkeeping_bytes(self) -> int:
         """Positions, slots and scores: what the policy needs beside K/V (not part of the KV formula)."""
-        return sum(p.nbytes + s.nbytes + q.nbytes for p, s, q in zip(self.pos, self.score, self.slot))
+        return sum(p.nbytes + s.nbytes + q.nbytes for p, s, q in zip(self.pos, self.score, self.slot, strict=False))
 
     def formula_bytes(self) -> int:
         batch = self.k[0].shape[0]
@@ -147,7 +147,7 @@ class QuantizedCache:
 
     @property
     def lengths(self) -> list[int]:
-        return [q + r.shape[2] for q, r in zip(self.n_quantized, self.k_res)]
+        return [q + r.shape[2] for q, r in zip(self.n_quantized, self.k_res, strict=False)]
 
     @property
     def length(self) -> int:
@@ -158,7 +158,8 @@ class QuantizedCache:
             if self.k_scale[layer] is None:
                 self.k_scale[layer], self.v_scale[layer] = quant.fp8_scale(k), quant.fp8_scale(v)
             ks, vs = self.k_scale[layer], self.v_scale[layer]
-            self.clipped += int((k.float().abs() > quant.FP8_MAX * ks).sum() + (v.float().abs() > quant.FP8_MAX * vs).sum())
+            for x, s in ((k, ks), (v, vs)):
+                self.clipped += int((x.float().abs() > quant.FP8_MAX * s).sum())
             kq, vq = quant.quantize_fp8(k, ks), quant.quantize_fp8(v, vs)
             kd, vd = quant.dequantize_fp8(kq, ks, self.dtype), quant.dequantize_fp8(vq, vs, self.dtype)
         else:
@@ -208,7 +209,7 @@ class QuantizedCache:
         one = dataclasses.replace(self.shape, n_layers=1)
         fmt = "fp8" if self.fmt == "fp8" else kivi_dtype(self.fmt, self.group)
         total = 0
-        for n_q, res in zip(self.n_quantized, self.k_res):
+        for n_q, res in zip(self.n_quantized, self.k_res, strict=False):
             total += kv_footprint(one, n_q, batch, fmt).total
             total += kv_footprint(one, res.shape[2], batch, dtype_name(self.dtype)).total
         return total

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from kvviz.compression.caches import EvictingCache, QuantizedCache, dtype_name
-from kvviz.compression.eviction import STREAMING_SINKS, EVICTION, Policy, make_policy
+from kvviz.compression.eviction import EVICTION, STREAMING_SINKS, Policy, make_policy
 from kvviz.compression.pooling import pool_kv_heads
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.model import Decoder, apply_rotary
