@@ -33,7 +33,7 @@ c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
 source = ui.persisted(c1.radio, ui.url_state("text", "held_out", ui.choice(SOURCES)), tr("compression.text_source"),
                       options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
                       horizontal=True)
-TOKENS = [256, 512, 1024, 2048]
+TOKENS = [256, 512] if settings.hosted is not None else [256, 512, 1024, 2048]  # a shared demo runs less
 
 
 def one_of(options: list[int]):  # noqa: ANN201 - a URL parser
