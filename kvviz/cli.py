@@ -83,6 +83,17 @@ def _dtype_list(text: str) -> list[str]:
     return names
 
 
+def _method_list(text: str) -> list[str]:
+    from kvviz.compression.runner import METHODS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in METHODS or n == "full"]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown method {bad[0] if bad else text!r}: use {', '.join(m for m in METHODS if m != 'full')}")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvviz", description="See and measure the KV cache of a real decoder.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -166,6 +177,26 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--seed", type=int, default=0)
     pd.add_argument("--json", action="store_true")
     _add_shape_flags(pd)
+
+    c = sub.add_parser("compress", help="compress the KV cache (evict, quantize, pool heads): bytes vs quality")
+    c.add_argument("--method", required=True, type=_method_list,
+                   help="window, streaming, h2o, snapkv, int8, int4, fp8, gqa, mqa (or several, comma-separated)")
+    c.add_argument("--budget", type=_positive_int, help="eviction: cached positions kept per layer")
+    c.add_argument("--model", default="tiny",
+                   help="tiny (shipped), random (custom shape), or a Hugging Face directory or hub id")
+    c.add_argument("--text", help="a UTF-8 text file to measure on (default: the shipped model's held-out split)")
+    c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
+    c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
+    c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
+    c.add_argument("--group", type=_positive_int, default=32, help="int8/int4: KIVI group size")
+    c.add_argument("--residual", type=int, default=32, help="int8/int4: newest tokens kept in full precision")
+    c.add_argument("--pool-kv-heads", type=_positive_int, help="gqa: KV heads after pooling (default: half)")
+    c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    c.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--threads", type=_positive_int, default=1, help="CPU threads (a small model runs best on 1)")
+    c.add_argument("--json", action="store_true")
+    _add_shape_flags(c)
 
     x = sub.add_parser("export-hf", help="write the shipped model as a transformers Llama directory")
     x.add_argument("--out", required=True, help="directory to write (created if missing)")
@@ -350,6 +381,33 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
     return {**out, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype}
 
 
+def cmd_compress(args: argparse.Namespace) -> dict:
+    import torch
+
+    from kvviz.compression.eviction import EVICTION
+    from kvviz.compression.quality import evaluate, held_out_text, read_text
+    from kvviz.compression.runner import Method
+    from kvviz.engine.loading import load_backend
+
+    torch.set_num_threads(args.threads)
+    if args.budget is None and any(m in EVICTION for m in args.method):
+        raise CliError(f"--method {','.join(args.method)} needs --budget N (cached positions kept per layer)")
+    text = read_text(args.text) if args.text else None
+    shape = _shape(args)
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape, seed=args.seed)
+    seq_len = args.seq_len or min(512, backend.spec.max_context)
+    methods = [Method(m, budget=args.budget if m in EVICTION else None, sinks=args.sinks, group=args.group,
+                      residual=args.residual, kv_heads=args.pool_kv_heads) for m in args.method]
+    rows = evaluate(backend, methods, text if text is not None else held_out_text(), seq_len=seq_len,
+                    n_tokens=args.tokens)
+    common = {"model": backend.spec.name, "kind": backend.spec.attention_kind, "n_layers": backend.spec.n_layers,
+              "n_heads": backend.spec.n_heads, "n_kv_heads": backend.spec.n_kv_heads, "d_head": backend.spec.d_head,
+              "dtype": args.dtype, "text": args.text or "held-out split (kvviz.training.corpus)",
+              "seq_len": seq_len, "n_prompt": seq_len // 2}
+    results = [{**common, **r.to_dict()} for r in rows]
+    return results[0] if len(results) == 1 else {"results": results}
+
+
 def cmd_export_hf(args: argparse.Namespace) -> dict:
     from kvviz.engine.export import export_hf
     from kvviz.engine.loading import load_backend
@@ -459,6 +517,18 @@ def _print_prefix_demo(r: dict) -> None:
           f"same tokens: {r['same_tokens_vs_no_sharing']}")
 
 
+def _print_compress(r: dict) -> None:
+    rows = r.get("results", [r])
+    first = rows[0]
+    print(f"[{first['model']} ({first['kind']}), {first['text']}: chunks of {first['seq_len']} tokens, "
+          f"prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted]")
+    print(f"{'method':>16} {'ppl':>9} {'KL':>9} {'top-1':>7} {'KV bytes':>11} {'saved':>7}")
+    print(f"{'full':>16} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_kv_bytes']:11d} {0:7.1%}")
+    for x in rows:
+        print(f"{x['label']:>16} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
+              f"{x['kv_bytes']:11d} {x['memory_saved']:7.1%}")
+
+
 def _print_export(r: dict) -> None:
     print(f"{r['model']} written as a transformers Llama directory: {r['out']}")
     for path in r["files"]:
@@ -473,6 +543,7 @@ COMMANDS = {
     "export-hf": (cmd_export_hf, _print_export),
     "sweep": (cmd_sweep, _print_sweep),
     "prefix-demo": (cmd_prefix_demo, _print_prefix_demo),
+    "compress": (cmd_compress, _print_compress),
 }
 
 

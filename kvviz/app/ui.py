@@ -54,6 +54,7 @@ NAV = (
     ("pages/4_Latency_and_Capacity.py", "nav.latency"),
     ("pages/5_Training_Prefill_Decode.py", "nav.training"),
     ("pages/6_Check.py", "nav.check"),
+    ("pages/8_Compressing_the_Cache.py", "nav.compress"),
     ("pages/9_Paged_Blocks.py", "nav.paged"),
 )
 

@@ -62,8 +62,12 @@ KV_DTYPES: dict[str, KVDtype] = {
 }
 
 
-def kv_dtype(name: str) -> KVDtype:
-    """A storage format by name; a torch dtype's name ("torch.bfloat16") works too."""
+def kv_dtype(name: str | KVDtype) -> KVDtype:
+    """A storage format by name; a torch dtype's name ("torch.bfloat16") works too, and a KVDtype is itself
+    (e.g. int4 with KIVI's group size, dataclasses.replace(KV_DTYPES["int4"], group_size=32), which
+    kvviz.compression stores and holds its bytes equal to)."""
+    if isinstance(name, KVDtype):
+        return name
     key = str(name).removeprefix("torch.")
     try:
         return KV_DTYPES[key]
@@ -197,21 +201,23 @@ class KVFootprint:
         return asdict(self)
 
 
-def kv_bytes(spec: KVSpec, layer_lengths: Sequence[int], batch: int = 1, kv_dtype_name: str = "bfloat16") -> int:
+def kv_bytes(spec: KVSpec, layer_lengths: Sequence[int], batch: int = 1,
+             kv_dtype_name: str | KVDtype = "bfloat16") -> int:
     """B · Σ_layers (tokens the layer keeps) · (bytes one token leaves in one layer, scales included)."""
     count, length = spec.vectors_per_token_layer
     return batch * sum(layer_lengths) * count * kv_dtype(kv_dtype_name).vector_bytes(length)
 
 
-def kv_footprint(spec: KVSpec, n_tokens: int, batch: int = 1, kv_dtype_name: str = "bfloat16") -> KVFootprint:
+def kv_footprint(spec: KVSpec, n_tokens: int, batch: int = 1,
+                 kv_dtype_name: str | KVDtype = "bfloat16") -> KVFootprint:
     """The one function behind every KV figure (MHA/GQA/MQA/MLA, windows, quantized dtypes)."""
     _check_positive(batch=batch)
     _check_count("n_tokens", n_tokens)
     fmt = kv_dtype(kv_dtype_name)
     count, length = spec.vectors_per_token_layer
-    per_token_per_layer = kv_bytes(spec, [1], 1, fmt.name)
+    per_token_per_layer = kv_bytes(spec, [1], 1, fmt)
     token_layers = sum(spec.layer_lengths(n_tokens))
-    per_request = kv_bytes(spec, spec.layer_lengths(n_tokens), 1, fmt.name)
+    per_request = kv_bytes(spec, spec.layer_lengths(n_tokens), 1, fmt)
     return KVFootprint(
         kind=spec.attention_kind,
         kv_dtype=fmt.name,

@@ -1,0 +1,89 @@
+"""Figures for the Compressing the Cache page: memory saved vs quality lost, kept positions, attention rows."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from kvviz.charts.base import style
+
+FAMILY_COLORS = {"evict": "#1f77b4", "quantize": "#d62728", "share": "#2ca02c"}
+SYMBOLS = {"window": "square", "streaming": "diamond", "h2o": "circle", "snapkv": "triangle-up",
+           "int8": "x", "int4": "cross", "fp8": "star", "gqa": "hexagon", "mqa": "pentagon"}
+FLOOR = 1e-6  # a log axis cannot show 0: smaller values sit on this floor (the table gives the exact number)
+
+
+def family(method: str) -> str:
+    if method in ("int8", "int4", "fp8"):
+        return "quantize"
+    if method in ("gqa", "mqa"):
+        return "share"
+    return "evict"
+
+
+def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str, str], x_title: str,
+                    y_title: str, title: str, lecture: bool = False) -> go.Figure:
+    """One marker per method: x = share of KV bytes saved, y = quality lost (KL, or top-1 disagreement)."""
+    fig = go.Figure()
+    for fam, color in FAMILY_COLORS.items():
+        for r in (r for r in rows if family(r["method"]) == fam):  # one legend entry per method, grouped by family
+            y = max(FLOOR, r["kl_divergence"] if metric == "kl" else 1 - r["top1_agreement"])
+            fig.add_trace(go.Scatter(
+                x=[r["memory_saved"]], y=[y], mode="markers", name=r["label"], legendgroup=fam,
+                legendgrouptitle=dict(text=family_names[fam]),
+                marker=dict(size=13, color=color, symbol=SYMBOLS.get(r["method"], "circle")),
+                customdata=[[r["perplexity"], r["kv_bytes"]]],
+                hovertemplate=f"{r['label']}<br>saved %{{x:.1%}}<br>%{{y:.4g}}<br>ppl %{{customdata[0]:.3f}}"
+                              "<br>%{customdata[1]:,} B<extra></extra>"))
+    fig.update_xaxes(title=x_title, tickformat=".0%", range=[-0.05, 1.0])
+    fig.update_yaxes(title=y_title, type="log")
+    return style(fig, title=title, lecture=lecture, height=440)
+
+
+def kept_share(kept: np.ndarray, n_positions: int) -> np.ndarray:
+    """Share of KV heads ([H_kv, n_kept] original positions) that keep each position 0..n_positions-1."""
+    counts = np.zeros(n_positions)
+    for row in kept:
+        counts += np.bincount(row[row < n_positions], minlength=n_positions)[:n_positions]
+    return counts / max(1, kept.shape[0])
+
+
+def kept_strip_figure(labels: Sequence[str], shares: Sequence[np.ndarray], *, x_title: str, title: str,
+                      lecture: bool = False) -> go.Figure:
+    """Rows = methods, columns = token positions; shade = share of KV heads that keep the position."""
+    z = np.vstack(shares)
+    fig = go.Figure(go.Heatmap(z=z, x=np.arange(z.shape[1]), y=list(labels), zmin=0, zmax=1,
+                               colorscale="Blues", showscale=False, xgap=0, ygap=2,
+                               hovertemplate="%{y}<br>position %{x}: %{z:.0%}<extra></extra>"))
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(autorange="reversed")
+    return style(fig, title=title, lecture=lecture, height=max(220, 34 * len(labels) + 120))
+
+
+def attention_row_figure(full: tuple[np.ndarray, np.ndarray], comp: tuple[np.ndarray, np.ndarray], *,
+                         full_name: str, comp_name: str, x_title: str, y_title: str, title: str,
+                         lecture: bool = False) -> go.Figure:
+    """The newest query's attention (mean over heads) at each position the cache holds, full vs compressed."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=full[0], y=full[1], mode="lines", name=full_name, line=dict(color="#7f7f7f")))
+    fig.add_trace(go.Scatter(x=comp[0], y=comp[1], mode="markers", name=comp_name,
+                             marker=dict(size=5, color="#d62728")))
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title=y_title, type="log")
+    return style(fig, title=title, lecture=lecture, height=380)
+
+
+def attention_by_position(kept: np.ndarray, attention: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over query heads of the attention each original position receives. kept [H_kv, n] positions per KV
+    head, attention [n_heads, n] (query heads grouped under KV heads in order). Positions not kept by any
+    head are absent."""
+    h_kv, n = kept.shape
+    g = attention.shape[0] // h_kv
+    total: dict[int, float] = {}
+    for kv in range(h_kv):
+        probs = attention[kv * g : (kv + 1) * g].sum(0)
+        for pos, p in zip(kept[kv].tolist(), probs.tolist(), strict=False):
+            total[pos] = total.get(pos, 0.0) + p
+    xs = np.array(sorted(total))
+    return xs, np.array([total[x] / attention.shape[0] for x in xs])

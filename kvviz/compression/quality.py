@@ -1,0 +1,154 @@
+"""Quality of a compressed cache against the full one on real text: perplexity, KL(full ‖ compressed) of the
+next-token distribution, and top-1 agreement, over chunks of the shipped model's held-out split or a file."""
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from kvviz.compression.runner import Method, StepView, Trace, run_method
+from kvviz.engine.backends.base import Backend
+from kvviz.errors import InputError
+
+DEFAULT_TOKENS = 2048  # evaluated text per method: a few thousand tokens keeps a CPU run to seconds
+MAX_TEXT_BYTES = 2_000_000
+
+
+@cache
+def held_out_text() -> str:
+    """The shipped model's held-out documents, read through the corpus module (never a fixed file)."""
+    from kvviz.training import corpus
+
+    return "\n\n".join(d.text for d in corpus.build_corpus().held_out)
+
+
+def read_text(path: str | Path) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("compression.no_text_file", path=str(p))
+    if p.stat().st_size > MAX_TEXT_BYTES:
+        raise InputError("compression.text_too_large", path=str(p), limit=MAX_TEXT_BYTES)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("compression.not_utf8", path=str(p)) from None
+
+
+def chunks(backend: Backend, text: str, seq_len: int, n_tokens: int) -> list[list[int]]:
+    """Consecutive pieces of seq_len tokens, at most n_tokens in all (at least one piece of ≥ 4 tokens)."""
+    ids = backend.tokenizer.encode(text)
+    out = [ids[i : i + seq_len] for i in range(0, min(len(ids), max(n_tokens, seq_len)), seq_len)]
+    out = [c for c in out if len(c) == seq_len] or ([ids[:seq_len]] if len(ids) >= 4 else [])
+    if not out:
+        raise InputError("compression.text_too_short", n_tokens=len(ids))
+    return out
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with n CPU threads (None: unchanged). Hundreds of one-token passes through a small model are bound
+    by op count: one thread beats two on a shared CPU by an order of magnitude (measured on the tiny model)."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class Quality:
+    method: str
+    label: str
+    perplexity: float
+    kl_divergence: float  # nats per token, mean of KL(full ‖ compressed)
+    top1_agreement: float  # share of positions whose argmax matches the full cache's
+    kv_bytes: int
+    formula_bytes: int
+    n_cached: int
+    full_perplexity: float
+    full_kv_bytes: int
+    full_n_cached: int
+    n_predicted: int
+    budget: int | None = None
+    bookkeeping_bytes: int = 0
+    scale_bytes_outside_cache: int = 0
+    fp8_clipped: int = 0
+    notes: tuple[str, ...] = ()
+    views: dict[int, StepView] = field(default_factory=dict, repr=False)  # the first chunk's recorded steps
+
+    @property
+    def memory_saved(self) -> float:
+        return 1 - self.kv_bytes / self.full_kv_bytes
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        out = {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved}
+        del out["views"]
+        return out
+
+
+def compare(full: list[Trace], comp: list[Trace], targets: list[torch.Tensor]) -> tuple[float, float, float, float]:
+    """(perplexity, full perplexity, mean KL, top-1 agreement) pooled over every predicted token."""
+    lf = torch.cat([t.logits for t in full]).log_softmax(-1)
+    lc = torch.cat([t.logits for t in comp]).log_softmax(-1)
+    y = torch.cat(targets)
+    nll = -lc.gather(1, y[:, None]).mean().item()
+    nll_full = -lf.gather(1, y[:, None]).mean().item()
+    kl = (lf.exp() * (lf - lc)).sum(-1).clamp_min(0).mean().item()
+    top1 = (lf.argmax(-1) == lc.argmax(-1)).float().mean().item()
+    return math.exp(nll), math.exp(nll_full), kl, top1
+
+
+def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int | None = None,
+             n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5, view_steps: tuple[int, ...] = (),
+             progress=None) -> list[Quality]:  # noqa: ANN001 - progress(done, total) or None
+    """Each method on the same chunks: prompt = the first prompt_share of a chunk, the rest decoded.
+    view_steps: decode steps of the first chunk whose kept positions and attention each method records."""
+    seq_len = min(seq_len or backend.spec.max_context, backend.spec.max_context)
+    pieces = chunks(backend, text, seq_len, n_tokens)
+    n_prompt = max(1, int(len(pieces[0]) * prompt_share))
+    total, done = len(pieces) * (1 + len(methods)), 0
+
+    def run(ids: list[int], m: Method, first: bool) -> Trace:
+        nonlocal done
+        trace = run_method(backend, ids, n_prompt, m, view_steps=view_steps if first else ())
+        done += 1
+        if progress is not None:
+            progress(done, total)
+        return trace
+
+    full = [run(ids, Method("full"), i == 0) for i, ids in enumerate(pieces)]
+    targets = [torch.tensor(ids[n_prompt:], device=full[0].logits.device) for ids in pieces]
+    out = []
+    for m in methods:
+        comp = full if m.name == "full" else [run(ids, m, i == 0) for i, ids in enumerate(pieces)]
+        ppl, ppl_full, kl, top1 = compare(full, comp, targets)
+        last = comp[-1]
+        out.append(Quality(m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached,
+                           ppl_full, full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)),
+                           m.budget, last.bookkeeping_bytes, last.scale_bytes_outside_cache,
+                           sum(t.fp8_clipped for t in comp), tuple(last.notes), comp[0].views))
+    return out
+
+
+def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Method]:
+    """Every method the page compares: each eviction policy at each budget; on kvviz's own decoder also
+    int8, int4, fp8, and head pooling (GQA halves the KV heads when it can, MQA keeps one)."""
+    from kvviz.compression.eviction import EVICTION
+
+    out = [Method(name, budget=b) for b in budgets for name in EVICTION]
+    if native:
+        out += [Method("int8"), Method("int4"), Method("fp8")]
+        if n_kv_heads % 2 == 0 and n_kv_heads > 2:
+            out.append(Method("gqa", kv_heads=n_kv_heads // 2))
+        if n_kv_heads > 1:
+            out.append(Method("mqa"))
+    return out

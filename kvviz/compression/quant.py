@@ -1,0 +1,130 @@
+"""Quantize and dequantize K/V: integer groups in the KIVI layout, and FP8 e4m3 with a per-tensor scale.
+
+KIVI (Liu et al. 2024, arXiv:2402.02750): keys are quantized per channel (one scale for a channel over a
+group of G tokens, because outliers live in a few channels), values per token (one scale for G channels
+of one token). int8 here is symmetric (an fp16 scale per group); int4 is asymmetric as in KIVI (fp16 scale
+and fp16 zero point per group), packed two values per byte. Scales are rounded *outwards* to fp16 (scale up,
+zero point down) so every value of a group stays inside the grid and the error bound below holds exactly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0  # largest finite float8_e4m3fn (torch.finfo(torch.float8_e4m3fn).max)
+FP8_REL_ERR = 2.0**-4  # 3 mantissa bits: round-to-nearest is within half a step, 2^-4 of |x| (normals)
+FP8_SUBNORMAL_ERR = 2.0**-10  # half of the subnormal step 2^-9 (in scaled units)
+INT_BITS = {"int8": 8, "int4": 4}
+
+
+def _up(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to an fp16 that is ≥ x (and > 0)."""
+    h = x.to(torch.float16)
+    h = torch.where(h.float() < x, torch.nextafter(h, torch.full_like(h, math.inf)), h)
+    tiny = torch.tensor(torch.finfo(torch.float16).tiny, dtype=torch.float16)
+    return torch.maximum(h, tiny)
+
+
+def _down(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to an fp16 that is ≤ x."""
+    h = x.to(torch.float16)
+    return torch.where(h.float() > x, torch.nextafter(h, torch.full_like(h, -math.inf)), h)
+
+
+@dataclass
+class IntGroups:
+    """Quantized values with their per-group fp16 scale (and zero point for int4); grouped along `axis`."""
+
+    data: torch.Tensor  # int8 values, or uint8 with two int4 values per byte
+    scale: torch.Tensor  # fp16, one per group
+    zero: torch.Tensor | None  # fp16, one per group (int4 only)
+    fmt: str
+    shape: tuple[int, ...]  # the float tensor's shape
+    axis: int  # the grouped axis of the float tensor (-2 tokens for keys, -1 channels for values)
+    group: int
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.data, self.scale, self.zero) if t is not None]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors())
+
+
+def _grouped(x: torch.Tensor, axis: int, group: int) -> torch.Tensor:
+    """[..., n, d] → groups along `axis` as a trailing dimension of size `group`."""
+    if axis == -1:
+        return x.reshape(*x.shape[:-1], x.shape[-1] // group, group)
+    # tokens axis: [..., n/G, G, d] → [..., n/G, d, G]
+    return x.reshape(*x.shape[:-2], x.shape[-2] // group, group, x.shape[-1]).transpose(-1, -2)
+
+
+def _ungrouped(g: torch.Tensor, axis: int, shape: tuple[int, ...]) -> torch.Tensor:
+    if axis == -1:
+        return g.reshape(shape)
+    return g.transpose(-1, -2).reshape(shape)
+
+
+def quantize_int(x: torch.Tensor, fmt: str, group: int, axis: int) -> IntGroups:
+    """Groups of `group` along `axis` (-2: per channel over tokens, KIVI's keys; -1: per token, its values)."""
+    if x.shape[axis] % group:
+        raise ValueError(f"{x.shape[axis]} not a multiple of the group size {group}")
+    bits = INT_BITS[fmt]
+    g = _grouped(x.float(), axis, group)
+    if fmt == "int8":
+        qmax = 2 ** (bits - 1) - 1  # symmetric: −127..127
+        scale = _up(g.abs().amax(-1, keepdim=True) / qmax)
+        q = torch.round(g / scale.float()).clamp(-qmax, qmax).to(torch.int8)
+        zero = None
+        data = _ungrouped(q, axis, tuple(x.shape))
+    else:
+        levels = 2**bits - 1  # asymmetric: 0..15 from the group's minimum
+        zero = _down(g.amin(-1, keepdim=True))
+        scale = _up((g.amax(-1, keepdim=True) - zero.float()) / levels)
+        q = torch.round((g - zero.float()) / scale.float()).clamp(0, levels).to(torch.uint8)
+        q = _ungrouped(q, axis, tuple(x.shape))
+        data = q[..., 0::2] | (q[..., 1::2] << 4)  # two 4-bit values per byte (d_head is even)
+        zero = zero.squeeze(-1)
+    return IntGroups(data, scale.squeeze(-1), zero, fmt, tuple(x.shape), axis, group)
+
+
+def dequantize_int(q: IntGroups, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if q.fmt == "int8":
+        values = q.data.float()
+    else:
+        lo, hi = q.data & 0xF, q.data >> 4
+        values = torch.stack([lo, hi], dim=-1).reshape(q.shape).float()
+    g = _grouped(values, q.axis, q.group)
+    g = g * q.scale.float().unsqueeze(-1)
+    if q.zero is not None:
+        g = g + q.zero.float().unsqueeze(-1)
+    return _ungrouped(g, q.axis, q.shape).to(dtype)
+
+
+def int_error_bound(q: IntGroups) -> torch.Tensor:
+    """|x − x̂| ≤ scale/2 for every value (round to nearest inside the group's grid), as a [shape] tensor."""
+    half = _grouped(torch.zeros(q.shape), q.axis, q.group) + q.scale.float().unsqueeze(-1) / 2
+    return _ungrouped(half, q.axis, q.shape)
+
+
+def fp8_scale(x: torch.Tensor) -> torch.Tensor:
+    """A per-tensor float32 scale mapping the tensor's largest |value| to FP8_MAX (vLLM's k_scale/v_scale)."""
+    amax = x.detach().abs().amax().float()
+    return torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+
+
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x / scale in float8_e4m3fn; values past the calibrated range saturate at ±448·scale."""
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+
+
+def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return (q.float() * scale).to(dtype)
+
+
+def fp8_error_bound(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """|x − x̂| ≤ max(2⁻⁴·|x|, 2⁻¹⁰·scale) for |x| ≤ 448·scale (3 mantissa bits; subnormal step 2⁻⁹)."""
+    return torch.maximum(FP8_REL_ERR * x.float().abs(), FP8_SUBNORMAL_ERR * scale)

@@ -1,0 +1,235 @@
+"""The real decode loop under a compressed cache: prefill a prompt, then feed the text one token at a time
+(teacher forcing), each pass through the model with the compressed cache, keeping every next-token logit.
+
+Native models run with an EvictingCache / QuantizedCache in place of the engine's KVCache; Hugging Face
+models run their own DynamicCache, which an eviction policy shrinks after every pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from kvviz.compression.caches import EvictingCache, QuantizedCache, dtype_name
+from kvviz.compression.eviction import EVICTION, STREAMING_SINKS, Policy, make_policy
+from kvviz.compression.pooling import pool_kv_heads
+from kvviz.engine.backends.base import Backend
+from kvviz.engine.model import Decoder, apply_rotary
+from kvviz.errors import InputError
+from kvviz.kv.formula import KVSpec, kv_footprint
+
+QUANT = ("int8", "int4", "fp8")
+POOL = ("gqa", "mqa")
+METHODS = ("full", *EVICTION, *QUANT, *POOL)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # one of METHODS
+    budget: int | None = None  # eviction: positions kept per layer and KV head
+    sinks: int = STREAMING_SINKS  # streaming
+    group: int = 32  # int8/int4: KIVI group size (G = 32 in the KIVI paper)
+    residual: int = 32  # int8/int4: newest tokens kept in full precision (KIVI's R, 128 there on long contexts)
+    kv_heads: int | None = None  # gqa: KV heads after pooling (default: half of the model's); mqa: 1
+
+    def label(self) -> str:
+        if self.name in EVICTION:
+            return f"{self.name} ({self.budget})"
+        if self.name == "gqa":
+            return f"gqa ({self.kv_heads})" if self.kv_heads else "gqa"
+        return self.name
+
+
+@dataclass
+class StepView:
+    """What one decode step looks like in the compressed cache: per layer, the original position of every kept
+    key per KV head [H_kv, n_kept], and the new query's attention over them per query head [n_heads, n_kept]."""
+
+    step: int
+    position: int
+    kept: list[np.ndarray]
+    attention: list[np.ndarray]
+
+
+@dataclass
+class Trace:
+    method: Method
+    logits: torch.Tensor  # [M, V] float32: the prediction of each target token, in order
+    kv_bytes: int  # measured from the stored tensors after the last pass
+    formula_bytes: int  # the same through kvviz.kv.formula
+    n_cached: int  # positions cached per layer after the last pass
+    shape: KVSpec
+    bookkeeping_bytes: int = 0  # positions / scores an eviction policy keeps beside K/V
+    scale_bytes_outside_cache: int = 0  # fp8's per-layer tensor scales
+    fp8_clipped: int = 0
+    views: dict[int, StepView] = field(default_factory=dict)  # decode step → what the cache held then
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def view(self) -> StepView | None:
+        return next(iter(self.views.values()), None)
+
+
+def kv_shape(backend: Backend) -> KVSpec:
+    a = backend.spec
+    if getattr(a, "kv_lora_rank", 0):
+        raise InputError("compression.no_mla", name=a.name)
+    return KVSpec(a.n_layers, a.n_heads, a.n_kv_heads, a.d_head)
+
+
+def _rope_rotator(inv_freq: torch.Tensor):  # noqa: ANN202
+    """rotate(k, delta): turn RoPE keys by delta positions (R(p + δ) = R(δ)·R(p), exact up to rounding)."""
+
+    def rotate(k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        angles = delta.float().unsqueeze(-1) * inv_freq.to(k.device).float()
+        emb = torch.cat([angles, angles], dim=-1)
+        return apply_rotary(k.float(), emb.cos(), emb.sin()).to(k.dtype)
+
+    return rotate
+
+
+def _native_rotator(model: Decoder):  # noqa: ANN202
+    c = model.cfg
+    inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.d_head, 2, dtype=torch.int64).float() / c.d_head))
+    return _rope_rotator(inv)
+
+
+def _hf_rotator(model: Any):  # noqa: ANN202, ANN401
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    inv = getattr(rotary, "inv_freq", None)
+    d_head = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+    if inv is None or 2 * inv.numel() != d_head:
+        return None  # learned absolute positions (GPT-2) or partial RoPE: no exact re-rotation here
+    # A scaled RoPE (YaRN) multiplies cos/sin once per key; turning by δ is the unscaled rotation R(δ).
+    return _rope_rotator(inv)
+
+
+def _view(step: int, position: int, kept: list[torch.Tensor], attentions: list[torch.Tensor]) -> StepView:
+    return StepView(step, position, [k[0].cpu().numpy() for k in kept],
+                    [a[0, :, -1].float().cpu().numpy() for a in attentions])
+
+
+def run_method(backend: Backend, ids: list[int], n_prompt: int, method: Method, *, view_step: int | None = None,
+               view_steps: tuple[int, ...] = ()) -> Trace:
+    """Prefill ids[:n_prompt], then feed ids[n_prompt:-1] one at a time; logits predict ids[n_prompt:].
+
+    At each of view_steps (pass 0 = prefill) the kept positions and the newest query's attention are recorded."""
+    steps = frozenset(view_steps) | ({view_step} if view_step is not None else frozenset())
+    if not 1 <= n_prompt < len(ids):
+        raise InputError("compression.bad_prompt", n_prompt=n_prompt, n_tokens=len(ids))
+    if method.name not in METHODS:
+        raise InputError("compression.unknown_method", name=method.name)
+    model = getattr(backend, "model", None)
+    if isinstance(model, Decoder):
+        return _run_native(backend, model, ids, n_prompt, method, steps)
+    if method.name in QUANT or method.name in POOL:
+        raise InputError("compression.native_only", method=method.name)
+    return _run_hf(backend, ids, n_prompt, method, steps)
+
+
+def _run_native(backend: Backend, model: Decoder, ids: list[int], n_prompt: int, method: Method,
+                view_steps: frozenset[int]) -> Trace:
+    shape = kv_shape(backend)
+    dtype, device = backend.dtype, backend.device
+    policy: Policy | None = None
+    notes: list[str] = []
+    if method.name in EVICTION:
+        policy = make_policy(method.name, _budget(method), sinks=method.sinks)
+        cache: Any = EvictingCache(shape, 1, dtype, device, reposition=policy.reposition,
+                                   rotate=_native_rotator(model))
+    elif method.name in QUANT:
+        cache = QuantizedCache(shape, 1, dtype, device, method.name, group=method.group, residual=method.residual)
+    else:
+        if method.name in POOL:
+            target = 1 if method.name == "mqa" else (method.kv_heads or max(1, shape.n_kv_heads // 2))
+            model = pool_kv_heads(model, target)
+            shape = KVSpec(shape.n_layers, shape.n_heads, target, shape.d_head)
+            notes.append(f"{backend.spec.n_kv_heads}→{target} KV heads by mean-pooling")
+        cache = model.new_cache(1, len(ids))
+
+    x = torch.tensor([ids], device=device)
+    logits: list[torch.Tensor] = []
+    views: dict[int, StepView] = {}
+    with torch.inference_mode():
+        for step in range(len(ids) - n_prompt):
+            prefill = step == 0
+            chunk = x[:, :n_prompt] if prefill else x[:, n_prompt + step - 1 : n_prompt + step]
+            want_view = step in view_steps
+            capture = prefill or want_view or bool(policy and policy.needs_attention)
+            out = model(chunk, cache, capture_attention=capture, all_logits=False)
+            logits.append(out.logits[0, -1].float())
+            if want_view:
+                kept = cache.pos if isinstance(cache, EvictingCache) else [
+                    torch.arange(n, device=device).expand(1, shape.n_kv_heads, n) for n in cache.lengths]
+                views[step] = _view(step, n_prompt + step - 1, kept, out.attentions)
+            if policy is not None:
+                policy.after_pass(cache, out.attentions, prefill)
+    return _trace(method, logits, cache, shape, dtype, views, notes)
+
+
+def _budget(method: Method) -> int:
+    if method.budget is None:
+        raise InputError("compression.needs_budget", method=method.name)
+    return method.budget
+
+
+def _trace(method: Method, logits: list[torch.Tensor], cache: Any, shape: KVSpec, dtype: torch.dtype,
+           views: dict[int, StepView], notes: list[str]) -> Trace:
+    n = cache.lengths[0]
+    if isinstance(cache, (EvictingCache, QuantizedCache)):
+        measured, formula = cache.kv_bytes(), cache.formula_bytes()
+    else:  # the engine's own KVCache
+        measured, formula = cache.live_bytes(), kv_footprint(shape, n, 1, dtype_name(dtype)).total
+    return Trace(method, torch.stack(logits), measured, formula, n, shape,
+                 bookkeeping_bytes=cache.bookkeeping_bytes() if isinstance(cache, EvictingCache) else 0,
+                 scale_bytes_outside_cache=cache.tensor_scale_bytes() if isinstance(cache, QuantizedCache) else 0,
+                 fp8_clipped=cache.clipped if isinstance(cache, QuantizedCache) else 0,
+                 views=views, notes=notes)
+
+
+def _run_hf(backend: Backend, ids: list[int], n_prompt: int, method: Method, view_steps: frozenset[int]) -> Trace:
+    from transformers import DynamicCache
+
+    shape = kv_shape(backend)
+    model = backend.model
+    policy = make_policy(method.name, _budget(method), sinks=method.sinks) if method.name in EVICTION else None
+    notes: list[str] = []
+    rotate = _hf_rotator(model)
+    reposition = bool(policy and policy.reposition)
+    if reposition and rotate is None:
+        reposition = False  # positions live in the hidden state (learned embeddings): keep original ones
+        notes.append("no RoPE to re-rotate: StreamingLLM kept original positions")
+    dyn = DynamicCache(config=model.config)
+    ecache = EvictingCache(shape, 1, backend.dtype, backend.device, reposition=reposition, rotate=rotate)
+    x = torch.tensor([ids], device=backend.device)
+    logits: list[torch.Tensor] = []
+    views: dict[int, StepView] = {}
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")  # the same attention path for every pass (and its probabilities)
+    try:
+        with torch.inference_mode():
+            for step in range(len(ids) - n_prompt):
+                prefill = step == 0
+                chunk = x[:, :n_prompt] if prefill else x[:, n_prompt + step - 1 : n_prompt + step]
+                t = chunk.shape[1]
+                kept = ecache.lengths[0]
+                pos0 = ecache.length
+                out = model(input_ids=chunk, cache=dyn, use_cache=True, output_attentions=True,
+                            position_ids=torch.arange(pos0, pos0 + t, device=x.device)[None],
+                            cache_position=torch.arange(kept, kept + t, device=x.device), logits_to_keep=1)
+                logits.append(out.logits[0, -1].float())
+                for i, layer in enumerate(dyn.layers):
+                    ecache.append(i, layer.keys[:, :, kept:], layer.values[:, :, kept:])
+                if step in view_steps:
+                    views[step] = _view(step, n_prompt + step - 1, ecache.pos, list(out.attentions))
+                if policy is not None:
+                    policy.after_pass(ecache, list(out.attentions), prefill)
+                for i, layer in enumerate(dyn.layers):
+                    layer.keys, layer.values = ecache.k[i], ecache.v[i]
+    finally:
+        model.set_attn_implementation(previous)
+    trace = _trace(method, logits, ecache, shape, backend.dtype, views, notes)
+    trace.kv_bytes = backend.cache_live_bytes(dyn)  # what the model's own cache holds
+    return trace

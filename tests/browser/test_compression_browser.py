@@ -1,0 +1,26 @@
+"""Compressing the Cache in a real browser, English and Korean: every method measured on the shipped model's
+held-out text, the chart, the strips and the attention row drawn, no errors."""
+import pytest
+from harness import settle, wait_idle
+from playwright.sync_api import expect
+from test_training_check_browser import bad_responses, full_shot, no_errors  # noqa: F401 - a fixture
+
+PAGE = "Compressing_the_Cache"
+QUERY = "seq=128&tokens=256"  # two short chunks keep a shared CPU's run to seconds
+
+
+@pytest.mark.parametrize("lang, title, run, heading", [
+    ("en", "Compressing the Cache", "Measure all methods", "Memory saved against quality lost"),
+    ("ko", "캐시 압축하기", "모든 방법 측정", "절약한 메모리 대 잃은 품질"),
+])
+def test_compression_page(page, shots, bad_responses, lang, title, run, heading):  # noqa: F811
+    page.goto_app(PAGE, f"?lang={lang}&{QUERY}")
+    expect(page.get_by_role("heading", name=title).first).to_be_visible()
+    page.get_by_role("button", name=run).click()
+    page.wait_for_timeout(1000)
+    wait_idle(page, timeout_ms=300_000)
+    settle(page)
+    expect(page.get_by_role("heading", name=heading)).to_be_visible()
+    expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(3)
+    full_shot(page, shots / f"compression_{lang}.png")
+    no_errors(page, bad_responses)
