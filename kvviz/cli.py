@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, format_binary, kv_memory
+from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, kv_memory
+from kvviz.units import format_binary
 
 
 class CliError(Exception):

@@ -6,7 +6,8 @@ from kvviz.engine.cache import KVCache
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.kv.formula import format_binary, kv_cache_bytes, kv_memory
+from kvviz.kv.formula import kv_cache_bytes, kv_memory
+from kvviz.units import format_binary
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

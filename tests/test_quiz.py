@@ -1,7 +1,8 @@
 """The Check page's answers come from the calculator, not from typed-in numbers."""
 from kvviz.app.ui import NAV
 from kvviz.i18n import catalog
-from kvviz.kv.formula import format_binary, kv_cache_bytes
+from kvviz.kv.formula import kv_cache_bytes
+from kvviz.units import format_binary
 from kvviz.lessons import quiz
 
 

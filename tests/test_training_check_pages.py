@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import tokenizer_for
-from kvviz.kv.formula import format_binary
+from kvviz.units import format_binary
 from kvviz.lessons import causal, quiz
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -16,7 +16,8 @@ import torch
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
-from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+from kvviz.kv.formula import dtype_bytes, kv_cache_bytes
+from kvviz.units import format_binary
 
 ENV_SWITCH = "KVVIZ_HOSTED"
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}

@@ -30,7 +30,8 @@ from kvviz.engine.loading import load_backend
 from kvviz.engine.shape import check_custom_shape, parameter_count
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
-from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+from kvviz.kv.formula import dtype_bytes, kv_cache_bytes
+from kvviz.units import format_binary
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 

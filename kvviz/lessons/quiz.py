@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvviz.kv.formula import KVMemory, dtype_bytes, format_binary, kv_memory
+from kvviz.kv.formula import KVMemory, dtype_bytes, kv_memory
+from kvviz.units import decimal_value, format_binary
 
 GIB = 1024**3
 NUMBER_TOLERANCE = 0.01  # a numeric answer within 1 % counts (rounding of a hand calculation)
@@ -90,6 +91,6 @@ def explain_values() -> dict[str, str]:
         "per_token": format_binary(m.per_token),
         "per_request": format_binary(m.per_request),
         "total": format_binary(m.total),
-        "total_gb": f"{m.total / 1e9:.1f}",
+        "total_gb": decimal_value(m.total, "GB"),  # rounded as the calculator rounds
         "weights_7b": format_binary(WEIGHTS_7B_BF16),
     }
