@@ -13,7 +13,9 @@ values = quiz.explain_values()
 
 def reset(q: quiz.Question) -> None:
     st.session_state[f"kv_revealed_{q.id}"] = False
-    st.session_state.pop(f"predict_{q.id}", None)
+    # Assigned, not popped: only an assigned value is sent to the browser, which otherwise keeps showing the old
+    # answer while the server has none (Reveal then stays locked until a different answer is picked).
+    st.session_state[f"predict_{q.id}"] = None
 
 
 def ask(n: int, q: quiz.Question) -> None:

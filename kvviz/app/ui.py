@@ -262,9 +262,19 @@ def hf_policy(caps: HostedCaps | None = None) -> HFPolicy:
 
 
 def get_backend(settings: Settings) -> Backend | None:
-    """The shared model for these settings, or None after showing why it could not load."""
+    """The shared model for these settings, or None after showing why it could not load.
+
+    A Hugging Face model that failed to load is remembered for the session with its error: every rerun of every
+    page would otherwise try again (an offline hub lookup takes ~20 s) until the user changes the choice.
+    """
     if settings.model == "hf" and not settings.hf_model.strip():
         st.info(tr("hf.enter_model"))
+        return None
+    attempt = (settings.hf_model.strip(), settings.dtype, settings.device, settings.hosted)
+    failed = st.session_state.get("kv_hf_failed")
+    if settings.model == "hf" and failed is not None and failed[0] == attempt:
+        _load_error(failed[1])
+        st.caption(tr("hf.failed_remembered"))
         return None
     try:
         shape = settings.shape if settings.model == "random" else None
@@ -277,9 +287,15 @@ def get_backend(settings: Settings) -> Backend | None:
         if settings.hosted is not None:
             hosted.check_params(backend.arch.n_params, settings.hosted)
         return backend
-    except (InputError, ValueError, FileNotFoundError) as exc:
-        st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
+    except (InputError, ValueError, FileNotFoundError, OSError) as exc:
+        if settings.model == "hf":
+            st.session_state.kv_hf_failed = (attempt, exc)
+        _load_error(exc)
         return None
+
+
+def _load_error(exc: Exception) -> None:
+    st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
 
 
 def _check_hosted_model(settings: Settings) -> None:
