@@ -23,8 +23,9 @@ def ask(n: int, q: quiz.Question) -> None:
     with st.container(border=True):
         st.subheader(f"{n}. {tr(f'check.{q.id}_q', **values)}")
         if q.kind is quiz.Kind.NUMBER:
-            prediction = st.number_input(tr("check.estimate_gib"), min_value=0.0, value=None, step=1.0, format="%.2f",
-                                         key=f"predict_{q.id}", disabled=revealed, placeholder=tr("check.type_number"))
+            prediction = ui.number_in_range(tr("check.estimate_gib"), 0.0, quiz.MAX_ESTIMATE_GIB, fallback=None,
+                                            step=1.0, format="%.2f", key=f"predict_{q.id}", disabled=revealed,
+                                            placeholder=tr("check.type_number"))
         else:
             prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
             labels = {o: tr(f"{prefix}_{o}") for o in q.options}

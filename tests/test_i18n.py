@@ -21,3 +21,18 @@ def test_placeholders_match_and_korean_is_translated():
 
 def test_languages():
     assert LANGS == ("en", "ko")
+
+
+def test_english_plurals_and_one_head_is_mha():
+    """Issue 19 #22: "1 tokens", "1 query heads share 1 KV heads (group of 1)"."""
+    from kvviz.i18n import t
+
+    assert t("training.too_short", "en", n_tokens=1, min_len=2).startswith("the text has 1 token;")
+    assert t("training.too_short", "en", n_tokens=0, min_len=2).startswith("the text has 0 tokens;")
+    assert t("common.shape_caption_MHA", "en", n_heads=1, n_kv_heads=1, group=1) == (
+        "MHA: 1 query head and as many KV heads, no groups")
+    assert t("common.shape_caption_GQA", "en", n_heads=8, n_kv_heads=2, group=4) == (
+        "GQA: 8 query heads share 2 KV heads, in groups of 4")
+    assert "1 layer ·" in t("common.model_info", "en", name="m", layers=1, heads=1, kv_heads=1, kind="MHA", d_head=2,
+                            params="1,234")
+    assert "|" not in t("training.token_caption", "ko", n_tokens=1, max_tokens=64, n_prompt=0, steps=1)

@@ -30,7 +30,7 @@ from kvviz.engine.loading import load_backend
 from kvviz.engine.shape import check_custom_shape, parameter_count
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
-from kvviz.kv.formula import dtype_bytes, kv_cache_bytes
+from kvviz.kv.formula import KVShape, dtype_bytes, kv_footprint
 from kvviz.units import format_binary
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
@@ -201,17 +201,46 @@ def page_setup(title_key: str) -> Settings:
     return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture, caps)
 
 
+N = TypeVar("N", int, float)
+
+
+def _number_text(x: float) -> str:
+    """1,000 or 2.5 (never 1e+03 or 1000.0)."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,.6g}"
+
+
+def number_in_range(
+    label: str, low: N, high: N, *, key: str, fallback: N | None, step: N = 1, where: Any = None, **kwargs: Any
+) -> N | None:
+    """A number box that refuses a value outside [low, high]: it says so, naming the range, and returns `fallback`
+    (the last valid value) instead. The box keeps what was typed, so the user sees what was refused.
+
+    Streamlit's own min/max are left off on purpose: with them the browser keeps an out-of-range entry in the box
+    while the app silently goes on with the previous value. Other keyword arguments go to st.number_input.
+    """
+    where = where if where is not None else st
+    typed = where.number_input(label, value=fallback, step=step, key=key, **kwargs)
+    if typed is None or low <= typed <= high:
+        return typed
+    kept = "" if fallback is None else tr("common.out_of_range_kept", kept=_number_text(fallback))
+    where.error(tr("common.out_of_range", name=label, value=_number_text(typed), low=_number_text(low),
+                   high=_number_text(high), kept=kept))
+    return fallback
+
+
 def _shape_controls(caps: HostedCaps | None = None) -> None:
     """Custom shape: layers, query heads, KV heads (MHA/GQA/MQA), d_head, d_model; an invalid one changes nothing."""
     shape: DecoderConfig = st.session_state.kv_shape
     c1, c2 = st.columns(2)
-    layers = c1.number_input(tr("common.layers"), 1, 48, shape.n_layers, key="_w_layers", help=tr("shape.help_layers"))
-    d_model = c2.number_input(tr("common.d_model"), 16, 4096, shape.d_model, step=16, key="_w_d_model",
-                              help=tr("shape.help_d_model"))
-    heads = c1.number_input(tr("common.heads"), 1, 64, shape.n_heads, key="_w_heads", help=tr("shape.help_heads"))
-    kv_heads = c2.number_input(tr("common.kv_heads"), 1, 64, shape.n_kv_heads, key="_w_kv_heads",
+    layers = number_in_range(tr("common.layers"), 1, 48, fallback=shape.n_layers, key="_w_layers", where=c1,
+                             help=tr("shape.help_layers"))
+    d_model = number_in_range(tr("common.d_model"), 16, 4096, fallback=shape.d_model, step=16, key="_w_d_model",
+                              where=c2, help=tr("shape.help_d_model"))
+    heads = number_in_range(tr("common.heads"), 1, 64, fallback=shape.n_heads, key="_w_heads", where=c1,
+                            help=tr("shape.help_heads"))
+    kv_heads = number_in_range(tr("common.kv_heads"), 1, 64, fallback=shape.n_kv_heads, key="_w_kv_heads", where=c2,
                                help=tr("shape.help_kv_heads"))
-    d_head = st.number_input(tr("common.d_head"), 2, 256, shape.d_head, step=2, key="_w_d_head",
+    d_head = number_in_range(tr("common.d_head"), 2, 256, fallback=shape.d_head, step=2, key="_w_d_head",
                              help=tr("shape.help_d_head"))
     try:
         new = DecoderConfig(
@@ -228,9 +257,10 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
         st.error(tr("common.invalid_shape", error=exc.message(lang())))
         return
     st.session_state.kv_shape = new
-    st.caption(tr("common.shape_caption", kind=new.attention_kind, n_heads=new.n_heads,
-                  n_kv_heads=new.n_kv_heads, group=new.group_size))
-    per_token = kv_cache_bytes(1, new.n_layers, 1, new.n_kv_heads, new.d_head, dtype_bytes(st.session_state.kv_dtype))
+    st.caption(tr(f"common.shape_caption_{new.attention_kind}", n_heads=new.n_heads, n_kv_heads=new.n_kv_heads,
+                  group=new.group_size))
+    kv_shape = KVShape(new.n_layers, new.n_heads, new.n_kv_heads, new.d_head)
+    per_token = kv_footprint(kv_shape, 1, 1, st.session_state.kv_dtype).total
     st.caption(tr("shape.kv_per_token", bytes=f"{per_token:,}", params=f"{parameter_count(new):,}"))
 
 

@@ -11,6 +11,7 @@ from kvviz.kv.formula import KVMemory, dtype_bytes, kv_memory
 from kvviz.units import decimal_value, format_binary
 
 GIB = 1024**3
+MAX_ESTIMATE_GIB = 1_000_000.0  # an estimate box's range: 0 … a million GiB (the answer is 64)
 NUMBER_TOLERANCE = 0.01  # a numeric answer within 1 % counts (rounding of a hand calculation)
 
 
