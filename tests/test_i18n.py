@@ -36,3 +36,28 @@ def test_english_plurals_and_one_head_is_mha():
     assert "1 layer ·" in t("common.model_info", "en", name="m", layers=1, heads=1, kv_heads=1, kind="MHA", d_head=2,
                             params="1,234")
     assert "|" not in t("training.token_caption", "ko", n_tokens=1, max_tokens=64, n_prompt=0, steps=1)
+
+
+def test_every_symbol_in_the_locales_has_a_font():
+    """Issue 19 #20: "⏸" drew as an empty box: no installed font (Noto, DejaVu) has it."""
+    import shutil
+    import subprocess
+    import unicodedata
+
+    import pytest
+
+    if shutil.which("fc-list") is None:
+        pytest.skip("fontconfig's fc-list is not installed")
+    symbols = {ch for lang in LANGS for text in catalog(lang).values() for ch in text
+               if ord(ch) > 0x2000 and unicodedata.category(ch) in ("So", "Sm", "Po", "Pd", "Ps", "Pe")}
+    missing = [f"U+{ord(ch):04X} {ch}" for ch in sorted(symbols)
+               if not subprocess.run(["fc-list", f":charset={ord(ch):x}", "family"], capture_output=True,
+                                     text=True).stdout.strip()]
+    assert missing == []
+
+
+def test_korean_says_layer_one_way_and_translates_bytes():
+    """Issue 19 #22: 층 on Memory, 레이어 elsewhere; an English "bytes" in a Korean legend."""
+    ko = catalog("ko")
+    assert [k for k, v in ko.items() if "층" in v] == []
+    assert [k for k, v in ko.items() if re.search(r"\bbytes\b", re.sub(r"{\w+}", "", v))] == []
