@@ -67,6 +67,13 @@ html { font-size: 22px; }
 [data-testid='stMainBlockContainer'] { max-width: 100%; padding-left: 3rem; padding-right: 3rem; }
 </style>"""
 
+# Korean breaks lines between words (eojeol), not inside one: the browser's default split "토큰" across lines.
+# overflow-wrap still breaks a word longer than its box, so nothing overflows.
+KOREAN_CSS = """<style>
+[data-testid='stAppViewContainer'] :is(p, li, h1, h2, h3, label, span, td, th, div[data-testid='stMarkdownContainer']),
+[data-testid='stSidebar'] :is(p, li, label, span) { word-break: keep-all; overflow-wrap: break-word; }
+</style>"""
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -160,6 +167,8 @@ def page_setup(title_key: str) -> Settings:
     st.set_page_config(page_title=t(title_key, lang()), layout="wide", initial_sidebar_state=sidebar)
     if st.session_state.kv_lecture:
         st.html(LECTURE_CSS)
+    if lang() == "ko":
+        st.html(KOREAN_CSS)
     _check_link()
     caps = hosted_caps()
     _track_session(caps)
@@ -454,12 +463,26 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
 
 
 def ideas(titles: Sequence[str], key: str) -> list[int]:
-    """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`)."""
+    """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`).
+
+    In lecture mode a stepper heads the page: previous / next buttons around a bar naming every idea, so a
+    presenter moves through the page one screen at a time (the choice is in the link, so a slide can be shared).
+    """
     if not st.session_state.get("kv_lecture"):
         return list(range(len(titles)))
     state = url_state("idea", 1, int_in(1, len(titles)), state=f"kv_idea_{key}")
-    persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
-              format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
+
+    def move(by: int) -> None:
+        st.session_state[state] = min(max(st.session_state[state] + by, 1), len(titles))
+
+    back, bar, forward = st.columns([1, 12, 1], vertical_alignment="bottom")
+    back.button("←", key=f"kv_idea_back_{key}", on_click=move, args=(-1,), disabled=st.session_state[state] == 1,
+                help=tr("lecture.previous"), width="stretch")
+    forward.button("→", key=f"kv_idea_next_{key}", on_click=move, args=(1,),
+                   disabled=st.session_state[state] == len(titles), help=tr("lecture.next"), width="stretch")
+    with bar:
+        persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
+                  format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
     return [st.session_state[state] - 1]
 
 
