@@ -83,6 +83,11 @@ def native_sections() -> None:
         steps = ui.persisted(st.slider, steps_key, tr("training.steps"), min_value=1, max_value=len(ids) - 1,
                              help=tr("training.steps_help"))
     n_prompt = len(ids) - steps
+    try:  # a hosted demo's caps hold here too: this page runs the model over the whole text
+        ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=steps)
+    except InputError as exc:
+        ui.show_error(exc)
+        return
     tokens = [backend.tokenizer.token_text(i) for i in ids]
     st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
                   max_tokens=causal.MAX_DEMO_TOKENS))

@@ -185,3 +185,13 @@ def test_a_too_short_text_keeps_the_rest_of_the_page():
     assert not at.exception
     assert at.error and "at least 2" in at.error[0].value
     assert [h.value for h in at.header] == ["Training, prefill and decode compared"]
+
+
+def test_training_enforces_the_hosted_kv_budget(monkeypatch):
+    """Every page that runs the model enforces the hosted caps (issue 19 #2, on this page)."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", "2000")
+    at = open_page(TRAINING)
+    assert not at.exception and not at.get("plotly_chart")  # nothing ran
+    assert "2,000 B" in at.error[0].value or "1.95 KiB" in at.error[0].value
+    assert [h.value for h in at.header] == ["Training, prefill and decode compared"]
