@@ -115,7 +115,7 @@ def test_lecture_mode_from_the_link():
     assert at.toggle(key="_w_kv_lecture").value is True
     assert [h.value for h in at.header] == ["The condition for reuse: the causal mask"]  # one idea per screen
     drift = figure(at, "training_drift")
-    assert drift["layout"]["font"]["size"] == 20 and drift["layout"]["height"] == int(360 * 1.4)
+    assert drift["layout"]["font"]["size"] == 20 and drift["layout"]["height"] == int(400 * 1.4)
     at.toggle(key="_w_kv_lecture").set_value(False).run()
     assert len(at.header) == 4 and "lecture" not in at.query_params
 

@@ -38,9 +38,11 @@ def decode_loop_dot(steps: Sequence[str], loop_label: str, *, lecture: bool = Fa
     rows = [f"  {{rank=same; {' '.join(f's{i}' for i in range(start, min(start + half, len(steps))))}}}"
             for start in (0, half)]
     edges = [f"  s{i} -> s{i + 1};" for i in range(len(steps) - 1)]
+    # Invisible verticals stack row two under row one: a grid of three columns, not a staircase of five.
+    edges += [f"  s{i} -> s{i + half} [style=invis];" for i in range(len(steps) - half)]
     # The loop closes from the next token back to "new token's Q/K/V": prefill runs once.
     edges.append(f'  s{len(steps) - 1} -> s2 [label="{_dot_escape(loop_label)}", style=dashed, constraint=false];')
-    size = 22 if lecture else 16
+    size = 20 if lecture else 16
     return "\n".join([
         "digraph decode {",
         '  rankdir=TB; bgcolor="transparent"; nodesep=0.5; ranksep=0.6;',

@@ -114,8 +114,9 @@ def drift_figure(
     layers = [str(i + 1) for i in range(len(k_diff))]
     fig = go.Figure()
     for name, color, diffs in ((k_name, K_COLOR, k_diff), (v_name, V_COLOR, v_diff)):
+        # Only an exact zero is labelled (it has no bar); other values are in the hover and the metrics above.
         fig.add_trace(go.Bar(x=layers, y=[max(d, FLOOR) for d in diffs], name=name, marker_color=color,
-                             text=["0" if d == 0 else f"{d:.2g}" for d in diffs], textposition="outside",
+                             text=["0" if d == 0 else "" for d in diffs], textposition="outside",
                              customdata=list(diffs), hovertemplate="%{x}: %{customdata:.3e}<extra></extra>"))
     top = max(y_max, *(tolerance or [0.0]), FLOOR * 10)
     if tolerance is not None:
@@ -124,8 +125,11 @@ def drift_figure(
                                  size=24, color="#d62728"), hovertemplate="%{x}: %{y:.2e}<extra></extra>"))
     fig.update_yaxes(title=y_title, type="log", range=[np.log10(FLOOR), np.log10(top) + 1], exponentformat="power")
     fig.update_xaxes(title=x_title, type="category")
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
-    return style(fig, title=title, lecture=lecture, height=360)
+    style(fig, title=title, lecture=lecture, height=400)
+    # The legend under the axis title: above the plot its three entries wrapped onto the chart's title.
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22, yanchor="top", x=0, xanchor="left"),
+                      margin_b=110 if lecture else 95)
+    return fig
 
 
 def attention_figure(
