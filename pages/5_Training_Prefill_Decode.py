@@ -174,9 +174,9 @@ def native_sections() -> None:
         changed = [a for a in verdicts if not a.within]
         mode_name = tr(f"training.mode_{mode}")
         if not changed:
-            nearest = max(verdicts, key=lambda a: a.diff / a.tolerance if a.tolerance else 0.0)
-            st.success(tr("training.causal_verdict", mode=mode_name, n_past=d.n_past, change=fmt(nearest.diff),
-                          tol=fmt(nearest.tolerance)))
+            largest = max(verdicts, key=lambda a: a.diff)  # the number in the metrics above, with its layer's limit
+            st.success(tr("training.causal_verdict", mode=mode_name, n_past=d.n_past, change=fmt(largest.diff),
+                          tol=fmt(largest.tolerance)))
         else:
             largest = max(changed, key=lambda a: a.diff)
             st.error(tr("training.bidirectional_verdict", mode=mode_name, n_past=d.n_past, n_changed=len(changed),

@@ -65,12 +65,10 @@ class PastDrift:
     logits_scale: float = 0.0  # max |logits| of the past positions
 
     def kv_agreements(self, dtype: torch.dtype, n_terms: int) -> list[Agreement]:
-        """Per layer, the larger of the K and V changes against the rounding tolerance at that layer's magnitude."""
-        out = []
-        for dk, dv, sk, sv in zip(self.k_max_diff, self.v_max_diff, self.k_scale, self.v_scale, strict=True):
-            k, v = agreement(dk, dtype, sk, n_terms), agreement(dv, dtype, sv, n_terms)
-            out.append(k if (dk - k.tolerance) >= (dv - v.tolerance) else v)  # the one nearer its limit
-        return out
+        """Per layer, the larger of the K and V changes against the rounding tolerance at that layer's magnitude
+        (the larger of max |K| and max |V|)."""
+        return [agreement(max(dk, dv), dtype, max(sk, sv), n_terms)
+                for dk, dv, sk, sv in zip(self.k_max_diff, self.v_max_diff, self.k_scale, self.v_scale, strict=True)]
 
 
 def _check_ids(model: Decoder, ids: list[int], min_len: int) -> None:
