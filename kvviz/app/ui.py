@@ -64,9 +64,9 @@ PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOpt
 # Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
 LECTURE_CSS = """<style>
 html { font-size: 22px; }
-[data-testid='stMainBlockContainer'] { max-width: 100%; padding: 1.5rem 3rem 2rem 3rem; }
+[data-testid='stMainBlockContainer'] { max-width: 100%; padding: 4rem 3rem 2rem 3rem; }
 [data-testid='stMainBlockContainer'] h1 { font-size: 2.2rem; padding-top: 0; }
-</style>"""  # at 1280×720 the default top padding and a 2.75rem title took a third of the screen
+</style>"""  # at 1280×720 the default 6rem top padding (4rem clears the fixed header) and a 2.75rem title took a third
 
 # Korean breaks lines between words (eojeol), not inside one: the browser's default split "토큰" across lines.
 # overflow-wrap still breaks a word longer than its box, so nothing overflows.
