@@ -42,8 +42,3 @@ def format_decimal(n_bytes: float) -> str:
     """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
     return _format(n_bytes, 1000, DECIMAL_UNITS)
 
-
-def decimal_value(n_bytes: float, unit: str) -> str:
-    """n_bytes in one given decimal unit with two decimals, rounded as format_decimal rounds (e.g. "68.72")."""
-    scale = 1000 ** DECIMAL_UNITS.index(unit)
-    return f"{_round_half_up(Fraction(n_bytes) / scale, 2):,.2f}"

@@ -61,3 +61,12 @@ def test_korean_says_layer_one_way_and_translates_bytes():
     ko = catalog("ko")
     assert [k for k, v in ko.items() if "층" in v] == []
     assert [k for k, v in ko.items() if re.search(r"\bbytes\b", re.sub(r"{\w+}", "", v))] == []
+
+
+def test_int4_caption_names_the_zero_point():
+    from kvviz.i18n import t
+    from kvviz.kv.formula import kv_dtype
+
+    int4 = kv_dtype("int4")
+    text = t("memory.scale_note", "en", dtype="int4", group=int4.group_size, scale=int4.scale_bytes_per_group)
+    assert "4 B of fp16 quantization parameters per group of 64" in text and "zero point" in text

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from kvviz.kv.formula import KVMemory, dtype_bytes, kv_memory
-from kvviz.units import decimal_value, format_binary
+from kvviz.units import format_binary, format_decimal
 
 GIB = 1024**3
 MAX_ESTIMATE_GIB = 1_000_000.0  # an estimate box's range: 0 … a million GiB (the answer is 64)
@@ -92,6 +92,6 @@ def explain_values() -> dict[str, str]:
         "per_token": format_binary(m.per_token),
         "per_request": format_binary(m.per_request),
         "total": format_binary(m.total),
-        "total_gb": decimal_value(m.total, "GB"),  # rounded as the calculator rounds
+        "total_gb": format_decimal(m.total),  # the calculator's own formatter: 68.72 GB
         "weights_7b": format_binary(WEIGHTS_7B_BF16),
     }
