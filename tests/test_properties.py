@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from kvviz.cli import main
 from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPE_BYTES, dtype_bytes, kv_cache_bytes, kv_memory
-from kvviz.units import format_binary
 from kvviz.kv.hardware import HARDWARE, Hardware
+from kvviz.units import format_binary
 
 sizes = st.integers(1, 4096)
 bytes_per_elem = st.sampled_from(sorted(set(KV_DTYPE_BYTES.values())))

@@ -2,8 +2,8 @@
 from kvviz.app.ui import NAV
 from kvviz.i18n import catalog
 from kvviz.kv.formula import kv_cache_bytes
-from kvviz.units import format_binary
 from kvviz.lessons import quiz
+from kvviz.units import format_binary
 
 
 def test_cache_size_answer_is_64_gib_from_the_formula():

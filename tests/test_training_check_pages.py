@@ -9,8 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import tokenizer_for
-from kvviz.units import format_binary
 from kvviz.lessons import causal, quiz
+from kvviz.units import format_binary
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TRAINING = "pages/5_Training_Prefill_Decode.py"

@@ -46,7 +46,8 @@ def decode_loop_dot(steps: Sequence[str], loop_label: str, *, lecture: bool = Fa
     return "\n".join([
         "digraph decode {",
         '  rankdir=TB; bgcolor="transparent"; nodesep=0.5; ranksep=0.6;',
-        f'  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize={size}, margin="0.2,0.1"];',
+        f'  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize={size},'
+        ' margin="0.2,0.1"];',
         f'  edge [fontname="Noto Sans CJK KR, sans-serif", fontsize={size - 2}];',
         *nodes,
         *rows,

@@ -121,8 +121,9 @@ def drift_figure(
     top = max(y_max, *(tolerance or [0.0]), FLOOR * 10)
     if tolerance is not None:
         fig.add_trace(go.Scatter(x=layers, y=list(tolerance), name=tolerance_name, mode="lines+markers",
-                                 line=dict(color="#d62728", dash="dash", shape="hvh"), marker=dict(symbol="line-ew-open",
-                                 size=24, color="#d62728"), hovertemplate="%{x}: %{y:.2e}<extra></extra>"))
+                                 line=dict(color="#d62728", dash="dash", shape="hvh"),
+                                 marker=dict(symbol="line-ew-open", size=24, color="#d62728"),
+                                 hovertemplate="%{x}: %{y:.2e}<extra></extra>"))
     fig.update_yaxes(title=y_title, type="log", range=[np.log10(FLOOR), np.log10(top) + 1], exponentformat="power")
     fig.update_xaxes(title=x_title, type="category")
     style(fig, title=title, lecture=lecture, height=400)
