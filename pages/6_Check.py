@@ -7,7 +7,8 @@ from kvviz.lessons import quiz
 tr = ui.tr
 settings = ui.page_setup("check.title")
 st.title(tr("check.title"))
-st.write(tr("check.intro"))
+if not settings.lecture:  # on the projector the presenter says it: the question gets the screen
+    st.write(tr("check.intro"))
 values = quiz.explain_values()
 
 
@@ -53,7 +54,9 @@ def ask(n: int, q: quiz.Question) -> None:
 
 
 revealed = [q for q in quiz.QUESTIONS if st.session_state.get(f"kv_revealed_{q.id}")]
-st.caption(tr("check.progress", revealed=len(revealed), total=len(quiz.QUESTIONS)))
+progress = tr("check.progress", revealed=len(revealed), total=len(quiz.QUESTIONS))
+if not settings.lecture:
+    st.caption(progress)
 titles = [tr(f"check.{q.id}_short") for q in quiz.QUESTIONS]
 show = ui.ideas(titles, "check")
 n_questions = sum(q.kind is not quiz.Kind.TRUTH for q in quiz.QUESTIONS)
@@ -66,3 +69,5 @@ for i, q in enumerate(quiz.QUESTIONS):
         st.header(tr("check.misconceptions"))
         st.write(tr("check.misconceptions_intro"))
     ask(i + 1, q)
+if settings.lecture:
+    st.caption(progress)
