@@ -6,20 +6,25 @@ from kvviz.charts.decode import decode_loop_dot
 
 settings = ui.page_setup("home.title")
 st.title(ui.tr("home.title"))
-st.write(ui.tr("home.summary"))
+titles = [ui.tr("home.loop_title"), ui.tr("home.model_title"), ui.tr("home.pages_title")]
+show = ui.ideas(titles, "home")  # in lecture mode, one idea per screen
 
-st.subheader(ui.tr("home.loop_title"))
-steps = [ui.tr(f"home.loop_{i}") for i in range(1, 7)]
-st.graphviz_chart(decode_loop_dot(steps, ui.tr("home.loop_repeat"), lecture=settings.lecture), width="stretch")
-st.caption(ui.tr("home.loop_caption"))
+if 0 in show:
+    st.write(ui.tr("home.summary"))
+    st.subheader(titles[0])
+    steps = [ui.tr(f"home.loop_{i}") for i in range(1, 7)]
+    st.graphviz_chart(decode_loop_dot(steps, ui.tr("home.loop_repeat"), lecture=settings.lecture), width="stretch")
+    st.caption(ui.tr("home.loop_caption"))
 
-st.subheader(ui.tr("home.model_title"))
-backend = ui.get_backend(settings)
-if backend is not None:
-    ui.model_caption(backend)
+if 1 in show:
+    st.subheader(titles[1])
+    backend = ui.get_backend(settings)
+    if backend is not None:
+        ui.model_caption(backend)
 
-st.subheader(ui.tr("home.pages_title"))
-for path, key in ui.NAV[1:]:
-    if (ui.ROOT / path).exists():  # pages still being built are not linked yet
-        st.page_link(path, label=ui.tr(key))
-        st.caption(ui.tr("home.page_" + key.removeprefix("nav.")))
+if 2 in show:
+    st.subheader(titles[2])
+    for path, key in ui.NAV[1:]:
+        if (ui.ROOT / path).exists():  # pages still being built are not linked yet
+            st.page_link(path, label=ui.tr(key))
+            st.caption(ui.tr("home.page_" + key.removeprefix("nav.")))

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.kv.formula import KV_DTYPES, format_binary
+from kvviz.kv.formula import KV_DTYPES
+from kvviz.units import format_binary
 
 
 class CliError(Exception):

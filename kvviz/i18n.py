@@ -4,6 +4,7 @@ A key reads `section.name` (e.g. `sidebar.model`); every key exists in both lang
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -32,7 +33,20 @@ def catalog(lang: str) -> dict[str, str]:
     return out
 
 
+# English plurals in a locale string: "{n} {n|token|tokens}" reads "1 token", "2 tokens" (Korean needs none).
+PLURAL = re.compile(r"\{(\w+)\|([^{}|]*)\|([^{}|]*)\}")
+
+
+def plural(text: str, values: dict[str, object]) -> str:
+    """Resolve every {name|singular|plural} by the value of `name` (1, "1" or 1.0 is singular)."""
+    def pick(m: re.Match) -> str:
+        value = values.get(m.group(1))
+        return m.group(2) if str(value).replace(",", "") in ("1", "1.0") else m.group(3)
+
+    return PLURAL.sub(pick, text)
+
+
 def t(key: str, lang: str = "en", **values: object) -> str:
     """The string for `key` in `lang`, formatted with `values`; a missing key shows as itself."""
     text = catalog(lang).get(key) or catalog("en").get(key) or key
-    return text.format(**values) if values else text
+    return plural(text, values).format(**values) if values else text

@@ -8,7 +8,7 @@ from kvviz.charts import decode as charts
 from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
 from kvviz.i18n import LANGS, t
-from kvviz.lessons import decode_view, work
+from kvviz.lessons import decode_view, tolerance, work
 
 settings = ui.page_setup("reuse.title")
 tr, lecture = ui.tr, settings.lecture
@@ -188,8 +188,10 @@ def draw(gen: Generation) -> None:
     e[0].metric(tr("reuse.max_delta"), f"{delta:.2e}")
     e[1].metric(tr("reuse.greedy_cached"), decode_view.visible(be.tokenizer.token_text(tok_cached)))
     e[2].metric(tr("reuse.greedy_recompute"), decode_view.visible(be.tokenizer.token_text(tok_fresh)))
-    (st.success if tok_cached == tok_fresh else st.warning)(
-        tr("reuse.check_same" if tok_cached == tok_fresh else "reuse.check_differs", delta=f"{delta:.2e}"))
+    rounding = tolerance.agreement(delta, be.dtype, tolerance.magnitude(gen.last_logits), be.spec.d_model)
+    verdict = "check_beyond" if not rounding.within else "check_same" if tok_cached == tok_fresh else "check_differs"
+    (st.success if verdict == "check_same" else st.warning)(
+        tr(f"reuse.{verdict}", delta=f"{delta:.2e}", tol=f"{rounding.tolerance:.2e}"))
 
 
 live_view()

@@ -17,8 +17,6 @@ from kvviz.kv.formula import (
     KVSpec,
     attention_variants,
     cache_stops_growing,
-    format_binary,
-    format_decimal,
     kv_footprint,
     tokens_to_reach,
     weight_bytes,
@@ -26,6 +24,7 @@ from kvviz.kv.formula import (
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import HF_REPOS, PRESETS
 from kvviz.kv.reader import parse_config_text
+from kvviz.units import format_binary, format_decimal
 
 settings = ui.page_setup("memory.title")
 tr, ss, lecture = ui.tr, st.session_state, settings.lecture
@@ -402,8 +401,11 @@ with tab_live:
     st.write(tr("memory.live_intro"))
     if st.button(tr("memory.run_here"), key="mem_run_here", disabled=backend is None):
         try:
+            prompt = tr("memory.run_prompt")
+            ui.check_request(settings, backend, batch=1, prompt_tokens=len(backend.tokenizer.encode(prompt)),
+                             max_new_tokens=4)  # the hosted caps, as on every page that runs the model
             gen = Generation(backend, max_new_tokens=4)
-            gen.prefill(tr("memory.run_prompt"))
+            gen.prefill(prompt)
             if not gen.done:  # a prefill that emitted EOS already holds the cache to measure
                 gen.step()
             ss.memory_generation = gen
@@ -420,7 +422,7 @@ with tab_live:
         event, arch = gen.events[-1], gen.backend.spec
         stored_heads = gen.backend.layer_kv(gen.cache, 0)[0].shape[1]
         dtype_name = str(gen.backend.dtype).removeprefix("torch.")
-        # The engine's memory.live_kv_bytes for this shape and its per-layer lengths (windows, MLA latents too).
+        # The engine's kv_footprint() of the model's KVSpec for the positions cached (windows, MLA latents too).
         formula = event.formula_bytes
         st.markdown(
             f"**{tr('memory.live_from_' + key)}** — "

@@ -13,10 +13,11 @@ from kvviz.engine.backends.base import Backend
 from kvviz.engine.device import DTYPES
 from kvviz.errors import InputError
 from kvviz.kv.capacity import plan_capacity
-from kvviz.kv.formula import KV_DTYPES, format_binary
+from kvviz.kv.formula import KV_DTYPES
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.roofline import Roofline
+from kvviz.units import format_binary
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
 BUDGET_S = 0.25  # measuring per tick before the chart redraws

@@ -6,7 +6,7 @@ from kvviz.app import ui
 from kvviz.charts import training as charts
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.lessons import causal
+from kvviz.lessons import causal, tolerance
 
 tr = ui.tr
 settings = ui.page_setup("training.title")
@@ -55,7 +55,12 @@ native = isinstance(model, Decoder)
 if backend is not None and not native:
     st.info(tr("training.needs_native"))
 
-if native and set(show) & {0, 1, 2}:
+def fmt(x: float) -> str:
+    return f"{x:.2e}"
+
+
+def native_sections() -> None:
+    """Sections 1–3 (they read K/V inside the layers); a text too short to run says so and skips only them."""
     c1, c2, c3 = st.columns([2, 3, 2])
     with c1:
         preset = ui.persisted(st.selectbox, ui.url_state("preset", "cat", ui.choice([*causal.PRESETS, "custom"])),
@@ -71,19 +76,25 @@ if native and set(show) & {0, 1, 2}:
     ids = backend.tokenizer.encode(text)[: causal.MAX_DEMO_TOKENS]
     if len(ids) < 2:
         ui.show_error(InputError("training.too_short", n_tokens=len(ids), min_len=2))
-        st.stop()
+        return  # not st.stop(): the comparison table below still belongs on the page
     steps_key = ui.url_state("steps", 8, ui.int_in(1, causal.MAX_DEMO_TOKENS - 1))
     st.session_state[steps_key] = min(st.session_state[steps_key], len(ids) - 1)  # a shorter text allows fewer
     with c3:
         steps = ui.persisted(st.slider, steps_key, tr("training.steps"), min_value=1, max_value=len(ids) - 1,
                              help=tr("training.steps_help"))
     n_prompt = len(ids) - steps
+    try:  # a hosted demo's caps hold here too: this page runs the model over the whole text
+        ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=steps)
+    except InputError as exc:
+        ui.show_error(exc)
+        return
     tokens = [backend.tokenizer.token_text(i) for i in ids]
     st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
                   max_tokens=causal.MAX_DEMO_TOKENS))
     ui.model_caption(backend)
     key, ids_t = model_key(), tuple(ids)
-    tol = causal.ROUNDING_TOLERANCE.get(backend.dtype, 5e-2)
+    dtype, n_terms = backend.dtype, backend.spec.d_model  # the tolerance's precision and dot-product length
+    dtype_name = str(dtype).removeprefix("torch.")
     layer_options = list(range(backend.spec.n_layers))
     layer_label = {i: tr("training.layer_n", layer=i + 1) for i in layer_options}.get  # 1-based, like the charts
 
@@ -91,19 +102,26 @@ if native and set(show) & {0, 1, 2}:
         st.header(titles[0])
         par, seq = passes(model, key, ids_t, n_prompt)
         result = causal.compare_passes(par, seq, n_prompt)
+        agree = result.agreements(dtype, n_terms)
         left, right = st.columns(2)
         left.markdown(tr("training.parallel_text", n_tokens=len(ids)))
         right.markdown(tr("training.sequential_text", n_prompt=n_prompt, steps=steps))
         m = st.columns(4)
-        m[0].metric(tr("training.max_dk"), f"{max(result.k_max_diff):.2e}")
-        m[1].metric(tr("training.max_dv"), f"{max(result.v_max_diff):.2e}")
-        m[2].metric(tr("training.max_dlogits"), f"{max(result.logits_max_diff):.2e}")
-        agree = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax, strict=True))
-        m[3].metric(tr("training.argmax_agree"), f"{agree} / {len(ids)}")
-        if result.max_diff <= tol:
-            st.success(tr("training.equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}", dtype=settings.dtype))
+        m[0].metric(tr("training.max_dk"), fmt(agree["K"].diff))
+        m[1].metric(tr("training.max_dv"), fmt(agree["V"].diff))
+        m[2].metric(tr("training.max_dlogits"), fmt(agree["logits"].diff))
+        same = sum(a == b for a, b in zip(result.parallel_argmax, result.sequential_argmax, strict=True))
+        m[3].metric(tr("training.argmax_agree"), f"{same} / {len(ids)}")
+        beyond = [name for name, a in agree.items() if not a.within]
+        if not beyond:
+            st.success(tr("training.equal", dk=fmt(agree["K"].diff), dv=fmt(agree["V"].diff),
+                          dlogits=fmt(agree["logits"].diff), tk=fmt(agree["K"].tolerance),
+                          tv=fmt(agree["V"].tolerance), tlogits=fmt(agree["logits"].tolerance)))
         else:
-            st.warning(tr("training.not_equal", diff=f"{result.max_diff:.2e}", tol=f"{tol:.0e}"))
+            worst = agree[beyond[0]]
+            st.warning(tr("training.not_equal", what=tr(f"training.what_{beyond[0]}"), diff=fmt(worst.diff),
+                          tol=fmt(worst.tolerance)))
+        st.caption(tr("training.tolerance_rule", eps=fmt(tolerance.eps(dtype)), dtype=dtype_name))
         mask_col, kv_col = pair()
         with mask_col:
             ui.chart(charts.mask_figure(tokens, True, title=tr("training.mask_title"), key_axis=tr("training.key_axis"),
@@ -127,12 +145,16 @@ if native and set(show) & {0, 1, 2}:
                 tr("training.max_dk"): [f"{d:.3e}" for d in result.k_max_diff],
                 tr("training.max_dv"): [f"{d:.3e}" for d in result.v_max_diff],
             }), key="training_kv_diff_by_layer")
+        tol = agree["logits"].tolerance
         ui.chart(charts.logits_diff_figure(
             result.logits_max_diff, n_prompt, tol, title=tr("training.logits_title"), x_title=tr("training.position"),
             y_title=tr("training.max_dlogits"), prefill_name=tr("training.prefill_positions"),
-            decode_name=tr("training.decode_positions"), tolerance_name=tr("training.tolerance", tol=f"{tol:.0e}"),
+            decode_name=tr("training.decode_positions"), tolerance_name=tr("training.tolerance", tol=fmt(tol)),
             lecture=lecture), key="training_logits_diff")
-        st.caption(tr("training.logits_note"))
+        prefill, decode = result.logits_max_diff[:n_prompt], result.logits_max_diff[n_prompt:]
+        note = "within" if max(result.logits_max_diff) <= tol else "beyond"
+        st.caption(tr(f"training.logits_note_{note}", n_exact=sum(d == 0 for d in prefill), n_prefill=len(prefill),
+                      prefill_max=fmt(max(prefill)), decode_max=fmt(max(decode)), tol=fmt(tol)))
 
     if 1 in show:
         st.header(titles[1])
@@ -141,31 +163,42 @@ if native and set(show) & {0, 1, 2}:
                             tr("training.attention_mode"), options=["causal", "bidirectional"],
                             format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
                             horizontal=True)
-        is_causal = mode == "causal"
         both = [drift(model, key, ids_t, c) for c in (True, False)]
-        d = both[0] if is_causal else both[1]
+        d = both[0] if mode == "causal" else both[1]
+        verdicts = d.kv_agreements(dtype, n_terms)
         y_max = max(max(x.k_max_diff + x.v_max_diff) for x in both)
         m = st.columns(3)
-        m[0].metric(tr("training.layer1_change"), f"{max(d.k_max_diff[0], d.v_max_diff[0]):.2e}")
-        m[1].metric(tr("training.upper_change"), f"{max(d.k_max_diff[1:] + d.v_max_diff[1:], default=0.0):.2e}")
-        m[2].metric(tr("training.past_logits_change"), f"{d.logits_max_diff:.2e}")
-        if is_causal:
-            st.success(tr("training.causal_verdict", n_past=d.n_past, change=f"{max(d.k_max_diff + d.v_max_diff):.1e}"))
+        m[0].metric(tr("training.layer1_change"), fmt(max(d.k_max_diff[0], d.v_max_diff[0])))
+        m[1].metric(tr("training.upper_change"), fmt(max(d.k_max_diff[1:] + d.v_max_diff[1:], default=0.0)))
+        m[2].metric(tr("training.past_logits_change"), fmt(d.logits_max_diff))
+        changed = [a for a in verdicts if not a.within]
+        mode_name = tr(f"training.mode_{mode}")
+        if not changed:
+            largest = max(verdicts, key=lambda a: a.diff)  # the number in the metrics above, with its layer's limit
+            st.success(tr("training.causal_verdict", mode=mode_name, n_past=d.n_past, change=fmt(largest.diff),
+                          tol=fmt(largest.tolerance)))
         else:
-            st.error(tr("training.bidirectional_verdict", n_past=d.n_past,
-                        change=f"{max(d.k_max_diff + d.v_max_diff):.3g}"))
+            largest = max(changed, key=lambda a: a.diff)
+            st.error(tr("training.bidirectional_verdict", mode=mode_name, n_past=d.n_past, n_changed=len(changed),
+                        n_layers=len(verdicts), change=f"{largest.diff:.3g}", tol=fmt(largest.tolerance)))
         mask_col, drift_col = pair()
         with mask_col:
-            ui.chart(charts.mask_figure(tokens, is_causal, title=tr(f"training.mask_{mode}"),
+            ui.chart(charts.mask_figure(tokens, mode == "causal", title=tr(f"training.mask_{mode}"),
                                         key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
                                         allowed=tr("training.allowed"), masked=tr("training.masked"), lecture=lecture),
                      key="training_mode_mask")
         with drift_col:
-            ui.chart(charts.drift_figure(d.k_max_diff, d.v_max_diff, y_max, title=tr("training.drift_title"),
-                                         x_title=tr("training.layer"), y_title=tr("training.drift_axis"),
-                                         k_name=tr("training.past_k"), v_name=tr("training.past_v"), lecture=lecture),
+            ui.chart(charts.drift_figure(d.k_max_diff, d.v_max_diff, y_max, [a.tolerance for a in verdicts],
+                                         title=tr("training.drift_title"), x_title=tr("training.layer"),
+                                         y_title=tr("training.drift_axis"), k_name=tr("training.past_k"),
+                                         v_name=tr("training.past_v"),
+                                         tolerance_name=tr("training.tolerance_per_layer"), lecture=lecture),
                      key="training_drift")
-        st.caption(tr("training.layer1_note"))
+        first = [x.kv_agreements(dtype, n_terms)[0] for x in both]  # layer 1, with and without the mask
+        values = dict(causal=fmt(first[0].diff), bidirectional=fmt(first[1].diff),
+                      tol=fmt(max(a.tolerance for a in first)))
+        state = "exact" if all(a.exact for a in first) else "within" if all(a.within for a in first) else "beyond"
+        st.caption(tr("training.layer1_note", layer1=tr(f"training.layer1_{state}", **values)))
 
     if 2 in show:
         st.header(titles[2])
@@ -178,7 +211,7 @@ if native and set(show) & {0, 1, 2}:
         m = st.columns(3)
         m[0].metric(tr("training.rows_parallel"), f"{n} × {n}")
         m[1].metric(tr("training.rows_decode"), f"1 × {n}")
-        m[2].metric(tr("training.row_diff"), f"{rows.row_max_diff:.2e}")
+        m[2].metric(tr("training.row_diff"), fmt(rows.row_max_diff))
         ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens,
                                          title=tr("training.attn_title", layer=layer + 1, head=head),
                                          key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
@@ -188,6 +221,10 @@ if native and set(show) & {0, 1, 2}:
                                           title=tr("training.row_title"), x_title=tr("training.key_axis"),
                                           decode_name=tr("training.decode_row"), full_name=tr("training.full_row"),
                                           lecture=lecture), key="training_decode_row")
+
+
+if native and set(show) & {0, 1, 2}:
+    native_sections()
 
 if 3 in show:
     st.header(titles[3])

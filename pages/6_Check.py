@@ -7,13 +7,16 @@ from kvviz.lessons import quiz
 tr = ui.tr
 settings = ui.page_setup("check.title")
 st.title(tr("check.title"))
-st.write(tr("check.intro"))
+if not settings.lecture:  # on the projector the presenter says it: the question gets the screen
+    st.write(tr("check.intro"))
 values = quiz.explain_values()
 
 
 def reset(q: quiz.Question) -> None:
     st.session_state[f"kv_revealed_{q.id}"] = False
-    st.session_state.pop(f"predict_{q.id}", None)
+    # Assigned, not popped: only an assigned value is sent to the browser, which otherwise keeps showing the old
+    # answer while the server has none (Reveal then stays locked until a different answer is picked).
+    st.session_state[f"predict_{q.id}"] = None
 
 
 def ask(n: int, q: quiz.Question) -> None:
@@ -21,8 +24,9 @@ def ask(n: int, q: quiz.Question) -> None:
     with st.container(border=True):
         st.subheader(f"{n}. {tr(f'check.{q.id}_q', **values)}")
         if q.kind is quiz.Kind.NUMBER:
-            prediction = st.number_input(tr("check.estimate_gib"), min_value=0.0, value=None, step=1.0, format="%.2f",
-                                         key=f"predict_{q.id}", disabled=revealed, placeholder=tr("check.type_number"))
+            prediction = ui.number_in_range(tr("check.estimate_gib"), 0.0, quiz.MAX_ESTIMATE_GIB, fallback=None,
+                                            step=1.0, format="%.2f", key=f"predict_{q.id}", disabled=revealed,
+                                            placeholder=tr("check.type_number"))
         else:
             prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
             labels = {o: tr(f"{prefix}_{o}") for o in q.options}
@@ -50,7 +54,9 @@ def ask(n: int, q: quiz.Question) -> None:
 
 
 revealed = [q for q in quiz.QUESTIONS if st.session_state.get(f"kv_revealed_{q.id}")]
-st.caption(tr("check.progress", revealed=len(revealed), total=len(quiz.QUESTIONS)))
+progress = tr("check.progress", revealed=len(revealed), total=len(quiz.QUESTIONS))
+if not settings.lecture:
+    st.caption(progress)
 titles = [tr(f"check.{q.id}_short") for q in quiz.QUESTIONS]
 show = ui.ideas(titles, "check")
 n_questions = sum(q.kind is not quiz.Kind.TRUTH for q in quiz.QUESTIONS)
@@ -63,3 +69,5 @@ for i, q in enumerate(quiz.QUESTIONS):
         st.header(tr("check.misconceptions"))
         st.write(tr("check.misconceptions_intro"))
     ask(i + 1, q)
+if settings.lecture:
+    st.caption(progress)

@@ -11,7 +11,7 @@ from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_S
 from kvviz.compression.runner import Method
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.kv.formula import format_binary
+from kvviz.units import format_binary
 
 tr = ui.tr
 settings = ui.page_setup("compression.title")

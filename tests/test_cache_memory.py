@@ -7,7 +7,8 @@ from kvviz.engine.config import DecoderConfig
 from kvviz.engine.model import Decoder
 from kvviz.engine.shape import native_spec
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec, format_binary, kv_footprint
+from kvviz.kv.formula import KVSpec, kv_footprint
+from kvviz.units import format_binary
 from tests.kvref import textbook_bytes
 
 

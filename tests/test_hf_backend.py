@@ -140,6 +140,8 @@ def test_tokenizer_round_trip_and_token_text(saved):
     assert tok.decode(ids) == "keys and values\n"
     assert tok.eos_id == 0 and tok.vocab_size <= VOCAB
     assert tok.token_text(tok.encode("\n")[0]) == "\\n"  # readable, not an invisible newline
+    # Issue 19 #18: the model's vocabulary (320) is wider than the tokenizer's: those ids are ⟨id⟩, never "None".
+    assert [tok.token_text(i) for i in (tok.vocab_size, VOCAB - 1)] == [f"⟨{tok.vocab_size}⟩", f"⟨{VOCAB - 1}⟩"]
 
 
 def test_context_end_is_a_clear_error(saved):
@@ -361,3 +363,32 @@ def test_app_asks_for_a_model_name():
 def model_captions(at) -> list[str]:  # noqa: ANN001 - an AppTest
     """The sidebar model's architecture caption(s): present only when a model loaded."""
     return [c.value for c in at.caption if " parameters" in c.value and "d_head" in c.value]
+
+
+def test_a_model_that_failed_is_not_retried_until_the_choice_changes(monkeypatch, saved):
+    """Issue 19 #3: offline, a failed hub id was looked up again (23 s) on every rerun of every page."""
+    import kvviz.engine.backends.hf as hf
+
+    calls = []
+    real = hf.load_hf_backend
+
+    def counting(name, **kwargs):  # noqa: ANN001, ANN202 - the real loader, counted
+        calls.append(name)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(hf, "load_hf_backend", counting)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["kv_model"] = "hf"
+    at.session_state["kv_hf_model"] = "kvviz-test/absent-model"
+    at.run()
+    assert calls == ["kvviz-test/absent-model"] and "offline" in at.error[0].value
+    at.switch_page("pages/6_Check.py").run()  # another page, the same session
+    at.switch_page("app.py").run()
+    assert not at.exception and calls == ["kvviz-test/absent-model"]  # remembered: not tried again
+    assert "offline" in at.error[0].value and "not tried again" in " ".join(c.value for c in at.caption)
+    at.session_state["kv_dtype"] = "bfloat16"  # a changed choice is tried
+    at.run()
+    assert calls == ["kvviz-test/absent-model"] * 2
+    at.session_state["kv_hf_model"] = str(saved["llama"])
+    at.run()
+    assert not at.exception and not at.error and calls[-1] == str(saved["llama"])

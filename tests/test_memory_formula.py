@@ -8,17 +8,10 @@ from hypothesis import strategies as st
 
 from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
 from kvviz.errors import InputError
-from kvviz.kv.formula import (
-    KVSpec,
-    attention_variants,
-    format_binary,
-    format_decimal,
-    kv_footprint,
-    tokens_to_reach,
-    weight_bytes,
-)
+from kvviz.kv.formula import KVSpec, attention_variants, kv_footprint, tokens_to_reach, weight_bytes
 from kvviz.kv.presets import CONFIGS, PRESETS, get_preset
 from kvviz.kv.reader import load_hf_config, parse_config_text, parse_hf_config
+from kvviz.units import format_binary, format_decimal
 from tests.kvref import kv_part, textbook_bytes
 
 KIB, GIB = 1024, 1024**3

@@ -37,7 +37,7 @@ def chart(at, key):
     )
 
 
-@pytest.mark.parametrize("lang, label", [("en", "Per token (all layers)"), ("ko", "토큰 하나 (모든 층)")])
+@pytest.mark.parametrize("lang, label", [("en", "Per token (all layers)"), ("ko", "토큰 하나 (모든 레이어)")])
 def test_preset_from_query_params(lang, label):
     at = open_page({"preset": "Qwen2.5-7B", "tokens": "8192", "batch": "4"}, lang)
     m = metrics(at)

@@ -3,8 +3,8 @@ from pathlib import Path
 
 from kvviz.app.ui import NAV
 from kvviz.i18n import catalog
-from kvviz.kv.formula import format_binary
 from kvviz.lessons import quiz
+from kvviz.units import format_binary
 from tests.kvref import textbook_bytes
 
 

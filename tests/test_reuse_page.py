@@ -97,7 +97,7 @@ def test_prefill_then_three_steps():
     # The live equivalence check: cached and recomputed logits agree and pick the same token.
     delta, tok_cached, tok_fresh = next(iter(at.session_state["reuse_checks"].values()))
     assert delta < 1e-4 and tok_cached == tok_fresh
-    assert at.success
+    assert any("within the rounding tolerance" in s.value for s in at.success)  # a verdict states its tolerance
 
 
 def test_layer_switch_uses_the_captured_rows():

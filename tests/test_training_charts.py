@@ -35,3 +35,27 @@ def test_mask_figure_and_lecture_sizes():
     assert full.layout.font.size == 20 and full.layout.height == int(420 * 1.4)
     many = charts.mask_figure(["x"] * 30, True, title="t", key_axis="k", query_axis="q", allowed="a", masked="m")
     assert many.layout.xaxis.tickmode == "auto"  # 30 labels would overlap: positions instead
+
+
+def test_kv_heatmaps_are_stacked_so_titles_never_overlap():
+    par = np.random.default_rng(0).normal(size=(6, 2))
+    fig = charts.kv_side_by_side(par, par + 1e-7, list("abcdef"), titles=["K parallel", "K sequential", "|diff|"],
+                                 position_axis="pos", dim_axis="dim")
+    titles = [a for a in fig.layout.annotations if a.text in ("K parallel", "K sequential", "|diff|")]
+    assert len(titles) == 3 and len({round(a.y, 3) for a in titles}) == 3  # one title per row, each at its own height
+    for axis in ("yaxis", "yaxis2", "yaxis3"):
+        assert tuple(fig.layout[axis].range) == (-0.5, 1.5) and fig.layout[axis].dtick == 1  # d_head 2: ticks 0, 1
+    domains = sorted(tuple(fig.layout[a].domain) for a in ("yaxis", "yaxis2", "yaxis3"))
+    assert all(lo[1] < hi[0] for lo, hi in zip(domains, domains[1:]))  # the rows do not overlap
+
+
+def test_drift_chart_shows_rounding_sized_bars_on_a_log_axis():
+    fig = charts.drift_figure([0.0, 6e-7, 2e-7], [0.0, 1e-6, 3e-7], 1.3, [5e-6, 5e-6, 5e-6], title="t", x_title="x",
+                              y_title="y", k_name="K", v_name="V", tolerance_name="tol")
+    k, v, tol = fig.data
+    assert fig.layout.yaxis.type == "log"
+    low, high = fig.layout.yaxis.range
+    assert low <= math.log10(2e-7) - 2 and high >= math.log10(1.3)  # ~1e-7 bars stand well above the axis floor
+    assert list(k.customdata) == [0.0, 6e-7, 2e-7] and k.y[0] == charts.FLOOR and list(k.text) == ["0", "", ""]
+    assert fig.layout.legend.y < 0  # under the plot, never over the title
+    assert list(tol.y) == [5e-6] * 3

@@ -15,7 +15,8 @@ from typing import Any
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.shape import parameter_count
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec, format_binary, kv_footprint, weight_bytes
+from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
+from kvviz.units import format_binary
 
 ENV_SWITCH = "KVVIZ_HOSTED"
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}

@@ -30,7 +30,8 @@ from kvviz.engine.loading import load_backend
 from kvviz.engine.shape import check_custom_shape, native_spec
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
-from kvviz.kv.formula import format_binary, kv_footprint
+from kvviz.kv.formula import kv_footprint
+from kvviz.units import format_binary
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 
@@ -65,7 +66,15 @@ PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOpt
 # Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
 LECTURE_CSS = """<style>
 html { font-size: 22px; }
-[data-testid='stMainBlockContainer'] { max-width: 100%; padding-left: 3rem; padding-right: 3rem; }
+[data-testid='stMainBlockContainer'] { max-width: 100%; padding: 4rem 3rem 2rem 3rem; }
+[data-testid='stMainBlockContainer'] h1 { font-size: 2.2rem; padding-top: 0; }
+</style>"""  # at 1280×720 the default 6rem top padding (4rem clears the fixed header) and a 2.75rem title took a third
+
+# Korean breaks lines between words (eojeol), not inside one: the browser's default split "토큰" across lines.
+# overflow-wrap still breaks a word longer than its box, so nothing overflows.
+KOREAN_CSS = """<style>
+[data-testid='stAppViewContainer'] :is(p, li, h1, h2, h3, label, span, td, th, div[data-testid='stMarkdownContainer']),
+[data-testid='stSidebar'] :is(p, li, label, span) { word-break: keep-all; overflow-wrap: break-word; }
 </style>"""
 
 
@@ -161,6 +170,8 @@ def page_setup(title_key: str) -> Settings:
     st.set_page_config(page_title=t(title_key, lang()), layout="wide", initial_sidebar_state=sidebar)
     if st.session_state.kv_lecture:
         st.html(LECTURE_CSS)
+    if lang() == "ko":
+        st.html(KOREAN_CSS)
     _check_link()
     caps = hosted_caps()
     _track_session(caps)
@@ -202,17 +213,46 @@ def page_setup(title_key: str) -> Settings:
     return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture, caps)
 
 
+N = TypeVar("N", int, float)
+
+
+def _number_text(x: float) -> str:
+    """1,000 or 2.5 (never 1e+03 or 1000.0)."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,.6g}"
+
+
+def number_in_range(
+    label: str, low: N, high: N, *, key: str, fallback: N | None, step: N = 1, where: Any = None, **kwargs: Any
+) -> N | None:
+    """A number box that refuses a value outside [low, high]: it says so, naming the range, and returns `fallback`
+    (the last valid value) instead. The box keeps what was typed, so the user sees what was refused.
+
+    Streamlit's own min/max are left off on purpose: with them the browser keeps an out-of-range entry in the box
+    while the app silently goes on with the previous value. Other keyword arguments go to st.number_input.
+    """
+    where = where if where is not None else st
+    typed = where.number_input(label, value=fallback, step=step, key=key, **kwargs)
+    if typed is None or low <= typed <= high:
+        return typed
+    kept = "" if fallback is None else tr("common.out_of_range_kept", kept=_number_text(fallback))
+    where.error(tr("common.out_of_range", name=label, value=_number_text(typed), low=_number_text(low),
+                   high=_number_text(high), kept=kept))
+    return fallback
+
+
 def _shape_controls(caps: HostedCaps | None = None) -> None:
     """Custom shape: layers, query heads, KV heads (MHA/GQA/MQA), d_head, d_model; an invalid one changes nothing."""
     shape: DecoderConfig = st.session_state.kv_shape
     c1, c2 = st.columns(2)
-    layers = c1.number_input(tr("common.layers"), 1, 48, shape.n_layers, key="_w_layers", help=tr("shape.help_layers"))
-    d_model = c2.number_input(tr("common.d_model"), 16, 4096, shape.d_model, step=16, key="_w_d_model",
-                              help=tr("shape.help_d_model"))
-    heads = c1.number_input(tr("common.heads"), 1, 64, shape.n_heads, key="_w_heads", help=tr("shape.help_heads"))
-    kv_heads = c2.number_input(tr("common.kv_heads"), 1, 64, shape.n_kv_heads, key="_w_kv_heads",
+    layers = number_in_range(tr("common.layers"), 1, 48, fallback=shape.n_layers, key="_w_layers", where=c1,
+                             help=tr("shape.help_layers"))
+    d_model = number_in_range(tr("common.d_model"), 16, 4096, fallback=shape.d_model, step=16, key="_w_d_model",
+                              where=c2, help=tr("shape.help_d_model"))
+    heads = number_in_range(tr("common.heads"), 1, 64, fallback=shape.n_heads, key="_w_heads", where=c1,
+                            help=tr("shape.help_heads"))
+    kv_heads = number_in_range(tr("common.kv_heads"), 1, 64, fallback=shape.n_kv_heads, key="_w_kv_heads", where=c2,
                                help=tr("shape.help_kv_heads"))
-    d_head = st.number_input(tr("common.d_head"), 2, 256, shape.d_head, step=2, key="_w_d_head",
+    d_head = number_in_range(tr("common.d_head"), 2, 256, fallback=shape.d_head, step=2, key="_w_d_head",
                              help=tr("shape.help_d_head"))
     try:
         new = DecoderConfig(
@@ -230,8 +270,8 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
         return
     st.session_state.kv_shape = new
     spec = native_spec(new)
-    st.caption(tr("common.shape_caption", kind=spec.attention_kind, n_heads=spec.n_heads,
-                  n_kv_heads=spec.n_kv_heads, group=spec.group_size))
+    st.caption(tr(f"common.shape_caption_{spec.attention_kind}", n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads,
+                  group=spec.group_size))
     per_token = kv_footprint(spec, 1, 1, st.session_state.kv_dtype).per_token
     st.caption(tr("shape.kv_per_token", bytes=f"{per_token:,}", params=f"{spec.n_params:,}"))
 
@@ -264,9 +304,19 @@ def hf_policy(caps: HostedCaps | None = None) -> HFPolicy:
 
 
 def get_backend(settings: Settings) -> Backend | None:
-    """The shared model for these settings, or None after showing why it could not load."""
+    """The shared model for these settings, or None after showing why it could not load.
+
+    A Hugging Face model that failed to load is remembered for the session with its error: every rerun of every
+    page would otherwise try again (an offline hub lookup takes ~20 s) until the user changes the choice.
+    """
     if settings.model == "hf" and not settings.hf_model.strip():
         st.info(tr("hf.enter_model"))
+        return None
+    attempt = (settings.hf_model.strip(), settings.dtype, settings.device, settings.hosted)
+    failed = st.session_state.get("kv_hf_failed")
+    if settings.model == "hf" and failed is not None and failed[0] == attempt:
+        _load_error(failed[1])
+        st.caption(tr("hf.failed_remembered"))
         return None
     try:
         shape = settings.shape if settings.model == "random" else None
@@ -279,9 +329,15 @@ def get_backend(settings: Settings) -> Backend | None:
         if settings.hosted is not None:
             hosted.check_params(backend.spec.n_params, settings.hosted)
         return backend
-    except (InputError, ValueError, FileNotFoundError) as exc:
-        st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
+    except (InputError, ValueError, FileNotFoundError, OSError) as exc:
+        if settings.model == "hf":
+            st.session_state.kv_hf_failed = (attempt, exc)
+        _load_error(exc)
         return None
+
+
+def _load_error(exc: Exception) -> None:
+    st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
 
 
 def _check_hosted_model(settings: Settings) -> None:
@@ -409,12 +465,26 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
 
 
 def ideas(titles: Sequence[str], key: str) -> list[int]:
-    """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`)."""
+    """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`).
+
+    In lecture mode a stepper heads the page: previous / next buttons around a bar naming every idea, so a
+    presenter moves through the page one screen at a time (the choice is in the link, so a slide can be shared).
+    """
     if not st.session_state.get("kv_lecture"):
         return list(range(len(titles)))
     state = url_state("idea", 1, int_in(1, len(titles)), state=f"kv_idea_{key}")
-    persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
-              format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
+
+    def move(by: int) -> None:
+        st.session_state[state] = min(max(st.session_state[state] + by, 1), len(titles))
+
+    back, bar, forward = st.columns([1, 12, 1], vertical_alignment="bottom")
+    back.button("←", key=f"kv_idea_back_{key}", on_click=move, args=(-1,), disabled=st.session_state[state] == 1,
+                help=tr("lecture.previous"), width="stretch")
+    forward.button("→", key=f"kv_idea_next_{key}", on_click=move, args=(1,),
+                   disabled=st.session_state[state] == len(titles), help=tr("lecture.next"), width="stretch")
+    with bar:
+        persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
+                  format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
     return [st.session_state[state] - 1]
 
 

@@ -25,21 +25,32 @@ def _position_axis(labels: Sequence[str]) -> dict:
 
 
 def decode_loop_dot(steps: Sequence[str], loop_label: str, *, lecture: bool = False) -> str:
-    """The decode loop as Graphviz DOT: prefill → cache → new Q/K/V → append → attend → next token → repeat."""
+    """The decode loop as Graphviz DOT: prefill → cache → new Q/K/V → append → attend → next token → repeat.
+
+    Two rows of three boxes, not one row of six: the drawing is scaled to the page's width, and a single row
+    shrank its text to ~8 px at 1400 px. Row one is the prefill and the first step, row two the rest of the loop.
+    """
     nodes = []
     for i, text in enumerate(steps):
         fill = "#ffe2b3" if i == 0 else ("#dfe9ff" if i < len(steps) - 1 else "#d8f5dc")
         nodes.append(f'  s{i} [label="{_dot_escape(text)}", fillcolor="{fill}"];')
+    half = (len(steps) + 1) // 2
+    rows = [f"  {{rank=same; {' '.join(f's{i}' for i in range(start, min(start + half, len(steps))))}}}"
+            for start in (0, half)]
     edges = [f"  s{i} -> s{i + 1};" for i in range(len(steps) - 1)]
+    # Invisible verticals stack row two under row one: a grid of three columns, not a staircase of five.
+    edges += [f"  s{i} -> s{i + half} [style=invis];" for i in range(len(steps) - half)]
     # The loop closes from the next token back to "new token's Q/K/V": prefill runs once.
     edges.append(f'  s{len(steps) - 1} -> s2 [label="{_dot_escape(loop_label)}", style=dashed, constraint=false];')
-    size = 20 if lecture else 14
+    size = 20 if lecture else 16
     return "\n".join([
         "digraph decode {",
-        '  rankdir=LR; bgcolor="transparent";',
-        f'  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize={size}, margin="0.15,0.08"];',
+        '  rankdir=TB; bgcolor="transparent"; nodesep=0.5; ranksep=0.6;',
+        f'  node [shape=box, style="rounded,filled", fontname="Noto Sans CJK KR, sans-serif", fontsize={size},'
+        ' margin="0.2,0.1"];',
         f'  edge [fontname="Noto Sans CJK KR, sans-serif", fontsize={size - 2}];',
         *nodes,
+        *rows,
         *edges,
         "}",
     ])

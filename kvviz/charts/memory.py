@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
-from kvviz.kv.formula import format_binary
+from kvviz.units import format_binary
 
 GIB = 1024**3
 KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c", "MLA": "#9467bd"}

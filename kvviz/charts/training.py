@@ -42,26 +42,34 @@ def mask_figure(
     return style(fig, title=title, lecture=lecture, height=420)
 
 
+def _dim_ticks(d_head: int) -> dict:
+    # Whole dimensions only (a d_head of 2 must not read −0.5 … 1.5), at most ~8 labels.
+    return dict(tick0=0, dtick=max(1, -(-d_head // 8)), range=[-0.5, d_head - 0.5])
+
+
 def kv_side_by_side(
     parallel: np.ndarray, sequential: np.ndarray, tokens: Sequence[str], *, titles: Sequence[str], position_axis: str,
     dim_axis: str, lecture: bool = False,
 ) -> go.Figure:
-    """One head's K (or V) [T, d_head] from both paths, and their absolute difference."""
+    """One head's K (or V) [T, d_head] from both paths, and their absolute difference, stacked (one shared x axis).
+
+    Stacked rather than side by side: three titles over three narrow columns overlapped at any page width.
+    """
     diff = np.abs(parallel - sequential)
     lim = float(max(np.abs(parallel).max(), np.abs(sequential).max()))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=list(titles), horizontal_spacing=0.06)
-    for col, z in ((1, parallel), (2, sequential)):
+    fig = make_subplots(rows=3, cols=1, subplot_titles=list(titles), shared_xaxes=True, vertical_spacing=0.11)
+    for row, z in ((1, parallel), (2, sequential)):
         fig.add_trace(go.Heatmap(z=z.T, zmin=-lim, zmax=lim, colorscale="RdBu", showscale=False,
-                                 hovertemplate="%{x}, %{y}: %{z:.6f}<extra></extra>"), 1, col)
+                                 hovertemplate="%{x}, %{y}: %{z:.6f}<extra></extra>"), row, 1)
     # The difference gets its own scale from 0: any nonzero entry would stand out.
     fig.add_trace(go.Heatmap(z=diff.T, zmin=0, zmax=max(float(diff.max()), 1e-12), colorscale="Greys",
-                             colorbar=dict(len=0.9, x=1.02, tickformat=".0e"),
-                             hovertemplate="%{x}, %{y}: %{z:.3e}<extra></extra>"), 1, 3)
+                             colorbar=dict(len=0.28, y=0.13, x=1.02, tickformat=".0e"),
+                             hovertemplate="%{x}, %{y}: %{z:.3e}<extra></extra>"), 3, 1)
     ticks = _token_axis(tokens)
-    for col in (1, 2, 3):
-        fig.update_xaxes(title=position_axis, **ticks, row=1, col=col)
-        fig.update_yaxes(title=dim_axis if col == 1 else None, row=1, col=col)
-    style(fig, lecture=lecture, height=360)
+    for row in (1, 2, 3):
+        fig.update_xaxes(title=position_axis if row == 3 else None, **ticks, row=row, col=1)
+        fig.update_yaxes(title=dim_axis if row == 2 else None, **_dim_ticks(parallel.shape[1]), row=row, col=1)
+    style(fig, lecture=lecture, height=540)
     fig.update_layout(margin_t=75)  # subplot titles sit under the always-visible toolbar
     return fig
 
@@ -92,22 +100,37 @@ def logits_diff_figure(
 
 
 def drift_figure(
-    k_diff: Sequence[float], v_diff: Sequence[float], y_max: float, *, title: str, x_title: str, y_title: str,
-    k_name: str, v_name: str, lecture: bool = False,
+    k_diff: Sequence[float], v_diff: Sequence[float], y_max: float, tolerance: Sequence[float] | None = None, *,
+    title: str, x_title: str, y_title: str, k_name: str, v_name: str, tolerance_name: str = "",
+    lecture: bool = False,
 ) -> go.Figure:
-    """Per layer, how far the past positions' K and V moved when one token was appended (fixed y range)."""
+    """Per layer, how far the past positions' K and V moved when one token was appended, on a log axis.
+
+    Log, because the causal change (~1e-7, rounding) and the bidirectional one (~1) differ by six orders of
+    magnitude: on a linear axis the former is invisible. An exact 0 sits at FLOOR (its label says 0). The range is
+    fixed by `y_max` (both modes), so switching shows bars grow rather than rescale; each layer's rounding
+    tolerance is drawn as a dashed step.
+    """
     layers = [str(i + 1) for i in range(len(k_diff))]
-    fig = go.Figure([
-        go.Bar(x=layers, y=list(k_diff), name=k_name, marker_color=K_COLOR, text=[f"{d:.3g}" for d in k_diff],
-               textposition="outside"),
-        go.Bar(x=layers, y=list(v_diff), name=v_name, marker_color=V_COLOR, text=[f"{d:.3g}" for d in v_diff],
-               textposition="outside"),
-    ])
-    # The same y range for causal and bidirectional, so switching shows bars appear rather than rescale.
-    fig.update_yaxes(title=y_title, range=[0, 1.2 * max(y_max, 1e-9)])
+    fig = go.Figure()
+    for name, color, diffs in ((k_name, K_COLOR, k_diff), (v_name, V_COLOR, v_diff)):
+        # Only an exact zero is labelled (it has no bar); other values are in the hover and the metrics above.
+        fig.add_trace(go.Bar(x=layers, y=[max(d, FLOOR) for d in diffs], name=name, marker_color=color,
+                             text=["0" if d == 0 else "" for d in diffs], textposition="outside",
+                             customdata=list(diffs), hovertemplate="%{x}: %{customdata:.3e}<extra></extra>"))
+    top = max(y_max, *(tolerance or [0.0]), FLOOR * 10)
+    if tolerance is not None:
+        fig.add_trace(go.Scatter(x=layers, y=list(tolerance), name=tolerance_name, mode="lines+markers",
+                                 line=dict(color="#d62728", dash="dash", shape="hvh"),
+                                 marker=dict(symbol="line-ew-open", size=24, color="#d62728"),
+                                 hovertemplate="%{x}: %{y:.2e}<extra></extra>"))
+    fig.update_yaxes(title=y_title, type="log", range=[np.log10(FLOOR), np.log10(top) + 1], exponentformat="power")
     fig.update_xaxes(title=x_title, type="category")
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
-    return style(fig, title=title, lecture=lecture, height=340)
+    style(fig, title=title, lecture=lecture, height=400)
+    # The legend under the axis title: above the plot its three entries wrapped onto the chart's title.
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22, yanchor="top", x=0, xanchor="left"),
+                      margin_b=110 if lecture else 95)
+    return fig
 
 
 def attention_figure(

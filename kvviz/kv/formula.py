@@ -288,25 +288,3 @@ def weight_bytes(n_params: int | None, weight_dtype: str) -> int | None:
         return None
     _check_positive(n_params=n_params)
     return math.ceil(n_params * kv_dtype(weight_dtype).data_bytes)
-
-
-# ---- units ------------------------------------------------------------------------------------------------
-
-
-def _format_units(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
-    value = float(n_bytes)
-    for unit in units[:-1]:
-        if abs(value) < step:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= step
-    return f"{value:.2f} {units[-1]}"
-
-
-def format_binary(n_bytes: float) -> str:
-    """Binary units, labelled as such (KiB = 1024 B): the usual calculator mistake is GiB printed as GB."""
-    return _format_units(n_bytes, 1024, ("B", "KiB", "MiB", "GiB", "TiB"))
-
-
-def format_decimal(n_bytes: float) -> str:
-    """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
-    return _format_units(n_bytes, 1000, ("B", "kB", "MB", "GB", "TB"))

@@ -15,6 +15,7 @@ import torch
 from kvviz.engine.cache import KVCache
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
+from kvviz.lessons.tolerance import Agreement, agreement, magnitude
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,21 @@ class ParallelVsSequential:
     logits_max_diff: list[float]  # per position, max |Δlogits| over the vocabulary
     parallel_argmax: list[int]  # greedy next token at every position, both paths
     sequential_argmax: list[int]
+    k_magnitude: float = 0.0  # max |K|, |V|, |logits| of the parallel pass: the scale rounding is relative to
+    v_magnitude: float = 0.0
+    logits_magnitude: float = 0.0
 
     @property
     def max_diff(self) -> float:
         return max(self.k_max_diff + self.v_max_diff + self.logits_max_diff)
+
+    def agreements(self, dtype: torch.dtype, n_terms: int) -> dict[str, Agreement]:
+        """K, V and logits, each judged against the rounding tolerance at its own magnitude."""
+        return {
+            "K": agreement(max(self.k_max_diff), dtype, self.k_magnitude, n_terms),
+            "V": agreement(max(self.v_max_diff), dtype, self.v_magnitude, n_terms),
+            "logits": agreement(max(self.logits_max_diff), dtype, self.logits_magnitude, n_terms),
+        }
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,14 @@ class PastDrift:
     v_max_diff: list[float]
     k_scale: list[float]  # per layer, max |K| of the past positions: how big the change is relative to K
     logits_max_diff: float  # max |Δlogits| over the past positions
+    v_scale: list[float] = ()  # per layer, max |V| of the past positions
+    logits_scale: float = 0.0  # max |logits| of the past positions
+
+    def kv_agreements(self, dtype: torch.dtype, n_terms: int) -> list[Agreement]:
+        """Per layer, the larger of the K and V changes against the rounding tolerance at that layer's magnitude
+        (the larger of max |K| and max |V|)."""
+        return [agreement(max(dk, dv), dtype, max(sk, sv), n_terms)
+                for dk, dv, sk, sv in zip(self.k_max_diff, self.v_max_diff, self.k_scale, self.v_scale, strict=True)]
 
 
 def _check_ids(model: Decoder, ids: list[int], min_len: int) -> None:
@@ -109,6 +129,9 @@ def compare_passes(par: KVPass, seq: KVPass, n_prompt: int) -> ParallelVsSequent
         logits_max_diff=(par.logits - seq.logits).abs().amax(dim=-1).tolist(),
         parallel_argmax=par.logits.argmax(dim=-1).tolist(),
         sequential_argmax=seq.logits.argmax(dim=-1).tolist(),
+        k_magnitude=magnitude(*par.keys),
+        v_magnitude=magnitude(*par.values),
+        logits_magnitude=magnitude(par.logits),
     )
 
 
@@ -124,6 +147,8 @@ def past_kv_drift(model: Decoder, ids: list[int], *, causal: bool) -> PastDrift:
         v_max_diff=_layer_max(before.values, [v[:, :n_past] for v in after.values]),
         k_scale=[float(k.abs().max()) for k in before.keys],
         logits_max_diff=float((before.logits - after.logits[:n_past]).abs().max()),
+        v_scale=[float(v.abs().max()) for v in before.values],
+        logits_scale=magnitude(before.logits),
     )
 
 
@@ -161,6 +186,3 @@ PRESETS: dict[str, str] = {
     "korean": "고양이가 따뜻한 매트 위에 앉았다.",
 }
 MAX_DEMO_TOKENS = 64  # one decode pass per token on a shared CPU: keep the live demo quick
-
-# Parallel and sequential passes multiply in different orders: equal up to this much rounding.
-ROUNDING_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 5e-2}

@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvviz.kv.formula import KVFootprint, KVSpec, format_binary, kv_dtype, kv_footprint, weight_bytes
+from kvviz.kv.formula import KVFootprint, KVSpec, kv_dtype, kv_footprint, weight_bytes
+from kvviz.units import format_binary, format_decimal
 
 GIB = 1024**3
+MAX_ESTIMATE_GIB = 1_000_000.0  # an estimate box's range: 0 … a million GiB (the answer is 64)
 NUMBER_TOLERANCE = 0.01  # a numeric answer within 1 % counts (rounding of a hand calculation)
 
 
@@ -99,6 +101,6 @@ def explain_values() -> dict[str, str]:
         "per_token": format_binary(m.per_token),
         "per_request": format_binary(m.per_request),
         "total": format_binary(m.total),
-        "total_gb": f"{m.total / 1e9:.2f}",
+        "total_gb": format_decimal(m.total),  # the calculator's own formatter: 68.72 GB
         "weights_7b": format_binary(WEIGHTS_7B_BF16),
     }

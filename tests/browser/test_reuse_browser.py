@@ -75,7 +75,7 @@ def test_prefill_step_play_pause(page, shots):
     page.get_by_role("button", name="▶ Play", exact=True).click()  # no idle wait: the timer keeps it running
     page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 3}", timeout=20_000)
     # force: the page redraws several times a second while playing, so it is never "stable" for Playwright
-    page.get_by_role("button", name="⏸ Pause").click(force=True)
+    page.get_by_role("button", name="‖ Pause").click(force=True)
     expect(page.get_by_role("button", name="▶ Play", exact=True)).to_be_visible()  # the pause rerun has drawn
     page.wait_for_selector(IDLE)
     paused = _chips(page)

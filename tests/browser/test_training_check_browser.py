@@ -46,7 +46,7 @@ def test_training_page_in_korean(page, shots, bad_responses):
     expect(page.get_by_role("button", name="Download plot as a PNG")).to_have_count(7)
     page.get_by_text("양방향, 마스크 없음 (인코더)").click()
     wait_idle(page)
-    expect(page.get_by_text("양방향: 토큰 하나를 덧붙이자").first).to_be_visible()
+    expect(page.get_by_text("양방향, 마스크 없음 (인코더): 토큰 하나를 덧붙이자").first).to_be_visible()
     assert "attn=bidirectional" in page.url and "lang=ko" in page.url
     full_shot(page, shots / "training_ko.png")
     no_errors(page, bad_responses)

@@ -45,10 +45,15 @@ class HFTokenizer:
         return self._tok.decode(ids)
 
     def token_text(self, token_id: int) -> str:
+        if not 0 <= token_id < self.vocab_size:
+            # The model's embedding can be wider than its tokenizer (GPT-2: 50,257 entries padded to 50,304):
+            # such an id has no text, shown as the native tokenizer shows one, ⟨id⟩.
+            return f"⟨{token_id}⟩"
         text = self._tok.decode([token_id])
         if not text or "\ufffd" in text:
             # Part of a multi-byte character: show the vocabulary entry itself (e.g. "<0xE2>" or "âĢ").
-            return str(self._tok.convert_ids_to_tokens(token_id))
+            entry = self._tok.convert_ids_to_tokens(token_id)
+            return f"⟨{token_id}⟩" if entry is None else str(entry)
         return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 

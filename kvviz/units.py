@@ -1,0 +1,44 @@
+"""Byte sizes as people read them: one formatter for binary units (KiB = 1024 B) and one for decimal (kB = 1000 B).
+
+Rounding is half-up on the exact value (1,152 B = 1.125 KiB → "1.13 KiB", not float's "1.12"); thousands are
+grouped ("1,000 B", "13,878.00 PiB"), and the units run up to PiB (PB), past which the number grows.
+"""
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
+
+
+def _round_half_up(value: Fraction, places: int) -> Decimal:
+    quantum = Decimal(1).scaleb(-places)
+    exact = Decimal(value.numerator) / Decimal(value.denominator)  # 28 significant digits: ample for bytes
+    return exact.quantize(quantum, rounding=ROUND_HALF_UP)
+
+
+def _format(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
+    value = Fraction(n_bytes)  # exact for every int and float
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    index = 0
+    while index < len(units) - 1 and value >= step:  # the largest unit the exact value reaches
+        value /= step
+        index += 1
+    if index == 0:  # whole bytes; a fractional byte (int4's half a byte per value) keeps its fraction
+        text = f"{int(value):,}" if value.denominator == 1 else f"{_round_half_up(value, 2).normalize():,f}"
+    else:
+        text = f"{_round_half_up(value, 2):,.2f}"
+    return f"{sign}{text} {units[index]}"
+
+
+def format_binary(n_bytes: float) -> str:
+    """Binary units, labelled as such (KiB = 1024 B): the usual calculator mistake is GiB printed as GB."""
+    return _format(n_bytes, 1024, BINARY_UNITS)
+
+
+def format_decimal(n_bytes: float) -> str:
+    """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
+    return _format(n_bytes, 1000, DECIMAL_UNITS)
+
