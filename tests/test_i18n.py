@@ -68,5 +68,7 @@ def test_int4_caption_names_the_zero_point():
     from kvviz.kv.formula import kv_dtype
 
     int4 = kv_dtype("int4")
-    text = t("memory.scale_note", "en", dtype="int4", group=int4.group_size, scale=int4.scale_bytes_per_group)
-    assert "4 B of fp16 quantization parameters per group of 64" in text and "zero point" in text
+    for lang in ("en", "ko"):
+        text = t("memory.scale_note_int4", lang, dtype="int4", group=int4.group_size, scale=int4.scale_bytes_per_group)
+        assert "64" in text and "4 B" in text
+    assert "one fp16 scale and one fp16 zero point" in t("memory.scale_note_int4", "en", dtype="int4", group=64, scale=4)
