@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -101,6 +102,7 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--lengths", default="16, 32, 64, 128, 256, 448")
     ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for the app server (0 = inherit)")
+    ap.add_argument("--repeats", type=int, default=0, help="set the page's Runs box (0 = its default; absent before)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
@@ -112,6 +114,9 @@ def main() -> None:
         _open(page, "Prefill & Decode")
         _set(page, "Prompt length (tokens)", str(args.prompt))
         _set(page, "New tokens N", str(args.new))
+        if args.repeats:
+            _set(page, "Runs", str(args.repeats))
+        load_start = os.getloadavg()[0]
         for _ in range(args.runs):
             before = page.evaluate(SIGNATURE)
             page.get_by_role("button", name="Run request").click()
@@ -128,13 +133,17 @@ def main() -> None:
             page.wait_for_function(SWEEP_DONE, arg=[before, n_lengths], timeout=600_000, polling=300)
             wait_idle(page, 300_000)
             slopes.append(_slope(_charts(page)))
+            verdict = page.locator("[data-testid='stMarkdownContainer']", has_text="slopes").all_inner_texts()
+            slopes[-1]["page_says"] = " | ".join(t.replace("\n", " ") for t in verdict)
             print("sweep", slopes[-1], flush=True)
             time.sleep(0.5)
+    load_end = os.getloadavg()[0]
     if args.json:
         print(json.dumps({"runs": runs, "sweeps": slopes}, indent=1))
         return
     print(f"Prefill & Decode, {args.prompt}-token prompt, {args.new} new tokens "
-          f"(OMP_NUM_THREADS {args.threads or 'inherited'}):")
+          f"(OMP_NUM_THREADS {args.threads or 'inherited'}; 1-min load average {load_start:.1f} at the start, "
+          f"{load_end:.1f} at the end, on {os.cpu_count()} cores):")
     for i, r in enumerate(runs, 1):
         print(f"  run {i}: TTFT {r['ttft_ms']:.2f} ms, TPOT p50 {r['tpot_p50_ms']:.2f} ms, "
               f"prefill = {r['prefill_over_step']:.1f}× a decode step, "
@@ -146,8 +155,10 @@ def main() -> None:
             print(f"  {key}: max/min across runs {max(vals) / min(vals):.2f} (median {statistics.median(vals):.2f})")
     print(f"Prompt-length sweep, lengths {args.lengths}:")
     for i, s in enumerate(slopes, 1):
-        print(f"  sweep {i}: TTFT slope {s['us_per_token']:.1f} ± {s['stderr_us']:.1f} µs/token, "
+        print(f"  sweep {i}: TTFT slope over the drawn points {s['us_per_token']:.1f} ± {s['stderr_us']:.1f} µs/token, "
               f"fixed {s['fixed_ms']:.2f} ms; points (ms) {s['points']}")
+        if s.get("page_says"):
+            print(f"    page: {s['page_says']}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def _run_request(at: AppTest, n_prompt: int, n_new: int, repeats: int = 2) -> No
     max_len = at.session_state["kv_shape"].max_seq_len
     at.number_input(key=f"pd_prompt_{max_len}").set_value(n_prompt)
     at.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(n_new)
-    at.number_input(key="pd_repeats").set_value(repeats)
+    if repeats is not None:
+        at.number_input(key="pd_repeats").set_value(repeats)
     at.button(key="pd_run").click().run()
     _until(at, lambda: not at.session_state["pd_running"])
     at.run()
@@ -123,7 +124,7 @@ def test_the_timed_region_draws_nothing(monkeypatch):
 def test_results_of_another_model_are_not_shown_as_this_ones():
     """Issue 19.6: after a model change the page showed the old model's timings under the new model's caption."""
     at = _open("pages/2_Prefill_and_Decode.py")
-    _run_request(at, 16, 4, repeats=1)
+    _run_request(at, 16, 4, repeats=None)  # the default
     assert at.get("plotly_chart")
     at.session_state["kv_dtype"] = "bfloat16"  # another model: same shape, other weights
     at.run()
@@ -161,7 +162,17 @@ def test_prompt_length_sweep_fills_its_chart_and_csv():
                 if "TTFT" in json.loads(c.proto.spec)["layout"]["title"]["text"])
     ttft = spec["data"][0]
     assert ttft["x"] == [8, 16, 32] and ttft["y"] == pytest.approx([r["ttft_s"] * 1e3 for r in rows])
+    # each point is a median of 5 whole runs, its bar from the fastest to the slowest
+    assert all(r["repeats"] == 5 and len(r["runs"]) == 5 for r in rows)
+    assert ttft["error_y"]["array"] == pytest.approx([(r["ttft_max_s"] - r["ttft_s"]) * 1e3 for r in rows])
+    assert ttft["error_y"]["arrayminus"] == pytest.approx([(r["ttft_s"] - r["ttft_min_s"]) * 1e3 for r in rows])
     assert spec["data"][1]["name"].startswith("TTFT fit, slope")
+    axis = spec["layout"]["xaxis"]  # labels are the full numbers, rising: never "…9, 10, 2"
+    assert [float(t.replace(",", "")) for t in axis["ticktext"]] == axis["tickvals"] == sorted(axis["tickvals"])
+    text = " ".join(m.value for m in at.markdown)
+    assert "over all 15 runs" in text and " ± " in text and "+ -" not in text
+    assert ("per prompt token: its 95% interval lies above zero" in text or "Too noisy to tell" in text
+            or "TTFT is flat" in text)
 
 
 def test_cancel_keeps_the_rows_done():
@@ -215,3 +226,22 @@ def test_hosted_demo_caps_sweep_points(monkeypatch):
     assert not at.exception
     assert "lc_run_prompt-length" not in at.session_state  # refused before anything ran
     assert any("at most 3 points per sweep, got 4" in e.value for e in at.error)
+
+
+def test_roofline_inputs_at_their_limits_read_truthfully():
+    """Issue 19.21: peak 0.01 TFLOP/s gave 'batch 0' and 'ridge point 0'; 10,000,000 tokens '26668357.15 ms';
+    0.1 GB 'Requests that fit 0' without saying the weights do not fit."""
+    at = _open("pages/4_Latency_and_Capacity.py")
+    hw = at.selectbox(key="lc_r_hw").value
+    at.number_input(key=f"lc_r_peak_{hw}").set_value(0.01).run()
+    assert not at.exception
+    compute = next(m for m in at.metric if m.label == "Batch where decode turns compute-bound")
+    assert compute.value == "1"
+    captions = " ".join(c.value for c in at.caption)
+    assert "ridge point: 0 FLOP" not in captions and "compute-bound from the first request" in captions
+    at.number_input(key="lc_r_context").set_value(10_000_000).run()
+    text = " ".join([m.value for m in at.markdown] + [str(m.value) for m in at.metric])
+    assert "26668357.15 ms" not in text and not any(len(w) > 12 and w.replace(".", "").isdigit() for w in text.split())
+    assert " h" in text or " min" in text or "days" in text
+    at.number_input(key=f"lc_r_mem_{hw}").set_value(0.1).run()
+    assert any("The weights alone" in e.value and "no request fits" in e.value for e in at.error)
