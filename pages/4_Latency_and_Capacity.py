@@ -17,7 +17,7 @@ from kvviz.kv.formula import KV_DTYPE_BYTES, format_binary
 from kvviz.kv.hardware import HARDWARE, Hardware
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
-BUDGET_S = 0.25  # measuring per tick before the chart redraws
+BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
 
 settings = ui.page_setup("latency.title")
 tr = ui.tr
@@ -27,6 +27,7 @@ backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
 ui.model_caption(backend)
+ui.noise_indicator(backend, "lc")
 max_len = backend.arch.max_seq_len
 ss = st.session_state
 
