@@ -91,21 +91,30 @@ def show(request: RepeatedRequest) -> None:
     labels["title"] = tr("prefill_decode.chart_title_run", run=shown + 1, runs=len(runs))
     st.plotly_chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=settings.lecture),
                     key="pd_timeline", width="stretch")
+    # The metrics are medians over the runs (their range beside); the lines below them are the drawn run's.
+    def med(values: list) -> float | None:
+        found = metrics.spread(values)
+        return found.median if found else None
+
     ttft = metrics.spread([x.ttft_s for x in summaries])
     p50 = metrics.spread([x.tpot_p50_s for x in summaries])
-    p90 = metrics.spread([x.tpot_p90_s for x in summaries])
     e2e = metrics.spread([x.e2e_s for x in summaries])
+    rates = [x.tokens_per_s for x in summaries]
     m = st.columns(4)
     m[0].metric(tr("prefill_decode.ttft"), ms(ttft.median))
-    m[0].caption(tr("prefill_decode.ttft_split", queue=ms(s.queue_s), prefill=ms(s.prefill_s)) + spread_text(ttft))
+    m[0].caption(tr("prefill_decode.ttft_split", queue=ms(med([x.queue_s for x in summaries])),
+                    prefill=ms(med([x.prefill_s for x in summaries]))) + spread_text(ttft))
     m[1].metric(tr("prefill_decode.tpot_p50"), ms(p50.median) if p50 else "—")
     if p50:
-        m[1].caption(tr("prefill_decode.tpot_split", mean=ms(s.tpot_s), p90=ms(p90.median)) + spread_text(p50))
-    m[2].metric(tr("prefill_decode.tokens_per_s"), "—" if s.tokens_per_s is None else f"{s.tokens_per_s:.1f}")
-    rate = "—" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f}"
-    m[2].caption(tr("prefill_decode.decode_rate", rate=rate))
+        m[1].caption(tr("prefill_decode.tpot_split", mean=ms(med([x.tpot_s for x in summaries])),
+                        p90=ms(med([x.tpot_p90_s for x in summaries]))) + spread_text(p50))
+    rate = med(rates)
+    m[2].metric(tr("prefill_decode.tokens_per_s"), "—" if rate is None else f"{rate:.1f}")
+    decode_rate = med([x.decode_tokens_per_s for x in summaries])
+    m[2].caption(tr("prefill_decode.decode_rate", rate="—" if decode_rate is None else f"{decode_rate:.1f}"))
     m[3].metric(tr("prefill_decode.e2e"), ms(e2e.median))
     m[3].caption(spread_text(e2e).strip(" ·") or tr("prefill_decode.one_run"))
+    st.caption(tr("prefill_decode.medians", runs=len(runs), run=shown + 1))
 
     gaps = [e.seconds for e in gen.events[1:]]
     check = metrics.formula_check(s, gaps)

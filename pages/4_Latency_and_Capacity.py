@@ -299,8 +299,8 @@ with tab_roof:
     m = st.columns(4)
     m[0].metric(tr("latency.m_tpot"), fmt_duration(decode.seconds))
     m[0].caption(tr(f"latency.limit_{decode.limited_by}"))
-    m[1].metric(tr("latency.m_prefill", n=f"{n_context:,}"), fmt_duration(prefill.seconds))
-    m[1].caption(tr(f"latency.limit_{prefill.limited_by}"))
+    m[1].metric(tr("latency.m_prefill"), fmt_duration(prefill.seconds))
+    m[1].caption(tr("latency.prefill_of", n=f"{n_context:,}", limit=tr(f"latency.limit_{prefill.limited_by}")))
     # Below one request the batch is not a count: the ridge is so low that decode is compute-bound from B = 1.
     m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else "1" if b_star <= 1 else fmt_count(b_star))
     ridge = tr("latency.ridge", ridge=fmt_count(hw.ridge_flops_per_byte))

@@ -121,6 +121,33 @@ def test_the_timed_region_draws_nothing(monkeypatch):
     assert entered and calls and not any(calls)
 
 
+def test_a_sweeps_timed_region_draws_nothing(monkeypatch):
+    from streamlit.delta_generator import DeltaGenerator
+
+    from kvviz.engine import sweeps, timing
+
+    calls, entered = [], []
+    enqueue, quiet = DeltaGenerator._enqueue, sweeps.quiet
+
+    def probe(self, *args, **kwargs):
+        calls.append(timing.in_quiet())
+        return enqueue(self, *args, **kwargs)
+
+    def counted_quiet(*args, **kwargs):
+        entered.append(1)
+        return quiet(*args, **kwargs)
+
+    monkeypatch.setattr(DeltaGenerator, "_enqueue", probe)
+    monkeypatch.setattr(sweeps, "quiet", counted_quiet)
+    at = _open("pages/4_Latency_and_Capacity.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.text_input(key=f"lc_p_lengths_{max_len}").set_value("8, 16").run()
+    at.button(key="lc_start_prompt-length").click().run()
+    _until(at, lambda: at.session_state["lc_run_prompt-length"].finished)
+    assert len(at.session_state["lc_run_prompt-length"].rows) == 2
+    assert len(entered) >= 2 and calls and not any(calls)
+
+
 def test_results_of_another_model_are_not_shown_as_this_ones():
     """Issue 19.6: after a model change the page showed the old model's timings under the new model's caption."""
     at = _open("pages/2_Prefill_and_Decode.py")
@@ -235,7 +262,7 @@ def test_roofline_inputs_at_their_limits_read_truthfully():
     hw = at.selectbox(key="lc_r_hw").value
     at.number_input(key=f"lc_r_peak_{hw}").set_value(0.01).run()
     assert not at.exception
-    compute = next(m for m in at.metric if m.label == "Batch where decode turns compute-bound")
+    compute = next(m for m in at.metric if m.label == "Compute-bound from batch")
     assert compute.value == "1"
     captions = " ".join(c.value for c in at.caption)
     assert "ridge point: 0 FLOP" not in captions and "compute-bound from the first request" in captions

@@ -187,7 +187,7 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
                     line=dict(color="#2ca02c"), secondary_y=True)
     times = [r[k] * MS for r in curve for k in ("memory_s", "compute_s")]
     span = (min(times), max(times))
-    if compute_batch is not None:
+    if compute_batch is not None and x[0] <= compute_batch <= x[-1]:  # below B = 1 it is no batch to mark
         name = labels["compute_batch"].format(batch=f"{compute_batch:,.0f}")
         _marker(fig, compute_batch, span, name, PREFILL, "dash")
     if max_batch:

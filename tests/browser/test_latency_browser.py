@@ -28,7 +28,7 @@ def _chart_shot(page, index: int, path) -> None:
 
 
 def _set_number(page, label: str, value: int) -> None:
-    box = page.get_by_label(label)
+    box = page.get_by_role("spinbutton", name=label, exact=True)
     box.fill(str(value))
     box.press("Enter")
     wait_idle(page)
@@ -58,7 +58,7 @@ def test_prefill_decode_streams(page, shots):
     _open(page, "프리필과 디코드", "?lang=ko")
     expect(page.get_by_role("heading", name="프리필과 디코드")).to_be_visible()
     page.get_by_role("button", name="요청 실행").click()
-    expect(page.get_by_text(re.compile("실행 3회"))).to_be_visible(timeout=180_000)
+    expect(page.get_by_text(re.compile(r"\d+ / \d+개 토큰 생성, 실행 3회"))).to_be_visible(timeout=180_000)
     wait_idle(page)
     page.screenshot(path=shots / "prefill_decode_ko.png", full_page=True)
     _chart_shot(page, 0, shots / "prefill_decode_timeline_ko.png")
@@ -76,7 +76,7 @@ def test_cancel_and_edits_during_a_sweep_keep_the_rows(page, shots):
     wait_idle(page)
     panel = page.get_by_role("tabpanel")
     panel.get_by_role("button", name="Start sweep").click()
-    expect(panel.get_by_text(re.compile(r"Measuring… [1-9]\d* / 84 settings"))).to_be_visible(timeout=60_000)
+    expect(panel.get_by_text(re.compile(r"Measuring… [1-9]\d* / 82 settings"))).to_be_visible(timeout=60_000)
     page.get_by_role("tab", name="Prompt length").click()  # a widget edit mid-sweep (another tab's input)
     lengths = page.get_by_label(re.compile("Prompt lengths"))
     lengths.fill("16, 32")
@@ -85,7 +85,7 @@ def test_cancel_and_edits_during_a_sweep_keep_the_rows(page, shots):
     assert page.locator("[data-testid='stException']").count() == 0
     page.get_by_role("tab", name="Cache vs no cache").click()
     panel.get_by_role("button", name="Cancel").click()
-    expect(panel.get_by_text(re.compile(r"Cancelled: kept the \d+ of 84 settings"))).to_be_visible(timeout=60_000)
+    expect(panel.get_by_text(re.compile(r"Cancelled: kept the \d+ of 82 settings"))).to_be_visible(timeout=60_000)
     wait_idle(page)
     assert page.locator("[data-testid='stException']").count() == 0
     expect(panel.get_by_text("generator already executing")).to_have_count(0)
