@@ -91,7 +91,7 @@ def _slope(charts: list[dict]) -> dict:
     x, y = np.asarray(ttft["x"], float), np.asarray(ttft["y"], float)
     (a, b), cov = np.polyfit(x, y, 1, cov=True)
     return {"us_per_token": a * 1e3, "stderr_us": float(np.sqrt(cov[0, 0])) * 1e3, "fixed_ms": b,
-            "points": dict(zip(x.astype(int).tolist(), np.round(y, 2).tolist()))}
+            "points": dict(zip(x.astype(int).tolist(), np.round(y, 2).tolist(), strict=True))}
 
 
 def main() -> None:

@@ -186,7 +186,8 @@ with tab_cache:
     def describe_cache(rows: list[dict]) -> str:
         s = sweeps.summary("cache", rows)
         with_cache, without = s["cache"]["total_s"], s["no_cache"]["total_s"]
-        text = tr("latency.cache_result", cache_slope=fmt_slope(s["cache"]["loglog_slope"], s["cache"]["loglog_slope_se"]),
+        text = tr("latency.cache_result",
+                  cache_slope=fmt_slope(s["cache"]["loglog_slope"], s["cache"]["loglog_slope_se"]),
                   no_cache_slope=fmt_slope(s["no_cache"]["loglog_slope"], s["no_cache"]["loglog_slope_se"]))
         if with_cache and without:
             contexts = [r["context_tokens"] for r in rows]
@@ -311,7 +312,8 @@ with tab_roof:
         m[2].caption(tr("latency.weights_only_batch", batch=fmt_count(weights_only)))
     m[3].metric(tr("latency.m_fits"), f"{fits:,}")
     if weights > hw.memory_bytes:
-        m[3].error(tr("latency.weights_do_not_fit", weights=f"{weights / 1e9:,.2f}", memory=f"{hw.memory_bytes / 1e9:,.2f}"))
+        m[3].error(tr("latency.weights_do_not_fit", weights=f"{weights / 1e9:,.2f}",
+                      memory=f"{hw.memory_bytes / 1e9:,.2f}"))
     elif fits == 0:
         m[3].warning(tr("latency.request_does_not_fit", kv=f"{kv_req / 1e9:,.2f}",
                         free=f"{(hw.memory_bytes - weights) / 1e9:,.2f}"))

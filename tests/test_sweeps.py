@@ -48,7 +48,8 @@ def test_rows_are_medians_of_whole_runs_and_fits_use_every_run(backend):
     assert x == [8] * 3 + [16] * 3 + [32] * 3 and y == [run["ttft_s"] for r in rows for run in r["runs"]]
     s = sweeps.summary("prompt-length", rows)
     fit = sweeps.linear_fit(x, y)
-    assert s["n_runs"] == 9 and s["ttft_s_per_prompt_token"] == fit.slope and s["ttft_s_per_prompt_token_se"] == fit.slope_se
+    assert s["n_runs"] == 9 and s["ttft_s_per_prompt_token"] == fit.slope
+    assert s["ttft_s_per_prompt_token_se"] == fit.slope_se
 
 
 def test_cache_sweep_rows_and_inputs(backend):

@@ -207,7 +207,7 @@ def cache_sweep(backend: Backend, contexts: Sequence[int], *, repeats: int = DEF
 
 def batch_sweep(backend: Backend, batches: Sequence[int], *, n_prompt: int = 64, n_new: int = 16,
                 repeats: int = DEFAULT_REPEATS["batch"]) -> Sweep:
-    """TPOT, tokens/s and measured KV bytes for each batch size (all rows share each pass); medians of `repeats` runs."""
+    """TPOT, tokens/s and measured KV bytes per batch size (all rows share each pass); medians of `repeats` runs."""
     sizes = sorted(set(batches))
     _check_fits(backend, n_prompt + n_new)
 
@@ -306,8 +306,8 @@ def run_records(rows: Sequence[dict]) -> list[dict]:
     out = []
     for r in rows:
         runs = r.get("runs") or [{}]
-        setting = {k: v for k, v in r.items() if k != "runs" and k not in runs[0] and not k.endswith(("_min_s", "_max_s",
-                                                                                                      "_min", "_max"))}
+        spread_cols = ("_min_s", "_max_s", "_min", "_max")
+        setting = {k: v for k, v in r.items() if k != "runs" and k not in runs[0] and not k.endswith(spread_cols)}
         for i, run in enumerate(runs, 1):
             out.append({**setting, "run": i, **run})
     return out

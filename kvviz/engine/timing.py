@@ -87,7 +87,7 @@ class Noise:
 
     @property
     def level(self) -> str:
-        """quiet | busy | noisy: p90/p50 under 1.25 and load under the cores is quiet; over 2 (or load ≥ 2×cores) noisy."""
+        """quiet | busy | noisy: quiet below p90/p50 = 1.25 and a load under the cores; noisy from 2 (or 2×cores)."""
         ratio = self.p90_over_p50
         load = self.load / self.cores if self.load is not None and self.cores else 0.0
         if ratio >= 2.0 or load >= 2.0:
