@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--dtypes", type=_dtype_list, default=["float32", "bfloat16", "float16"], help="dtype: dtypes")
     w.add_argument("--prompt-tokens", type=_positive_int, default=64, help="batch, dtype: prompt length")
     w.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens generated per run")
-    w.add_argument("--repeats", type=_positive_int, default=3, help="runs (steps for cache) per setting; the fastest is kept")
+    w.add_argument("--repeats", type=_positive_int, default=3, help="whole runs (steps for cache) per setting; the median and range are kept")
     w.add_argument("--json", action="store_true")
     _add_shape_flags(w)
 

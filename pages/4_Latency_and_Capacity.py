@@ -20,7 +20,7 @@ from kvviz.kv.roofline import Roofline
 from kvviz.units import format_binary
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
-BUDGET_S = 0.25  # measuring per tick before the chart redraws
+BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
 
 settings = ui.page_setup("latency.title")
 tr = ui.tr
@@ -30,6 +30,7 @@ backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
 ui.model_caption(backend)
+ui.noise_indicator(backend, "lc")
 max_len = backend.spec.max_context
 ss = st.session_state
 
@@ -40,18 +41,23 @@ def labels(prefix: str, *names: str) -> dict[str, str]:
 
 def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[list[dict]], go.Figure],
                 describe: Callable[[list[dict]], str]) -> None:
-    """Start/Cancel, and a fragment that measures a little per tick and redraws progress, chart and CSV."""
+    """Start/Cancel, and a fragment that measures a little per tick (in quiet), then draws progress;
+    the chart, the verdict and the CSV are drawn once the sweep is done or cancelled."""
     key = f"lc_run_{kind}"
 
     def start() -> None:
+        ss[key + "_start"] = True  # built below from this rerun's checked values (a callback sees the last run's)
+
+    if ss.pop(key + "_start", False):
         try:
             ss[key], ss[key + "_error"] = sweeps.SweepRun(make()), None
+            ss[key + "_skip"] = True  # the Start click redraws the page: measure from the fragment's first tick
         except InputError as exc:
             ss[key + "_error"] = exc
 
     def cancel() -> None:
         if ss.get(key) is not None and not ss[key].finished:
-            ss[key].cancel()
+            ss[key].cancel()  # a flag: the thread measuring stops after its setting, keeping every row done
 
     run: sweeps.SweepRun | None = ss.get(key)
     running = run is not None and not run.finished
@@ -67,7 +73,8 @@ def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[lis
             st.info(tr("latency.idle"))
             return
         if not run.finished:
-            run.advance(BUDGET_S)
+            if not ss.pop(key + "_skip", False):
+                run.advance(BUDGET_S)  # model work first, in quiet; drawing comes after
             if run.finished:
                 st.rerun()  # the whole page: the fragment stops ticking and the buttons flip
         done, total = len(run.rows), run.sweep.total
@@ -75,14 +82,15 @@ def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[lis
         st.progress(run.progress, text=tr(f"latency.progress_{state}", done=done, total=total))
         if run.error:
             ui.show_error(run.error)
-        if not run.rows:
-            return
+        if not run.rows or not run.finished:
+            return  # while measuring, only the progress bar: a chart redrawn in the browser competes with the model
         st.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")
         st.markdown(describe(run.rows))
         table = pd.DataFrame(run.rows, columns=sweeps.COLUMNS[kind])
         with st.expander(tr("latency.table")):
             st.dataframe(table, hide_index=True)
-        st.download_button(tr("latency.csv"), table.to_csv(index=False), file_name=f"kvviz_{kind}_sweep.csv",
+        runs = pd.DataFrame(sweeps.run_records(run.rows))  # every whole run, not only the medians
+        st.download_button(tr("latency.csv"), runs.to_csv(index=False), file_name=f"kvviz_{kind}_sweep.csv",
                            mime="text/csv", on_click="ignore", key=f"lc_csv_{kind}")
 
     st.fragment(live, run_every=TICK_S if running else None)()
@@ -98,16 +106,25 @@ def fmt_ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:.2f} ms"
 
 
-def fmt_duration(seconds: float) -> str:
-    """A bound in the unit that reads best: µs, ms, s, or hours for absurd inputs (never '26668357.15 ms')."""
-    for limit, scale, unit in ((1e-3, 1e6, "µs"), (1.0, 1e3, "ms"), (3600.0, 1.0, "s")):
-        if seconds < limit:
-            return f"{seconds * scale:,.3g} {unit}"
-    return f"{seconds / 3600:,.3g} h"
+def fmt_slope(value: float | None, se: float | None = None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if se is None else f"{value:.2f} ± {se:.2f}"
 
 
-def fmt_slope(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
+def fmt_duration(seconds: float | None) -> str:
+    """Milliseconds up to a second, then s, min, h, days: a bound of hours never prints as '26668357.15 ms'."""
+    if seconds is None:
+        return "—"
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60), ("s", 1)):
+        if seconds >= size:
+            return f"{seconds / size:,.2f} {unit}" if unit != "days" else f"{seconds / size:,.1f} {tr('latency.days')}"
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.2f} µs"
+
+
+def fmt_count(value: float) -> str:
+    """A count that may be fractional: grouped digits, and significant digits below 10 (never a bare '0')."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
 
 tab_prompt, tab_cache, tab_batch, tab_dtype, tab_roof = st.tabs(
@@ -117,28 +134,33 @@ tab_prompt, tab_cache, tab_batch, tab_dtype, tab_roof = st.tabs(
 with tab_prompt:
     st.write(tr("latency.prompt_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
-    c2.number_input(tr("latency.new_tokens"), 2, 64, 8, key="lc_p_new")
+    p_new = ui.checked_number(c2, tr("latency.new_tokens"), 2, 64, 8, "lc_p_new")
     c1.text_input(tr("latency.prompt_lengths", max_len=max_len),
                   ", ".join(map(str, sweeps.default_prompt_lengths(max_len, 8))), key=f"lc_p_lengths_{max_len}")
-    c3.number_input(tr("latency.repeats"), 1, 9, 1, key="lc_p_repeats")
+    p_repeats = ui.checked_number(c3, tr("latency.repeats"), 1, 20, sweeps.DEFAULT_REPEATS["prompt-length"],
+                                  "lc_p_repeats")
 
     def make_prompt() -> sweeps.Sweep:
         return sweeps.prompt_length_sweep(backend, sizes(f"lc_p_lengths_{max_len}", max_len - 1),
-                                          n_new=int(ss.lc_p_new), repeats=int(ss.lc_p_repeats))
+                                          n_new=p_new, repeats=p_repeats)
 
     def draw_prompt(rows: list[dict]) -> go.Figure:
-        x = [r["prompt_tokens"] for r in rows]
-        fits = {k: metrics.loglog_slope(x, [r[k] for r in rows]) for k in ("ttft_s", "tpot_s")}
+        fits = {k: metrics.loglog_slope(*sweeps.runs_xy(rows, "prompt_tokens", k)) for k in ("ttft_s", "tpot_s")}
         return charts.prompt_length_chart(rows, fits, labels("pchart", "title", "x", "y", "ttft_s", "tpot_s", "fit"),
                                           lecture=settings.lecture)
 
     def describe_prompt(rows: list[dict]) -> str:
         s = sweeps.summary("prompt-length", rows)
-        per_token = s["ttft_s_per_prompt_token"]
-        return tr("latency.prompt_result", ttft_slope=fmt_slope(s["ttft_loglog_slope"]),
-                  tpot_slope=fmt_slope(s["tpot_loglog_slope"]),
-                  per_token="—" if per_token is None else f"{per_token * 1e6:.1f} µs",
-                  fixed=fmt_ms(s["ttft_fixed_s"]))
+        text = tr("latency.prompt_slopes", ttft_slope=fmt_slope(s["ttft_loglog_slope"], s["ttft_loglog_slope_se"]),
+                  tpot_slope=fmt_slope(s["tpot_loglog_slope"], s["tpot_loglog_slope_se"]), runs=s["n_runs"])
+        per_token, se = s["ttft_s_per_prompt_token"], s["ttft_s_per_prompt_token_se"]
+        verdict = s["ttft_verdict"]
+        if verdict == "rising":  # only a cost the data supports is printed as one
+            text += "\n\n" + tr("latency.prompt_rising", fixed=fmt_ms(s["ttft_fixed_s"]),
+                                  per_token=f"{per_token * 1e6:.1f} µs", se=f"{se * 1e6:.1f} µs")
+        else:
+            text += "\n\n" + tr(f"latency.prompt_{verdict}", runs=s["n_runs"])
+        return text
 
     sweep_panel("prompt-length", make_prompt, draw_prompt, describe_prompt)
 
@@ -146,17 +168,18 @@ with tab_prompt:
 with tab_cache:
     st.write(tr("latency.cache_intro"))
     c1, c2 = st.columns([3, 1])
-    c2.number_input(tr("latency.cache_repeats"), 1, 9, 3, key="lc_c_repeats")
-    c1.text_input(tr("latency.contexts", max_len=max_len), ", ".join(map(str, sweeps.default_contexts(max_len, 3))),
+    c_repeats = ui.checked_number(c2, tr("latency.cache_repeats"), 1, 20, sweeps.DEFAULT_REPEATS["cache"],
+                                  "lc_c_repeats")
+    c1.text_input(tr("latency.contexts", max_len=max_len),
+                  ", ".join(map(str, sweeps.default_contexts(max_len, sweeps.DEFAULT_REPEATS["cache"]))),
                   key=f"lc_c_contexts_{max_len}")
 
     def make_cache() -> sweeps.Sweep:
-        repeats = int(ss.lc_c_repeats)
-        return sweeps.cache_sweep(backend, sizes(f"lc_c_contexts_{max_len}", max_len - repeats), repeats=repeats)
+        return sweeps.cache_sweep(backend, sizes(f"lc_c_contexts_{max_len}", max_len - c_repeats), repeats=c_repeats)
 
     def cache_fits(rows: list[dict]) -> dict:
-        return {m: metrics.loglog_slope([r["context_tokens"] for r in rows if r["mode"] == m],
-                                        [r["seconds"] for r in rows if r["mode"] == m]) for m in ("cache", "no_cache")}
+        return {m: metrics.loglog_slope(*sweeps.runs_xy([r for r in rows if r["mode"] == m], "context_tokens",
+                                                        "seconds")) for m in ("cache", "no_cache")}
 
     def draw_cache(rows: list[dict]) -> go.Figure:
         names = labels("cchart", "title", "x", "y", "cache", "no_cache", "fit")
@@ -166,8 +189,9 @@ with tab_cache:
     def describe_cache(rows: list[dict]) -> str:
         s = sweeps.summary("cache", rows)
         with_cache, without = s["cache"]["total_s"], s["no_cache"]["total_s"]
-        text = tr("latency.cache_result", cache_slope=fmt_slope(s["cache"]["loglog_slope"]),
-                  no_cache_slope=fmt_slope(s["no_cache"]["loglog_slope"]))
+        text = tr("latency.cache_result",
+                  cache_slope=fmt_slope(s["cache"]["loglog_slope"], s["cache"]["loglog_slope_se"]),
+                  no_cache_slope=fmt_slope(s["no_cache"]["loglog_slope"], s["no_cache"]["loglog_slope_se"]))
         if with_cache and without:
             contexts = [r["context_tokens"] for r in rows]
             text += "\n\n" + tr("latency.cache_total", first=min(contexts), last=max(contexts),
@@ -182,11 +206,12 @@ with tab_batch:
     st.write(tr("latency.batch_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.text_input(tr("latency.batches"), "1, 2, 4, 8, 16", key="lc_b_batches")
-    c2.number_input(tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4), key=f"lc_b_prompt_{max_len}")
-    c3.number_input(tr("latency.new_tokens"), 2, 64, 16, key="lc_b_new")
+    b_prompt = ui.checked_number(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+                                 f"lc_b_prompt_{max_len}")
+    b_new = ui.checked_number(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_b_new")
 
     def make_batch() -> sweeps.Sweep:
-        batches, n_prompt, n_new = sizes("lc_b_batches", 256), int(ss[f"lc_b_prompt_{max_len}"]), int(ss.lc_b_new)
+        batches, n_prompt, n_new = sizes("lc_b_batches", 256), b_prompt, b_new
         ui.check_request(settings, backend, batch=max(batches), prompt_tokens=n_prompt, max_new_tokens=n_new)
         return sweeps.batch_sweep(backend, batches, n_prompt=n_prompt, n_new=n_new)
 
@@ -209,8 +234,9 @@ with tab_dtype:
     st.write(tr("latency.dtype_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.multiselect(tr("latency.dtypes"), list(DTYPES), list(DTYPES), key="lc_d_dtypes")
-    c2.number_input(tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4), key=f"lc_d_prompt_{max_len}")
-    c3.number_input(tr("latency.new_tokens"), 2, 64, 16, key="lc_d_new")
+    d_prompt = ui.checked_number(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+                                 f"lc_d_prompt_{max_len}")
+    d_new = ui.checked_number(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_d_new")
 
     def load_dtype(dtype: str) -> Backend:
         loaded = ui.get_backend(replace(settings, dtype=dtype))
@@ -221,8 +247,7 @@ with tab_dtype:
     def make_dtype() -> sweeps.Sweep:
         if not ss.lc_d_dtypes:
             raise InputError("latency.no_dtypes")
-        return sweeps.dtype_sweep(load_dtype, ss.lc_d_dtypes, n_prompt=int(ss[f"lc_d_prompt_{max_len}"]),
-                                  n_new=int(ss.lc_d_new))
+        return sweeps.dtype_sweep(load_dtype, ss.lc_d_dtypes, n_prompt=d_prompt, n_new=d_new)
 
     def draw_dtype(rows: list[dict]) -> go.Figure:
         return charts.dtype_chart(rows, labels("dchart", "title", "y", "ttft_s", "tpot_s"), lecture=settings.lecture)
@@ -250,20 +275,22 @@ with tab_roof:
                   bandwidth=preset.bandwidth_source, flops=preset.flops_source))
     h1, h2, h3 = st.columns(3)
     # Keyed by preset: choosing another accelerator reloads its numbers, which stay editable.
-    memory_gib = h1.number_input(tr("latency.memory_gib"), 0.1, 100_000.0,
-                                 None if preset.memory_bytes is None else round(preset.memory_bytes / 2**30, 2),
-                                 key=f"lc_r_mem_{hw_name}", placeholder=tr("latency.unknown"))
-    bandwidth_tb = h2.number_input(tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
-                                   format="%.3f", key=f"lc_r_bw_{hw_name}")
-    peak_tf = h3.number_input(tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
-                              key=f"lc_r_peak_{hw_name}")
+    memory_gib = ui.number_in_range(tr("latency.memory_gib"), 0.1, 100_000.0, key=f"lc_r_mem_{hw_name}", where=h1,
+                                    fallback=None if preset.memory_bytes is None
+                                    else round(preset.memory_bytes / 2**30, 2),
+                                    step=None, placeholder=tr("latency.unknown"))
+    bandwidth_tb = ui.checked_number(h2, tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
+                                     f"lc_r_bw_{hw_name}", whole=False, format="%.3f")
+    peak_tf = ui.checked_number(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
+                                f"lc_r_peak_{hw_name}", whole=False)
+    exact = preset.memory_bytes is not None and memory_gib == round(preset.memory_bytes / 2**30, 2)
     hw = Hardware(hw_name, bandwidth_tb * 1e12, peak_tf * 1e12,
-                  None if memory_gib is None else round(memory_gib * 2**30))
+                  preset.memory_bytes if exact else None if memory_gib is None else round(memory_gib * 2**30))
     d1, d2, d3, d4 = st.columns(4)
     weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"], key="lc_r_wdtype")
     kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
-    n_context = int(d3.number_input(tr("latency.context"), 1, 10_000_000, 4096, key="lc_r_context"))
-    batch = int(d4.number_input(tr("latency.batch"), 1, 100_000, 1, key="lc_r_batch"))
+    n_context = ui.checked_number(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
+    batch = ui.checked_number(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
     try:
         roof = Roofline(models[model_name], hw, weight_dtype, kv_dtype)
     except InputError as exc:
@@ -286,22 +313,30 @@ with tab_roof:
     m = st.columns(4)
     m[0].metric(tr("latency.m_tpot"), fmt_duration(decode.seconds))
     m[0].caption(tr(f"latency.limit_{decode.limited_by}"))
-    m[1].metric(tr("latency.m_prefill", n=n_context), fmt_duration(prefill.seconds))
-    m[1].caption(tr(f"latency.limit_{prefill.limited_by}"))
-    m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else f"{b_star:,.3g}")
-    ridge = tr("latency.ridge", ridge=f"{hw.ridge_flops_per_byte:,.3g}")
-    m[2].caption(tr("latency.never_compute") if b_star is None else ridge)
+    m[1].metric(tr("latency.m_prefill"), fmt_duration(prefill.seconds))
+    m[1].caption(tr("latency.prefill_of", n=f"{n_context:,}", limit=tr(f"latency.limit_{prefill.limited_by}")))
+    # Below one request the batch is not a count: the ridge is so low that decode is compute-bound from B = 1.
+    m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else "1" if b_star <= 1 else fmt_count(b_star))
+    ridge = tr("latency.ridge", ridge=fmt_count(hw.ridge_flops_per_byte))
+    m[2].caption(tr("latency.never_compute") if b_star is None else
+                 tr("latency.compute_from_one", batch=f"{b_star:.2g}") + " " + ridge if b_star <= 1 else ridge)
     weights_only = roof.compute_bound_batch(n_context=0)  # the textbook figure: no cache reads
     if weights_only is not None:
-        m[2].caption(tr("latency.weights_only_batch", batch=f"{weights_only:,.3g}"))
+        m[2].caption(tr("latency.weights_only_batch", batch=fmt_count(weights_only)))
     if plan is None:
         m[3].metric(tr("latency.m_fits"), tr("latency.unknown"))
         m[3].caption(tr("latency.memory_unknown"))
     else:
-        m[3].metric(tr("latency.m_fits"), f"{plan.max_requests:,}" if plan.weights_fit else "—")
-        m[3].caption(tr("latency.fits_how", util=plan.gpu_memory_utilization, reserve=format_binary(plan.reserve_bytes))
-                     if plan.weights_fit else tr("latency.weights_no_fit", weights=format_binary(weights)))
-    m[3].caption(tr("latency.crossing", tokens=f"{crossing:,}", batch=batch) if crossing is not None
+        m[3].metric(tr("latency.m_fits"), f"{plan.max_requests:,}")
+        if not plan.weights_fit:
+            m[3].error(tr("latency.weights_no_fit", weights=format_binary(weights)))
+        elif plan.max_requests == 0:
+            m[3].warning(tr("latency.request_does_not_fit", kv=format_binary(kv_req),
+                            free=format_binary(plan.kv_budget_bytes)))
+        else:
+            m[3].caption(tr("latency.fits_how", util=plan.gpu_memory_utilization,
+                            reserve=format_binary(plan.reserve_bytes)))
+    m[3].caption(tr("latency.crossing", tokens=fmt_count(crossing), batch=batch) if crossing is not None
                  else tr("latency.crossing_never", batch=batch))
     fits = plan.max_requests if plan is not None else 0
 

@@ -1,6 +1,7 @@
 """Latency metrics on synthetic timestamps (binary-exact values, so equality is exact)."""
 import math
 
+import numpy as np
 import pytest
 
 from kvviz.engine import metrics
@@ -53,7 +54,93 @@ def test_fits_recover_known_powers():
     k, c = metrics.loglog_slope(x, [3e-6 * v**2 for v in x])
     assert k == pytest.approx(2.0, abs=1e-9) and c == pytest.approx(math.log(3e-6), abs=1e-9)
     assert metrics.loglog_slope(x, [0.004] * 5)[0] == pytest.approx(0.0, abs=1e-12)
-    a, b = metrics.linear_fit(x, [2e-4 * v + 0.01 for v in x])
-    assert a == pytest.approx(2e-4) and b == pytest.approx(0.01)
+    fit = metrics.linear_fit(x, [2e-4 * v + 0.01 for v in x])
+    assert fit.slope == pytest.approx(2e-4) and fit.intercept == pytest.approx(0.01)
+    assert fit.slope_se == pytest.approx(0.0, abs=1e-12)  # an exact line: no spread
     assert metrics.loglog_slope([4, 4], [1.0, 2.0]) is None
 
+
+
+# ---- fits, verdicts and the formula check on synthetic timings (no wall time involved) -----------------
+def _noisy(x, per_token, fixed, noise, seed=0):
+    rng = np.random.default_rng(seed)
+    return [fixed + per_token * v + noise * rng.standard_normal() for v in x]
+
+
+LENGTHS = [16, 32, 64, 128, 256, 448]
+X5 = [v for v in LENGTHS for _ in range(5)]  # five whole runs per length
+
+
+def test_slope_standard_error_matches_the_textbook_formula():
+    x, y = [1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0]
+    fit = metrics.linear_fit(x, y)
+    # y = 0.8·x + 0.5, residuals (−0.3, 0.9, −0.9, 0.3): s² = 1.8 / 2, Sxx = 5 → se = sqrt(0.18)
+    assert fit.slope == pytest.approx(0.8) and fit.intercept == pytest.approx(0.5)
+    assert fit.slope_se == pytest.approx(math.sqrt(1.8 / 2 / 5))
+    lo, hi = fit.slope_ci95()
+    assert (hi - lo) / 2 == pytest.approx(4.303 * fit.slope_se)  # t(0.975, 2 dof)
+    assert metrics.linear_fit([1, 2], [1, 3]).slope_se is None  # a line through 2 points has no spread
+
+
+def test_slope_uncertainty_covers_the_truth_and_shrinks_with_repeats():
+    truth = 4.7e-5  # s per prompt token
+    few = metrics.linear_fit(LENGTHS, _noisy(LENGTHS, truth, 2e-3, 1e-3))
+    many = metrics.linear_fit(X5, _noisy(X5, truth, 2e-3, 1e-3, seed=1))
+    for fit in (few, many):
+        lo, hi = fit.slope_ci95()
+        assert lo < truth < hi
+    assert many.slope_se < few.slope_se
+
+
+def test_verdicts_on_flat_rising_and_noisy_timings():
+    span = max(LENGTHS) - min(LENGTHS)
+
+    def verdict(y):
+        return metrics.trend_verdict(metrics.linear_fit(X5, y), span, float(np.median(y)))
+
+    clean_rising = _noisy(X5, 4.7e-5, 2e-3, 2e-4)  # ~47 µs/token, 0.2 ms of noise
+    flat = _noisy(X5, 0.0, 5e-3, 5e-5)  # no growth, tiny noise
+    noisy = _noisy(X5, 4.7e-5, 2e-3, 0.1, seed=3)  # 100 ms of noise hides a 20 ms effect
+    assert verdict(clean_rising) == "rising"
+    assert verdict(flat) == "flat"
+    assert verdict(noisy) == "too_noisy"
+    assert verdict([2e-3 + 1e-4 * (448 - v) for v in X5]) == "falling"  # a steadily falling line is said as such
+    assert metrics.trend_verdict(metrics.linear_fit([16, 448], [1.0, 2.0]), span, 1.5) == "too_noisy"  # 2 points
+    assert metrics.trend_verdict(None, span, 1.0) == "too_noisy"
+
+
+def test_the_issue_sweep_is_too_noisy_not_a_negative_cost():
+    """The issue's one-run-per-length sweep: TTFT ≈ 30.91 ms − 182.3 µs per token. Its points scatter by
+    tens of ms; the page must say 'too noisy', never print a negative per-token cost."""
+    y = [0.0449, 0.0188, 0.0391, 0.0062, 0.0291, 0.0046]  # a single noisy run per length
+    fit = metrics.linear_fit(LENGTHS, y)
+    assert fit.slope < 0
+    assert metrics.trend_verdict(fit, 432, float(np.median(y))) == "too_noisy"
+
+
+def _summary_of(gaps, prefill=0.01):
+    return metrics.summarize([_event("prefill", prefill)] + [_event("decode", g) for g in gaps])
+
+
+def test_formula_exact_with_the_mean_and_p50_form_within_a_steady_runs_tolerance():
+    rng = np.random.default_rng(0)
+    gaps = (6e-3 + 1e-4 * rng.standard_normal(63)).tolist()
+    s = _summary_of(gaps)
+    check = metrics.formula_check(s, gaps)
+    assert check.exact_s == pytest.approx(check.measured_s, rel=1e-12)  # T = TTFT + (N − 1)·mean TPOT
+    q25, q75 = np.percentile(gaps, [25, 75])
+    assert check.tolerance_s == pytest.approx(2 * 1.2533 * (q75 - q25) / 1.349 * math.sqrt(63))
+    assert check.within
+
+
+def test_a_spiky_run_falls_outside_the_tolerance():
+    gaps = [6e-3] * 60 + [0.29, 0.1, 0.15]  # the issue's 100–290 ms spikes among ~6 ms steps
+    gaps = [g + 1e-5 * i for i, g in enumerate(gaps)]
+    check = metrics.formula_check(_summary_of(gaps), gaps)
+    assert not check.within and check.error_s < 0  # the median misses the spikes the mean includes
+
+
+def test_spread_of_whole_runs():
+    s = metrics.spread([3.0, None, 1.0, 2.0])
+    assert (s.median, s.low, s.high, s.n) == (2.0, 1.0, 3.0, 3) and s.relative == 1.0
+    assert metrics.spread([None]) is None

@@ -1,5 +1,6 @@
 """Sweeps on the real engine: one row per setting with the expected columns; Cancel keeps the rows done."""
 import json
+import threading
 
 import pytest
 
@@ -19,7 +20,7 @@ def backend():
 
 def _check(rows, kind, n):
     assert len(rows) == n
-    assert all(set(r) == set(sweeps.COLUMNS[kind]) for r in rows)
+    assert all(set(r) - {"runs"} == set(sweeps.COLUMNS[kind]) for r in rows)
 
 
 def test_prompt_length_sweep(backend):
@@ -28,7 +29,27 @@ def test_prompt_length_sweep(backend):
     assert [r["prompt_tokens"] for r in rows] == [8, 16, 32]
     assert all(r["ttft_s"] > 0 and r["tpot_s"] > 0 and r["e2e_s"] > r["ttft_s"] for r in rows)
     s = sweeps.summary("prompt-length", rows)
-    assert set(s) == {"ttft_loglog_slope", "tpot_loglog_slope", "ttft_s_per_prompt_token", "ttft_fixed_s"}
+    assert {"ttft_loglog_slope", "ttft_loglog_slope_se", "ttft_s_per_prompt_token", "ttft_s_per_prompt_token_se",
+            "ttft_fixed_s", "ttft_verdict", "tpot_verdict"} <= set(s)
+    assert s["n_runs"] == 3 * sweeps.DEFAULT_REPEATS["prompt-length"]
+
+
+def test_rows_are_medians_of_whole_runs_and_fits_use_every_run(backend):
+    rows = sweeps.SweepRun(sweeps.prompt_length_sweep(backend, [8, 16, 32], n_new=3, repeats=3)).run()
+    for r in rows:
+        runs = r["runs"]
+        assert len(runs) == r["repeats"] == 3
+        # each run is whole: its own TTFT, TPOT and E2E, consistent with each other
+        assert all(run["e2e_s"] == pytest.approx(run["ttft_s"] + 2 * run["tpot_s"]) for run in runs)
+        for key in ("ttft_s", "tpot_s", "e2e_s"):
+            values = sorted(run[key] for run in runs)
+            assert (r[key], r[key[:-2] + "_min_s"], r[key[:-2] + "_max_s"]) == (values[1], values[0], values[2])
+    x, y = sweeps.runs_xy(rows, "prompt_tokens", "ttft_s")
+    assert x == [8] * 3 + [16] * 3 + [32] * 3 and y == [run["ttft_s"] for r in rows for run in r["runs"]]
+    s = sweeps.summary("prompt-length", rows)
+    fit = sweeps.linear_fit(x, y)
+    assert s["n_runs"] == 9 and s["ttft_s_per_prompt_token"] == fit.slope
+    assert s["ttft_s_per_prompt_token_se"] == fit.slope_se
 
 
 def test_cache_sweep_rows_and_inputs(backend):
@@ -72,6 +93,44 @@ def test_cancel_stops_and_keeps_rows(backend):
     assert run.advance() == [] and len(run.rows) == 1
     with pytest.raises(StopIteration):
         next(run.sweep.rows)  # the generator is closed: nothing more runs
+
+
+class _Gate:
+    """A backend wrapper whose forward blocks while `hold` is set: a sweep caught mid-setting in another thread."""
+
+    def __init__(self, backend):
+        self._backend, self.hold, self.inside = backend, threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def forward(self, *args, **kwargs):
+        if self.hold.is_set():
+            self.inside.set()
+            while self.hold.is_set():
+                threading.Event().wait(0.005)
+        return self._backend.forward(*args, **kwargs)
+
+
+def test_cancel_and_rerun_while_another_thread_measures(backend):
+    """Issue 19.1: Cancel (or any rerun) while a script thread is inside the sweep raised 'generator already
+    executing'. Now: no error, the setting under way finishes, the rows done are kept, nothing runs after."""
+    gated = _Gate(backend)
+    run = sweeps.SweepRun(sweeps.prompt_length_sweep(gated, [4, 8, 16, 32], n_new=2, repeats=1))
+    run.advance()
+    gated.hold.set()
+    worker = threading.Thread(target=run.advance)
+    worker.start()
+    assert gated.inside.wait(10)
+    assert run.advance() == []  # a second rerun does not re-enter the generator
+    run.cancel()  # the Cancel callback
+    assert run.cancelled
+    gated.hold.clear()
+    worker.join(10)
+    assert run.finished and run.error is None and len(run.rows) == 2  # the setting under way was kept
+    assert run.advance() == [] and len(run.rows) == 2
+    with pytest.raises(StopIteration):
+        next(run.sweep.rows)
 
 
 def test_settings_that_do_not_fit_are_refused(backend):

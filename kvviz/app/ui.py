@@ -498,3 +498,44 @@ def link_to(path: str) -> None:
     labels = dict(NAV)
     if path in labels and (ROOT / path).exists():
         st.page_link(path, label=tr(labels[path]), icon=":material/arrow_forward:")
+
+
+def checked_number(container: Any, label: str, low: float, high: float, default: float, key: str, *,
+                   whole: bool = True, **kwargs: Any) -> Any:
+    """A number box whose bounds are checked here, not by the widget: a value outside [low, high] (or not whole,
+    for a whole-number box) is refused with a message that gives the range, and the last valid value is used."""
+    valid_key = f"_valid_{key}"
+    valid = st.session_state.get(valid_key, default)
+    if not low <= valid <= high:  # the range itself changed (e.g. another model's context): start from the default
+        valid = min(max(default, low), high)
+    st.session_state.setdefault(key, int(valid) if whole else float(valid))
+    value = container.number_input(label, step=1 if whole else None, key=key, **kwargs)
+    if value is None or not low <= value <= high or (whole and value != int(value)):
+        show = "—" if value is None else f"{value:,g}"
+        kind = "errors.out_of_range" if whole else "errors.out_of_range_number"
+        container.error(t(kind, lang(), value=show, low=f"{low:,g}", high=f"{high:,g}", used=f"{valid:,g}"))
+        return valid
+    st.session_state[valid_key] = int(value) if whole else float(value)
+    return st.session_state[valid_key]
+
+
+def noise_indicator(backend: Backend, key: str) -> None:
+    """How noisy this machine is right now: the CPU load always, and on request the spread of identical passes."""
+    from kvviz.engine.timing import cpu_load, noise_probe
+
+    state = f"_noise_{key}"
+
+    def probe() -> None:  # in the callback: before anything of the rerun is drawn
+        st.session_state[state] = noise_probe(backend)
+
+    c1, c2 = st.columns([5, 1])
+    noise = st.session_state.get(state)
+    load = cpu_load()
+    load_text = tr("timing.load", load=f"{load[0]:.1f}", cores=load[1]) if load else tr("timing.load_unknown")
+    if noise is None:
+        c1.caption(tr("timing.noise_idle", load=load_text))
+    else:
+        c1.caption(tr(f"timing.noise_{noise.level}", load=load_text, n=noise.n_passes,
+                      p50=f"{noise.p50_s * 1e3:.2f} ms", p90=f"{noise.p90_s * 1e3:.2f} ms",
+                      ratio=f"{noise.p90_over_p50:.2f}"))
+    c2.button(tr("timing.check_noise"), on_click=probe, key=f"{state}_button", help=tr("timing.check_noise_help"))

@@ -14,6 +14,44 @@ from kvviz.charts.base import style
 
 PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
 MS = 1e3
+MIN_BARS = 10  # the timeline's x axis spans at least this many tokens: one bar never fills the width
+
+
+def log_ticks(low: float, high: float) -> tuple[list[float], list[str]] | None:
+    """Tick values 1, 2, 5 × 10^k spanning [low, high], labelled in full ("20", "500", "2,000"), for a log axis.
+
+    Plotly labels a log axis that spans less than a decade with bare mantissas ("…8, 9, 10, 2, 3"),
+    which reads as a falling sequence; these say the value itself. None when low or high is not positive.
+    """
+    if not (low > 0 and high > 0):
+        return None
+    low, high = min(low, high), max(low, high)
+    values: list[float] = []
+    for k in range(int(np.floor(np.log10(low))) - 1, int(np.ceil(np.log10(high))) + 1):
+        for m in (1, 2, 5):
+            v = m * 10.0**k
+            if low / 1.5 <= v <= high * 1.5:
+                values.append(v)
+    if len(values) < 3:  # less than a decade: every whole mantissa
+        values = [m * 10.0**k for k in range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+                  for m in range(1, 10) if low / 1.2 <= m * 10.0**k <= high * 1.2]
+    if len(values) > 12:  # many decades: powers of ten only
+        values = [v for v in values if np.log10(v) == round(np.log10(v))]
+    return values, [_tick_text(v) for v in values]
+
+
+def _tick_text(v: float) -> str:
+    if v >= 1:
+        return f"{v:,.0f}"
+    return f"{v:.{max(0, -int(np.floor(np.log10(v))))}f}"
+
+
+def _log_axis(fig: go.Figure, axis: str, values: Sequence[float], **kwargs) -> None:
+    """A log axis with full-number ticks over `values` (the positive ones)."""
+    pos = [v for v in values if v is not None and v > 0]
+    ticks = log_ticks(min(pos), max(pos)) if pos else None
+    extra = dict(tickmode="array", tickvals=ticks[0], ticktext=ticks[1]) if ticks else {}
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(type="log", **extra, **kwargs)
 
 
 def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str, str], *,
@@ -29,11 +67,19 @@ def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str
         cumulative = np.cumsum([queue_s + seconds[0], *seconds[1:]]) * MS
         fig.add_scatter(x=x, y=cumulative.tolist(), name=labels["cumulative"], mode="lines",
                         line=dict(color=FIT, dash="dot"), secondary_y=True)
-    fig.update_layout(barmode="stack", legend=dict(orientation="h", y=1.12))
-    fig.update_xaxes(title_text=labels["x"])
+    # Legend under the plot, below the x-axis title; the top edge keeps the title and Plotly's toolbar.
+    fig.update_layout(barmode="stack", legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"))
+    fig.update_xaxes(title_text=labels["x"], range=[0.5, max(n, MIN_BARS) + 0.5])
     fig.update_yaxes(title_text=labels["y"], secondary_y=False, rangemode="tozero")
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, rangemode="tozero", showgrid=False)
-    return style(fig, title=labels["title"], lecture=lecture)
+    style(fig, title=labels["title"], lecture=lecture)
+    return _room_below(fig, lecture)
+
+
+def _room_below(fig: go.Figure, lecture: bool) -> go.Figure:
+    """Bottom margin for the x-axis title and, under it, a one-line legend (anchored to the container's foot)."""
+    fig.update_layout(margin=dict(b=130 if lecture else 95))
+    return fig
 
 
 def _fit_line(x: Sequence[float], k: float, c: float) -> list[float]:
@@ -42,36 +88,52 @@ def _fit_line(x: Sequence[float], k: float, c: float) -> list[float]:
 
 def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
                         *, lecture: bool = False) -> go.Figure:
-    """TTFT and TPOT (ms) vs prompt length on log-log axes, each with its fitted power law."""
+    """TTFT and TPOT (ms) vs prompt length on log-log axes: each point the median of its runs, a bar from the
+    fastest to the slowest run, and the power law fitted to every run."""
     x = [r["prompt_tokens"] for r in rows]
-    series = {key: (x, [r[key] * MS if r[key] is not None else None for r in rows]) for key in ("ttft_s", "tpot_s")}
+    series = {key: (x, [_ms(r.get(key)) for r in rows], [_ms(r.get(f"{key[:-2]}_min_s")) for r in rows],
+                    [_ms(r.get(f"{key[:-2]}_max_s")) for r in rows]) for key in ("ttft_s", "tpot_s")}
     return _loglog_with_fits(series, {"ttft_s": PREFILL, "tpot_s": DECODE}, fits, labels, lecture)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * MS
 
 
 def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
                 *, lecture: bool = False) -> go.Figure:
-    """Per-step ms vs context length, with and without the cache, log-log with fitted slopes."""
+    """Per-step ms vs context length, with and without the cache, log-log with fitted slopes (median and range)."""
     series = {}
     for mode in ("cache", "no_cache"):
         mine = [r for r in rows if r["mode"] == mode]
-        series[mode] = ([r["context_tokens"] for r in mine], [r["seconds"] * MS for r in mine])
+        series[mode] = ([r["context_tokens"] for r in mine], [_ms(r["seconds"]) for r in mine],
+                        [_ms(r.get("seconds_min")) for r in mine], [_ms(r.get("seconds_max")) for r in mine])
     return _loglog_with_fits(series, {"cache": DECODE, "no_cache": NO_CACHE}, fits, labels, lecture)
 
 
-def _loglog_with_fits(series: Mapping[str, tuple[list, list]], colors: Mapping[str, str],
+def _loglog_with_fits(series: Mapping[str, tuple[list, ...]], colors: Mapping[str, str],
                       fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
                       lecture: bool) -> go.Figure:
-    """Measured series on log-log axes, each with its fitted power law dashed in the same colour."""
+    """Measured series (x, y[, low, high]) on log-log axes, each with its fitted power law dashed in the same colour."""
     fig = go.Figure()
-    for key, (x, y) in series.items():
+    all_x, all_y = [], []
+    for key, (x, y, *band) in series.items():
         color = colors[key]
-        fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color)
+        error = None
+        if band and all(v is not None for v in (*band[0], *band[1], *y)) and len(band) == 2:
+            low, high = band
+            error = dict(type="data", symmetric=False, array=[h - m for h, m in zip(high, y, strict=True)],
+                         arrayminus=[m - lo for m, lo in zip(y, low, strict=True)], thickness=1.5, width=4)
+            all_y += [*low, *high]
+        fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color, error_y=error)
+        all_x += x
+        all_y += y
         if fits.get(key):
             k, c = fits[key]
             fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
                             name=labels["fit"].format(name=labels[key], slope=f"{k:.2f}"))
-    fig.update_xaxes(type="log", title_text=labels["x"])
-    fig.update_yaxes(type="log", title_text=labels["y"])
+    _log_axis(fig, "x", all_x, title_text=labels["x"])
+    _log_axis(fig, "y", all_y, title_text=labels["y"])
     return style(fig, title=labels["title"], lecture=lecture)
 
 
@@ -85,7 +147,9 @@ def batch_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
                     name=labels["tokens_per_s"], row=1, col=2)
     fig.add_scatter(x=x, y=[r["kv_bytes"] / 2**20 for r in rows], mode="lines+markers", marker_color=NO_CACHE,
                     name=labels["kv"], row=1, col=3)
-    fig.update_xaxes(title_text=labels["x"], type="log", dtick=np.log10(2))
+    ticks = log_ticks(min(x), max(x)) if x else None
+    fig.update_xaxes(title_text=labels["x"], type="log",
+                     **(dict(tickmode="array", tickvals=ticks[0], ticktext=ticks[1]) if ticks else {}))
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(showlegend=False)
     return style(fig, title=labels["title"], lecture=lecture)
@@ -123,7 +187,7 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
                     line=dict(color="#2ca02c"), secondary_y=True)
     times = [r[k] * MS for r in curve for k in ("memory_s", "compute_s")]
     span = (min(times), max(times))
-    if compute_batch is not None:
+    if compute_batch is not None and x[0] <= compute_batch <= x[-1]:  # below B = 1 it is no batch to mark
         name = labels["compute_batch"].format(batch=f"{compute_batch:,.0f}")
         _marker(fig, compute_batch, span, name, PREFILL, "dash")
     if max_batch:
@@ -131,12 +195,13 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
     if x[0] <= kv_weights_batch <= x[-1]:
         name = labels["kv_weights"].format(batch=f"{kv_weights_batch:,.0f}")
         _marker(fig, kv_weights_batch, span, name, NO_CACHE, "dot")
-    fig.update_xaxes(type="log", title_text=labels["x"])
-    fig.update_yaxes(type="log", title_text=labels["y"], secondary_y=False)
+    _log_axis(fig, "x", x, title_text=labels["x"])
+    _log_axis(fig, "y", times, title_text=labels["y"], secondary_y=False)
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
-    style(fig, title=labels["title"], lecture=lecture, height=480)
-    # Legend under the plot: the top edge carries the regime annotations.
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2), margin=dict(b=120))
+    style(fig, title=labels["title"], lecture=lecture, height=520)
+    # Legend at the foot of the figure, under the x-axis title (never over it), in as many rows as it needs.
+    fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
+                      margin=dict(b=190 if lecture else 150))
     return fig
 
 
@@ -152,6 +217,6 @@ def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight
     if crossing_tokens is not None and tokens[0] <= crossing_tokens <= tokens[-1]:
         span = (min(kv_bytes[0], weight_bytes) / 1e9, max(kv_bytes[-1], weight_bytes) / 1e9)
         _marker(fig, crossing_tokens, span, labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"), FIT, "dash")
-    fig.update_xaxes(type="log", title_text=labels["x"])
-    fig.update_yaxes(type="log", title_text=labels["y"])
+    _log_axis(fig, "x", list(tokens), title_text=labels["x"])
+    _log_axis(fig, "y", [b / 1e9 for b in kv_bytes] + [weight_bytes / 1e9], title_text=labels["y"])
     return style(fig, title=labels["title"], lecture=lecture)

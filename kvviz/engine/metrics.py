@@ -91,20 +91,140 @@ def summarize(events: Sequence[StepEvent]) -> LatencySummary | None:
     )
 
 
-def loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
-    """Least-squares fit log y = k·log x + c: (k, c). k ≈ 0 constant, 1 linear, 2 quadratic growth."""
-    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    keep = (xs > 0) & (ys > 0)
-    if np.unique(xs[keep]).size < 2:
-        return None
-    k, c = np.polyfit(np.log(xs[keep]), np.log(ys[keep]), 1)
-    return float(k), float(c)
+# ---- fits and verdicts: what the data can and cannot say ------------------------------------------------
+# Two-sided 95% Student-t quantiles t(0.975, dof) for dof 1..30 (any statistics table, e.g. NIST/SEMATECH
+# e-Handbook §1.3.6.7.2); beyond 30 the normal 1.96 is within 4%.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
-def linear_fit(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
-    """Least-squares y = a·x + b: (a, b), e.g. seconds per prompt token and a fixed cost."""
+def t95(dof: int) -> float:
+    """The two-sided 95% Student-t quantile for `dof` degrees of freedom (≥ 1)."""
+    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """Least squares y = slope·x + intercept over n points, with the slope's standard error."""
+
+    slope: float
+    intercept: float
+    slope_se: float | None  # None with no residual degrees of freedom (two distinct x: the line is exact)
+    n: int
+
+    def slope_ci95(self) -> tuple[float, float] | None:
+        """The slope's 95% confidence interval (Student t with n − 2 degrees of freedom)."""
+        if self.slope_se is None:
+            return None
+        half = t95(self.n - 2) * self.slope_se
+        return self.slope - half, self.slope + half
+
+
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> LineFit | None:
+    """Least-squares y = a·x + b, e.g. seconds per prompt token and a fixed cost, with a's standard error.
+
+    Give every repeat as its own point (x repeated): the error then reflects the measured spread.
+    """
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if np.unique(xs).size < 2:
         return None
+    n = xs.size
     a, b = np.polyfit(xs, ys, 1)
-    return float(a), float(b)
+    se = None
+    if n > 2:
+        resid = ys - (a * xs + b)
+        sxx = float(((xs - xs.mean()) ** 2).sum())
+        se = float(np.sqrt((resid**2).sum() / (n - 2) / sxx))
+    return LineFit(float(a), float(b), se, n)
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
+    """Least-squares fit log y = k·log x + c: (k, c). k ≈ 0 constant, 1 linear, 2 quadratic growth."""
+    fit = loglog_fit(x, y)
+    return None if fit is None else (fit.slope, fit.intercept)
+
+
+def loglog_fit(x: Sequence[float], y: Sequence[float]) -> LineFit | None:
+    """log y = k·log x + c as a LineFit (k with its standard error); points ≤ 0 are left out."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = (xs > 0) & (ys > 0)
+    return linear_fit(np.log(xs[keep]), np.log(ys[keep]))
+
+
+TREND_VERDICTS = ("rising", "flat", "falling", "too_noisy")
+
+
+def trend_verdict(fit: LineFit | None, x_span: float, y_level: float, *, flat_fraction: float = 0.1) -> str:
+    """What a fitted slope supports, from its 95% interval (never a sign the data cannot back):
+
+    rising / falling: the whole interval is above / below zero; flat: it holds zero and even its ends
+    change y by less than `flat_fraction` of `y_level` over `x_span`; too_noisy: anything else (the
+    spread is larger than the effect, or too few points to estimate a spread).
+    """
+    ci = fit.slope_ci95() if fit is not None else None
+    if ci is None:
+        return "too_noisy"
+    lo, hi = ci
+    if lo > 0:
+        return "rising"
+    if hi < 0:
+        return "falling"
+    if max(abs(lo), abs(hi)) * x_span <= flat_fraction * abs(y_level):
+        return "flat"
+    return "too_noisy"
+
+
+@dataclass(frozen=True)
+class FormulaCheck:
+    """T = TTFT + (N − 1)·mean TPOT holds exactly; does the p50 form hold within the noise?"""
+
+    measured_s: float  # T, request to last token
+    exact_s: float  # TTFT + (N − 1)·mean gap: equals measured_s up to float rounding, by definition
+    p50_form_s: float  # TTFT + (N − 1)·median gap
+    tolerance_s: float  # 2 standard errors of the median gap, times N − 1
+
+    @property
+    def error_s(self) -> float:
+        return self.p50_form_s - self.measured_s
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error_s) <= self.tolerance_s
+
+
+def formula_check(s: LatencySummary, gaps_s: Sequence[float]) -> FormulaCheck | None:
+    """Compare TTFT + (N − 1)·TPOT_p50 with the measured T, against a tolerance from the gaps' own spread.
+
+    The median gap estimates the mean gap with standard error ≈ 1.2533·σ/√m for m gaps (the sampling
+    error of a median); σ is taken robustly as IQR / 1.349, so one spike does not widen the tolerance
+    it is tested against. Outside ±2 such errors, the steps are skewed (spikes): only the mean form holds.
+    """
+    m = len(gaps_s)
+    if m < 2 or s.tpot_s is None or s.tpot_p50_s is None:
+        return None
+    q25, q75 = np.percentile(np.asarray(gaps_s, dtype=float), [25, 75])
+    sigma = float(q75 - q25) / 1.349
+    tolerance = 2 * 1.2533 * sigma / np.sqrt(m) * m
+    return FormulaCheck(s.e2e_s, s.ttft_s + m * s.tpot_s, s.ttft_s + m * s.tpot_p50_s, float(tolerance))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and range of one quantity over repeated whole runs."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def relative(self) -> float:
+        """(high − low) / median: 0 for identical runs."""
+        return (self.high - self.low) / self.median if self.median else float("inf")
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    return Spread(float(np.median(vals)), float(min(vals)), float(max(vals)), len(vals))

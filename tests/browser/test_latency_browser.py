@@ -28,7 +28,7 @@ def _chart_shot(page, index: int, path) -> None:
 
 
 def _set_number(page, label: str, value: int) -> None:
-    box = page.get_by_label(label)
+    box = page.get_by_role("spinbutton", name=label, exact=True)
     box.fill(str(value))
     box.press("Enter")
     wait_idle(page)
@@ -39,17 +39,58 @@ def test_prefill_decode_streams(page, shots):
     expect(page.get_by_role("heading", name="Prefill & Decode")).to_be_visible()
     _set_number(page, "Prompt length (tokens)", 256)
     _set_number(page, "New tokens N", 32)
+    _set_number(page, "Runs", 3)
     page.get_by_role("button", name="Run request").click()
-    expect(page.get_by_text("32 / 32 tokens generated after a 256-token prompt")).to_be_visible(timeout=120_000)
+    done = page.get_by_text("32 / 32 tokens generated after a 256-token prompt, 3 run(s)")
+    expect(done).to_be_visible(timeout=180_000)
     wait_idle(page)
     expect(page.get_by_role("button", name="Run request")).to_be_enabled()
     assert page.locator("[data-testid='stException']").count() == 0
+    expect(page.get_by_text("T = TTFT + (32 − 1)·mean TPOT")).to_be_visible()
+    page.get_by_role("button", name="Check noise").click()
+    wait_idle(page)
+    expect(page.get_by_text(re.compile(r"Machine now: (quiet|busy|noisy) — 30 identical passes"))).to_be_visible()
+    # a number out of range is refused, with its range (issue 19.7)
+    _set_number(page, "New tokens N", 100000)
+    expect(page.get_by_text("100,000 refused: enter a whole number from 1 to 511 (still using 32)")).to_be_visible()
+    _set_number(page, "New tokens N", 32)
     page.screenshot(path=shots / "prefill_decode_en.png", full_page=True)
     _chart_shot(page, 0, shots / "prefill_decode_timeline_en.png")
     _open(page, "프리필과 디코드", "?lang=ko")
     expect(page.get_by_role("heading", name="프리필과 디코드")).to_be_visible()
+    page.get_by_role("button", name="요청 실행").click()
+    expect(page.get_by_text(re.compile(r"\d+ / \d+개 토큰 생성, 실행 3회"))).to_be_visible(timeout=180_000)
+    wait_idle(page)
     page.screenshot(path=shots / "prefill_decode_ko.png", full_page=True)
+    _chart_shot(page, 0, shots / "prefill_decode_timeline_ko.png")
+    assert page.locator("[data-testid='stException']").count() == 0
     assert page.console_errors == []
+
+
+def test_cancel_and_edits_during_a_sweep_keep_the_rows(page, shots):
+    """Issue 19.1: Cancel, or editing a widget, mid-sweep replaced the page with 'generator already executing'."""
+    _open(page, "Latency & Capacity")
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    contexts = page.get_by_label(re.compile("Context lengths"))
+    contexts.fill(", ".join(str(n) for n in range(8, 500, 12)))
+    contexts.press("Enter")
+    wait_idle(page)
+    panel = page.get_by_role("tabpanel")
+    panel.get_by_role("button", name="Start sweep").click()
+    expect(panel.get_by_text(re.compile(r"Measuring… [1-9]\d* / 82 settings"))).to_be_visible(timeout=60_000)
+    page.get_by_role("tab", name="Prompt length").click()  # a widget edit mid-sweep (another tab's input)
+    lengths = page.get_by_label(re.compile("Prompt lengths"))
+    lengths.fill("16, 32")
+    lengths.press("Enter")
+    page.wait_for_timeout(1500)
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    panel.get_by_role("button", name="Cancel").click()
+    expect(panel.get_by_text(re.compile(r"Cancelled: kept the \d+ of 82 settings"))).to_be_visible(timeout=60_000)
+    wait_idle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    expect(panel.get_by_text("generator already executing")).to_have_count(0)
+    page.screenshot(path=shots / "latency_cancelled_en.png", full_page=True)
 
 
 def test_latency_sweeps_and_roofline(page, shots):
@@ -61,8 +102,9 @@ def test_latency_sweeps_and_roofline(page, shots):
     lengths.press("Enter")
     wait_idle(page)
     page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
-    expect(page.get_by_text("Done: 4 / 4 settings")).to_be_visible(timeout=120_000)
+    expect(page.get_by_text("Done: 4 / 4 settings")).to_be_visible(timeout=240_000)
     wait_idle(page)
+    expect(page.get_by_text(re.compile("Fitted log-log slopes over all 20 runs"))).to_be_visible()
     page.screenshot(path=shots / "latency_prompt_sweep_en.png", full_page=True)
     _chart_shot(page, 0, shots / "latency_prompt_chart_en.png")
 
@@ -99,4 +141,22 @@ def test_latency_sweeps_and_roofline(page, shots):
     page.get_by_role("tab", name="루프라인과 용량").click()
     page.screenshot(path=shots / "latency_roofline_ko.png", full_page=True)
     _chart_shot(page, 0, shots / "latency_roofline_chart_ko.png")
+    page.get_by_role("tab", name="프롬프트 길이").click()
+    page.get_by_role("tabpanel").get_by_role("button", name="스윕 시작").click()
+    expect(page.get_by_text(re.compile(r"완료: \d+ / \d+ 설정"))).to_be_visible(timeout=240_000)
+    wait_idle(page)
+    page.screenshot(path=shots / "latency_prompt_sweep_ko.png", full_page=True)
+    _chart_shot(page, 0, shots / "latency_prompt_chart_ko.png")
     assert page.console_errors == []
+
+
+def test_roofline_in_lecture_mode(browser, app_url, shots):
+    """Lecture mode at 1280×720: the roofline's legend stays clear of its axis title (issue 19.20)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.goto(f"{app_url}/Latency_and_Capacity?lecture=1")  # the sidebar is collapsed in lecture mode
+    wait_idle(page, 90_000)
+    page.get_by_role("tab", name="Roofline & capacity").click()
+    page.wait_for_timeout(1000)
+    _chart_shot(page, 0, shots / "latency_roofline_chart_lecture.png")
+    context.close()
