@@ -5,6 +5,7 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.charts import training as charts
 from kvviz.engine.model import Decoder
+from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 from kvviz.lessons import causal
 
@@ -78,7 +79,7 @@ if native and set(show) & {0, 1, 2}:
         steps = ui.persisted(st.slider, steps_key, tr("training.steps"), min_value=1, max_value=len(ids) - 1,
                              help=tr("training.steps_help"))
     n_prompt = len(ids) - steps
-    tokens = [backend.tokenizer.token_text(i) for i in ids]
+    tokens = chip_labels([backend.tokenizer.token_text(i) for i in ids])  # byte runs as their characters
     st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
                   max_tokens=causal.MAX_DEMO_TOKENS))
     ui.model_caption(backend)

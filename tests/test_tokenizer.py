@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import TINY_DIR, shipped_tokenizer, tokenizer_for
-from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer
+from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, byte_run_chips, chip_labels
 from kvviz.training.corpus import Document
 from kvviz.training.train import train_tokenizer
 
@@ -82,3 +82,33 @@ def test_tokenizer_training_is_deterministic(tmp_path):
 
 def test_shipped_files_exist():
     assert (TINY_DIR / "tokenizer.json").is_file()
+
+
+def test_byte_runs_become_one_chip_per_character_run():
+    # A byte tokenizer splits each Korean syllable into three tokens; chips show the syllables.
+    byte = ByteTokenizer()
+    texts = [byte.token_text(i) for i in byte.encode("옛날 a")]
+    assert texts[:3] == ["<0xEC>", "<0x98>", "<0x9B>"]
+    chips = byte_run_chips(texts)
+    assert [(c.start, c.stop, c.text) for c in chips] == [(0, 3, "옛"), (3, 6, "날"), (6, 7, " "), (7, 8, "a")]
+    # A BPE token can end inside one character and start the next: the run spans until the bytes complete.
+    assert [(c.start, c.stop, c.text) for c in byte_run_chips(["␣<0xEC>", "<0x98><0x9B>날", "!"])] == [
+        (0, 2, "␣옛날"), (2, 3, "!")]
+    # Generation cut inside a character, stray continuation bytes, control bytes: tokens keep their own texts.
+    assert [c.text for c in byte_run_chips(["a", "<0xEC>", "<0x98>"])] == ["a", "<0xEC>", "<0x98>"]
+    assert [c.text for c in byte_run_chips(["<0x98>", "b"])] == ["<0x98>", "b"]
+    assert [c.text for c in byte_run_chips(["<0x07>", "<0xED><0x95><0x9C><0x07>"])] == ["<0x07>", "한<0x07>"]
+    # Every token lies in exactly one chip, in order.
+    assert chip_labels(texts) == ["옛 1/3", "옛 2/3", "옛 3/3", "날 1/3", "날 2/3", "날 3/3", " ", "a"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_chips_cover_every_token_and_spell_the_text(text):
+    byte = ByteTokenizer()
+    texts = [byte.token_text(i) for i in byte.encode(text)]
+    chips = byte_run_chips(texts)
+    assert [i for c in chips for i in range(c.start, c.stop)] == list(range(len(texts)))
+    printable = all(ch.isprintable() for ch in text)
+    if printable:
+        assert "".join(c.text for c in chips) == text  # no <0xNN> left where the bytes form characters
