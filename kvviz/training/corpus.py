@@ -35,7 +35,7 @@ LICENSES = {
 }
 # Python docs folders that are prose; c-api, distutils, extending and whatsnew are mostly API lists and changelogs.
 ENGLISH_DIRS = ("tutorial", "howto", "faq", "reference", "using", "library")
-ENGLISH_BYTES = 4_000_000  # about as many tokens as the Korean side once tokenized (documents in sorted order)
+ENGLISH_BYTES = 4_000_000  # a cap in sorted order; the 3.11 docs give 2.3 MB of prose, about the Korean side's tokens
 DEFAULT_SOURCES = Path(os.environ.get("KVVIZ_CORPUS_SOURCES", Path.home() / ".cache" / "kvviz" / "corpus-sources"))
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 LETTER = re.compile(r"[A-Za-z\uac00-\ud7a3]")
@@ -289,7 +289,9 @@ def fetch_sources(root: Path = DEFAULT_SOURCES, log=print) -> dict[str, str]:  #
         debs = sorted(root.glob(f"{name}_*.deb"))
         if not debs:
             log(f"apt-get download {name}")
-            subprocess.run(["apt-get", "download", name], cwd=root, check=True, capture_output=True)
+            if subprocess.run(["apt-get", "download", name], cwd=root, capture_output=True).returncode != 0:
+                subprocess.run(["apt-get", "update"], check=True, capture_output=True)  # a fresh machine's lists
+                subprocess.run(["apt-get", "download", name], cwd=root, check=True, capture_output=True)
             debs = sorted(root.glob(f"{name}_*.deb"))
         if not (root / name).is_dir():
             subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(root / name)], check=True)
