@@ -53,11 +53,13 @@ def test_korean_paragraphs_of_a_help_page():
     <p>현재 문서를 선택한 문서와 비교합니다. 원할 경우 거부를 누릅니다.</p>
     <p>@@@조건 지정 &amp; 서식</p>
     </body></html>"""
-    assert korean_paragraphs(page) == "현재 문서를 선택한 문서와 비교합니다. 원할 경우 거부를 누릅니다.\n\n조건 지정 & 서식"
+    assert korean_paragraphs(page) == (
+        "현재 문서를 선택한 문서와 비교합니다. 원할 경우 거부를 누릅니다.\n\n조건 지정 & 서식")
 
 
 def test_bills_are_unwrapped_inside_words():
-    bill = "초등학교 저학년의 경우에도 부모의 사랑이 필요\n한 나이이나, 자녀를 양육하기 위하여 육아휴직을 할 \n수 있다.\n\n부      칙"
+    bill = ("초등학교 저학년의 경우에도 부모의 사랑이 필요\n한 나이이나, "
+            "자녀를 양육하기 위하여 육아휴직을 할 \n수 있다.\n\n부      칙")
     assert unwrap_korean(bill) == "초등학교 저학년의 경우에도 부모의 사랑이 필요한 나이이나, 자녀를 양육하기 위하여 " \
         "육아휴직을 할 수 있다.\n\n부 칙"
 

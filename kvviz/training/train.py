@@ -179,7 +179,8 @@ def train(
     langs = [lang for lang in LANGS if corpus.split(lang, True)]
     eval_ids = {lang: encode_docs(tokenizer, corpus.split(lang, True)) for lang in langs}
     log(f"corpus: {len(corpus.train)} train docs, {len(train_ids):,} tokens; held-out "
-        + ", ".join(f"{lang} {len(corpus.split(lang, True))} docs {len(ids):,} tokens" for lang, ids in eval_ids.items()))
+        + ", ".join(f"{lang} {len(corpus.split(lang, True))} docs {len(ids):,} tokens"
+                    for lang, ids in eval_ids.items()))
     eval_len = min(cfg.seq_len, shape.max_seq_len)
 
     model = Decoder(shape).init_weights(cfg.seed)
