@@ -6,6 +6,7 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.charts import decode as charts
 from kvviz.engine.generation import Generation
+from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 from kvviz.i18n import LANGS, t
 from kvviz.lessons import decode_view, tolerance, work
@@ -112,7 +113,7 @@ def live_view() -> None:
 def draw(gen: Generation) -> None:
     be, arch, last = gen.backend, gen.backend.spec, gen.events[-1]
     texts = decode_view.token_texts(be.tokenizer, gen.token_ids)
-    labels = decode_view.position_labels(texts)
+    labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
 
     st.subheader(tr("reuse.tokens_title"))

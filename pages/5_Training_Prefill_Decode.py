@@ -5,6 +5,7 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.charts import training as charts
 from kvviz.engine.model import Decoder
+from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 from kvviz.lessons import causal, tolerance
 
@@ -88,7 +89,7 @@ def native_sections() -> None:
     except InputError as exc:
         ui.show_error(exc)
         return
-    tokens = [backend.tokenizer.token_text(i) for i in ids]
+    tokens = chip_labels([backend.tokenizer.token_text(i) for i in ids])  # byte runs as their characters
     st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
                   max_tokens=causal.MAX_DEMO_TOKENS))
     ui.model_caption(backend)

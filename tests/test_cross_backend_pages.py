@@ -64,7 +64,8 @@ def test_decode_page_on_a_hf_model_selected_by_path(tiny_hf):
     rows = np.array(_chart(at, "reuse_attn")["data"][0]["z"], dtype=float)
     assert rows.shape == (8, n_prompt + 3)
     np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-5)
-    assert gen.events[-1].live_bytes == gen.events[-1].formula_bytes == 2 * 4 * (n_prompt + 3) * 2 * 32 * 4
+    # K and V · 4 layers · positions · 2 KV heads · d_head 24 · 4 bytes (float32)
+    assert gen.events[-1].live_bytes == gen.events[-1].formula_bytes == 2 * 4 * (n_prompt + 3) * 2 * 24 * 4
 
 
 def test_memory_page_shows_the_decode_pages_live_cache():

@@ -1,5 +1,5 @@
-"""The shipped tiny model: a golden continuation, loss below a unigram baseline, an exact
-transformers export, and one-line errors for a missing or damaged checkpoint."""
+"""The shipped tiny model: golden continuations in English and Korean, bits per byte on prose in no corpus,
+an exact transformers export, and one-line errors for a missing or damaged checkpoint."""
 import json
 import shutil
 import subprocess
@@ -13,14 +13,16 @@ from kvviz.engine.export import HF_FILES
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import TINY_DIR, load_backend, load_directory
 from kvviz.errors import InputError
-from kvviz.training.corpus import build_corpus
-from kvviz.training.train import TrainConfig, encode_docs, evaluation_loss, train, unigram_loss
+from kvviz.i18n import t
+from kvviz.training.prose import PROSE
+from kvviz.training.train import TrainConfig, prose_bits_per_byte, train
 
-PROMPT = "def read(self, size=-1):\n    "
+PROMPT = t("reuse.preset_1", "en")
+KO_PROMPT = t("reuse.preset_1", "ko")
 # Written from the final shipped weights: greedy, 40 new tokens.
-GOLDEN = (" **kwds to the specified name.\n\ndef _format_module(self, name, *, *, *, *, name=None, *, _run=None, "
-          "**kwargs):\n    Create a")
-EVAL_TOKENS = 4096  # a bounded slice of the held-out split keeps this test to seconds
+GOLDEN = (" the same value.\n\nThe following example, the following example, the following example, and the "
+          "following example, and the following example, and the following example, and the following example, and the")
+GOLDEN_KO = " 모든 경우 이 경우 이 경우" + "\n" * 34
 
 
 @pytest.fixture(scope="module")
@@ -31,27 +33,44 @@ def tiny():
 def test_shipped_files_and_shape(tiny):
     assert sum(f.stat().st_size for f in TINY_DIR.iterdir()) <= 25 * 2**20
     a = tiny.spec
-    assert (a.n_layers, a.n_heads, a.n_kv_heads, a.d_head, a.vocab_size) == (4, 8, 2, 32, 4096)
-    assert a.attention_kind == "GQA" and a.n_params == 4_868_352
+    assert (a.n_layers, a.n_heads, a.n_kv_heads, a.d_head, a.vocab_size) == (4, 8, 2, 24, 8192)
+    assert a.attention_kind == "GQA" and a.n_params == 4_695_744
+    assert tiny.model.cfg.max_seq_len == 2048
     assert tiny.tokenizer.eos_id == tiny.model.cfg.eos_id == 0
 
 
-def test_golden_greedy_continuation(tiny):
+@pytest.mark.parametrize("prompt, golden", [(PROMPT, GOLDEN), (KO_PROMPT, GOLDEN_KO)])
+def test_golden_greedy_continuation(tiny, prompt, golden):
     gen = Generation(tiny, max_new_tokens=40)
-    gen.run(PROMPT)
+    gen.run(prompt)
     assert gen.n_generated == 40
-    assert gen.text == GOLDEN
+    assert gen.text == golden
 
 
-def test_held_out_loss_beats_unigram(tiny):
-    corpus = build_corpus()
-    tok = tiny.tokenizer
-    train_ids, eval_ids = encode_docs(tok, corpus.train), encode_docs(tok, corpus.held_out)
-    eval_ids = eval_ids[: EVAL_TOKENS + 1]
-    model_loss = evaluation_loss(tiny.model, eval_ids, 512)
-    baseline = unigram_loss(train_ids, eval_ids, tok.vocab_size)
-    assert 5.0 < baseline < 7.0  # nats/token: what token frequencies alone achieve
-    assert model_loss < baseline - 2.0, (model_loss, baseline)  # over 7x lower perplexity
+@pytest.mark.parametrize("lang, bound", [("en", 2.95), ("ko", 3.15)])
+def test_bits_per_byte_on_prose_in_no_corpus(tiny, lang, bound):
+    """The model card's numbers: bits per UTF-8 byte on paragraphs written for this test, in no corpus.
+    Measured 2.927 (English) and 3.114 (Korean); the model it replaced measured 2.891 and 20.28 (worse than
+    the 8 bits of uniform bytes)."""
+    bpb = prose_bits_per_byte(tiny.model, tiny.tokenizer, PROSE[lang])
+    assert bpb < bound, bpb
+    assert bpb < 8.0  # better than knowing nothing about bytes
+
+
+def test_the_whole_context_was_trained(tiny):
+    """Loss on the last positions of a 2048-token window is no worse than on its first 512 positions + 0.5
+    nats: RoPE positions past 512 were trained (the last steps used 2048-token windows)."""
+    import torch.nn.functional as F
+
+    ids = []
+    for text in PROSE["en"] * 8:
+        ids += [0, *tiny.tokenizer.encode(text)]
+    ids = torch.tensor(ids[:2049])
+    with torch.no_grad():
+        logits = tiny.model(ids[None, :-1]).logits[0]
+    loss = F.cross_entropy(logits, ids[1:], reduction="none")
+    # The text repeats, so late positions can copy: they must at least not fall apart.
+    assert loss[1536:].mean() < loss[:512].mean() + 0.5, (loss[:512].mean(), loss[1536:].mean())
 
 
 def test_export_matches_transformers(tiny, tmp_path):
@@ -143,7 +162,8 @@ def test_training_is_deterministic(tmp_path):
     corpus = Corpus("test", "3", docs[:36], docs[36:])
     shape = DecoderConfig(n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=300,
                           max_seq_len=32, bos_id=0, eos_id=0)
-    cfg = TrainConfig(steps=3, batch_size=2, seq_len=16, warmup_steps=1, eval_every=3, threads=1)
+    cfg = TrainConfig(steps=3, batch_size=2, seq_len=16, long_steps=1, long_seq_len=32, warmup_steps=1, eval_every=3,
+                      eval_tokens=64, final_eval_tokens=64, threads=1)
     runs = [train(cfg, tmp_path / str(i), corpus, shape, log=lambda _: None) for i in range(2)]
     losses = [[(h["train_loss"], h["held_out_loss"]) for h in r["history"]] for r in runs]
     assert losses[0] == losses[1]
@@ -153,19 +173,28 @@ def test_training_is_deterministic(tmp_path):
 def test_cli_defaults_to_tiny(capsys):
     assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["model"] == "kvviz-tiny" and out["prompt_tokens"] == 10
+    assert out["model"] == "kvviz-tiny" and out["prompt_tokens"] == len(tiny_tokens(PROMPT))
     assert out["text"] == GOLDEN[: len(out["text"])] and len(out["token_ids"]) == 8
 
 
-def test_attention_patterns_in_the_card(tiny):
-    """The card's reading of the heads: local previous-token-like heads in layer 1, no induction."""
-    from kvviz.training.heads import head_scores
+def tiny_tokens(text):
+    from kvviz.engine.loading import shipped_tokenizer
 
-    corpus = build_corpus()
-    ids = tiny.tokenizer.encode(corpus.held_out[0].text)[:256]
-    scores = {(s.layer, s.head): s for s in head_scores(tiny.model, ids)}
-    assert len(scores) == 32
-    assert scores[1, 6].previous > 0.3 and scores[1, 0].previous > 0.3
-    assert max(s.previous for (layer, _), s in scores.items() if layer == 0) < 0.1
-    assert max(s.induction for s in scores.values()) < 0.1
-    assert max(s.first for s in scores.values()) < 0.1
+    return shipped_tokenizer().encode(text)
+
+
+def test_attention_patterns_in_the_card(tiny):
+    """The card's reading of the heads (`python -m kvviz.training.heads`), in both languages."""
+    from kvviz.training.heads import language_scores
+
+    scores = language_scores(tiny.model, tiny.tokenizer, {lang: "\n\n".join(p) for lang, p in PROSE.items()})
+    for lang in ("en", "ko"):
+        by = {(s.layer, s.head): s for s in scores[lang]}
+        assert len(by) == 32
+        # Local (previous-token-like) heads are in layers 2 and 3; layers 0 and 1 attend broadly.
+        assert max(by[2, h].previous for h in range(8)) > 0.15 and max(by[3, h].previous for h in range(8)) > 0.15
+        assert max(s.previous for (layer, _), s in by.items() if layer < 2) < 0.06
+        assert max(s.induction for s in by.values()) < 0.05  # no copying heads yet
+    # A weak attention sink on the first token (EOS), in Korean only: L1H4.
+    ko = {(s.layer, s.head): s for s in scores["ko"]}
+    assert ko[1, 4].first > 0.15 and max(s.first for s in scores["en"]) < 0.05

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import TINY_DIR, shipped_tokenizer, tokenizer_for
-from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer
+from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, byte_run_chips, chip_labels
 from kvviz.training.corpus import Document
 from kvviz.training.train import train_tokenizer
 
@@ -26,7 +26,7 @@ def tok() -> BPETokenizer:
 
 
 def test_shipped_vocabulary(tok):
-    assert tok.vocab_size == 4096
+    assert tok.vocab_size == 8192
     assert tok.eos_id == 0 and tok.token_text(0) == "<|endoftext|>"
 
 
@@ -48,24 +48,41 @@ def test_round_trip_any_unicode(text):
 
 def test_bpe_compresses_english(tok):
     text = TEXTS[0]
-    assert len(tok.encode(text)) < len(text.encode()) / 3  # about 4 bytes a token on this corpus
+    assert len(tok.encode(text)) < len(text.encode()) / 2.5  # about 3 bytes a token on this code-like line
+    prose = "A list is a sequence of values that"
+    assert [tok.token_text(i) for i in tok.encode(prose)] == [
+        "A", "␣list", "␣is", "␣a", "␣sequence", "␣of", "␣values", "␣that"]
+
+
+def test_korean_words_are_tokens(tok):
+    """Trained on Korean prose: syllables and whole words are tokens, at most one token per Korean character."""
+    pieces = [tok.token_text(i) for i in tok.encode("이 명령을 사용하면 현재 문서의")]
+    assert pieces == ["이", "␣명령을", "␣사용하면", "␣현재", "␣문서의"]
+    from kvviz.training.prose import KOREAN
+
+    n_tokens = sum(len(tok.encode(p)) for p in KOREAN)
+    n_chars = sum(len(p) for p in KOREAN)
+    assert n_tokens / n_chars <= 0.76  # 490 tokens for 651 characters of prose in no corpus (0.753)
 
 
 def test_token_text_is_readable(tok):
     pieces = [tok.token_text(i) for i in tok.encode("def split(self):\n    Return a list")]
     assert pieces[:2] == ["def", "␣split"]  # a visible space, not GPT-2's 'Ġ'
-    assert "␣Return" in pieces and any(p.startswith("↵") for p in pieces)
+    assert "␣list" in pieces and any(p.startswith("↵") for p in pieces)
     assert not any("Ġ" in p or "Ċ" in p for p in pieces)
-    # Control characters and a Korean syllable split across byte tokens show as their bytes.
+    # Control characters and a rare Korean syllable split across byte tokens show as their bytes,
+    # and the token strip joins the run back into the syllable.
     assert [tok.token_text(i) for i in tok.encode("\x07")] == ["<0x07>"]
-    ko = "".join(tok.token_text(i) for i in tok.encode("한"))
-    assert ko == "<0xED><0x95><0x9C>"
+    rare = [tok.token_text(i) for i in tok.encode("옛")]
+    assert "".join(rare) == "<0xEC><0x98><0x9B>" and len(rare) == 2
+    assert [c.text for c in byte_run_chips(rare)] == ["옛"]
     assert tok.token_text(10_000) == "⟨10000⟩"  # beyond the vocabulary (a larger random model)
 
 
 def test_random_shapes_use_bpe_when_it_fits():
-    assert tokenizer_for(DecoderConfig(vocab_size=4096)) is shipped_tokenizer()
+    assert tokenizer_for(DecoderConfig(vocab_size=8192)) is shipped_tokenizer()
     assert tokenizer_for(DecoderConfig(vocab_size=32000)) is shipped_tokenizer()
+    assert isinstance(tokenizer_for(DecoderConfig(vocab_size=4096)), ByteTokenizer)  # too small for the BPE
     small = tokenizer_for(DecoderConfig(vocab_size=300))
     assert isinstance(small, ByteTokenizer) and small.vocab_size == 300
 
@@ -82,3 +99,33 @@ def test_tokenizer_training_is_deterministic(tmp_path):
 
 def test_shipped_files_exist():
     assert (TINY_DIR / "tokenizer.json").is_file()
+
+
+def test_byte_runs_become_one_chip_per_character_run():
+    # A byte tokenizer splits each Korean syllable into three tokens; chips show the syllables.
+    byte = ByteTokenizer()
+    texts = [byte.token_text(i) for i in byte.encode("옛날 a")]
+    assert texts[:3] == ["<0xEC>", "<0x98>", "<0x9B>"]
+    chips = byte_run_chips(texts)
+    assert [(c.start, c.stop, c.text) for c in chips] == [(0, 3, "옛"), (3, 6, "날"), (6, 7, " "), (7, 8, "a")]
+    # A BPE token can end inside one character and start the next: the run spans until the bytes complete.
+    assert [(c.start, c.stop, c.text) for c in byte_run_chips(["␣<0xEC>", "<0x98><0x9B>날", "!"])] == [
+        (0, 2, "␣옛날"), (2, 3, "!")]
+    # Generation cut inside a character, stray continuation bytes, control bytes: tokens keep their own texts.
+    assert [c.text for c in byte_run_chips(["a", "<0xEC>", "<0x98>"])] == ["a", "<0xEC>", "<0x98>"]
+    assert [c.text for c in byte_run_chips(["<0x98>", "b"])] == ["<0x98>", "b"]
+    assert [c.text for c in byte_run_chips(["<0x07>", "<0xED><0x95><0x9C><0x07>"])] == ["<0x07>", "한<0x07>"]
+    # Every token lies in exactly one chip, in order.
+    assert chip_labels(texts) == ["옛 1/3", "옛 2/3", "옛 3/3", "날 1/3", "날 2/3", "날 3/3", " ", "a"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_chips_cover_every_token_and_spell_the_text(text):
+    byte = ByteTokenizer()
+    texts = [byte.token_text(i) for i in byte.encode(text)]
+    chips = byte_run_chips(texts)
+    assert [i for c in chips for i in range(c.start, c.stop)] == list(range(len(texts)))
+    printable = all(ch.isprintable() for ch in text)
+    if printable:
+        assert "".join(c.text for c in chips) == text  # no <0xNN> left where the bytes form characters

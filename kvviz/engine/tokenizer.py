@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import codecs
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -52,7 +55,7 @@ class ByteTokenizer:
     def token_text(self, token_id: int) -> str:
         if token_id >= 256:
             return f"⟨{token_id}⟩"
-        ch = bytes([token_id]).decode("utf-8", errors="replace")
+        ch = bytes([token_id]).decode("utf-8", errors="kvviz_hex")  # a byte of a multi-byte character: <0xEC>
         return ch if ch.isprintable() else f"<0x{token_id:02X}>"
 
 
@@ -124,3 +127,83 @@ class BPETokenizer:
         # Part of a multi-byte character (a Korean syllable split across tokens) shows as <0xEA> bytes.
         text = raw.decode("utf-8", errors="kvviz_hex")
         return "".join(_VISIBLE.get(c) or (c if c.isprintable() else _codepoint(c)) for c in text)
+
+
+# --- Chips: a run of byte tokens shown as the characters it forms ------------------------------------
+
+_HEX = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+MAX_RUN = 8  # a UTF-8 character has at most 4 bytes; a longer incomplete run is not one character
+
+
+@dataclass(frozen=True)
+class Chip:
+    """Tokens start..stop-1 drawn as one chip with this text."""
+
+    start: int
+    stop: int
+    text: str
+
+
+def _raw(text: str) -> bytes:
+    """A token's readable text back to bytes: `<0xNN>` markers are raw bytes, everything else its UTF-8."""
+    out, pos = bytearray(), 0
+    for m in _HEX.finditer(text):
+        out += text[pos : m.start()].encode("utf-8")
+        out.append(int(m.group(1), 16))
+        pos = m.end()
+    return bytes(out + text[pos:].encode("utf-8"))
+
+
+def _split_char(text: str) -> bool:
+    """Does this token text carry a byte of a multi-byte character (a `<0x80>`..`<0xFF>` marker)?"""
+    return any(int(m.group(1), 16) >= 0x80 for m in _HEX.finditer(text))
+
+
+def _incomplete(raw: bytes) -> bool:
+    """True when raw is valid UTF-8 except that its last character is cut short."""
+    try:
+        raw.decode("utf-8")
+        return False
+    except UnicodeDecodeError as err:
+        return err.end == len(raw) and err.reason == "unexpected end of data"
+
+
+def byte_run_chips(token_texts: Sequence[str]) -> list[Chip]:
+    """Group readable token texts into chips: a run of tokens that splits characters into bytes becomes one chip
+    showing those characters ("<0xEC><0x98>" + "<0x9B>날" → one chip "옛날" over two tokens).
+
+    Works on the texts every tokenizer here shows (`<0xNN>` for a byte of an incomplete character: the
+    shipped BPE, the byte tokenizer, and byte-fallback vocabularies of transformers models). A run that
+    never completes a character (the text so far ends inside one) keeps its tokens' own texts.
+    """
+    chips: list[Chip] = []
+    i, n = 0, len(token_texts)
+    while i < n:
+        if not _split_char(token_texts[i]):
+            chips.append(Chip(i, i + 1, token_texts[i]))
+            i += 1
+            continue
+        raw, j = _raw(token_texts[i]), i + 1
+        while _incomplete(raw) and j < n and j - i < MAX_RUN:
+            raw += _raw(token_texts[j])
+            j += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:  # cut short at the end, or not UTF-8: each token as it is
+            chips.extend(Chip(k, k + 1, token_texts[k]) for k in range(i, j))
+            i = j
+            continue
+        chips.append(Chip(i, j, "".join(c if c.isprintable() or c in _VISIBLE.values() else _codepoint(c)
+                                        for c in text)))
+        i = j
+    return chips
+
+
+def chip_labels(token_texts: Sequence[str]) -> list[str]:
+    """One label per token (for a per-position axis): a token inside a byte run shows the characters the run
+    forms and which part of the run it is ("옛날 1/2", "옛날 2/2"), never a bare `<0xEC>`."""
+    labels: list[str] = []
+    for c in byte_run_chips(token_texts):
+        n = c.stop - c.start
+        labels.extend([c.text] if n == 1 else [f"{c.text} {k}/{n}" for k in range(1, n + 1)])
+    return labels

@@ -5,7 +5,7 @@ import html
 from collections.abc import Sequence
 
 from kvviz.engine.generation import StepEvent, TopToken
-from kvviz.engine.tokenizer import Tokenizer
+from kvviz.engine.tokenizer import Tokenizer, byte_run_chips
 
 _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 
@@ -77,9 +77,10 @@ def token_strip_html(
     """
     chips = []
     last = len(token_texts) - 1
-    for i, text in enumerate(token_texts):
+    for c in byte_run_chips(token_texts):  # a run of byte tokens is one chip showing its characters
+        i, pos = c.stop - 1, str(c.start) if c.stop - c.start == 1 else f"{c.start}–{c.stop - 1}"
         kind = "prompt" if i < n_prompt else ("newest gen" if i == last else "gen")
-        chips.append(f'<span class="kv-chip {kind}" title="position {i}">{html.escape(visible(text))}</span>')
+        chips.append(f'<span class="kv-chip {kind}" title="position {pos}">{html.escape(visible(c.text))}</span>')
     top = max((t.prob for t in top_k), default=1.0) or 1.0
     rows = "".join(
         f"<tr><td>{html.escape(visible(t.text))}</td><td>{t.prob:.3f}</td>"

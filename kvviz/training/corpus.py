@@ -1,35 +1,54 @@
-"""A corpus any machine can rebuild offline: the docstrings of the Python standard library.
+"""A bilingual corpus any machine with the package registries rebuilds: English and Korean prose.
 
-Text comes from the running interpreter's own stdlib source files (Python Software Foundation
-License), read with `ast` so nothing is imported or executed. One document per module: its module
-docstring, then each class and function docstring under a `def name(args):` / `class Name:` header,
-in source order; plus one document per topic of `pydoc_data/topics.py` (the language reference text
-that `help()` shows). Modules are visited in sorted path order; whitespace is normalized; every 20th
-document (by a stable hash of its name) is held out for evaluation.
+English: the reStructuredText sources of the Python 3.11 documentation (tutorial, HOWTOs, FAQ, language
+reference, "using", library reference) from Debian's `python3.11-doc` (PSF License Version 2), with markup
+removed (roles, directives, code blocks, interactive sessions) so what is left is prose.
+Korean: the Korean pages of LibreOffice's help from Debian's `libreoffice-help-ko` (MPL-2.0), keeping the
+paragraphs written in Korean (many pages are partly untranslated English), plus the Constitution of the
+Republic of Korea and ten bills of the National Assembly that `konlpy` 0.6.0 bundles (kolaw, kobill; Korean
+statutes and bills are not protected works, Copyright Act of Korea, Article 7).
+
+The sources are fetched with the ordinary clients (`apt-get download`, `pip download --no-deps`) into a cache
+folder, then parsed here; nothing is committed but this script. One document per file; documents are visited
+in sorted path order; every 10th document of each language (by a stable hash of its name) is held out.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
-import inspect
+import html
+import os
 import re
+import subprocess
 import sys
-import sysconfig
-import warnings
-from dataclasses import dataclass
+import zipfile
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
-HELD_OUT_EVERY = 20
-LICENSE = "Python Software Foundation License Version 2 (the CPython standard library's license)"
-# Tests, demos and vendored third-party trees are not standard-library documentation.
-SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo",
-             "ensurepip", "_vendor"}
+HELD_OUT_EVERY = 10
+DEBS = ("python3.11-doc", "libreoffice-help-ko")
+WHEEL = "konlpy==0.6.0"
+LICENSES = {
+    "python3.11-doc": "Python Software Foundation License Version 2",
+    "libreoffice-help-ko": "Mozilla Public License 2.0 (LibreOffice help; parts Apache-2.0)",
+    "konlpy": "public-domain Korean statutes and bills (Copyright Act of Korea, Art. 7), bundled in konlpy (GPL-3)",
+}
+# Python docs folders that are prose; c-api, distutils, extending and whatsnew are mostly API lists and changelogs.
+ENGLISH_DIRS = ("tutorial", "howto", "faq", "reference", "using", "library")
+ENGLISH_BYTES = 4_000_000  # a cap in sorted order; the 3.11 docs give 2.3 MB of prose, about the Korean side's tokens
+DEFAULT_SOURCES = Path(os.environ.get("KVVIZ_CORPUS_SOURCES", Path.home() / ".cache" / "kvviz" / "corpus-sources"))
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+LETTER = re.compile(r"[A-Za-z\uac00-\ud7a3]")
 
 
 @dataclass(frozen=True)
 class Document:
-    name: str  # dotted module name ("json.decoder") or pydoc topic ("pydoc_data.topics:if")
+    name: str  # "en:library/os" or "ko:libreoffice/text/swriter/main0000" ...
     text: str
+
+    @property
+    def lang(self) -> str:
+        return self.name.split(":", 1)[0] if ":" in self.name else "en"
 
     @property
     def held_out(self) -> bool:
@@ -39,115 +58,265 @@ class Document:
 @dataclass(frozen=True)
 class Corpus:
     source: str
-    python_version: str
+    python_version: str  # kept for the training record: the version of the Python docs used
     train: list[Document]
     held_out: list[Document]
+    versions: dict[str, str] = field(default_factory=dict)
 
-    def stats(self) -> dict[str, int | str]:
-        def size(docs: list[Document], unit: str) -> int:
-            return sum(len(d.text.encode("utf-8")) if unit == "bytes" else len(d.text) for d in docs)
+    def split(self, lang: str, held_out: bool) -> list[Document]:
+        return [d for d in (self.held_out if held_out else self.train) if d.lang == lang]
 
-        return {
-            "source": self.source,
-            "python_version": self.python_version,
-            "license": LICENSE,
-            "train_documents": len(self.train),
-            "train_bytes": size(self.train, "bytes"),
-            "train_chars": size(self.train, "chars"),
-            "held_out_documents": len(self.held_out),
-            "held_out_bytes": size(self.held_out, "bytes"),
-            "held_out_chars": size(self.held_out, "chars"),
-        }
+    def stats(self) -> dict:
+        out: dict = {"source": self.source, "versions": self.versions, "licenses": LICENSES}
+        for lang in ("en", "ko"):
+            for split, held in (("train", False), ("held_out", True)):
+                docs = self.split(lang, held)
+                out[f"{lang}_{split}_documents"] = len(docs)
+                out[f"{lang}_{split}_bytes"] = sum(len(d.text.encode("utf-8")) for d in docs)
+                out[f"{lang}_{split}_chars"] = sum(len(d.text) for d in docs)
+        return out
 
 
 def is_held_out(name: str) -> bool:
-    """Stable across runs and machines (unlike hash()): md5 of the module name."""
+    """Stable across runs and machines (unlike hash()): md5 of the document name."""
     return int(hashlib.md5(name.encode()).hexdigest(), 16) % HELD_OUT_EVERY == 0
 
 
-def normalize(text: str) -> str:
-    """Dedent like inspect.cleandoc, strip trailing spaces, collapse runs of blank lines."""
-    text = inspect.cleandoc(text.replace("\r\n", "\n").replace("\t", "    "))
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
+def tidy(text: str) -> str:
+    """Strip trailing spaces, collapse runs of spaces and of blank lines."""
+    text = text.replace("\r\n", "\n").replace("\t", "    ").replace("\xa0", " ")
+    text = "\n".join(re.sub(r"(?<=\S) {2,}", " ", line.rstrip()) for line in text.split("\n"))
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    args = ast.unparse(node.args)
-    return f"def {node.name}({args}):"
+# --- English: reStructuredText to prose -------------------------------------------------------------
+
+_ROLE = re.compile(r":[\w:.-]+:`([^`]*)`")
+_SKIP_DIRECTIVES = ("code-block", "sourcecode", "testcode", "testoutput", "testsetup", "testcleanup", "doctest",
+                    "productionlist", "literalinclude", "toctree", "index", "highlight", "raw", "image", "figure",
+                    "csv-table", "list-table", "table", "tabularcolumns", "only", "moduleauthor", "sectionauthor",
+                    "include", "audit-event", "impl-detail", "availability", "opcode", "cmdoption", "option",
+                    "envvar", "describe", "program", "currentmodule", "module", "versionchanged", "versionadded",
+                    "deprecated", "deprecated-removed", "seealso", "rubric", "c:function", "c:type", "c:macro",
+                    "c:member", "c:var", "pdbcommand", "productionlist", "grammar-snippet", "contents", "sidebar")
 
 
-def module_text(source: str) -> str:
-    """The docstrings of one module's source, headed by their def/class lines, in source order."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)  # old escape sequences in stdlib sources
-        tree = ast.parse(source)
-    parts: list[str] = []
-    doc = ast.get_docstring(tree, clean=False)
-    if doc:
-        parts.append(normalize(doc))
-
-    def visit(body: list[ast.stmt], indent: str) -> None:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                doc = ast.get_docstring(node, clean=False)
-                if doc:
-                    head = f"class {node.name}:" if isinstance(node, ast.ClassDef) else _signature(node)
-                    body_text = "\n".join(indent + "    " + line if line else "" for line in normalize(doc).split("\n"))
-                    parts.append(f"{indent}{head}\n{body_text}")
-                if isinstance(node, ast.ClassDef):
-                    visit(node.body, indent + "    ")
-
-    visit(tree.body, "")
-    return "\n\n".join(p for p in parts if p.strip())
+def _role_text(m: re.Match) -> str:
+    inner = m.group(1).lstrip("!~")
+    target = re.match(r"(.*?)\s*<[^>]*>$", inner)  # :ref:`text <label>` -> text
+    return target.group(1) if target else inner
 
 
-def stdlib_dir() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
+def rst_prose(source: str) -> str:
+    """Prose of one .rst file: headings and paragraphs kept; code, tables, directives and markup dropped."""
+    lines = source.replace("\t", "    ").split("\n")
+    out: list[str] = []
+    i = 0
+    skip_indent: int | None = None  # inside a block to drop: lines indented deeper than this
 
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip(" "))
 
-def module_name(path: Path, root: Path) -> str:
-    rel = path.relative_to(root).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def documents(root: Path | None = None) -> list[Document]:
-    """Every stdlib module with documentation, sorted by path (deterministic on any file system)."""
-    root = root or stdlib_dir()
-    docs = []
-    for path in sorted(root.rglob("*.py")):
-        if SKIP_DIRS.intersection(path.relative_to(root).parts[:-1]):
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if skip_indent is not None:
+            if not stripped or indent(line) > skip_indent:
+                i += 1
+                continue
+            skip_indent = None
+            out.append("")  # the dropped block separated paragraphs
+        if re.fullmatch(r"([=\-~^\"'`#*+.:_])\1{2,}", stripped):  # heading over/underline
+            i += 1
             continue
-        try:
-            text = module_text(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue  # a few stdlib files are deliberately broken (bad syntax tests)
-        if text:
-            docs.append(Document(module_name(path, root), text))
+        if stripped.startswith(".."):
+            m = re.match(r"\.\.\s+([\w:-]+)::(.*)", stripped)
+            if m and m.group(1) not in _SKIP_DIRECTIVES and m.group(1) not in ("class", "function", "method",
+                                                                               "attribute", "data", "exception",
+                                                                               "decorator", "decoratormethod",
+                                                                               "classmethod", "staticmethod",
+                                                                               "coroutinefunction",
+                                                                               "coroutinemethod",
+                                                                               "abstractmethod", "property"):
+                # note/warning/tip/...: keep its body as prose, its argument as a line
+                if m.group(2).strip():
+                    out.append(indent(line) * " " + m.group(2).strip())
+                i += 1
+                while i < len(lines) and re.match(r"\s+:[\w-]+:", lines[i]):
+                    i += 1  # directive options
+                continue
+            skip_indent = indent(line)  # comment, label, target, or a directive to drop, with its body
+            i += 1
+            continue
+        if stripped.startswith((">>>", "...")) or stripped.startswith("+--") or stripped.startswith("|"):
+            i += 1
+            continue
+        if stripped.endswith("::"):  # a literal block follows: keep the sentence, drop the block
+            text = stripped[:-2].rstrip()
+            out.append(" " * indent(line) + (text + ":" if text and not text.endswith(":") else text))
+            skip_indent = indent(line)
+            i += 1
+            continue
+        out.append(line)
+        i += 1
+
+    text = "\n".join(out)
+    text = _ROLE.sub(_role_text, text)
+    text = re.sub(r"``([^`]+)``", r"\1", text)
+    text = re.sub(r"`([^`<]+?)\s*<[^>]+>`_+", r"\1", text)  # `text <url>`_
+    text = re.sub(r"`([^`]+)`_*", r"\1", text)
+    text = re.sub(r"\*\*([^*]+)\*\*", r"\1", text)
+    text = re.sub(r"(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])", r"\1", text)
+    text = re.sub(r"\|([\w-]+)\|", r"\1", text)  # substitutions
+    text = re.sub(r"\\(.)", r"\1", text)
+    # Paragraphs: dedent and join hard-wrapped lines, so the model learns prose, not line lengths.
+    paras = []
+    for para in re.split(r"\n\s*\n", text):
+        rows = [r.strip() for r in para.split("\n") if r.strip()]
+        if not rows:
+            continue
+        bullet = re.compile(r"([*\-+]|\d+\.|#\.)\s")
+        merged: list[str] = []
+        for r in rows:
+            if merged and not bullet.match(r):
+                merged[-1] += " " + r
+            else:
+                merged.append(r)
+        paras.append("\n".join(merged))
+    return tidy("\n\n".join(paras))
+
+
+def english_documents(root: Path) -> list[Document]:
+    """One document per .rst page of the Python docs, up to ENGLISH_BYTES in sorted path order."""
+    base = root / "python3.11-doc" / "usr" / "share" / "doc" / "python3.11" / "html" / "_sources"
+    docs, total = [], 0
+    for folder in ENGLISH_DIRS:
+        for path in sorted((base / folder).rglob("*.rst.txt")):
+            text = rst_prose(path.read_text(encoding="utf-8"))
+            if len(text) < 200:
+                continue
+            docs.append(Document("en:" + str(path.relative_to(base)).removesuffix(".rst.txt"), text))
+            total += len(text.encode())
+            if total >= ENGLISH_BYTES:
+                return docs
     return docs
 
 
-def pydoc_topics(root: Path) -> list[Document]:
-    """The reference-manual topics `help()` shows, read as literals from pydoc_data/topics.py."""
-    path = root / "pydoc_data" / "topics.py"
-    if not path.exists():
-        return []
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "topics":
-            topics: dict[str, str] = ast.literal_eval(node.value)
-            return [Document(f"pydoc_data.topics:{key}", normalize(topics[key])) for key in sorted(topics)]
-    return []
+# --- Korean: LibreOffice help pages and konlpy's statutes --------------------------------------------
+
+class _HelpText(HTMLParser):
+    """Paragraph texts of a LibreOffice help page (no navigation, scripts, or styles)."""
+
+    BLOCK = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "td", "th", "div", "br", "dt", "dd", "table"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag: str, attrs) -> None:  # noqa: ANN001
+        if tag in ("script", "style", "head", "nav", "header", "footer"):
+            self.skip += 1
+        elif tag in self.BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "head", "nav", "header", "footer"):
+            self.skip = max(0, self.skip - 1)
+        elif tag in self.BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip:
+            self.parts.append(data.replace("\n", " "))
 
 
-def build_corpus(root: Path | None = None) -> Corpus:
-    root = root or stdlib_dir()
-    docs = documents(root) + pydoc_topics(root)
+def korean_paragraphs(page_html: str, min_hangul: float = 0.5) -> str:
+    """The paragraphs of a page written in Korean: at least min_hangul of their letters are Hangul syllables.
+
+    Repeated paragraphs (a heading echoed in a link) are kept once.
+    """
+    parser = _HelpText()
+    parser.feed(page_html)
+    seen, keep = set(), []
+    for para in re.split(r"\n\s*\n", "".join(parser.parts)):
+        para = html.unescape(re.sub(r"\s+", " ", para)).replace("@@@", "").strip()  # "@@@": a translation mark
+        letters = LETTER.findall(para)
+        if len(para) < 4 or not letters or para in seen:
+            continue
+        if len(HANGUL.findall(para)) / len(letters) >= min_hangul:
+            seen.add(para)
+            keep.append(para)
+    return "\n\n".join(keep)
+
+
+def unwrap_korean(text: str) -> str:
+    """Join hard-wrapped lines of a bill (a break inside a word joins it; a trailing space stays a space)."""
+    paras = []
+    for para in re.split(r"\n\s*\n", text.replace("\r\n", "\n")):
+        paras.append("".join(para.split("\n")))
+    return tidy("\n\n".join(paras))
+
+
+def korean_documents(root: Path) -> list[Document]:
+    docs = []
+    help_dir = root / "libreoffice-help-ko" / "usr" / "share" / "libreoffice" / "help" / "ko"
+    for path in sorted(help_dir.rglob("*.html")):
+        text = tidy(korean_paragraphs(path.read_text(encoding="utf-8", errors="replace")))
+        if len(HANGUL.findall(text)) >= 40:
+            docs.append(Document("ko:libreoffice/" + str(path.relative_to(help_dir)).removesuffix(".html"), text))
+    corpus_dir = root / "konlpy" / "konlpy" / "data" / "corpus"
+    law = corpus_dir / "kolaw" / "constitution.txt"
+    if law.exists():
+        docs.append(Document("ko:kolaw/constitution", tidy(law.read_text(encoding="utf-8"))))
+    for path in sorted((corpus_dir / "kobill").glob("*.txt")):
+        docs.append(Document(f"ko:kobill/{path.stem}", unwrap_korean(path.read_text(encoding="utf-8"))))
+    return docs
+
+
+# --- Fetching the sources ---------------------------------------------------------------------------
+
+def _deb_version(deb: Path) -> str:
+    return subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def fetch_sources(root: Path = DEFAULT_SOURCES, log=print) -> dict[str, str]:  # noqa: ANN001
+    """Download (once) and unpack the packages into root; return {package: version}."""
+    root.mkdir(parents=True, exist_ok=True)
+    versions = {}
+    for name in DEBS:
+        debs = sorted(root.glob(f"{name}_*.deb"))
+        if not debs:
+            log(f"apt-get download {name}")
+            if subprocess.run(["apt-get", "download", name], cwd=root, capture_output=True).returncode != 0:
+                subprocess.run(["apt-get", "update"], check=True, capture_output=True)  # a fresh machine's lists
+                subprocess.run(["apt-get", "download", name], cwd=root, check=True, capture_output=True)
+            debs = sorted(root.glob(f"{name}_*.deb"))
+        if not (root / name).is_dir():
+            subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(root / name)], check=True)
+        versions[name] = _deb_version(debs[-1])
+    wheels = sorted(root.glob("konlpy-*.whl"))
+    if not wheels:
+        log(f"pip download --no-deps {WHEEL}")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", str(root)],
+                       check=True)
+        wheels = sorted(root.glob("konlpy-*.whl"))
+    if not (root / "konlpy").is_dir():
+        with zipfile.ZipFile(wheels[-1]) as zf:
+            zf.extractall(root / "konlpy", [n for n in zf.namelist() if n.startswith("konlpy/data/corpus/ko")])
+    versions["konlpy"] = wheels[-1].name.split("-")[1]
+    return versions
+
+
+def build_corpus(root: Path = DEFAULT_SOURCES, log=print) -> Corpus:  # noqa: ANN001
+    versions = fetch_sources(root, log)
+    docs = english_documents(root) + korean_documents(root)
     return Corpus(
-        source=f"docstrings of the Python {sys.version.split()[0]} standard library ({root})",
-        python_version=sys.version.split()[0],
+        source="Python 3.11 documentation (python3.11-doc), LibreOffice help in Korean (libreoffice-help-ko), "
+               "konlpy's kolaw and kobill",
+        python_version=versions["python3.11-doc"],
         train=[d for d in docs if not d.held_out],
         held_out=[d for d in docs if d.held_out],
+        versions=versions,
     )

@@ -3,9 +3,12 @@ from harness import IDLE, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
+from kvviz.i18n import t
 
-PROMPT = "Once upon a time, there was a little robot who"  # the first English preset
+PROMPT = t("reuse.preset_1", "en")  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny
+KO_PROMPT = t("reuse.preset_1", "ko")
+N_KO_PROMPT = len(shipped_tokenizer().encode(KO_PROMPT))
 PLOTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({
   title: g.layout.title ? g.layout.title.text.replace(/<[^>]+>/g, '') : '',
   rows: g.data[0].z ? g.data[0].z.length : null,
@@ -90,12 +93,16 @@ def test_korean_page(page, shots):
     _open(page, "?lang=ko", "과거 K/V 재사용")
     expect(page.get_by_role("heading", name="과거 K/V 재사용")).to_be_visible()
     page.get_by_role("combobox", name="예시 프롬프트").click()
-    page.get_by_role("option", name="옛날 옛적에 작은 로봇이 살았는데").click()
+    page.get_by_role("option", name=KO_PROMPT).click()
     wait_idle(page)
     _click(page, "프리필")
     _click(page, "한 단계")
     expect(page.locator(".kv-chip.newest")).to_have_count(1)
-    _plot(page, "레이어별 캐시된 위치 수", cols=len("옛날 옛적에 작은 로봇이 살았는데".encode()) + 1)
+    _plot(page, "레이어별 캐시된 위치 수", cols=N_KO_PROMPT + 1)
+    # Korean words are tokens of the shipped BPE: no chip shows a raw byte.
+    chips = page.locator(".kv-chip").all_inner_texts()
+    assert not any("<0x" in c for c in chips), chips
+    assert "".join(chips).replace("␣", " ").startswith(KO_PROMPT)
     assert page.locator("[data-testid='stException']").count() == 0
     _shoot(page, shots / "reuse_ko.png")
 

@@ -1,0 +1,78 @@
+"""The corpus parsers: reStructuredText to prose, Korean paragraphs of a help page, bills unwrapped, the split."""
+from kvviz.training.corpus import Corpus, Document, is_held_out, korean_paragraphs, rst_prose, unwrap_korean
+
+RST = """.. _tut-if:
+
+:keyword:`!if` Statements
+=========================
+
+Perhaps the most well-known statement type is the :keyword:`if` statement.  For
+example::
+
+   >>> x = int(input("Please enter an integer: "))
+   >>> if x < 0:
+   ...     x = 0
+
+There can be zero or more :keyword:`elif` parts, see :ref:`the tutorial <tut-match>` and ``switch``.
+
+.. index::
+   statement: for
+
+.. note::
+
+   A *note* stays as prose.
+
+.. code-block:: python
+
+   print("dropped")
+
+* first item
+* second item
+  continues here
+"""
+
+
+def test_rst_prose_keeps_sentences_and_drops_code():
+    text = rst_prose(RST)
+    assert text.split("\n\n") == [
+        "if Statements",
+        "Perhaps the most well-known statement type is the if statement. For example:",
+        "There can be zero or more elif parts, see the tutorial and switch.",
+        "A note stays as prose.",
+        "* first item\n* second item continues here",
+    ]
+
+
+def test_korean_paragraphs_of_a_help_page():
+    page = """<html><head><title>도움말</title><script>var x = "스크립트";</script></head><body>
+    <nav>탐색 메뉴</nav>
+    <h1>Compare Document</h1>
+    <p>현재 문서를 선택한 문서와 비교합니다.
+       원할 경우 <b>거부</b>를 누릅니다.</p>
+    <p>Choose Edit - Track Changes.</p>
+    <p>현재 문서를 선택한 문서와 비교합니다. 원할 경우 거부를 누릅니다.</p>
+    <p>@@@조건 지정 &amp; 서식</p>
+    </body></html>"""
+    assert korean_paragraphs(page) == (
+        "현재 문서를 선택한 문서와 비교합니다. 원할 경우 거부를 누릅니다.\n\n조건 지정 & 서식")
+
+
+def test_bills_are_unwrapped_inside_words():
+    bill = ("초등학교 저학년의 경우에도 부모의 사랑이 필요\n한 나이이나, "
+            "자녀를 양육하기 위하여 육아휴직을 할 \n수 있다.\n\n부      칙")
+    assert unwrap_korean(bill) == "초등학교 저학년의 경우에도 부모의 사랑이 필요한 나이이나, 자녀를 양육하기 위하여 " \
+        "육아휴직을 할 수 있다.\n\n부 칙"
+
+
+def test_held_out_split_is_by_document_and_per_language():
+    names = [f"{lang}:doc{i}" for lang in ("en", "ko") for i in range(400)]
+    held = [n for n in names if is_held_out(n)]
+    for lang in ("en", "ko"):
+        n_held = sum(n.startswith(lang) for n in held)
+        assert 20 <= n_held <= 60  # about one in ten, by a stable hash of the name
+    docs = [Document(n, "text") for n in names]
+    corpus = Corpus("test", "3", [d for d in docs if not d.held_out], [d for d in docs if d.held_out])
+    assert {d.lang for d in corpus.split("ko", True)} == {"ko"}
+    stats = corpus.stats()
+    assert stats["ko_held_out_documents"] + stats["ko_train_documents"] == 400
+    assert is_held_out("ko:kolaw/constitution") == is_held_out("ko:kolaw/constitution")
