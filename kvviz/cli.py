@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
     c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
     c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
-    c.add_argument("--group", type=_positive_int, default=32, help="int8/int4: KIVI group size")
+    c.add_argument("--group", type=_positive_int, help="int8/int4: KIVI group size (default: 32 where it divides d_head)")
     c.add_argument("--residual", type=int, default=32, help="int8/int4: newest tokens kept in full precision")
     c.add_argument("--pool-kv-heads", type=_positive_int, help="gqa: KV heads after pooling (default: half)")
     c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

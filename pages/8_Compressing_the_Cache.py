@@ -8,7 +8,7 @@ from kvviz.app import ui
 from kvviz.charts import compression as charts
 from kvviz.compression import quality
 from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
-from kvviz.compression.runner import Method
+from kvviz.compression.runner import Method, kivi_group
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
 from kvviz.units import format_binary
@@ -106,7 +106,7 @@ if 0 in show:
     ui.table(table, "compression_table")
     with st.expander(tr("compression.notes_title")):
         st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                       group=Method("int4").group, residual=Method("int4").residual))
+                       group=kivi_group(backend.spec.d_head), residual=Method("int4").residual))
 
 if 1 in show or 2 in show:
     d1, d2, d3 = st.columns(3)

@@ -51,16 +51,17 @@ def full(tiny, ids):
 def test_budget_at_least_the_sequence_gives_bit_identical_logits(tiny, ids, full, method):
     trace = run_method(tiny, ids, 30, Method(method, budget=len(ids)))
     assert torch.equal(trace.logits, full.logits)
-    assert trace.kv_bytes == full.kv_bytes == kv_footprint(KVSpec(4, 8, 2, 32), len(ids) - 1, 1, "float32").total
+    assert trace.kv_bytes == full.kv_bytes == kv_footprint(tiny.spec, len(ids) - 1, 1, "float32").total
 
 
 def test_group_size_one_pooling_gives_bit_identical_logits(tiny, ids, full):
     assert torch.equal(run_method(tiny, ids, 30, Method("gqa", kv_heads=2)).logits, full.logits)  # 8/2 → 8/2
     mha = random_backend(DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, vocab_size=4096,
                                        max_seq_len=64), seed=3)
-    ref = run_method(mha, ids[:40], 20, Method("full"))
-    assert torch.equal(run_method(mha, ids[:40], 20, Method("gqa", kv_heads=4)).logits, ref.logits)
-    pooled = run_method(mha, ids[:40], 20, Method("gqa", kv_heads=2))
+    mha_ids = [i % 4096 for i in ids[:40]]  # the random model's own vocabulary
+    ref = run_method(mha, mha_ids, 20, Method("full"))
+    assert torch.equal(run_method(mha, mha_ids, 20, Method("gqa", kv_heads=4)).logits, ref.logits)
+    pooled = run_method(mha, mha_ids, 20, Method("gqa", kv_heads=2))
     assert not torch.equal(pooled.logits, ref.logits)
     assert pooled.kv_bytes * 2 == ref.kv_bytes == pooled.formula_bytes * 2
 
@@ -101,27 +102,28 @@ def test_fp8_error_within_three_mantissa_bits():
 # ---- measured bytes equal the formula -----------------------------------------------------------------
 @pytest.mark.parametrize("method", [Method("window", 12), Method("streaming", 12), Method("h2o", 12),
                                     Method("snapkv", 20), Method("int8"), Method("int4"), Method("fp8"),
-                                    Method("int4", group=16, residual=0), Method("mqa"), Method("gqa", kv_heads=1)])
+                                    Method("int4", group=8, residual=0), Method("mqa"), Method("gqa", kv_heads=1)])
 def test_measured_bytes_equal_the_formula(tiny, ids, method):
     trace = run_method(tiny, ids, 30, method)
     assert trace.kv_bytes == trace.formula_bytes > 0
 
 
 def test_bytes_by_hand(tiny, ids):
-    shape = KVSpec(4, 8, 2, 32)
-    # window: 4 layers · 12 positions · K and V · 2 heads · 32 values · 4 bytes
-    assert run_method(tiny, ids, 30, Method("window", 12)).kv_bytes == 4 * 12 * 2 * 2 * 32 * 4
+    shape = tiny.spec
+    assert (shape.n_layers, shape.n_kv_heads, shape.d_head) == (4, 2, 24)  # the shipped model these figures use
+    # window: 4 layers · 12 positions · K and V · 2 heads · 24 values · 4 bytes
+    assert run_method(tiny, ids, 30, Method("window", 12)).kv_bytes == 4 * 12 * 2 * 2 * 24 * 4
     # SnapKV keeps 20 prompt positions, then every decoded token: 20 + 29 after 29 steps
     assert run_method(tiny, ids, 30, Method("snapkv", 20)).n_cached == 49
-    # int4, G=16, R=16, 59 cached tokens: whole groups of 16 are quantized while ≥ R stay, so 32 quantized and
-    # 27 in fp32. Per token, layer, KV head, K or V: 16 data bytes + 2 groups · 4 bytes (fp16 scale + zero)
-    trace = run_method(tiny, ids, 30, Method("int4", group=16, residual=16))
-    assert trace.kv_bytes == 4 * 2 * 2 * (32 * (16 + 2 * 4) + 27 * 32 * 4)
-    assert trace.kv_bytes == (kv_footprint(shape, 32, 1, kivi_dtype("int4", 16)).total
-                              + kv_footprint(shape, 27, 1, "float32").total)
+    # int4, G=8, R=16, 59 cached tokens: whole groups of 8 are quantized while ≥ R stay, so 40 quantized and
+    # 19 in fp32. Per token, layer, KV head, K or V: 12 data bytes + 3 groups · 4 bytes (fp16 scale + zero)
+    trace = run_method(tiny, ids, 30, Method("int4", group=8, residual=16))
+    assert trace.kv_bytes == 4 * 2 * 2 * (40 * (12 + 3 * 4) + 19 * 24 * 4)
+    assert trace.kv_bytes == (kv_footprint(shape, 40, 1, kivi_dtype("int4", 8)).total
+                              + kv_footprint(shape, 19, 1, "float32").total)
     # fp8: one byte per value; its two per-layer float32 scales are outside the per-token formula
     fp8 = run_method(tiny, ids, 30, Method("fp8"))
-    assert fp8.kv_bytes == kv_footprint(shape, 59, 1, "fp8").total == 59 * 4 * 2 * 2 * 32
+    assert fp8.kv_bytes == kv_footprint(shape, 59, 1, "fp8").total == 59 * 4 * 2 * 2 * 24
     assert fp8.scale_bytes_outside_cache == 4 * 2 * 4
 
 
@@ -133,7 +135,7 @@ def test_kivi_group_must_divide_d_head():
 # ---- StreamingLLM re-positions by rotating keys --------------------------------------------------------
 def test_rotating_a_key_by_delta_equals_rope_at_the_new_position(tiny):
     cos, sin = rotary_tables(tiny.model.cfg)
-    k0 = torch.randn(1, 2, 5, 32)
+    k0 = torch.randn(1, 2, 5, tiny.spec.d_head)
     p = torch.tensor([40, 41, 42, 43, 44])
     rotated = apply_rotary(k0, cos[p], sin[p])
     moved = _native_rotator(tiny.model)(rotated, torch.full((1, 2, 5), -36))
@@ -186,8 +188,8 @@ def test_cli_json_fields(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     for key in ("perplexity", "kl_divergence", "top1_agreement", "kv_bytes", "full_perplexity", "full_kv_bytes"):
         assert isinstance(out[key], (int, float)), key
-    assert out["kv_bytes"] == out["formula_bytes"] == 4 * 16 * 2 * 2 * 32 * 4
-    assert out["full_kv_bytes"] == 4 * 47 * 2 * 2 * 32 * 4 and out["n_predicted"] == 2 * 24
+    assert out["kv_bytes"] == out["formula_bytes"] == 4 * 16 * 2 * 2 * 24 * 4
+    assert out["full_kv_bytes"] == 4 * 47 * 2 * 2 * 24 * 4 and out["n_predicted"] == 2 * 24
     assert 0 <= out["top1_agreement"] <= 1 and out["kl_divergence"] >= 0 and out["perplexity"] > 1
     assert main(["compress", "--method", "int8,mqa", "--text", str(text), "--seq-len", "48", "--tokens", "48",
                  "--json"]) == 0
@@ -198,7 +200,7 @@ def test_cli_json_fields(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["compress", "--method", "window"], "--budget"),
     (["compress", "--method", "zip", "--budget", "4"], "unknown method"),
-    (["compress", "--method", "int4", "--group", "24", "--text", "README.md", "--tokens", "64"], "divide d_head"),
+    (["compress", "--method", "int4", "--group", "16", "--text", "README.md", "--tokens", "64"], "divide d_head"),
     (["compress", "--method", "window", "--budget", "4", "--text", "/nonexistent.txt"], "no text file"),
 ])
 def test_cli_bad_arguments_one_line(argv, words, capsys):

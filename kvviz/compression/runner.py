@@ -23,6 +23,13 @@ from kvviz.kv.formula import KVSpec, kv_footprint
 QUANT = ("int8", "int4", "fp8")
 POOL = ("gqa", "mqa")
 METHODS = ("full", *EVICTION, *QUANT, *POOL)
+KIVI_GROUP = 32  # the KIVI paper's G
+
+
+def kivi_group(d_head: int) -> int:
+    """KIVI's G = 32 where it divides d_head (keys carry d_head/G scales per token, as the shared formula counts
+    per vector); else the largest divisor of d_head below it (the shipped model's d_head 24 takes 24)."""
+    return max(g for g in range(1, KIVI_GROUP + 1) if d_head % g == 0)
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,7 @@ class Method:
     name: str  # one of METHODS
     budget: int | None = None  # eviction: positions kept per layer and KV head
     sinks: int = STREAMING_SINKS  # streaming
-    group: int = 32  # int8/int4: KIVI group size (G = 32 in the KIVI paper)
+    group: int | None = None  # int8/int4: KIVI group size (None: kivi_group(d_head), G = 32 as in KIVI where it fits)
     residual: int = 32  # int8/int4: newest tokens kept in full precision (KIVI's R, 128 there on long contexts)
     kv_heads: int | None = None  # gqa: KV heads after pooling (default: half of the model's); mqa: 1
 
@@ -140,7 +147,8 @@ def _run_native(backend: Backend, model: Decoder, ids: list[int], n_prompt: int,
         cache: Any = EvictingCache(shape, 1, dtype, device, reposition=policy.reposition,
                                    rotate=_native_rotator(model))
     elif method.name in QUANT:
-        cache = QuantizedCache(shape, 1, dtype, device, method.name, group=method.group, residual=method.residual)
+        group = method.group or kivi_group(shape.d_head)
+        cache = QuantizedCache(shape, 1, dtype, device, method.name, group=group, residual=method.residual)
     else:
         if method.name in POOL:
             target = 1 if method.name == "mqa" else (method.kv_heads or max(1, shape.n_kv_heads // 2))
