@@ -199,8 +199,9 @@ class RequestResult:
                 "finish_reason": self.finish_reason, "error": str(self.error) if self.error else None}
 
 
-def _payload(endpoint: str, model: str, prompt: str | list[int], max_tokens: int, include_usage: bool) -> dict:
-    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+def _payload(endpoint: str, model: str, prompt: str | list[int], max_tokens: int, include_usage: bool,
+             extra: dict | None = None) -> dict:
+    body: dict = {**(extra or {}), "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
                   # Generate exactly max_tokens, as vllm bench serve does (ignore_eos where the server knows it).
                   "ignore_eos": True}
     if endpoint == "chat":
@@ -235,6 +236,7 @@ def stream_request(
     cancel: threading.Event | None = None,
     clock_zero: float = 0.0,
     on_chunk: Callable[[RequestResult], None] | None = None,
+    extra_body: dict | None = None,
 ) -> RequestResult:
     """Send one streamed request and time its chunks. Never raises: a failure is the result's `error`."""
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
@@ -245,7 +247,7 @@ def stream_request(
     done = False
     try:
         with client.stream("POST", server.url(path), json=_payload(endpoint, model, prompt, max_tokens,
-                                                                    include_usage)) as response:
+                                                                    include_usage, extra_body)) as response:
             if response.status_code != 200:
                 result.error = _status_error(server, response, model)
                 return result
