@@ -146,6 +146,8 @@ with tab_sweep:
             st.warning(job.metrics_error.message(ui.lang()))
         if job.usage_fallback:
             st.warning(tr("serving.usage_fallback"))
+        if job.eos_may_stop:
+            st.info(tr("serving.eos_may_stop"))
         rows = job.rows()
         if not rows:
             return

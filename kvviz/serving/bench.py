@@ -113,6 +113,8 @@ class SweepJob:
     finished: bool = False
     cancelled: bool = False
     usage_fallback: bool = False  # the server refused stream_options: N counted from chunks
+    ignore_eos: bool = True
+    eos_may_stop: bool = False  # the server refused ignore_eos: requests may stop early at EOS
 
     def __post_init__(self) -> None:
         self._cancel = threading.Event()
@@ -207,13 +209,12 @@ class SweepJob:
         if self._cancel.is_set():
             return api.RequestResult(start_s=time.perf_counter() - self._t0, cancelled=True)
         r = api.stream_request(self.server, self.model, prompt, self.max_tokens, endpoint=self.endpoint,
-                               include_usage=self.include_usage, client=http, cancel=self._cancel, clock_zero=self._t0)
-        if (self.include_usage and r.error is not None and r.error.key == "serving.http_error"
-                and "stream_options" in str(r.error.params.get("detail", ""))):
-            # The server refuses stream_options: count chunks instead, and say so.
-            self.include_usage, self.usage_fallback = False, True
-            r = api.stream_request(self.server, self.model, prompt, self.max_tokens, endpoint=self.endpoint,
-                                   include_usage=False, client=http, cancel=self._cancel, clock_zero=self._t0)
+                               include_usage=self.include_usage, ignore_eos=self.ignore_eos, client=http,
+                               cancel=self._cancel, clock_zero=self._t0)
+        if "stream_options" in r.refused:
+            self.include_usage, self.usage_fallback = False, True  # N counted from chunks, and said so
+        if "ignore_eos" in r.refused:
+            self.ignore_eos, self.eos_may_stop = False, True  # a request may end before max_tokens
         return r
 
     def _poll_metrics(self) -> None:

@@ -155,6 +155,7 @@ class RequestResult:
     finish_reason: str | None = None
     error: InputError | None = None
     cancelled: bool = False
+    refused: list[str] = field(default_factory=list)  # optional request fields the server refused
 
     @property
     def ok(self) -> bool:
@@ -199,11 +200,14 @@ class RequestResult:
                 "finish_reason": self.finish_reason, "error": str(self.error) if self.error else None}
 
 
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos")  # extensions a strict server may refuse (HTTP 400/422)
+
+
 def _payload(endpoint: str, model: str, prompt: str | list[int], max_tokens: int, include_usage: bool,
-             extra: dict | None = None) -> dict:
-    body: dict = {**(extra or {}), "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-                  # Generate exactly max_tokens, as vllm bench serve does (ignore_eos where the server knows it).
-                  "ignore_eos": True}
+             ignore_eos: bool = True, extra: dict | None = None) -> dict:
+    body: dict = {**(extra or {}), "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
+    if ignore_eos:
+        body["ignore_eos"] = True  # generate exactly max_tokens, as vllm bench serve does
     if endpoint == "chat":
         body["messages"] = [{"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt)}]
     else:
@@ -237,8 +241,43 @@ def stream_request(
     clock_zero: float = 0.0,
     on_chunk: Callable[[RequestResult], None] | None = None,
     extra_body: dict | None = None,
+    ignore_eos: bool = True,
 ) -> RequestResult:
-    """Send one streamed request and time its chunks. Never raises: a failure is the result's `error`."""
+    """Send one streamed request and time its chunks. Never raises: a failure is the result's `error`.
+
+    A server that refuses an optional extension (stream_options, ignore_eos) with HTTP 400/422 naming it is
+    asked again without it; `refused` lists what was dropped (so N may come from counted chunks).
+    """
+    refused: list[str] = []
+    while True:
+        result = _stream_once(server, model, prompt, max_tokens, endpoint=endpoint, include_usage=include_usage,
+                              ignore_eos=ignore_eos, client=client, cancel=cancel, clock_zero=clock_zero,
+                              on_chunk=on_chunk, extra_body=extra_body)
+        detail = str(result.error.params.get("detail", "")) if result.error is not None else ""
+        field_ = next((f for f in OPTIONAL_FIELDS if f in detail and f not in refused), None)
+        if result.error is None or result.error.key != "serving.http_error" or field_ is None:
+            result.refused = refused
+            return result
+        refused.append(field_)
+        include_usage = include_usage and field_ != "stream_options"
+        ignore_eos = ignore_eos and field_ != "ignore_eos"
+
+
+def _stream_once(
+    server: Server,
+    model: str,
+    prompt: str | list[int],
+    max_tokens: int,
+    *,
+    endpoint: str,
+    include_usage: bool,
+    ignore_eos: bool,
+    client: httpx.Client | None,
+    cancel: threading.Event | None,
+    clock_zero: float,
+    on_chunk: Callable[[RequestResult], None] | None,
+    extra_body: dict | None,
+) -> RequestResult:
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
     own = client is None
     client = client or server.client()
@@ -247,7 +286,7 @@ def stream_request(
     done = False
     try:
         with client.stream("POST", server.url(path), json=_payload(endpoint, model, prompt, max_tokens,
-                                                                    include_usage, extra_body)) as response:
+                                                                    include_usage, ignore_eos, extra_body)) as response:
             if response.status_code != 200:
                 result.error = _status_error(server, response, model)
                 return result

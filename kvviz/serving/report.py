@@ -70,6 +70,8 @@ def serve_bench(url: str, *, model: str = "", api_key: str | None = None, prompt
         notes.append(str(job.metrics_error))
     if job.usage_fallback:
         notes.append(str(InputError("serving.usage_fallback")))
+    if job.eos_may_stop:
+        notes.append(str(InputError("serving.eos_may_stop")))
     out = {"url": server.base_url, "model": model, "engine": engine, "endpoint": endpoint,
            "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "exact_prompts": job.exact_prompts,
            "rows": rows, "tokens_from_usage": all(r["tokens_from_usage"] for r in rows if r["ok"]),
