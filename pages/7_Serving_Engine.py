@@ -156,11 +156,17 @@ with tab_sweep:
         ui.chart(charts.concurrency_chart(rows, {k: tr(f"serving.cc_{k}") for k in (
             "title", "latency", "throughput", "ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "tokens_per_s", "x",
             "y_ms", "y_tps")}, lecture=settings.lecture), "serving_concurrency")
-        last = rows[-1]
-        st.markdown(tr("serving.sweep_result", c=last["concurrency"], ttft=fmt_ms(last["ttft_p50_s"]),
-                       tpot=fmt_ms(last["tpot_p50_s"]), first_ttft=fmt_ms(rows[0]["ttft_p50_s"]),
-                       first_tpot=fmt_ms(rows[0]["tpot_p50_s"]), c0=rows[0]["concurrency"],
-                       tps="—" if last["output_tokens_per_s"] is None else f"{last['output_tokens_per_s']:.1f}",
+        first, last = rows[0], rows[-1]
+
+        def tps(row: dict) -> str:
+            return "—" if row["output_tokens_per_s"] is None else f"{row['output_tokens_per_s']:.1f}"
+
+        ratio = (last["output_tokens_per_s"] / first["output_tokens_per_s"]
+                 if last["output_tokens_per_s"] and first["output_tokens_per_s"] else None)
+        st.markdown(tr("serving.sweep_result", c0=first["concurrency"], c=last["concurrency"],
+                       first_ttft=fmt_ms(first["ttft_p50_s"]), ttft=fmt_ms(last["ttft_p50_s"]),
+                       first_tpot=fmt_ms(first["tpot_p50_s"]), tpot=fmt_ms(last["tpot_p50_s"]),
+                       first_tps=tps(first), tps=tps(last), ratio="—" if ratio is None else f"{ratio:.2f}",
                        source=tr("serving.n_usage" if last["tokens_from_usage"] else "serving.n_chunks")))
         requests = job.request_rows()
         ui.chart(charts.request_timeline(requests, {k: tr(f"serving.tl_{k}") for k in (

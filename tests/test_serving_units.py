@@ -176,3 +176,16 @@ def test_permutation_turns_rotate_half_into_interleaved(n_heads, d_head):
     cpp = _rope_interleaved((permute_rotary(w, n_heads) @ x).view(n_heads, d_head), 5.0)
     # The same vectors up to the fixed reordering of each head's dimensions, so dot products agree.
     assert torch.allclose(permute_rotary(hf.reshape(-1, 1), n_heads).view(n_heads, d_head), cpp, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_id,name,per_token", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B", 2 * 8 * 128 * 32 * 2),  # 128 KiB per token in bf16
+    ("Qwen/Qwen3-8B", "Qwen3-8B", 2 * 8 * 128 * 36 * 2),
+    ("kvviz-tiny", "kvviz-tiny", 2 * 2 * 32 * 4 * 2),
+    ("some/unknown-model", None, None),
+])
+def test_kv_bytes_per_token_for_served_models(model_id, name, per_token):
+    from kvviz.serving.report import kv_per_token
+
+    out = kv_per_token(model_id, "bfloat16")
+    assert (out["shape_name"], out["kv_bytes_per_token"]) == (name, per_token)

@@ -2,6 +2,8 @@
 the concurrency sweep and the prefix experiment, as one dict."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVShape, kv_footprint
 from kvviz.serving import client as api
@@ -28,9 +30,20 @@ def known_shape(model_id: str) -> tuple[str, KVShape] | None:
     from kvviz.kv.presets import HF_REPOS, PRESETS
 
     wanted = model_id.strip().lower().rstrip("/")
+    # An instruction-tuned variant keeps its base model's shape (Llama-3.1-8B-Instruct is Llama-3.1-8B's).
+    bases = {wanted, *(wanted.removesuffix(s) for s in ("-instruct", "-chat", "-it", "-hf"))}
     for name, repo in HF_REPOS.items():
-        if wanted == repo.lower() or wanted.endswith("/" + repo.lower()) or wanted == name.lower():
+        r = repo.lower()
+        if any(b == r or b.endswith("/" + r) or b == name.lower() or b == r.removesuffix("-hf") for b in bases):
             return name, PRESETS[name].shape
+    if Path(model_id, "config.json").is_file():  # a server on this machine, serving a local directory
+        from kvviz.kv.hf_config import load_hf_config
+
+        try:
+            spec = load_hf_config(model_id)
+            return spec.name, spec.shape
+        except (InputError, ValueError, OSError):
+            return None
     base = wanted.rsplit("/", 1)[-1].removesuffix(".gguf")
     if base in ("kvviz-tiny", "tiny"):
         from kvviz.engine.config import DecoderConfig
