@@ -377,8 +377,9 @@ def _print_serve_bench(r: dict) -> None:
         print(f"note: {line}")
     if r.get("prefix"):
         p = r["prefix"]
-        print(f"prefix experiment ({p['prefix_tokens']} shared words): TTFT cold {_ms(p['summary']['ttft_cold_p50_s'])}, "
-              f"warm {_ms(p['summary']['ttft_warm_p50_s'])}, control {_ms(p['summary']['ttft_control_p50_s'])}")
+        s = p["summary"]
+        print(f"prefix experiment ({p['prefix_tokens']} shared words): TTFT cold {_ms(s['ttft_cold_p50_s'])}, "
+              f"warm {_ms(s['ttft_warm_p50_s'])}, control {_ms(s['ttft_control_p50_s'])}")
         for row in p["rows"]:
             print(f"  trial {row['trial']} {row['request']:>7}: prompt {row['prompt_tokens']} tokens, cached "
                   f"{row['cached_tokens']} (predicted {row['predicted_cached_tokens']}), TTFT {_ms(row['ttft_s'])}")

@@ -134,3 +134,21 @@ def test_server_without_metrics(gguf_file):
         job_out = main(["serve-bench", "--url", srv.base_url, "--prompt-len", "16", "--max-tokens", "4",
                         "--concurrency", "1", "--requests", "2"])
         assert job_out == 0
+
+
+def test_cancel_keeps_measured_requests(server):
+    import time
+
+    from kvviz.serving.bench import SweepJob
+
+    job = SweepJob(api.Server(server.base_url), "kvviz-tiny", [1, 2], requests=40, prompt_tokens=32,
+                   max_tokens=64).start()
+    deadline = time.monotonic() + 120
+    while job.done < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job.cancel()
+    job.wait(60)
+    assert job.finished and job.cancelled
+    measured = [r for rs in job.results.values() for r in rs if r.ok]
+    assert len(measured) >= 2 and job.done < job.total
+    assert job.rows()[0]["ok"] >= 2  # what was measured before Cancel stays summarized

@@ -145,7 +145,7 @@ class SweepJob:
     @property
     def done(self) -> int:
         with self._lock:
-            return sum(len(v) for v in self.results.values())
+            return sum(not r.cancelled for v in self.results.values() for r in v)  # sent and answered (or failed)
 
     @property
     def progress(self) -> float:
@@ -153,11 +153,12 @@ class SweepJob:
 
     def rows(self) -> list[dict]:
         with self._lock:
-            return [summarize(c, list(rs)) for c, rs in self.results.items() if rs]
+            kept = {c: [r for r in rs if not r.cancelled] for c, rs in self.results.items()}
+            return [summarize(c, rs) for c, rs in kept.items() if rs]
 
     def request_rows(self) -> list[dict]:
         with self._lock:
-            return [{"concurrency": c, **r.to_dict()} for c, rs in self.results.items() for r in rs]
+            return [{"concurrency": c, **r.to_dict()} for c, rs in self.results.items() for r in rs if not r.cancelled]
 
     def errors(self) -> list[InputError]:
         """Distinct failures of individual requests, in the order they happened."""
@@ -174,8 +175,8 @@ class SweepJob:
     def _run(self) -> None:
         try:
             with self.server.client() as http:
-                n = max(self.concurrency) if self.concurrency else 1
-                prompts, self.exact_prompts = make_prompts(self.server, self.model, self.requests * len(self.concurrency),
+                n_prompts = self.requests * len(self.concurrency)
+                prompts, self.exact_prompts = make_prompts(self.server, self.model, n_prompts,
                                                            self.prompt_tokens, self.endpoint, client=http,
                                                            tag=f"{time.time_ns() % 100000}-")
                 for i, c in enumerate(self.concurrency):
@@ -184,7 +185,7 @@ class SweepJob:
                     with self._lock:
                         self.results[c] = []
                     batch = prompts[i * self.requests:(i + 1) * self.requests]
-                    with ThreadPoolExecutor(max_workers=min(c, n)) as pool:
+                    with ThreadPoolExecutor(max_workers=c) as pool:
                         for fut in [pool.submit(self._one, http, p) for p in batch]:
                             result = fut.result()
                             with self._lock:

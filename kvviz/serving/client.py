@@ -182,7 +182,7 @@ class RequestResult:
     def itl_s(self) -> list[float]:
         """Inter-token latency per chunk after the first (a chunk may carry several tokens)."""
         t = self.chunk_times_s
-        return [b - a for a, b in zip(t, t[1:])]
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
 
     @property
     def tpot_s(self) -> float | None:

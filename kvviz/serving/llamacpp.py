@@ -32,7 +32,8 @@ class LlamaServer:
     """`with LlamaServer(gguf) as srv:` — srv.base_url is live inside, the process is gone after."""
 
     def __init__(self, model: str | Path, *, alias: str = "kvviz-tiny", metrics: bool = True, n_parallel: int = 4,
-                 ctx_size: int = 2048, threads: int = 2, extra: list[str] | None = None, log: Path | None = None) -> None:
+                 ctx_size: int = 2048, threads: int = 2, extra: list[str] | None = None,
+                 log: Path | None = None) -> None:
         exe = binary()
         if exe is None:
             raise FileNotFoundError(f"llama-server not found at {DEFAULT_BINARY}: run scripts/build_llama_server.sh")

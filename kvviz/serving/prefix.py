@@ -24,7 +24,8 @@ TOKEN_ENGINES = ("llama.cpp", "sglang")
 SUFFIXES = ("Question one: what does the cache hold?", "Question two: why is decode memory-bound?")
 
 
-def predicted_cached_tokens(engine: str | None, n_prompt: int, n_shared: int, block_size: int | None = None) -> int | None:
+def predicted_cached_tokens(engine: str | None, n_prompt: int, n_shared: int,
+                            block_size: int | None = None) -> int | None:
     """Prompt tokens a warm prefix cache serves; None when the engine (or vLLM's block size) is unknown."""
     if n_prompt < 1 or n_shared < 0:
         raise InputError("positive_int", name="n_prompt", value=n_prompt)
@@ -40,7 +41,7 @@ def predicted_cached_tokens(engine: str | None, n_prompt: int, n_shared: int, bl
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -80,7 +81,8 @@ class PrefixResult:
 
     def summary(self) -> dict:
         def med(kind: str) -> float | None:
-            return percentile([r["ttft_s"] for r in self.rows() if r["request"] == kind and r["ttft_s"] is not None], 50)
+            times = [r["ttft_s"] for r in self.rows() if r["request"] == kind and r["ttft_s"] is not None]
+            return percentile(times, 50)
 
         cold, warm, control = med("cold"), med("warm"), med("control")
         return {"ttft_cold_p50_s": cold, "ttft_warm_p50_s": warm, "ttft_control_p50_s": control,
@@ -94,7 +96,7 @@ def run_prefix_experiment(server: api.Server, model: str, *, prefix_tokens: int,
     result = PrefixResult(engine, block_size, prefix_tokens)
     words = (FILLER * (prefix_tokens // 10 + 2)).split()
     with server.client() as http:
-        for i in range(repeats):
+        for _ in range(repeats):
             tag = time.time_ns() % 10**9
             prefix = f"Session {tag}. " + " ".join(words[:prefix_tokens])
             other = f"Session {tag + 1}. " + " ".join(words[:prefix_tokens])

@@ -59,14 +59,16 @@ def kv_per_token(model_id: str, kv_dtype: str) -> dict:
     if found is None:
         return {"shape_name": None, "kv_bytes_per_token": None, "kv_dtype": kv_dtype}
     name, shape = found
-    return {"shape_name": name, "kv_bytes_per_token": kv_footprint(shape, 1, 1, kv_dtype).per_token, "kv_dtype": kv_dtype}
+    per_token = kv_footprint(shape, 1, 1, kv_dtype).per_token
+    return {"shape_name": name, "kv_bytes_per_token": per_token, "kv_dtype": kv_dtype}
 
 
 def serve_bench(url: str, *, model: str = "", api_key: str | None = None, prompt_tokens: int = 128,
                 max_tokens: int = 64, concurrency: list[int] | None = None, requests: int | None = None,
                 endpoint: str = "completions", timeout_s: float = 60.0, prefix_tokens: int | None = None,
                 prefix_repeats: int = 3, block_size: int | None = None, kv_dtype: str = "bfloat16",
-                limits: Limits = Limits()) -> dict:
+                limits: Limits | None = None) -> dict:
+    limits = limits or Limits()
     concurrency = concurrency or [1, 2, 4]
     requests = requests or max(4, 2 * max(concurrency))
     check_plan(concurrency, requests, max_tokens, prompt_tokens, limits)
