@@ -71,3 +71,27 @@ def test_hosted_picks_from_the_allowlist_only(monkeypatch):
     at.button[0].click().run()
     assert any("cannot reach http://127.0.0.1:1" in e.value for e in at.error)
     assert "NEVER-SHOWN" not in " ".join(e.value for e in at.error)
+
+
+def test_not_openai_server_message_in_korean(tmp_path):
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(tmp_path), **kw)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        at = _page("ko")
+        at.run()
+        at.text_input(key="sv_url").set_value(f"http://127.0.0.1:{httpd.server_address[1]}").run()
+        at.button[0].click().run()
+        assert not at.exception
+        assert any("OpenAI 호환 서버처럼 응답하지 않습니다" in e.value for e in at.error)
+    finally:
+        httpd.shutdown()

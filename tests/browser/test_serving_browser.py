@@ -79,6 +79,15 @@ def test_sweep_and_prefix_en(page, shots, llama):
     chart = page.locator("[data-testid='stPlotlyChart']:visible").first
     chart.scroll_into_view_if_needed()
     chart.screenshot(path=shots / "serving_prefix_chart_en.png")
+    # A server that went away: said clearly, and the measurements already on the page stay.
+    _fill(page, "Base URL", "http://127.0.0.1:9")
+    page.get_by_role("button", name="Connect").click()
+    wait_idle(page)
+    expect(page.get_by_text(re.compile("cannot reach http://127.0.0.1:9"))).to_be_visible()
+    page.get_by_role("tab", name="Concurrency sweep").click()
+    expect(page.get_by_text("Done: 36 of 36 requests")).to_be_visible()
+    assert page.locator("[data-testid='stPlotlyChart']:visible").count() >= 3
+    page.screenshot(path=shots / "serving_unreachable_keeps_results_en.png", full_page=True)
     assert page.console_errors == []
 
 
