@@ -122,7 +122,9 @@ def test_prefix_cache_matches_prediction(server):
             assert row["cached_tokens"] == row["predicted_cached_tokens"] == min(row["shared_tokens"],
                                                                                  row["prompt_tokens"] - 1)
         else:
-            assert row["cached_tokens"] == row["predicted_cached_tokens"] == 0
+            # Only what an earlier trial's prompt happens to share ("Session 1234…"): at most that, and
+            # llama.cpp may place the request on another of its 4 slots and reuse none of it.
+            assert 0 <= row["cached_tokens"] <= row["predicted_cached_tokens"] <= 12
 
 
 def test_server_without_metrics(gguf_file):

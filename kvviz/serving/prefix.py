@@ -56,7 +56,10 @@ class PrefixTrial:
     cold: api.RequestResult
     warm: api.RequestResult
     control: api.RequestResult
-    n_shared: int | None  # tokens warm shares with cold, by the server's tokenizer (None: it has none)
+    # Per request: the longest token prefix it shares with any prompt sent before it in this experiment,
+    # by the server's own tokenizer (None where the server has no /tokenize). Warm shares the whole prefix
+    # with cold; cold and control may still share a token or two ("Session") with earlier trials.
+    n_shared: dict[str, int | None]
 
 
 @dataclass
@@ -71,7 +74,7 @@ class PrefixResult:
         for i, t in enumerate(self.trials):
             for kind, r in (("cold", t.cold), ("warm", t.warm), ("control", t.control)):
                 n = r.prompt_tokens
-                shared = t.n_shared if kind == "warm" else 0
+                shared = t.n_shared[kind]
                 pred = (predicted_cached_tokens(self.engine, n, shared, self.block_size)
                         if n is not None and shared is not None else None)
                 out.append({"trial": i + 1, "request": kind, "prompt_tokens": n, "shared_tokens": shared,
@@ -95,6 +98,7 @@ def run_prefix_experiment(server: api.Server, model: str, *, prefix_tokens: int,
     """Each repeat uses a fresh prefix (a new number first), so nothing earlier can be cached."""
     result = PrefixResult(engine, block_size, prefix_tokens)
     words = (FILLER * (prefix_tokens // 10 + 2)).split()
+    seen: list[list[int]] = []  # every prompt sent so far, as the server tokenized it
     with server.client() as http:
         for _ in range(repeats):
             tag = time.time_ns() % 10**9
@@ -102,12 +106,15 @@ def run_prefix_experiment(server: api.Server, model: str, *, prefix_tokens: int,
             other = f"Session {tag + 1}. " + " ".join(words[:prefix_tokens])
             cold_p, warm_p, control_p = (prefix + "\n" + SUFFIXES[0], prefix + "\n" + SUFFIXES[1],
                                          other + "\n" + SUFFIXES[1])
-            cold = _send(server, model, cold_p, max_tokens, http)
-            warm = _send(server, model, warm_p, max_tokens, http)
-            control = _send(server, model, control_p, max_tokens, http)
-            a, b = api.tokenize(server, model, cold_p, http), api.tokenize(server, model, warm_p, http)
-            shared = common_prefix(a, b) if a is not None and b is not None else None
-            result.trials.append(PrefixTrial(cold, warm, control, shared))
+            sent, shared = {}, {}
+            for kind, text in (("cold", cold_p), ("warm", warm_p), ("control", control_p)):
+                ids = api.tokenize(server, model, text, http)
+                shared[kind] = None if ids is None else max((common_prefix(ids, s) for s in seen), default=0)
+                if ids is not None:
+                    seen.append(ids)
+                sent[kind] = _send(server, model, text, max_tokens, http)
+            result.trials.append(PrefixTrial(sent["cold"], sent["warm"], sent["control"], shared))
+            cold, warm, control = sent["cold"], sent["warm"], sent["control"]
             if on_trial is not None:
                 on_trial(result)
             if all(r.error is not None for r in (cold, warm, control)):
