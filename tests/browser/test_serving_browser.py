@@ -30,7 +30,7 @@ def _open(page, link: str, query: str = "") -> None:
 
 
 def _fill(page, label, value) -> None:
-    box = page.get_by_label(label)
+    box = page.get_by_label(label, exact=True).and_(page.locator("input"))
     box.fill(str(value))
     box.press("Enter")
     wait_idle(page)
