@@ -5,7 +5,9 @@ Predictions (tokens of an n-token prompt whose first p tokens match a cached req
   recomputes at least the last prompt token (it needs its logits): ⌊min(p, n − 1) / B⌋ · B.
   (docs.vllm.ai, "Automatic Prefix Caching"; vllm/v1/core/kv_cache_manager.py get_computed_blocks)
 - llama.cpp (a slot's common token prefix, tools/server) and SGLang (a radix tree over tokens) match
-  per token, also keeping the last one to recompute: min(p, n − 1).
+  per token, also keeping the last one to recompute: at most min(p, n − 1). llama.cpp reuses a slot's cache
+  only when the prompt is similar enough to it (--slot-prompt-similarity, 0.1 by default), so a few tokens
+  shared by chance may land on another slot and be recomputed.
 """
 from __future__ import annotations
 
