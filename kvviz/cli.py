@@ -203,6 +203,29 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", required=True, help="directory to write (created if missing)")
     x.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
     x.add_argument("--json", action="store_true")
+
+    xg = sub.add_parser("export-gguf", help="write the shipped model as a GGUF file for llama.cpp")
+    xg.add_argument("--out", required=True, help="the .gguf file to write")
+    xg.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
+    xg.add_argument("--json", action="store_true")
+
+    sb = sub.add_parser("serve-bench", help="TTFT/TPOT/throughput of a live OpenAI-compatible server vs concurrency")
+    sb.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
+    sb.add_argument("--model", default="", help="a served model id (default: the first /v1/models lists)")
+    sb.add_argument("--api-key-env", default=None, help="name of the environment variable holding the API key")
+    sb.add_argument("--prompt-len", type=_positive_int, default=128, help="prompt tokens per request")
+    sb.add_argument("--max-tokens", type=_positive_int, default=64, help="output tokens per request")
+    sb.add_argument("--concurrency", type=_int_list, default=[1, 2, 4], help="requests in flight, e.g. 1,2,4")
+    sb.add_argument("--requests", type=_positive_int, default=None,
+                    help="requests per concurrency point (default: 2 × the concurrency, at least 4)")
+    sb.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
+    sb.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    sb.add_argument("--prefix-tokens", type=_positive_int, default=None,
+                    help="also run the prefix-cache experiment with a shared prefix of this many words")
+    sb.add_argument("--prefix-repeats", type=_positive_int, default=3)
+    sb.add_argument("--block-size", type=_positive_int, default=None,
+                    help="vLLM's KV block size for the prediction (read from /metrics when exported)")
+    sb.add_argument("--json", action="store_true")
     return parser
 
 
@@ -420,6 +443,33 @@ def cmd_export_hf(args: argparse.Namespace) -> dict:
     return {"model": backend.spec.name, "out": args.out, "files": [str(f) for f in files]}
 
 
+def cmd_export_gguf(args: argparse.Namespace) -> dict:
+    from kvviz.engine.export import export_gguf
+    from kvviz.engine.loading import load_backend
+
+    if args.model == "random":
+        raise CliError("export-gguf needs a trained model: --model tiny or a model directory")
+    backend = load_backend(args.model, device="cpu")
+    path = export_gguf(backend.model, backend.tokenizer.path, args.out, name=backend.spec.name)
+    return {"model": backend.spec.name, "out": str(path), "bytes": path.stat().st_size}
+
+
+def cmd_serve_bench(args: argparse.Namespace) -> dict:
+    import os
+
+    from kvviz.serving.report import serve_bench
+
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise CliError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+    return serve_bench(args.url, model=args.model, api_key=api_key, prompt_tokens=args.prompt_len,
+                       max_tokens=args.max_tokens, concurrency=args.concurrency, requests=args.requests,
+                       endpoint=args.endpoint, timeout_s=args.timeout, prefix_tokens=args.prefix_tokens,
+                       prefix_repeats=args.prefix_repeats, block_size=args.block_size)
+
+
 def _print_generate(r: dict) -> None:
     print(r["text"])
     tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
@@ -536,6 +586,37 @@ def _print_export(r: dict) -> None:
         print(f"  {path}")
 
 
+def _print_export_gguf(r: dict) -> None:
+    print(f"{r['model']} written as GGUF (float32, llama.cpp's LLAMA layout): {r['out']} ({r['bytes']} B)")
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1e3:.1f} ms"
+
+
+def _print_serve_bench(r: dict) -> None:
+    print(f"[{r['model']} at {r['url']}, engine {r['engine'] or 'unknown'}; {r['prompt_tokens']} prompt tokens "
+          f"({'exact ids' if r['exact_prompts'] else 'text, approximate'}), {r['max_tokens']} output tokens]")
+    print(f"{'conc':>5} {'ok':>4} {'TTFT p50':>10} {'TTFT p90':>10} {'TPOT p50':>10} {'TPOT p90':>10} {'tok/s':>8}")
+    for row in r["rows"]:
+        tps = "—" if row["output_tokens_per_s"] is None else f"{row['output_tokens_per_s']:.1f}"
+        print(f"{row['concurrency']:>5} {row['ok']:>4} {_ms(row['ttft_p50_s']):>10} {_ms(row['ttft_p90_s']):>10} "
+              f"{_ms(row['tpot_p50_s']):>10} {_ms(row['tpot_p90_s']):>10} {tps:>8}")
+    print(f"N per request from {'the server usage' if r['tokens_from_usage'] else 'counted chunks (no usage)'}")
+    if r.get("kv_bytes_per_token") is not None:
+        print(f"KV per token (kvviz formula, {r['kv_dtype']}): {r['kv_bytes_per_token']} B")
+    for line in r["notes"]:
+        print(f"note: {line}")
+    if r.get("prefix"):
+        p = r["prefix"]
+        s = p["summary"]
+        print(f"prefix experiment ({p['prefix_tokens']} shared words): TTFT cold {_ms(s['ttft_cold_p50_s'])}, "
+              f"warm {_ms(s['ttft_warm_p50_s'])}, control {_ms(s['ttft_control_p50_s'])}")
+        for row in p["rows"]:
+            print(f"  trial {row['trial']} {row['request']:>7}: prompt {row['prompt_tokens']} tokens, cached "
+                  f"{row['cached_tokens']} (predicted {row['predicted_cached_tokens']}), TTFT {_ms(row['ttft_s'])}")
+
+
 COMMANDS = {
     "generate": (cmd_generate, _print_generate),
     "memory": (cmd_memory, _print_memory),
@@ -545,6 +626,8 @@ COMMANDS = {
     "sweep": (cmd_sweep, _print_sweep),
     "prefix-demo": (cmd_prefix_demo, _print_prefix_demo),
     "compress": (cmd_compress, _print_compress),
+    "export-gguf": (cmd_export_gguf, _print_export_gguf),
+    "serve-bench": (cmd_serve_bench, _print_serve_bench),
 }
 
 

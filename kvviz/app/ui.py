@@ -55,6 +55,7 @@ NAV = (
     ("pages/4_Latency_and_Capacity.py", "nav.latency"),
     ("pages/5_Training_Prefill_Decode.py", "nav.training"),
     ("pages/6_Check.py", "nav.check"),
+    ("pages/7_Serving_Engine.py", "nav.serving"),
     ("pages/8_Compressing_the_Cache.py", "nav.compress"),
     ("pages/9_Paged_Blocks.py", "nav.paged"),
 )
@@ -286,6 +287,14 @@ def _cached_backend(
 
         return load_hf_backend(model, dtype=dtype, device=device, policy=hf_policy)
     return load_backend(model, dtype=dtype, device=device, shape=shape)
+
+
+def secrets_dict() -> dict[str, Any]:
+    """.streamlit/secrets.toml as a plain dict ({} when there is none)."""
+    try:
+        return dict(st.secrets) if st.secrets.load_if_toml_exists() else {}
+    except (FileNotFoundError, StreamlitSecretNotFoundError):
+        return {}
 
 
 def hf_policy(caps: HostedCaps | None = None) -> HFPolicy:

@@ -1,0 +1,1 @@
+"""Measure a real serving engine over its OpenAI-compatible HTTP API: vLLM, SGLang, llama.cpp, TGI, ..."""

@@ -1,0 +1,342 @@
+"""An OpenAI-compatible streaming client that times every chunk (httpx; no server-specific code).
+
+Times follow `vllm bench serve` (vllm/benchmarks/lib/endpoint_request_func.py): the clock starts just
+before the request is sent; TTFT is the arrival of the first chunk that carries content; each later
+content chunk adds one inter-token latency (a chunk may hold several tokens); the token count N comes
+from the `usage` the server reports (asked for with `stream_options.include_usage`), else from counting
+content chunks, which the result says.
+
+The API key goes only into the Authorization header: never into a URL, a message or a log.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from kvviz.errors import InputError
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def normalize_base_url(url: str) -> str:
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` all name the same server."""
+    text = (url or "").strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError("serving.bad_url", url=text or "—")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where to send requests: a base URL (without /v1), an optional API key, and a timeout per request."""
+
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)  # never printed
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
+        if not 0 < self.timeout_s <= 3600:
+            raise InputError("serving.bad_timeout", value=self.timeout_s)
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(headers=self.headers(), timeout=httpx.Timeout(self.timeout_s), follow_redirects=False)
+
+
+def _transport_error(server: Server, exc: httpx.HTTPError) -> InputError:
+    """An httpx failure as the message a user can act on (no headers, so no key, in it)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return InputError("serving.timeout", url=server.base_url, seconds=f"{server.timeout_s:g}")
+    if isinstance(exc, (httpx.ConnectError, httpx.UnsupportedProtocol)):
+        return InputError("serving.unreachable", url=server.base_url, reason=type(exc).__name__)
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return InputError("serving.stream_cut", url=server.base_url, n_chunks="?")
+    return InputError("serving.unreachable", url=server.base_url, reason=type(exc).__name__)
+
+
+def _status_error(server: Server, response: httpx.Response, model: str | None = None) -> InputError:
+    body = ""
+    try:
+        body = response.read().decode("utf-8", "replace")[:300]
+    except httpx.HTTPError:
+        pass
+    if response.status_code in (401, 403):
+        return InputError("serving.auth", url=server.base_url, status=response.status_code)
+    lowered = body.lower()
+    if model is not None and response.status_code in (400, 404) and "model" in lowered:
+        return InputError("serving.unknown_model", model=model, available="?")
+    if response.status_code == 404:
+        return InputError("serving.not_openai", url=server.base_url, detail=f"HTTP 404 {response.request.url.path}")
+    return InputError("serving.http_error", status=response.status_code, detail=" ".join(body.split())[:200])
+
+
+def list_models(server: Server, client: httpx.Client | None = None) -> list[dict]:
+    """GET /v1/models: the served models (id, owned_by, max_model_len where given)."""
+    own = client is None
+    client = client or server.client()
+    try:
+        response = client.get(server.url("/v1/models"))
+    except httpx.HTTPError as exc:
+        raise _transport_error(server, exc) from None
+    finally:
+        if own:
+            client.close()
+    if response.status_code != 200:
+        raise _status_error(server, response)
+    try:
+        data = response.json()["data"]
+        if not isinstance(data, list):
+            raise TypeError
+        return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, KeyError, TypeError):
+        raise InputError("serving.not_openai", url=server.base_url,
+                         detail=f"/v1/models: {' '.join(response.text.split())[:120]}") from None
+
+
+def check_model(models: list[dict], model: str) -> str:
+    """The model to use: the given name if the server lists it, else the only one listed."""
+    ids = [m["id"] for m in models]
+    if not model:
+        if not ids:
+            raise InputError("serving.no_models")
+        return ids[0]
+    if model not in ids:
+        raise InputError("serving.unknown_model", model=model, available=", ".join(ids) or "—")
+    return model
+
+
+def tokenize(server: Server, model: str, text: str, client: httpx.Client | None = None) -> list[int] | None:
+    """Token ids from the server's own tokenizer (llama.cpp, vLLM and SGLang serve POST /tokenize); None if absent."""
+    own = client is None
+    client = client or server.client()
+    try:
+        response = client.post(server.url("/tokenize"), json={"content": text, "prompt": text, "model": model,
+                                                              "add_special": False, "add_special_tokens": False})
+        if response.status_code != 200:
+            return None
+        tokens = response.json().get("tokens")
+        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
+            return tokens
+        return None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    finally:
+        if own:
+            client.close()
+
+
+@dataclass
+class RequestResult:
+    """One streamed request, timed as vllm bench serve times it. Times in seconds."""
+
+    start_s: float  # when it was sent, on the caller's clock (perf_counter − the run's start)
+    prompt_tokens: int | None = None  # from usage
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where reported
+    completion_tokens: int | None = None  # N from usage; None when the server gave none
+    n_chunks: int = 0  # content chunks received
+    chunk_times_s: list[float] = field(default_factory=list)  # since start, one per content chunk
+    text: str = ""
+    finish_reason: str | None = None
+    error: InputError | None = None
+    cancelled: bool = False
+    refused: list[str] = field(default_factory=list)  # optional request fields the server refused
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.cancelled and self.n_chunks > 0
+
+    @property
+    def n_tokens(self) -> int:
+        """N for TPOT: the server's usage count, else the content chunks counted."""
+        return self.completion_tokens if self.completion_tokens is not None else self.n_chunks
+
+    @property
+    def tokens_from_usage(self) -> bool:
+        return self.completion_tokens is not None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.chunk_times_s[0] if self.chunk_times_s else None
+
+    @property
+    def e2e_s(self) -> float | None:
+        return self.chunk_times_s[-1] if self.chunk_times_s else None
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Inter-token latency per chunk after the first (a chunk may carry several tokens)."""
+        t = self.chunk_times_s
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(E2E − TTFT) / (N − 1), N from usage where reported."""
+        from kvviz.engine.metrics import tpot
+
+        if self.ttft_s is None or self.e2e_s is None:
+            return None
+        return tpot(self.ttft_s, self.e2e_s, self.n_tokens)
+
+    def to_dict(self) -> dict:
+        return {"start_s": self.start_s, "ok": self.ok, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "e2e_s": self.e2e_s, "n_tokens": self.n_tokens, "tokens_from_usage": self.tokens_from_usage,
+                "n_chunks": self.n_chunks, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                "finish_reason": self.finish_reason, "error": str(self.error) if self.error else None}
+
+
+OPTIONAL_FIELDS = ("stream_options", "ignore_eos")  # extensions a strict server may refuse (HTTP 400/422)
+
+
+def _payload(endpoint: str, model: str, prompt: str | list[int], max_tokens: int, include_usage: bool,
+             ignore_eos: bool = True, extra: dict | None = None) -> dict:
+    body: dict = {**(extra or {}), "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
+    if ignore_eos:
+        body["ignore_eos"] = True  # generate exactly max_tokens, as vllm bench serve does
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt)}]
+    else:
+        body["prompt"] = prompt
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _content(chunk: dict, endpoint: str) -> str | None:
+    choices = chunk.get("choices") or []
+    if not choices:
+        return None
+    first = choices[0]
+    if endpoint == "chat":
+        delta = first.get("delta") or {}
+        return delta.get("content") or delta.get("reasoning_content") or None
+    return first.get("text") or None
+
+
+def stream_request(
+    server: Server,
+    model: str,
+    prompt: str | list[int],
+    max_tokens: int,
+    *,
+    endpoint: str = "completions",
+    include_usage: bool = True,
+    client: httpx.Client | None = None,
+    cancel: threading.Event | None = None,
+    clock_zero: float = 0.0,
+    on_chunk: Callable[[RequestResult], None] | None = None,
+    extra_body: dict | None = None,
+    ignore_eos: bool = True,
+) -> RequestResult:
+    """Send one streamed request and time its chunks. Never raises: a failure is the result's `error`.
+
+    A server that refuses an optional extension (stream_options, ignore_eos) with HTTP 400/422 naming it is
+    asked again without it; `refused` lists what was dropped (so N may come from counted chunks).
+    """
+    refused: list[str] = []
+    while True:
+        result = _stream_once(server, model, prompt, max_tokens, endpoint=endpoint, include_usage=include_usage,
+                              ignore_eos=ignore_eos, client=client, cancel=cancel, clock_zero=clock_zero,
+                              on_chunk=on_chunk, extra_body=extra_body)
+        detail = str(result.error.params.get("detail", "")) if result.error is not None else ""
+        field_ = next((f for f in OPTIONAL_FIELDS if f in detail and f not in refused), None)
+        if result.error is None or result.error.key != "serving.http_error" or field_ is None:
+            result.refused = refused
+            return result
+        refused.append(field_)
+        include_usage = include_usage and field_ != "stream_options"
+        ignore_eos = ignore_eos and field_ != "ignore_eos"
+
+
+def _stream_once(
+    server: Server,
+    model: str,
+    prompt: str | list[int],
+    max_tokens: int,
+    *,
+    endpoint: str,
+    include_usage: bool,
+    ignore_eos: bool,
+    client: httpx.Client | None,
+    cancel: threading.Event | None,
+    clock_zero: float,
+    on_chunk: Callable[[RequestResult], None] | None,
+    extra_body: dict | None,
+) -> RequestResult:
+    path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    own = client is None
+    client = client or server.client()
+    t0 = time.perf_counter()
+    result = RequestResult(start_s=t0 - clock_zero)
+    done = False
+    try:
+        with client.stream("POST", server.url(path), json=_payload(endpoint, model, prompt, max_tokens,
+                                                                    include_usage, ignore_eos, extra_body)) as response:
+            if response.status_code != 200:
+                result.error = _status_error(server, response, model)
+                return result
+            for line in response.iter_lines():
+                if cancel is not None and cancel.is_set():
+                    result.cancelled = True
+                    return result
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                now = time.perf_counter() - t0
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    result.error = InputError("serving.not_openai", url=server.base_url,
+                                              detail=f"{path}: {data[:80]}")
+                    return result
+                if isinstance(chunk, dict) and "error" in chunk:
+                    result.error = InputError("serving.http_error", status=200,
+                                              detail=" ".join(str(chunk["error"]).split())[:200])
+                    return result
+                text = _content(chunk, endpoint)
+                if text is not None:
+                    result.chunk_times_s.append(now)
+                    result.n_chunks += 1
+                    result.text += text
+                    if on_chunk is not None:
+                        on_chunk(result)
+                for choice in chunk.get("choices") or []:
+                    if choice.get("finish_reason"):
+                        result.finish_reason = choice["finish_reason"]
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
+                    result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
+                    details = usage.get("prompt_tokens_details") or {}
+                    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                        result.cached_tokens = details["cached_tokens"]
+    except httpx.HTTPError as exc:
+        if not result.n_chunks:
+            result.error = _transport_error(server, exc)
+            return result
+        done = False  # the connection broke mid-stream: reported below as a stream cut
+    finally:
+        if own:
+            client.close()
+    if not done and result.finish_reason is None and not result.cancelled:
+        # No [DONE] and no finish_reason: the server stopped halfway. What arrived stays measured.
+        result.error = InputError("serving.stream_cut", url=server.base_url, n_chunks=result.n_chunks)
+    return result

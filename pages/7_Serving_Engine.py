@@ -1,0 +1,223 @@
+"""Serving Engine: measure a live OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI) as the other pages
+measure kvviz's own decoder: TTFT, TPOT and throughput against concurrency, its KV cache over time, and
+what a shared prefix saves."""
+import os
+
+import pandas as pd
+import streamlit as st
+
+from kvviz.app import ui
+from kvviz.charts import serving as charts
+from kvviz.errors import InputError
+from kvviz.kv.formula import format_binary
+from kvviz.serving import client as api
+from kvviz.serving import policy
+from kvviz.serving.bench import SweepJob, check_plan
+from kvviz.serving.prefix import run_prefix_experiment
+from kvviz.serving.report import detect_engine, kv_per_token
+
+TICK_S = 0.5  # the fragment's period while a sweep runs
+
+settings = ui.page_setup("serving.title")
+tr = ui.tr
+ss = st.session_state
+st.title(tr("serving.title"))
+st.write(tr("serving.intro"))
+caps = settings.hosted
+secrets = ui.secrets_dict()
+limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+# ---- connection -------------------------------------------------------------------------------------
+st.subheader(tr("serving.connect_header"))
+c1, c2, c3 = st.columns([3, 2, 1])
+if caps is not None:
+    allowed = policy.allowlist(os.environ, secrets)
+    if not allowed:
+        st.error(tr("serving.no_allowlist"))
+        st.stop()
+    c1.selectbox(tr("serving.url"), allowed, key="sv_url", help=tr("serving.url_hosted_help"))
+else:
+    c1.text_input(tr("serving.url"), "http://127.0.0.1:8080", key="sv_url", help=tr("serving.url_help"))
+env_key = policy.api_key(os.environ, secrets)
+if env_key:
+    c2.caption(tr("serving.key_from_env", var=policy.ENV_KEY))
+else:
+    c2.text_input(tr("serving.api_key"), type="password", key="sv_api_key", help=tr("serving.api_key_help"))
+max_timeout = policy.HOSTED_TIMEOUT_S if caps else 600.0
+c3.number_input(tr("serving.timeout_label"), 1.0, max_timeout, min(30.0, max_timeout), key="sv_timeout")
+
+
+def server() -> api.Server:
+    url = policy.check_url(ss.sv_url, policy.allowlist(os.environ, secrets)) if caps else ss.sv_url
+    return api.Server(url, env_key or ss.get("sv_api_key") or None, float(ss.sv_timeout))
+
+
+def connect() -> None:
+    try:
+        srv = server()
+        models = api.list_models(srv)
+        engine, block = detect_engine(models, srv)
+        ss.sv_conn, ss.sv_conn_error = {"url": srv.base_url, "models": [m["id"] for m in models], "engine": engine,
+                                        "block_size": block}, None
+    except InputError as exc:
+        ss.sv_conn_error = exc  # the last connection and its results stay
+
+
+st.button(tr("serving.connect"), on_click=connect, type="primary")
+if ss.get("sv_conn_error"):
+    ui.show_error(ss.sv_conn_error)
+conn = ss.get("sv_conn")
+if conn is None:
+    st.info(tr("serving.not_connected"))
+    st.stop()
+m1, m2 = st.columns([3, 2])
+m1.selectbox(tr("serving.model"), conn["models"], key="sv_model")
+m2.radio(tr("serving.endpoint"), ("completions", "chat"), key="sv_endpoint", horizontal=True,
+         help=tr("serving.endpoint_help"))
+st.caption(tr("serving.connected", url=conn["url"], engine=conn["engine"] or tr("serving.unknown"),
+              n=len(conn["models"])))
+kv = kv_per_token(ss.sv_model or "", "bfloat16")
+if kv["kv_bytes_per_token"] is not None:
+    st.caption(tr("serving.kv_known", shape=kv["shape_name"], bytes=f"{kv['kv_bytes_per_token']:,}",
+                  human=format_binary(kv["kv_bytes_per_token"])))
+else:
+    st.caption(tr("serving.kv_unknown", model=ss.sv_model))
+
+tab_sweep, tab_prefix, tab_defs = st.tabs([tr("serving.tab_sweep"), tr("serving.tab_prefix"), tr("serving.tab_defs")])
+
+# ---- concurrency sweep ---------------------------------------------------------------------------------
+with tab_sweep:
+    st.write(tr("serving.sweep_intro"))
+    s1, s2, s3, s4 = st.columns(4)
+    s1.text_input(tr("serving.concurrency"), "1, 2, 4", key="sv_conc")
+    s2.number_input(tr("serving.requests"), 1, limits.max_requests, min(8, limits.max_requests), key="sv_requests")
+    s3.number_input(tr("serving.prompt_tokens"), 1, limits.max_prompt_tokens, min(128, limits.max_prompt_tokens),
+                    key="sv_prompt")
+    s4.number_input(tr("serving.max_tokens"), 2, limits.max_tokens, min(32, limits.max_tokens), key="sv_max_tokens")
+
+    def start() -> None:
+        try:
+            points = [int(p) for p in ss.sv_conc.replace(" ", "").split(",") if p]
+        except ValueError:
+            ss.sv_start_error = InputError("serving.no_points")
+            return
+        try:
+            check_plan(points, int(ss.sv_requests), int(ss.sv_max_tokens), int(ss.sv_prompt), limits)
+            ss.sv_job = SweepJob(server(), ss.sv_model, points, int(ss.sv_requests), int(ss.sv_prompt),
+                                 int(ss.sv_max_tokens), endpoint=ss.sv_endpoint).start()
+            ss.sv_start_error = None
+        except InputError as exc:
+            ss.sv_start_error = exc  # the previous sweep's results stay on screen
+
+    def cancel() -> None:
+        if ss.get("sv_job") is not None:
+            ss.sv_job.cancel()
+
+    job: SweepJob | None = ss.get("sv_job")
+    running = job is not None and not job.finished
+    b1, b2, _ = st.columns([1, 1, 4])
+    b1.button(tr("serving.start"), on_click=start, disabled=running, type="primary", key="sv_start")
+    b2.button(tr("serving.cancel"), on_click=cancel, disabled=not running, key="sv_cancel")
+    if ss.get("sv_start_error"):
+        ui.show_error(ss.sv_start_error)
+
+    def live() -> None:
+        job: SweepJob | None = ss.get("sv_job")
+        if job is None:
+            st.info(tr("serving.idle"))
+            return
+        if job.finished and ss.get("sv_was_running"):
+            ss.sv_was_running = False
+            st.rerun()  # the whole page: the fragment stops ticking and the buttons flip
+        ss.sv_was_running = not job.finished
+        state = "cancelled" if job.cancelled else "done" if job.finished else "running"
+        st.progress(job.progress, text=tr(f"serving.progress_{state}", done=job.done, total=job.total))
+        if job.error is not None:
+            ui.show_error(job.error)
+        for err in job.errors():
+            if job.error is None or str(err) != str(job.error):
+                st.warning(err.message(ui.lang()))
+        if job.metrics_error is not None:
+            st.warning(job.metrics_error.message(ui.lang()))
+        if job.usage_fallback:
+            st.warning(tr("serving.usage_fallback"))
+        if job.eos_may_stop:
+            st.info(tr("serving.eos_may_stop"))
+        rows = job.rows()
+        if not rows:
+            return
+        if job.exact_prompts is not None:
+            st.caption(tr("serving.prompts_exact" if job.exact_prompts else "serving.prompts_text"))
+        ui.chart(charts.concurrency_chart(rows, {k: tr(f"serving.cc_{k}") for k in (
+            "title", "latency", "throughput", "ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "tokens_per_s", "x",
+            "y_ms", "y_tps")}, lecture=settings.lecture), "serving_concurrency")
+        first, last = rows[0], rows[-1]
+
+        def tps(row: dict) -> str:
+            return "—" if row["output_tokens_per_s"] is None else f"{row['output_tokens_per_s']:.1f}"
+
+        ratio = (last["output_tokens_per_s"] / first["output_tokens_per_s"]
+                 if last["output_tokens_per_s"] and first["output_tokens_per_s"] else None)
+        st.markdown(tr("serving.sweep_result", c0=first["concurrency"], c=last["concurrency"],
+                       first_ttft=fmt_ms(first["ttft_p50_s"]), ttft=fmt_ms(last["ttft_p50_s"]),
+                       first_tpot=fmt_ms(first["tpot_p50_s"]), tpot=fmt_ms(last["tpot_p50_s"]),
+                       first_tps=tps(first), tps=tps(last), ratio="—" if ratio is None else f"{ratio:.2f}",
+                       source=tr("serving.n_usage" if last["tokens_from_usage"] else "serving.n_chunks")))
+        requests = job.request_rows()
+        ui.chart(charts.request_timeline(requests, {k: tr(f"serving.tl_{k}") for k in (
+            "title", "ttft", "decode", "x", "y")}, lecture=settings.lecture), "serving_timeline")
+        samples = [m.to_dict() for m in job.metrics]
+        if samples:
+            ui.chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
+                "title", "cache", "requests", "kv_usage", "prefix_hit_rate", "running", "waiting", "preemptions",
+                "x", "y_pct", "y_count")}, lecture=settings.lecture), "serving_metrics")
+            st.caption(tr("serving.metrics_names", names=", ".join(job.metrics[-1].recognized) or "—"))
+        ui.table(pd.DataFrame(rows), "serving_sweep")
+        with st.expander(tr("serving.per_request")):
+            ui.table(pd.DataFrame(requests), "serving_requests")
+
+    st.fragment(live, run_every=TICK_S if running else None)()
+
+# ---- prefix cache ----------------------------------------------------------------------------------------
+with tab_prefix:
+    st.write(tr("serving.prefix_intro"))
+    p1, p2, p3 = st.columns(3)
+    p1.number_input(tr("serving.prefix_words"), 8, limits.max_prompt_tokens, min(256, limits.max_prompt_tokens),
+                    key="sv_prefix_words")
+    p2.number_input(tr("serving.prefix_repeats"), 1, 5, 3, key="sv_prefix_repeats")
+    p3.number_input(tr("serving.block_size"), 1, 256, conn["block_size"] or 16, key="sv_block",
+                    help=tr("serving.block_help"))
+    if st.button(tr("serving.prefix_run"), key="sv_prefix_run"):
+        try:
+            with st.spinner(tr("serving.prefix_running")):
+                ss.sv_prefix = run_prefix_experiment(server(), ss.sv_model, prefix_tokens=int(ss.sv_prefix_words),
+                                                     repeats=int(ss.sv_prefix_repeats), engine=conn["engine"],
+                                                     block_size=int(ss.sv_block))
+            ss.sv_prefix_error = None
+        except InputError as exc:
+            ss.sv_prefix_error = exc
+    if ss.get("sv_prefix_error"):
+        ui.show_error(ss.sv_prefix_error)
+    result = ss.get("sv_prefix")
+    if result is not None:
+        rows = result.rows()
+        s = result.summary()
+        rule = {"vllm": "serving.rule_block", "llama.cpp": "serving.rule_token", "sglang": "serving.rule_token"}
+        st.markdown(tr(rule.get(result.engine, "serving.rule_unknown"), block=result.block_size or "?"))
+        ui.chart(charts.prefix_chart(rows, {k: tr(f"serving.pc_{k}") for k in (
+            "title", "ttft", "cached", "cold", "warm", "control", "measured", "predicted", "x", "y_ms", "y_tokens")},
+            lecture=settings.lecture), "serving_prefix")
+        st.markdown(tr("serving.prefix_result", cold=fmt_ms(s["ttft_cold_p50_s"]), warm=fmt_ms(s["ttft_warm_p50_s"]),
+                       control=fmt_ms(s["ttft_control_p50_s"]), saved=fmt_ms(s["ttft_saved_s"])))
+        ui.table(pd.DataFrame(rows), "serving_prefix")
+
+# ---- definitions ---------------------------------------------------------------------------------------
+with tab_defs:
+    st.markdown(tr("serving.definitions"))
+    ui.link_to("pages/2_Prefill_and_Decode.py")
+    ui.link_to("pages/3_Memory_Footprint.py")

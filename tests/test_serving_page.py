@@ -1,0 +1,97 @@
+"""The Serving Engine page headless (AppTest): both languages, hosted allow-list, bad URLs, kept results.
+The page against a real llama-server, during and after a sweep, is in tests/browser/test_serving_browser.py."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kvviz.serving.llamacpp import free_port
+
+HOME, PAGE = str(Path(__file__).resolve().parents[1] / "app.py"), "pages/7_Serving_Engine.py"
+
+
+def _page(lang: str = "en") -> AppTest:
+    """The page opened from Home, as a visitor reaches it (page links need the app's entry point)."""
+    at = AppTest.from_file(HOME, default_timeout=60)
+    at.session_state["kv_lang"] = lang
+    at.run()
+    return at.switch_page(PAGE)
+
+
+@pytest.mark.parametrize("lang,title", [("en", "Serving Engine"), ("ko", "서빙 엔진")])
+def test_page_runs_in_both_languages(lang, title):
+    at = _page(lang)
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == title
+    assert len(at.text_input(key="sv_api_key").value or "") == 0
+    assert at.text_input(key="sv_api_key").proto.type == at.text_input(key="sv_api_key").proto.PASSWORD
+
+
+@pytest.mark.parametrize("lang,needle", [("en", "cannot reach"), ("ko", "연결할 수 없습니다")])
+def test_unreachable_server_message(lang, needle):
+    at = _page(lang)
+    at.run()
+    at.text_input(key="sv_url").set_value(f"http://127.0.0.1:{free_port()}").run()
+    at.button[0].click().run()  # Connect
+    assert not at.exception
+    assert any(needle in e.value for e in at.error)
+
+
+def test_bad_url_message():
+    at = _page()
+    at.run()
+    at.text_input(key="sv_url").set_value("localhost").run()
+    at.button[0].click().run()
+    assert any("is not a server address" in e.value for e in at.error)
+
+
+def test_hosted_without_allowlist_offers_nothing(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.delenv("KVVIZ_SERVE_ALLOW", raising=False)
+    at = _page()
+    at.run()
+    assert not at.exception
+    assert any("no server allow-list" in e.value for e in at.error)
+    assert not [w for w in at.text_input if w.key == "sv_url"]
+
+
+def test_hosted_picks_from_the_allowlist_only(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_SERVE_ALLOW", "http://127.0.0.1:1,http://127.0.0.1:2/v1")
+    monkeypatch.setenv("KVVIZ_SERVE_API_KEY", "sk-NEVER-SHOWN")
+    at = _page()
+    at.run()
+    assert not at.exception
+    assert not [w for w in at.text_input if w.key == "sv_url"]  # no free-form URL
+    assert at.selectbox(key="sv_url").options == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    assert not [w for w in at.text_input if w.key == "sv_api_key"]  # the deployment's key, no field
+    everything = " ".join(str(e.value) for e in [*at.caption, *at.markdown, *at.error, *at.info])
+    assert "NEVER-SHOWN" not in everything
+    at.button[0].click().run()
+    assert any("cannot reach http://127.0.0.1:1" in e.value for e in at.error)
+    assert "NEVER-SHOWN" not in " ".join(e.value for e in at.error)
+
+
+def test_not_openai_server_message_in_korean(tmp_path):
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(tmp_path), **kw)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        at = _page("ko")
+        at.run()
+        at.text_input(key="sv_url").set_value(f"http://127.0.0.1:{httpd.server_address[1]}").run()
+        at.button[0].click().run()
+        assert not at.exception
+        assert any("OpenAI 호환 서버처럼 응답하지 않습니다" in e.value for e in at.error)
+    finally:
+        httpd.shutdown()
