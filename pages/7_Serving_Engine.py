@@ -9,12 +9,12 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
-from kvviz.kv.formula import format_binary
 from kvviz.serving import client as api
 from kvviz.serving import policy
 from kvviz.serving.bench import SweepJob, check_plan
 from kvviz.serving.prefix import run_prefix_experiment
 from kvviz.serving.report import detect_engine, kv_per_token
+from kvviz.units import format_binary
 
 TICK_S = 0.5  # the fragment's period while a sweep runs
 

@@ -95,7 +95,7 @@ def test_serve_bench_cli(server, capsys):
         assert 0 < row["ttft_p50_s"] <= row["ttft_p90_s"] and row["tpot_p50_s"] > 0
         assert row["output_tokens_per_s"] == pytest.approx(32 / row["duration_s"])
     # kvviz's formula for the shipped shape: 2 · 2 KV heads · 32 · 4 layers · 2 B (bf16)
-    assert out["shape_name"] == "kvviz-tiny" and out["kv_bytes_per_token"] == 2 * 2 * 32 * 4 * 2
+    assert out["shape_name"] == "kvviz-tiny" and out["kv_bytes_per_token"] == 2 * 2 * 24 * 4 * 2
     assert out["metrics"] and out["metrics"][0]["engine"] == "llama.cpp"
 
 

@@ -181,7 +181,7 @@ def test_permutation_turns_rotate_half_into_interleaved(n_heads, d_head):
 @pytest.mark.parametrize("model_id,name,per_token", [
     ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B", 2 * 8 * 128 * 32 * 2),  # 128 KiB per token in bf16
     ("Qwen/Qwen3-8B", "Qwen3-8B", 2 * 8 * 128 * 36 * 2),
-    ("kvviz-tiny", "kvviz-tiny", 2 * 2 * 32 * 4 * 2),
+    ("kvviz-tiny", "kvviz-tiny", 2 * 2 * 24 * 4 * 2),  # K and V · 2 KV heads · d_head 24 · 4 layers · bf16
     ("some/unknown-model", None, None),
 ])
 def test_kv_bytes_per_token_for_served_models(model_id, name, per_token):
