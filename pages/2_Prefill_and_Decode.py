@@ -34,11 +34,11 @@ model_label = f"{backend.spec.name} ({settings.dtype}, {settings.device})"
 max_len = backend.spec.max_context
 max_new = ui.limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
 c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
-n_prompt = ui.checked_number(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, max_len // 2,
+n_prompt = ui.number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, max_len // 2,
                             f"pd_prompt_{max_len}")  # keyed by the context: another model starts from defaults that fit
-n_new = ui.checked_number(c2, tr("prefill_decode.new_tokens"), 1, max_new, min(64, max_len // 4, max_new),
+n_new = ui.number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, min(64, max_len // 4, max_new),
                          f"pd_new_{max_len}_{max_new}")
-repeats = ui.checked_number(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
+repeats = ui.number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
                             help=tr("prefill_decode.repeats_help"))
 if n_prompt + n_new > max_len:
     c4.warning(tr("prefill_decode.clamped", n_new=max_len - n_prompt, max_len=max_len))

@@ -134,10 +134,10 @@ tab_prompt, tab_cache, tab_batch, tab_dtype, tab_roof = st.tabs(
 with tab_prompt:
     st.write(tr("latency.prompt_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
-    p_new = ui.checked_number(c2, tr("latency.new_tokens"), 2, 64, 8, "lc_p_new")
+    p_new = ui.number_in_range(c2, tr("latency.new_tokens"), 2, 64, 8, "lc_p_new")
     c1.text_input(tr("latency.prompt_lengths", max_len=max_len),
                   ", ".join(map(str, sweeps.default_prompt_lengths(max_len, 8))), key=f"lc_p_lengths_{max_len}")
-    p_repeats = ui.checked_number(c3, tr("latency.repeats"), 1, 20, sweeps.DEFAULT_REPEATS["prompt-length"],
+    p_repeats = ui.number_in_range(c3, tr("latency.repeats"), 1, 20, sweeps.DEFAULT_REPEATS["prompt-length"],
                                   "lc_p_repeats")
 
     def make_prompt() -> sweeps.Sweep:
@@ -168,7 +168,7 @@ with tab_prompt:
 with tab_cache:
     st.write(tr("latency.cache_intro"))
     c1, c2 = st.columns([3, 1])
-    c_repeats = ui.checked_number(c2, tr("latency.cache_repeats"), 1, 20, sweeps.DEFAULT_REPEATS["cache"],
+    c_repeats = ui.number_in_range(c2, tr("latency.cache_repeats"), 1, 20, sweeps.DEFAULT_REPEATS["cache"],
                                   "lc_c_repeats")
     c1.text_input(tr("latency.contexts", max_len=max_len),
                   ", ".join(map(str, sweeps.default_contexts(max_len, sweeps.DEFAULT_REPEATS["cache"]))),
@@ -206,9 +206,9 @@ with tab_batch:
     st.write(tr("latency.batch_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.text_input(tr("latency.batches"), "1, 2, 4, 8, 16", key="lc_b_batches")
-    b_prompt = ui.checked_number(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+    b_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
                                  f"lc_b_prompt_{max_len}")
-    b_new = ui.checked_number(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_b_new")
+    b_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_b_new")
 
     def make_batch() -> sweeps.Sweep:
         batches, n_prompt, n_new = sizes("lc_b_batches", 256), b_prompt, b_new
@@ -234,9 +234,9 @@ with tab_dtype:
     st.write(tr("latency.dtype_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.multiselect(tr("latency.dtypes"), list(DTYPES), list(DTYPES), key="lc_d_dtypes")
-    d_prompt = ui.checked_number(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+    d_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
                                  f"lc_d_prompt_{max_len}")
-    d_new = ui.checked_number(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_d_new")
+    d_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_d_new")
 
     def load_dtype(dtype: str) -> Backend:
         loaded = ui.get_backend(replace(settings, dtype=dtype))
@@ -275,13 +275,12 @@ with tab_roof:
                   bandwidth=preset.bandwidth_source, flops=preset.flops_source))
     h1, h2, h3 = st.columns(3)
     # Keyed by preset: choosing another accelerator reloads its numbers, which stay editable.
-    memory_gib = ui.number_in_range(tr("latency.memory_gib"), 0.1, 100_000.0, key=f"lc_r_mem_{hw_name}", where=h1,
-                                    fallback=None if preset.memory_bytes is None
-                                    else round(preset.memory_bytes / 2**30, 2),
-                                    step=None, placeholder=tr("latency.unknown"))
-    bandwidth_tb = ui.checked_number(h2, tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
+    memory_gib = ui.number_in_range(h1, tr("latency.memory_gib"), 0.1, 100_000.0,
+                                    None if preset.memory_bytes is None else round(preset.memory_bytes / 2**30, 2),
+                                    f"lc_r_mem_{hw_name}", whole=False, placeholder=tr("latency.unknown"))
+    bandwidth_tb = ui.number_in_range(h2, tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
                                      f"lc_r_bw_{hw_name}", whole=False, format="%.3f")
-    peak_tf = ui.checked_number(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
+    peak_tf = ui.number_in_range(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
                                 f"lc_r_peak_{hw_name}", whole=False)
     exact = preset.memory_bytes is not None and memory_gib == round(preset.memory_bytes / 2**30, 2)
     hw = Hardware(hw_name, bandwidth_tb * 1e12, peak_tf * 1e12,
@@ -289,8 +288,8 @@ with tab_roof:
     d1, d2, d3, d4 = st.columns(4)
     weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"], key="lc_r_wdtype")
     kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
-    n_context = ui.checked_number(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
-    batch = ui.checked_number(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
+    n_context = ui.number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
+    batch = ui.number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
     try:
         roof = Roofline(models[model_name], hw, weight_dtype, kv_dtype)
     except InputError as exc:

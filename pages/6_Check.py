@@ -17,6 +17,7 @@ def reset(q: quiz.Question) -> None:
     # Assigned, not popped: only an assigned value is sent to the browser, which otherwise keeps showing the old
     # answer while the server has none (Reveal then stays locked until a different answer is picked).
     st.session_state[f"predict_{q.id}"] = None
+    st.session_state.pop(f"_valid_predict_{q.id}", None)  # and the last valid estimate with it
 
 
 def ask(n: int, q: quiz.Question) -> None:
@@ -24,9 +25,9 @@ def ask(n: int, q: quiz.Question) -> None:
     with st.container(border=True):
         st.subheader(f"{n}. {tr(f'check.{q.id}_q', **values)}")
         if q.kind is quiz.Kind.NUMBER:
-            prediction = ui.number_in_range(tr("check.estimate_gib"), 0.0, quiz.MAX_ESTIMATE_GIB, fallback=None,
-                                            step=1.0, format="%.2f", key=f"predict_{q.id}", disabled=revealed,
-                                            placeholder=tr("check.type_number"))
+            prediction = ui.number_in_range(st, tr("check.estimate_gib"), 0.0, quiz.MAX_ESTIMATE_GIB, None,
+                                            f"predict_{q.id}", whole=False, step=1.0, format="%.2f",
+                                            disabled=revealed, placeholder=tr("check.type_number"))
         else:
             prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
             labels = {o: tr(f"{prefix}_{o}") for o in q.options}

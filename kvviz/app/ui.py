@@ -222,38 +222,17 @@ def _number_text(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() else f"{x:,.6g}"
 
 
-def number_in_range(
-    label: str, low: N, high: N, *, key: str, fallback: N | None, step: N = 1, where: Any = None, **kwargs: Any
-) -> N | None:
-    """A number box that refuses a value outside [low, high]: it says so, naming the range, and returns `fallback`
-    (the last valid value) instead. The box keeps what was typed, so the user sees what was refused.
-
-    Streamlit's own min/max are left off on purpose: with them the browser keeps an out-of-range entry in the box
-    while the app silently goes on with the previous value. Other keyword arguments go to st.number_input.
-    """
-    where = where if where is not None else st
-    typed = where.number_input(label, value=fallback, step=step, key=key, **kwargs)
-    if typed is None or low <= typed <= high:
-        return typed
-    kept = "" if fallback is None else tr("common.out_of_range_kept", kept=_number_text(fallback))
-    where.error(tr("common.out_of_range", name=label, value=_number_text(typed), low=_number_text(low),
-                   high=_number_text(high), kept=kept))
-    return fallback
-
-
 def _shape_controls(caps: HostedCaps | None = None) -> None:
     """Custom shape: layers, query heads, KV heads (MHA/GQA/MQA), d_head, d_model; an invalid one changes nothing."""
     shape: DecoderConfig = st.session_state.kv_shape
     c1, c2 = st.columns(2)
-    layers = number_in_range(tr("common.layers"), 1, 48, fallback=shape.n_layers, key="_w_layers", where=c1,
-                             help=tr("shape.help_layers"))
-    d_model = number_in_range(tr("common.d_model"), 16, 4096, fallback=shape.d_model, step=16, key="_w_d_model",
-                              where=c2, help=tr("shape.help_d_model"))
-    heads = number_in_range(tr("common.heads"), 1, 64, fallback=shape.n_heads, key="_w_heads", where=c1,
-                            help=tr("shape.help_heads"))
-    kv_heads = number_in_range(tr("common.kv_heads"), 1, 64, fallback=shape.n_kv_heads, key="_w_kv_heads", where=c2,
+    layers = number_in_range(c1, tr("common.layers"), 1, 48, shape.n_layers, "_w_layers", help=tr("shape.help_layers"))
+    d_model = number_in_range(c2, tr("common.d_model"), 16, 4096, shape.d_model, "_w_d_model", step=16,
+                              help=tr("shape.help_d_model"))
+    heads = number_in_range(c1, tr("common.heads"), 1, 64, shape.n_heads, "_w_heads", help=tr("shape.help_heads"))
+    kv_heads = number_in_range(c2, tr("common.kv_heads"), 1, 64, shape.n_kv_heads, "_w_kv_heads",
                                help=tr("shape.help_kv_heads"))
-    d_head = number_in_range(tr("common.d_head"), 2, 256, fallback=shape.d_head, step=2, key="_w_d_head",
+    d_head = number_in_range(st, tr("common.d_head"), 2, 256, shape.d_head, "_w_d_head", step=2,
                              help=tr("shape.help_d_head"))
     try:
         new = DecoderConfig(
@@ -509,20 +488,32 @@ def link_to(path: str) -> None:
         st.page_link(path, label=tr(labels[path]), icon=":material/arrow_forward:")
 
 
-def checked_number(container: Any, label: str, low: float, high: float, default: float, key: str, *,
-                   whole: bool = True, **kwargs: Any) -> Any:
-    """A number box whose bounds are checked here, not by the widget: a value outside [low, high] (or not whole,
-    for a whole-number box) is refused with a message that gives the range, and the last valid value is used."""
+def number_in_range(where: Any, label: str, low: float, high: float, default: float | None, key: str, *,
+                    whole: bool = True, **kwargs: Any) -> Any:
+    """A number box whose bounds are checked here, not by the widget: a value outside [low, high] is refused with a
+    message that names the box and the range, and the last valid value (`default` before any) is used.
+
+    Streamlit's own min/max are left off on purpose: with them the browser keeps an out-of-range entry in the box
+    while the app silently goes on with the previous value. An emptied box keeps the last valid value; with
+    `default=None` (an optional number, such as a prediction or an unknown memory size) it returns None until a
+    valid value is entered. Other keyword arguments go to st.number_input.
+    """
     valid_key = f"_valid_{key}"
     valid = st.session_state.get(valid_key, default)
-    if not low <= valid <= high:  # the range itself changed (e.g. another model's context): start from the default
-        valid = min(max(default, low), high)
-    st.session_state.setdefault(key, int(valid) if whole else float(valid))
-    value = container.number_input(label, step=1 if whole else None, key=key, **kwargs)
-    if value is None or not low <= value <= high or (whole and value != int(value)):
-        show = "—" if value is None else f"{value:,g}"
-        kind = "errors.out_of_range" if whole else "errors.out_of_range_number"
-        container.error(t(kind, lang(), value=show, low=f"{low:,g}", high=f"{high:,g}", used=f"{valid:,g}"))
+    if valid is not None and not low <= valid <= high:  # the range itself changed (another model): start again
+        valid = None if default is None else min(max(default, low), high)
+    if valid is not None:
+        st.session_state.setdefault(key, int(valid) if whole else float(valid))
+    elif key not in st.session_state:
+        kwargs["value"] = None  # an optional number starts empty
+    kwargs.setdefault("step", 1 if whole else None)
+    value = where.number_input(label, key=key, **kwargs)
+    if value is None:
+        return valid
+    if not low <= value <= high or (whole and value != int(value)):
+        kept = "" if valid is None else tr("common.out_of_range_kept", kept=_number_text(valid))
+        where.error(tr("common.out_of_range", name=label, value=_number_text(value), low=_number_text(low),
+                       high=_number_text(high), kept=kept))
         return valid
     st.session_state[valid_key] = int(value) if whole else float(value)
     return st.session_state[valid_key]
