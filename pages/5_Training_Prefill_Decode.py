@@ -97,7 +97,8 @@ def native_sections() -> None:
     dtype, n_terms = backend.dtype, backend.spec.d_model  # the tolerance's precision and dot-product length
     dtype_name = str(dtype).removeprefix("torch.")
     layer_options = list(range(backend.spec.n_layers))
-    layer_label = {i: tr("training.layer_n", layer=i + 1) for i in layer_options}.get  # 1-based, like the charts
+    # 0-based on every page, as the model's own tensor names count them (model.layers.0)
+    layer_label = {i: tr("training.layer_n", layer=i) for i in layer_options}.get
 
     if 0 in show:
         st.header(titles[0])
@@ -142,7 +143,7 @@ def native_sections() -> None:
                 position_axis=tr("training.position"), dim_axis=tr("training.dim"), lecture=lecture),
                 key="training_kv")
             ui.table(pd.DataFrame({
-                tr("training.layer"): [i + 1 for i in layer_options],
+                tr("training.layer"): list(layer_options),
                 tr("training.max_dk"): [f"{d:.3e}" for d in result.k_max_diff],
                 tr("training.max_dv"): [f"{d:.3e}" for d in result.v_max_diff],
             }), key="training_kv_diff_by_layer")
@@ -214,7 +215,7 @@ def native_sections() -> None:
         m[1].metric(tr("training.rows_decode"), f"1 × {n}")
         m[2].metric(tr("training.row_diff"), fmt(rows.row_max_diff))
         ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens,
-                                         title=tr("training.attn_title", layer=layer + 1, head=head),
+                                         title=tr("training.attn_title", layer=layer, head=head),
                                          key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
                                          new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
                                          lecture=lecture), key="training_attention")

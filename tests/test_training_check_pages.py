@@ -171,7 +171,7 @@ def test_captions_say_the_numbers_beside_them():
     """Issue 19 #17: 'zero in both modes' beside 5.96e-07, 'agree exactly' beside ~1e-6."""
     at = open_page(TRAINING)
     captions = " ".join(c.value for c in at.caption)
-    layer1 = metric(at, "Change in layer 1")
+    layer1 = metric(at, "Change in layer 0")
     if layer1 != 0:
         assert "exactly zero" not in captions and f"{layer1:.2e}" in captions
     prefill = figure(at, "training_logits_diff")["data"][0]["customdata"]
@@ -195,3 +195,10 @@ def test_training_enforces_the_hosted_kv_budget(monkeypatch):
     assert not at.exception and not at.get("plotly_chart")  # nothing ran
     assert "2,000 B" in at.error[0].value or "1.95 KiB" in at.error[0].value
     assert [h.value for h in at.header] == ["Training, prefill and decode compared"]
+
+
+def test_layers_are_counted_from_zero_as_on_the_decode_page():
+    """Issue 12 item 11: one numbering of layers on every page (0-based, as model.layers.0 is named)."""
+    at = open_page(TRAINING)
+    assert any(m.label == "Change in layer 0" for m in at.metric)
+    assert not any(m.label == "Change in layer 1" for m in at.metric)

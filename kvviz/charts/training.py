@@ -111,7 +111,7 @@ def drift_figure(
     fixed by `y_max` (both modes), so switching shows bars grow rather than rescale; each layer's rounding
     tolerance is drawn as a dashed step.
     """
-    layers = [str(i + 1) for i in range(len(k_diff))]
+    layers = [str(i) for i in range(len(k_diff))]  # 0-based, as model.layers.0 and the decode page count
     fig = go.Figure()
     for name, color, diffs in ((k_name, K_COLOR, k_diff), (v_name, V_COLOR, v_diff)):
         # Only an exact zero is labelled (it has no bar); other values are in the hover and the metrics above.
