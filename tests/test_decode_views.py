@@ -1,5 +1,6 @@
 """Pure pieces of the decode explorer: work counts, GQA labels, cache-growth data, figures, shape limit."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -79,11 +80,39 @@ def test_token_strip_escapes_and_marks_the_newest(gen):
     assert html.count("<tr>") == len(top) == 5
 
 
-def test_cache_growth_figure_data(gen):
-    fig = charts.cache_growth_figure(decode_view.written_at(gen.events), ["t"] * 9, title="T", x_title="x", hover="{row}{position}{pass_}")
-    z = json.loads(fig.to_json())["data"][0]["z"]
-    assert len(z) == 4 and all(row == [0] * 5 + [1, 2, 3, 4] for row in z)
-    assert fig.data[0].y == ("L0 K", "L0 V", "L1 K", "L1 V")
+def test_cache_grid_data(gen):
+    html = charts.cache_grid_html(decode_view.written_at(gen.events), [f"{i} t" for i in range(9)], title="T",
+                                  x_title="x", legend=("p", "s", "n"), hover="{row} {position} {pass_}")
+    rows = re.findall(r'<g data-row="([^"]+)" data-cached="(\d+)">', html)
+    assert rows == [("L0 K", "9"), ("L0 V", "9"), ("L1 K", "9"), ("L1 V", "9")]  # every row labelled
+    runs = re.findall(r'data-kind="(\w+)" data-from="(\d+)" data-to="(\d+)"', html)
+    assert runs == [("prefill", "0", "4"), ("step", "5", "7"), ("newest", "8", "8")] * 4
+    assert html.count(">L0 K</text>") == 1 and html.count(">L1 V</text>") == 1
+
+
+def test_cache_grid_stays_visible_at_600_positions():
+    """Issue 19 item 19: at 500+ positions the Plotly heatmap's cells vanished and only axes remained."""
+    n_layers, n = 4, 600
+    written = [[0] * 100 + list(range(1, n - 99)) for _ in range(n_layers)]
+    labels = [f"{i} tok{i}" for i in range(n)]
+    html = charts.cache_grid_html(written, labels, title="T", x_title="x", legend=("p", "s", "n"), hover="{row}")
+    widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', html)]
+    assert len(widths) == 3 * 2 * n_layers  # one rectangle per colour run: prefill, earlier steps, newest
+    plot_w = 1000
+    assert sum(widths) == pytest.approx(2 * n_layers * plot_w, abs=0.2)  # rows filled, no gaps (2-decimal SVG)
+    assert min(widths) >= plot_w / n - 0.01
+    assert "<path" not in html  # no separators eating sub-pixel columns
+    newest = re.search(r'class="kv-newest"[^>]*>([^<]+)<', html).group(1)
+    assert newest == "599 tok599"  # the newest column always keeps its label
+    assert len(re.findall(r">L\d [KV]</text>", html)) == 2 * n_layers
+
+
+def test_attention_rows_are_readable(gen):
+    rows = gen.events[-1].attention[0]
+    fig = charts.attention_figure(rows, [str(i) for i in range(9)], decode_view.head_labels(8, 2),
+                                  decode_view.kv_head_of(8, 2), title="A", x_title="x")
+    plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert plot_h / 8 >= 30  # px per head row (was ~8 px in the two-column layout)
 
 
 def test_attention_figure_rows_and_group_boxes(gen):

@@ -426,3 +426,83 @@ def link_to(path: str) -> None:
     labels = dict(NAV)
     if path in labels and (ROOT / path).exists():
         st.page_link(path, label=tr(labels[path]), icon=":material/arrow_forward:")
+
+
+# ---- a Step button that never loses a click --------------------------------------------------------------
+# st.button sends a one-shot trigger: two clicks that reach the server before it picks the first up are
+# merged into one (Streamlit coalesces pending triggers), so a fast lecturer loses steps. This button sends
+# a running count of its clicks instead; the newest count always wins, and the page advances one token per
+# click it has not yet served. It also listens for the → and Space keys (outside text fields) and R, which
+# clicks the page's Reset button (Streamlit reserves R for its own shortcuts, so `shortcut="R"` is refused).
+_STEPPER_JS = """
+export default function(component) {
+  const { data, setStateValue, parentElement } = component;
+  let btn = parentElement.querySelector('button.kv-step');
+  if (!btn) {
+    btn = document.createElement('button');
+    btn.className = 'kv-step';
+    btn.type = 'button';
+    parentElement.appendChild(btn);
+  }
+  btn.textContent = data.label;
+  btn.title = data.title;
+  btn.disabled = !!data.disabled;
+  btn.dataset.served = String(data.base);
+  // The count only grows: after a remount (another page and back) it restarts from what the server served.
+  const st = parentElement.__kv || (parentElement.__kv = { clicks: 0 });
+  if (data.base > st.clicks) st.clicks = data.base;
+  const send = () => {
+    if (btn.disabled) return;
+    st.clicks += 1;
+    btn.dataset.clicks = String(st.clicks);
+    setStateValue('clicks', st.clicks);
+  };
+  btn.onclick = send;
+  const typing = (el) => el && (el.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName));
+  const onKey = (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
+    if (e.key === 'ArrowRight' || e.key === ' ') {
+      e.preventDefault(); e.stopImmediatePropagation(); send();
+    } else if ((e.key === 'r' || e.key === 'R') && data.reset_selector) {
+      const reset = document.querySelector(data.reset_selector);
+      if (reset && !reset.disabled) { e.preventDefault(); e.stopImmediatePropagation(); reset.click(); }
+    }
+  };
+  if (window.__kvStepKey) window.removeEventListener('keydown', window.__kvStepKey, true);
+  window.__kvStepKey = onKey;
+  window.addEventListener('keydown', onKey, true);
+  return () => {
+    if (window.__kvStepKey === onKey) { window.removeEventListener('keydown', onKey, true); window.__kvStepKey = null; }
+  };
+}
+"""
+_STEPPER_CSS = """
+button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25rem 0.75rem; min-height: 2.5rem;
+  border-radius: 0.5rem; border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63);
+  cursor: pointer; white-space: nowrap; }
+button.kv-step:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
+button.kv-step:active:not(:disabled) { background: #ff4b4b; color: #fff; }
+button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
+"""
+_stepper_component = None
+
+
+def _no_callback() -> None:
+    """The page reads the click count on its rerun; nothing else to do when it changes."""
+
+
+def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = "",
+            reset_key: str | None = None) -> int:
+    """A Step button that returns how many times it was clicked in this session (never fewer than `served`).
+
+    The page serves `clicks - served` steps, one token each, and keeps `served` in its own state.
+    """
+    global _stepper_component
+    if _stepper_component is None:
+        _stepper_component = st.components.v2.component("kvviz_stepper", js=_STEPPER_JS, css=_STEPPER_CSS)
+    data = {"label": label, "title": help, "disabled": disabled, "base": served,
+            "reset_selector": f".st-key-{reset_key} button" if reset_key else None}
+    result = _stepper_component(key=key, data=data, default={"clicks": served}, width="content",
+                                on_clicks_change=_no_callback)
+    clicks = getattr(result, "clicks", None)
+    return served if clicks is None else max(int(clicks), 0)

@@ -4,6 +4,7 @@ Every user-visible string comes in as an argument (the pages pass them translate
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,45 +50,107 @@ def _dot_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def cache_growth_figure(
+def _segments(row: Sequence[int], newest: int) -> list[tuple[int, int, str, int, int]]:
+    """Runs of one colour in a row: (first position, last position, kind, first pass, last pass)."""
+    def kind(p: int) -> str:
+        return "prefill" if p == 0 else ("newest" if p == newest else "step")
+
+    out: list[tuple[int, int, str, int, int]] = []
+    for pos, p in enumerate(row):
+        k = kind(p)
+        if out and out[-1][2] == k:
+            a, _, _, pa, _ = out[-1]
+            out[-1] = (a, pos, k, pa, p)
+        else:
+            out.append((pos, pos, k, p, p))
+    return out
+
+
+_GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR}
+
+
+def _short(label: str, n: int = 12) -> str:
+    return label if len(label) <= n else label[: n - 1] + "…"
+
+
+def cache_grid_html(
     written: Sequence[Sequence[int]],
     labels: Sequence[str],
     *,
     title: str,
     x_title: str,
+    legend: tuple[str, str, str],
     hover: str,
     lecture: bool = False,
-) -> go.Figure:
-    """One K row and one V row per layer; cell = the pass that wrote that position (empty = not cached).
+) -> str:
+    """The per-layer cache as an SVG grid: one K row and one V row per layer, a column per cached position.
 
-    Each step adds one column to every row, coloured as the newest; the prefill's columns are grey.
+    Cell colour = the pass that wrote the position (grey prefill, blue earlier steps, orange the newest).
+    Runs of one colour are drawn as one rectangle, so 500+ positions stay visible (a Plotly heatmap's
+    1-px cells with gaps vanish); thin column separators are drawn while a column is at least 4 px wide.
+    Every row is labelled, and the newest column's token is always labelled (horizontally, in orange).
     `hover` is a template with {row}, {position} and {pass_}.
     """
-    width = max((len(r) for r in written), default=0)
+    n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
-    z, ylabels = [], []
+    font = 20 if lecture else 13
+    row_h = 30 if lecture else 22
+    label_w = 5 * font
+    plot_w = 1000
+    top, tick_h = 8, 2.6 * font + 8
+    n_rows = 2 * len(written)
+    height = top + n_rows * row_h + tick_h + font + 6
+    cw = plot_w / max(n, 1)
+    parts = [
+        f'<svg class="kv-grid" data-positions="{n}" viewBox="0 0 {label_w + plot_w + 20} {height:.0f}" '
+        f'width="100%" role="img" aria-label="{html.escape(title)}" '
+        f'style="font-family:ui-monospace,monospace;font-size:{font}px;display:block">'
+    ]
+    esc = html.escape
     for layer, row in enumerate(written):
-        padded = list(row) + [None] * (width - len(row))
-        for kind in ("K", "V"):
-            z.append(padded)
-            ylabels.append(f"L{layer} {kind}")
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(width)), y=ylabels,  # row names are unique, so a categorical axis is safe here
-        hovertemplate=hover.format(row="%{y}", position="%{x}", pass_="%{z}") + "<extra></extra>",
-        zmin=0, zmax=max(newest, 1), showscale=False, xgap=1, ygap=1, colorscale=_pass_colors(newest),
-    ))
-    fig.update_xaxes(title=x_title, **_position_axis(labels[:width]))
-    fig.update_yaxes(autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(220, 60 + 36 * len(written)))
-
-
-def _pass_colors(newest: int) -> list[list]:
-    """Stepped colours: the prefill's positions grey, earlier steps blue, the newest step orange."""
-    if newest == 0:
-        return [[0, PREFILL_COLOR], [1, PREFILL_COLOR]]
-    a = 0.5 / newest
-    return [[0, PREFILL_COLOR], [a, PREFILL_COLOR], [a, STEP_COLOR], [1 - a, STEP_COLOR],
-            [1 - a, NEWEST_COLOR], [1, NEWEST_COLOR]]
+        for j, kind_name in enumerate(("K", "V")):
+            name = f"L{layer} {kind_name}"
+            y = top + (2 * layer + j) * row_h
+            parts.append(f'<g data-row="{name}" data-cached="{len(row)}">')
+            parts.append(f'<text x="{label_w - 6}" y="{y + row_h * 0.7:.1f}" text-anchor="end">{name}</text>')
+            for a, b, kind, pa, pb in _segments(row, newest):
+                tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",
+                                   pass_=f"{pa}" if pa == pb else f"{pa}–{pb}")
+                parts.append(f'<rect x="{label_w + a * cw:.2f}" y="{y + 1}" width="{(b - a + 1) * cw:.2f}" '
+                             f'height="{row_h - 2}" fill="{_GRID_COLORS[kind]}" data-kind="{kind}" '
+                             f'data-from="{a}" data-to="{b}"><title>{esc(tip)}</title></rect>')
+            parts.append("</g>")
+    grid_bottom = top + n_rows * row_h
+    if n and cw >= 4:  # column separators: each step's column stays visible as its own column
+        d = "".join(f"M{label_w + i * cw:.2f} {top}V{grid_bottom}" for i in range(1, n))
+        parts.append(f'<path d="{d}" stroke="#fff" stroke-width="{min(1.5, cw / 4):.2f}"/>')
+    # Position ticks: evenly spaced, horizontal, the newest column always labelled and never overlapped.
+    if n:
+        room = plot_w / (0.62 * font * 13)  # labels that fit side by side
+        every = max(1, -(-n // max(1, int(room))))
+        ticks = [i for i in range(0, n, every) if abs(i - (n - 1)) * cw >= 0.62 * font * 13]
+        ty = grid_bottom + font + 4
+        for i in ticks:
+            x = label_w + (i + 0.5) * cw
+            parts.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{grid_bottom}" y2="{grid_bottom + 4}" stroke="#666"/>')
+            parts.append(f'<text x="{x:.2f}" y="{ty}" text-anchor="middle" fill="#444">{esc(_short(labels[i]))}</text>')
+        x = label_w + (n - 0.5) * cw
+        anchor = "end" if n > 1 else "middle"
+        parts.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{grid_bottom}" y2="{grid_bottom + 6}" stroke="{NEWEST_COLOR}" '
+                     'stroke-width="2"/>')
+        parts.append(f'<text class="kv-newest" x="{min(x + 0.5 * cw, label_w + plot_w):.2f}" y="{ty + font + 2}" '
+                     f'text-anchor="{anchor}" fill="#b06000" font-weight="700">{esc(_short(labels[n - 1], 16))}</text>')
+    parts.append(f'<text x="{label_w + plot_w / 2}" y="{height - 4:.0f}" text-anchor="middle" fill="#444">'
+                 f'{esc(x_title)}</text>')
+    parts.append("</svg>")
+    swatch = "".join(
+        f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:14px">'
+        f'<span style="width:{font}px;height:{font}px;background:{c};display:inline-block;border-radius:2px"></span>'
+        f"{esc(text)}</span>"
+        for c, text in zip((PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR), legend)
+    )
+    return (f'<div class="kv-grid-wrap"><div style="font-weight:600;font-size:{font + 3}px;margin-bottom:4px">'
+            f'{esc(title)}</div>{"".join(parts)}<div style="font-size:{font}px;margin-top:4px">{swatch}</div></div>')
 
 
 def cache_bytes_figure(
@@ -155,7 +218,7 @@ def attention_figure(
                       line=dict(color=NEWEST_COLOR, width=2), fillcolor="rgba(0,0,0,0)")
     fig.update_xaxes(title=x_title, **_position_axis(labels[:n_keys]))
     fig.update_yaxes(tickmode="array", tickvals=list(range(n_heads)), ticktext=list(head_labels), autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(240, 90 + 22 * n_heads))
+    return style(fig, title=title, lecture=lecture, height=max(300, 130 + 36 * n_heads))  # readable head rows
 
 
 def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str], names: tuple[str, str],

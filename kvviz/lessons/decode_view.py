@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from kvviz.engine.generation import StepEvent, TopToken
 from kvviz.engine.tokenizer import Tokenizer
@@ -91,3 +92,28 @@ def token_strip_html(
         f'{_STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
         f'<div class="kv-top">{html.escape(top_caption)}<table>{rows}</table></div></div>'
     )
+
+
+class ModelKey(NamedTuple):
+    """The sidebar settings a generation was started with (a later change must not apply to it silently)."""
+
+    model: str
+    dtype: str
+    device: str
+    hf_model: str
+    shape: object  # the custom shape (model "random"), else None
+
+
+def changed_settings(started: ModelKey | None, now: ModelKey) -> list[str]:
+    """Which settings differ from those the generation was started with ([] when none did)."""
+    if started is None:
+        return []
+    return [name for name in ModelKey._fields if getattr(started, name) != getattr(now, name)]
+
+
+def achieved_rate(times: Sequence[float], window: int = 9) -> float | None:
+    """Steps per second over the last `window` step times (None until 5 steps say something)."""
+    recent = list(times)[-window:]
+    if len(recent) < 5 or recent[-1] <= recent[0]:
+        return None
+    return (len(recent) - 1) / (recent[-1] - recent[0])
