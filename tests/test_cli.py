@@ -64,3 +64,15 @@ def test_cuda_without_gpu_one_line_no_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_generate_reports_steady_state_after_a_warm_up(capsys):
+    """Issue 13: a fresh process's first passes pay one-off costs; TPOT is reported after an untimed warm-up."""
+    assert main(["generate", "--prompt", "hi there", "--max-new-tokens", "4", *SHAPE]) == 0
+    assert "steady state, after an untimed warm-up pass" in capsys.readouterr().out
+    main(["generate", "--prompt", "hi there", "--max-new-tokens", "4", "--json", *SHAPE])
+    warm = json.loads(capsys.readouterr().out)
+    main(["generate", "--prompt", "hi there", "--max-new-tokens", "4", "--json", "--no-warm-up", *SHAPE])
+    cold = json.loads(capsys.readouterr().out)
+    assert warm["warm_up"] is True and cold["warm_up"] is False
+    assert warm["token_ids"] == cold["token_ids"]  # the warm-up changes timings only, never the tokens

@@ -49,7 +49,7 @@ def _grid_rows(at: AppTest) -> dict[str, list[tuple[str, int, int]]]:
     """The cache grid's rows as drawn: row name -> [(kind, first position, last position)]."""
     html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
     rows = {}
-    for name, body in re.findall(r'<g data-row="([^"]+)" data-cached="\d+">(.*?)</g>', html, flags=re.S):
+    for name, body in re.findall(r'data-row="([^"]+)" data-cached="\d+"(.*?)(?=class="kv-row"|$)', html, flags=re.S):
         rows[name] = [(k, int(a), int(b)) for k, a, b in
                       re.findall(r'data-kind="(\w+)" data-from="(\d+)" data-to="(\d+)"', body)]
     return rows

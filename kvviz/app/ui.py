@@ -10,10 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 from streamlit import runtime
 from streamlit.errors import StreamlitSecretNotFoundError
@@ -31,6 +29,20 @@ from kvviz.engine.shape import check_custom_shape, parameter_count
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
 from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
+
+import torch  # noqa: E402 - already loaded by the engine imports above
+
+# One intra-op thread per forward pass in the app server. It serves several sessions at once (each in its own
+# thread, each pass releasing the GIL), and a decode pass of a small model is too short to gain from a second
+# thread: OpenMP teams that outnumber the cores spin-wait on each other. Measured on the 2-core machine under
+# load: 39 ms/token with 1 thread against 590-680 ms/token with 2 (bench/load_sessions.py reports the server's
+# own step times). KVVIZ_TORCH_THREADS=N overrides, e.g. on a large machine serving one big model.
+_threads = os.environ.get("KVVIZ_TORCH_THREADS", "1")
+torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1)
+
+if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to the first page drawn
+    import pandas as pd
+    import plotly.graph_objects as go
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 

@@ -83,74 +83,72 @@ def cache_grid_html(
     hover: str,
     lecture: bool = False,
 ) -> str:
-    """The per-layer cache as an SVG grid: one K row and one V row per layer, a column per cached position.
+    """The per-layer cache as an HTML grid: one K row and one V row per layer, a column per cached position.
 
     Cell colour = the pass that wrote the position (grey prefill, blue earlier steps, orange the newest).
-    Runs of one colour are drawn as one rectangle, so 500+ positions stay visible (a Plotly heatmap's
-    1-px cells with gaps vanish); thin column separators are drawn while a column is at least 4 px wide.
-    Every row is labelled, and the newest column's token is always labelled (horizontally, in orange).
-    `hover` is a template with {row}, {position} and {pass_}.
+    Runs of one colour are drawn as one block whose width is their share of the row, so 500+ positions stay
+    visible (a Plotly heatmap's sub-pixel cells with gaps vanish); thin white column separators are drawn
+    while there are few enough columns to see them. Every row is labelled, and the newest column's token is
+    always labelled (horizontally, in orange). Plain HTML with inline styles: st.html keeps it (it strips
+    SVG), and the browser lays it out without a plotting library. `hover` is a template with {row},
+    {position} and {pass_}.
     """
+    esc = html.escape
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
     row_h = 30 if lecture else 22
     label_w = 5 * font
-    plot_w = 1000
-    top, tick_h = 8, 2.6 * font + 8
-    n_rows = 2 * len(written)
-    height = top + n_rows * row_h + tick_h + font + 6
-    cw = plot_w / max(n, 1)
-    parts = [
-        f'<svg class="kv-grid" data-positions="{n}" viewBox="0 0 {label_w + plot_w + 20} {height:.0f}" '
-        f'width="100%" role="img" aria-label="{html.escape(title)}" '
-        f'style="font-family:ui-monospace,monospace;font-size:{font}px;display:block">'
-    ]
-    esc = html.escape
+    share = 100 / max(n, 1)
+    out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
+           f'font-size:{font}px;line-height:1.2;color:#31333f">',
+           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:6px">'
+           f"{esc(title)}</div>"]
+    separators = ""
+    if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
+        separators = (f'<div style="position:absolute;inset:0;pointer-events:none;background:repeating-linear-gradient('
+                      f'to right,transparent 0,transparent calc(100% / {n} - 1px),#fff calc(100% / {n} - 1px),'
+                      f'#fff calc(100% / {n}))"></div>')
     for layer, row in enumerate(written):
-        for j, kind_name in enumerate(("K", "V")):
+        for kind_name in ("K", "V"):
             name = f"L{layer} {kind_name}"
-            y = top + (2 * layer + j) * row_h
-            parts.append(f'<g data-row="{name}" data-cached="{len(row)}">')
-            parts.append(f'<text x="{label_w - 6}" y="{y + row_h * 0.7:.1f}" text-anchor="end">{name}</text>')
+            out.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="display:flex;'
+                       f'align-items:center;height:{row_h}px;margin-bottom:2px">'
+                       f'<div style="flex:none;width:{label_w}px;text-align:right;padding-right:8px;'
+                       f'box-sizing:border-box">{name}</div>'
+                       f'<div style="flex:1;position:relative;height:100%;display:flex;background:#f7f8fa">')
             for a, b, kind, pa, pb in _segments(row, newest):
                 tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",
                                    pass_=f"{pa}" if pa == pb else f"{pa}–{pb}")
-                parts.append(f'<rect x="{label_w + a * cw:.2f}" y="{y + 1}" width="{(b - a + 1) * cw:.2f}" '
-                             f'height="{row_h - 2}" fill="{_GRID_COLORS[kind]}" data-kind="{kind}" '
-                             f'data-from="{a}" data-to="{b}"><title>{esc(tip)}</title></rect>')
-            parts.append("</g>")
-    grid_bottom = top + n_rows * row_h
-    if n and cw >= 4:  # column separators: each step's column stays visible as its own column
-        d = "".join(f"M{label_w + i * cw:.2f} {top}V{grid_bottom}" for i in range(1, n))
-        parts.append(f'<path d="{d}" stroke="#fff" stroke-width="{min(1.5, cw / 4):.2f}"/>')
-    # Position ticks: evenly spaced, horizontal, the newest column always labelled and never overlapped.
+                out.append(f'<div class="kv-seg" data-kind="{kind}" data-from="{a}" data-to="{b}" title="{esc(tip)}" '
+                           f'style="flex:none;width:{(b - a + 1) * share:.4f}%;height:100%;'
+                           f'background:{_GRID_COLORS[kind]}"></div>')
+            out.append(separators + "</div></div>")
     if n:
-        room = plot_w / (0.62 * font * 13)  # labels that fit side by side
-        every = max(1, -(-n // max(1, int(room))))
-        ticks = [i for i in range(0, n, every) if abs(i - (n - 1)) * cw >= 0.62 * font * 13]
-        ty = grid_bottom + font + 4
-        for i in ticks:
-            x = label_w + (i + 0.5) * cw
-            parts.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{grid_bottom}" y2="{grid_bottom + 4}" stroke="#666"/>')
-            parts.append(f'<text x="{x:.2f}" y="{ty}" text-anchor="middle" fill="#444">{esc(_short(labels[i]))}</text>')
-        x = label_w + (n - 0.5) * cw
-        anchor = "end" if n > 1 else "middle"
-        parts.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{grid_bottom}" y2="{grid_bottom + 6}" stroke="{NEWEST_COLOR}" '
-                     'stroke-width="2"/>')
-        parts.append(f'<text class="kv-newest" x="{min(x + 0.5 * cw, label_w + plot_w):.2f}" y="{ty + font + 2}" '
-                     f'text-anchor="{anchor}" fill="#b06000" font-weight="700">{esc(_short(labels[n - 1], 16))}</text>')
-    parts.append(f'<text x="{label_w + plot_w / 2}" y="{height - 4:.0f}" text-anchor="middle" fill="#444">'
-                 f'{esc(x_title)}</text>')
-    parts.append("</svg>")
+        # Position ticks: evenly spaced and horizontal; the newest column always labelled, never overlapped.
+        tick_w = 0.62 * font * 13 / 1000 * 100  # a label's share of a ~1000 px wide grid, in %
+        every = max(1, -(-n // max(1, int(100 / tick_w))))
+        spans = []
+        for i in range(0, n, every):
+            x = (i + 0.5) * share
+            if 100 - x < 1.6 * tick_w:
+                continue
+            spans.append(f'<span style="position:absolute;left:{x:.3f}%;transform:translateX(-50%);'
+                         f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
+        spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:{font + 6}px;white-space:pre;'
+                     f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
+        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{2 * font + 12}px;margin-top:2px">'
+                   f'{"".join(spans)}</div>')
+    out.append(f'<div style="margin-left:{label_w}px;text-align:center;font-family:sans-serif;color:#555">'
+               f"{esc(x_title)}</div>")
     swatch = "".join(
-        f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:14px">'
+        f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
         f'<span style="width:{font}px;height:{font}px;background:{c};display:inline-block;border-radius:2px"></span>'
         f"{esc(text)}</span>"
         for c, text in zip((PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR), legend)
     )
-    return (f'<div class="kv-grid-wrap"><div style="font-weight:600;font-size:{font + 3}px;margin-bottom:4px">'
-            f'{esc(title)}</div>{"".join(parts)}<div style="font-size:{font}px;margin-top:4px">{swatch}</div></div>')
+    out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif">{swatch}</div></div>')
+    return "".join(out)
 
 
 def cache_bytes_figure(
@@ -218,7 +216,7 @@ def attention_figure(
                       line=dict(color=NEWEST_COLOR, width=2), fillcolor="rgba(0,0,0,0)")
     fig.update_xaxes(title=x_title, **_position_axis(labels[:n_keys]))
     fig.update_yaxes(tickmode="array", tickvals=list(range(n_heads)), ticktext=list(head_labels), autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(300, 130 + 36 * n_heads))  # readable head rows
+    return style(fig, title=title, lecture=lecture, height=max(300, 140 + 36 * n_heads))  # readable head rows
 
 
 def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str], names: tuple[str, str],
