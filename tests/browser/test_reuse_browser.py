@@ -152,7 +152,8 @@ def _ten_steps_and_shoot(page, shots, name: str, query: str, link: str, prefill:
     _click(page, prefill)
     for _ in range(10):
         _step(page)
-    _wait_grid(page, N_PROMPT + 10)
+    grid = _wait_grid(page, _chips(page) - 1)  # every token but the newest is cached
+    assert len(grid["rows"]) == 8 and grid["newest"].startswith("▲")
     page.wait_for_timeout(800)
     page.screenshot(path=shots / f"{name}.png")  # what a projector or a 1400 px screen shows, unscrolled
     _shoot(page, shots / f"{name}_full.png")
