@@ -1,6 +1,7 @@
 """Per-token decode time: our step() loop vs transformers' generate(), same weights, one run.
 
     python bench/engine_vs_hf.py [--model random|tiny] [--prompt-tokens 128] [--new-tokens 256] [--repeats 3]
+                                 [--threads 2]
 
 Prints ratios (noisy shared machines: only ratios measured in one run mean anything). Per-token decode
 time = (time for N new tokens − time for 1 new token) / (N − 1), so prefill is excluded on both sides.
@@ -41,7 +42,7 @@ def hf(model, prompt: list[int], n_new: int, use_cache: bool) -> float:
 
 
 def per_token(run, n_new: int, repeats: int) -> float:
-    """Median over repeats of (T(n_new) − T(1)) / (n_new − 1)."""
+    """Median over repeats of (T(n_new) − T(1)) / (n_new − 1), after an untimed warm-up run."""
     run(4)  # warm-up
     samples = [(run(n_new) - run(1)) / (n_new - 1) for _ in range(repeats)]
     return statistics.median(samples)
@@ -54,8 +55,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-no-cache", action="store_true")
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads for both engines (the app uses 1)")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
 
     backend = random_backend(FIXED, seed=0) if args.model == "random" else load_backend("tiny", device="cpu")
     cfg = backend.model.cfg

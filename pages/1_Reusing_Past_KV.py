@@ -13,7 +13,8 @@ from kvviz.lessons import decode_view, work
 settings = ui.page_setup("reuse.title")
 tr, lecture = ui.tr, settings.lecture
 st.title(tr("reuse.title"))
-st.caption(tr("reuse.lead"))
+if not lecture or st.session_state.get("reuse_gen") is None:  # on a projector, once running, the page is the demo
+    st.caption(tr("reuse.lead"))
 backend = ui.get_backend(settings)
 
 state = st.session_state
@@ -85,7 +86,9 @@ if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
 can_step = gen is not None and not gen.done and not stale and gen.cache is not None
 
-with st.container(border=True):
+# In lecture mode the settings fold away once a generation runs: one screen shows the controls and the lesson.
+settings_box = (st.expander(tr("reuse.settings"), expanded=gen is None) if lecture else st.container(border=True))
+with settings_box:
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)
@@ -110,9 +113,11 @@ TABS = ("growth", "values", "attention", "work", "check")
 @st.fragment(run_every=period if state.reuse_timer_on else None)
 def live_view() -> None:
     """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
+    run_start = time.perf_counter()
     gen: Generation | None = state.reuse_gen
     playing = state.reuse_playing
     can_step = gen is not None and not gen.done and not stale and gen.cache is not None
+    n_events = len(gen.events) if gen is not None else 0
     b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
     b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
                 key="reuse_btn_prefill")
@@ -156,6 +161,9 @@ def live_view() -> None:
         if rate is not None and rate < 0.9 / period:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
     draw(gen)
+    if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
+        ui.record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
+                         model_s=sum(e.seconds for e in gen.events[n_events:]))
 
 
 def draw(gen: Generation) -> None:
@@ -183,7 +191,8 @@ def draw(gen: Generation) -> None:
 
 def growth_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     n_cached = gen.events[-1].cache_lengths[0]
-    st.caption(tr("reuse.growth_help"))
+    if not lecture:  # said aloud on a projector; the legend under the grid names the colours
+        st.caption(tr("reuse.growth_help"))
     st.html(charts.cache_grid_html(
         decode_view.written_at(gen.events), labels, title=tr("reuse.growth_chart", n=n_cached),
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),

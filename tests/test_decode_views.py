@@ -77,7 +77,7 @@ def test_token_strip_escapes_and_marks_the_newest(gen):
     html = decode_view.token_strip_html(["<b>", " a", "x"], 2, top, "top-5 & more")
     assert "&lt;b&gt;" in html and "␣a" in html and "top-5 &amp; more" in html
     assert html.count('class="kv-chip newest gen"') == 1 and html.count('class="kv-chip prompt"') == 2
-    assert html.count("<tr>") == len(top) == 5
+    assert html.count('class="kv-top-item"') == len(top) == 5
 
 
 def test_cache_grid_data(gen):

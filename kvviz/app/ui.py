@@ -518,3 +518,18 @@ def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = ""
                                 on_clicks_change=_no_callback)
     clicks = getattr(result, "clicks", None)
     return served if clicks is None else max(int(clicks), 0)
+
+
+# ---- server-side timings for bench/ (off unless KVVIZ_TIMING_LOG names a file) -----------------------------
+def record_timing(event: str, **fields: float | int | str) -> None:
+    """Append one JSON line {event, session, t, **fields} to $KVVIZ_TIMING_LOG, so a benchmark can read the
+    server's own time per step (not the browsers'). Nothing happens when the variable is unset."""
+    path = os.environ.get("KVVIZ_TIMING_LOG")
+    if not path:
+        return
+    import json
+
+    ctx = get_script_run_ctx()
+    line = json.dumps({"event": event, "session": ctx.session_id if ctx else None, "t": time.time(), **fields})
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")

@@ -148,7 +148,8 @@ def test_rapid_clicks_and_keys_each_give_one_token(page):
 
 def _ten_steps_and_shoot(page, shots, name: str, query: str, link: str, prefill: str, size: dict) -> None:
     page.set_viewport_size(size)
-    _open(page, query, link)
+    page.set_default_timeout(90_000)
+    page.goto_app("Reusing_Past_KV", query)  # lecture mode collapses the sidebar and its links
     _click(page, prefill)
     for _ in range(10):
         _step(page)
