@@ -86,8 +86,8 @@ if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
 can_step = gen is not None and not gen.done and not stale and gen.cache is not None
 
-# In lecture mode the settings fold away once a generation runs: one screen shows the controls and the lesson.
-settings_box = (st.expander(tr("reuse.settings"), expanded=gen is None) if lecture else st.container(border=True))
+# In lecture mode the settings sit behind one button: one screen shows the controls and the lesson.
+settings_box = st.popover(tr("reuse.settings"), icon=":material/tune:") if lecture else st.container(border=True)
 with settings_box:
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),

@@ -263,3 +263,15 @@ def test_hosted_kv_budget_refuses_before_prefill(hosted, monkeypatch):
     assert not at.exception
     assert at.session_state["reuse_gen"] is None
     assert any("KV" in e.value for e in at.error)
+
+
+def test_lecture_mode_keeps_settings_behind_one_button():
+    at = AppTest.from_file(HOME, default_timeout=60)
+    at.query_params["lecture"] = "1"
+    at.session_state["kv_model"] = "random"
+    at.session_state["kv_shape"] = SMALL
+    at.run()
+    at.switch_page(PAGE).run()
+    _prefill_and_step(at, 2)
+    assert not at.exception
+    assert at.session_state["reuse_gen"].n_generated == 3
