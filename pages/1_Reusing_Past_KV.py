@@ -107,7 +107,7 @@ period = 1.0 / float(state.reuse_speed)
 # Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
 # change of playing needs a whole-page rerun.
 state.reuse_timer_on = bool(state.reuse_playing and can_step)
-TABS = ("growth", "values", "attention", "work", "check")
+TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
 @st.fragment(run_every=period if state.reuse_timer_on else None)
@@ -185,7 +185,7 @@ def draw(gen: Generation) -> None:
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
     opened = next((name for name, tab in zip(TABS, tabs) if tab.open), TABS[0])
     with tabs[TABS.index(opened)]:
-        {"growth": growth_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
+        {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
          "check": check_tab}[opened](gen, labels, texts)
 
 
@@ -197,6 +197,12 @@ def growth_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
         decode_view.written_at(gen.events), labels, title=tr("reuse.growth_chart", n=n_cached),
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
         legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
+    last = gen.events[-1]
+    st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
+                  allocated=f"{last.allocated_bytes:,}"))
+
+
+def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     ui.chart(charts.cache_bytes_figure(
         [e.index for e in gen.events], [e.live_bytes for e in gen.events], [e.allocated_bytes for e in gen.events],
         [e.formula_bytes for e in gen.events], title=tr("reuse.bytes_chart"), x_title=tr("reuse.pass"),

@@ -92,6 +92,8 @@ def test_prefill_then_three_steps():
         assert row == [("prefill", 0, n_prompt - 1), ("step", n_prompt, n_prompt + 1), ("newest", n_prompt + 2, n_prompt + 2)]
 
     # Bytes: live bytes measured from the tensors equal the formula after every pass.
+    assert not at.get("plotly_chart")  # the default tab draws no Plotly chart: a step redraws HTML only
+    open_tab(at, "bytes")
     by = _chart(at, "reuse_bytes")["data"]
     live, formula = by[1]["y"], by[2]["y"]
     assert live == formula
