@@ -15,7 +15,10 @@ Runs the real app (`streamlit run app.py`) and the system Chromium through tests
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
+import tempfile
 import statistics
 import sys
 import time
@@ -126,7 +129,9 @@ def main() -> None:
     ap.add_argument("--play-speed", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for the app server (0 = inherit)")
     args = ap.parse_args()
+    log = tempfile.NamedTemporaryFile(prefix="kvviz-timing-", suffix=".jsonl", delete=False).name
     env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
+    env["KVVIZ_TIMING_LOG"] = log  # the page appends the server's own time for each run that served steps
     with chromium() as browser:
         t_up = time.perf_counter()
         with app_server(env) as url:
@@ -138,7 +143,9 @@ def main() -> None:
             total = args.steps + args.rapid + args.play_steps + 8
             prefill(page, total)
             model = page.get_by_text(re.compile(r"· \d+ layers ·")).first.inner_text()
+            t_lat = time.time()
             lat = step_latency(page, args.steps)
+            t_lat_end = time.time()
             got, rapid_s = rapid(page, args.rapid) if args.rapid else (0, 0.0)
             if args.play_steps:
                 rate, note = play_rate(page, args.play_steps, args.play_speed)
@@ -151,6 +158,13 @@ def main() -> None:
           f"p90 {p90(wall):.0f} ms (min {min(wall):.0f}, max {max(wall):.0f}); goal <= 400 ms")
     print(f"  of which click -> new chip: median {statistics.median(lat['chip']):.0f} ms")
     print(f"  model pass itself (StepEvent.seconds): median {statistics.median(lat['model']):.1f} ms")
+    runs = []
+    if os.path.exists(log):
+        with open(log, encoding="utf-8") as f:
+            runs = [r["run_s"] * 1e3 for r in map(json.loads, f) if t_lat <= r["t"] <= t_lat_end]
+    if runs:
+        print(f"  server's own fragment run per step (script, incl. the model): median {statistics.median(runs):.0f} ms, "
+              f"p90 {p90(runs):.0f} ms")
     if args.rapid:
         print(f"rapid clicks: {args.rapid} clicks -> {got} new tokens in {rapid_s:.1f} s "
               f"({'none lost' if got == args.rapid else f'{args.rapid - got} lost'})")
