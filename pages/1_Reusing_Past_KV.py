@@ -98,9 +98,6 @@ with settings_box:
                  help=tr("reuse.speed_help"))
     ui.persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
 
-if stale:
-    names = ", ".join(tr(f"reuse.changed_{c}") for c in changed)
-    st.warning(tr("reuse.stale", name=gen.backend.arch.name, changed=names))
 if backend is not None:
     ui.model_caption(backend)
 period = 1.0 / float(state.reuse_speed)
@@ -116,6 +113,9 @@ def live_view() -> None:
     run_start = time.perf_counter()
     gen: Generation | None = state.reuse_gen
     playing = state.reuse_playing
+    # Read again here: a Prefill in this fragment starts a generation on the current settings.
+    changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+    stale = bool(changed)
     can_step = gen is not None and not gen.done and not stale and gen.cache is not None
     n_events = len(gen.events) if gen is not None else 0
     b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
@@ -153,6 +153,9 @@ def live_view() -> None:
         st.rerun(scope="app")  # the whole page, so the timer starts or stops
     if "reuse_error" in state:
         ui.show_error(state.pop("reuse_error"))
+    if stale:
+        names = ", ".join(tr(f"reuse.changed_{c}") for c in changed)
+        st.warning(tr("reuse.stale", name=gen.backend.arch.name, changed=names))
     if gen is None:
         st.info(tr("reuse.empty"))
         return

@@ -163,6 +163,12 @@ def test_new_model_marks_the_generation_stale():
     click_step(at)  # a Step on a stale generation does nothing
     assert at.session_state["reuse_gen"].token_ids == tokens and at.session_state["reuse_served"] == served + 1
     assert at.session_state["reuse_gen"].token_ids == tokens
+    at.button(key="reuse_btn_prefill").click().run()  # a new generation on the new model: current again
+    assert not at.warning
+    fresh = at.session_state["reuse_gen"]
+    assert fresh is not gen and len(fresh.events[0].cache_lengths) == 2
+    click_step(at)
+    assert fresh.n_generated == 2
     at.button(key="reuse_btn_reset").click().run()
     assert at.session_state["reuse_gen"] is None and not at.warning
 
