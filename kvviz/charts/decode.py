@@ -97,7 +97,7 @@ def cache_grid_html(
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
-    row_h = 30 if lecture else 22
+    row_h = 27 if lecture else 22
     label_w = 5 * font
     share = 100 / max(n, 1)
     out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
@@ -135,9 +135,9 @@ def cache_grid_html(
                 continue
             spans.append(f'<span style="position:absolute;left:{x:.3f}%;transform:translateX(-50%);'
                          f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
-        spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:{font + 6}px;white-space:pre;'
+        spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:0;white-space:pre;'
                      f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
-        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{2 * font + 12}px;margin-top:2px">'
+        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + 10}px;margin-top:2px">'
                    f'{"".join(spans)}</div>')
     out.append(f'<div style="margin-left:{label_w}px;text-align:center;font-family:sans-serif;color:#555">'
                f"{esc(x_title)}</div>")
