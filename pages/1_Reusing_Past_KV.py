@@ -71,7 +71,7 @@ def step_once(gen: Generation) -> bool:
 def play(on: bool) -> None:
     # Set, never toggle: a click can reach the server twice when a timed fragment run coalesces with it.
     state.reuse_playing = on
-    state.reuse_play_times = []
+    state.reuse_play_times, state.reuse_play_next = [], None
 
 
 def reset() -> None:
@@ -140,12 +140,16 @@ def live_view() -> None:
             pending -= 1
     state.reuse_served = clicks  # clicks past the end of the generation (or while playing) are dropped
     if playing and gen is not None and not stale:
-        times = state.reuse_play_times
-        # Widget changes also rerun this fragment: step only on the timer's beat.
-        if not times or time.monotonic() - times[-1] >= 0.8 * period:
+        # Play keeps a schedule (one step every period from its start), not "a period since the last step":
+        # a timer tick that comes late or early still lands on its beat, so jitter does not lose beats.
+        now = time.monotonic()
+        before = state.get("reuse_play_next")
+        due, state.reuse_play_next = decode_view.play_beats(before, now, period)
+        ui.record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
+        for _ in range(due):
             if step_once(gen):
-                times.append(time.monotonic())
-                del times[:-21]
+                state.reuse_play_times.append(now)
+        del state.reuse_play_times[:-21]
     if state.reuse_playing and (gen is None or gen.done or gen.cache is None or stale):
         state.reuse_playing = False  # finished (or freed): Play stops by itself
     timer_on = bool(state.reuse_playing and gen is not None and not gen.done and not stale)

@@ -147,3 +147,27 @@ def test_custom_shape_limit():
         check_custom_shape(big)
     assert "parameters" in str(exc.value) and "파라미터" in exc.value.message("ko")
     assert check_custom_shape(CFG) is CFG
+
+
+def test_play_beats_keep_the_schedule():
+    p = 0.25
+    due, nxt = decode_view.play_beats(None, 10.0, p)  # Play pressed: one step now
+    assert (due, nxt) == (1, 10.25)
+    assert decode_view.play_beats(nxt, 10.20, p) == (1, 10.5)  # a tick 50 ms early still lands on its beat
+    assert decode_view.play_beats(10.5, 10.30, p)[0] == 0  # a rerun between beats (a widget change) steps nothing
+    due, nxt = decode_view.play_beats(10.5, 10.80, p)  # two ticks merged into one run: catch up by two
+    assert due == 2 and nxt == pytest.approx(11.0)
+    due, nxt = decode_view.play_beats(11.0, 13.0, p)  # far behind: two steps, then restart from now
+    assert due == 2 and nxt == pytest.approx(13.25)
+    # Over 20 beats with ticks arriving up to 40% of a period late, exactly 20 steps run.
+    nxt, steps = None, 0
+    for k in range(20):
+        due, nxt = decode_view.play_beats(nxt, 100 + k * p + (0.1 if k % 3 else 0.0), p)
+        steps += due
+    assert steps == 20
+
+
+def test_achieved_rate():
+    assert decode_view.achieved_rate([0.0, 0.25, 0.5]) is None  # too few steps to say
+    assert decode_view.achieved_rate([i * 0.25 for i in range(20)]) == pytest.approx(4.0)
+    assert decode_view.achieved_rate([i * 0.5 for i in range(20)]) == pytest.approx(2.0)

@@ -113,9 +113,26 @@ def changed_settings(started: ModelKey | None, now: ModelKey) -> list[str]:
     return [name for name in ModelKey._fields if getattr(started, name) != getattr(now, name)]
 
 
-def achieved_rate(times: Sequence[float], window: int = 9) -> float | None:
-    """Steps per second over the last `window` step times (None until 5 steps say something)."""
+def achieved_rate(times: Sequence[float], window: int = 17) -> float | None:
+    """Steps per second over the last `window` step times (None until 8 steps say something)."""
     recent = list(times)[-window:]
-    if len(recent) < 5 or recent[-1] <= recent[0]:
+    if len(recent) < 8 or recent[-1] <= recent[0]:
         return None
     return (len(recent) - 1) / (recent[-1] - recent[0])
+
+
+def play_beats(next_due: float | None, now: float, period: float, max_catch_up: int = 2) -> tuple[int, float]:
+    """Play's schedule: how many steps are due at `now`, and when the next one is.
+
+    A beat counts as due up to 0.3 period early (timer ticks jitter). When ticks were merged, up to
+    `max_catch_up` steps run at once so the rate holds; further behind than that, the schedule restarts
+    from now instead of bursting (the page then says the machine keeps a lower rate).
+    """
+    nxt = now if next_due is None else next_due
+    due = 0
+    while nxt <= now + 0.3 * period and due < max_catch_up:
+        due += 1
+        nxt += period
+    if nxt < now:
+        nxt = now + period
+    return due, nxt
