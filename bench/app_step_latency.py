@@ -18,18 +18,18 @@ import argparse
 import json
 import os
 import re
-import tempfile
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
 from harness import IDLE, app_server, chromium, wait_idle  # noqa: E402
 
-UPDATED = """([n, cached]) => document.querySelector("%s") !== null
+UPDATED = f"""([n, cached]) => document.querySelector("{IDLE}") !== null
   && document.querySelectorAll('.kv-chip').length === n
-  && document.querySelector('.kv-grid[data-positions="' + cached + '"]') !== null""" % IDLE
+  && document.querySelector('.kv-grid[data-positions="' + cached + '"]') !== null"""
 STEP = "button.kv-step"
 
 
@@ -163,8 +163,8 @@ def main() -> None:
         with open(log, encoding="utf-8") as f:
             runs = [r["run_s"] * 1e3 for r in map(json.loads, f) if t_lat <= r["t"] <= t_lat_end]
     if runs:
-        print(f"  server's own fragment run per step (script, incl. the model): median {statistics.median(runs):.0f} ms, "
-              f"p90 {p90(runs):.0f} ms")
+        print(f"  server's own fragment run per step (script, incl. the model): "
+              f"median {statistics.median(runs):.0f} ms, p90 {p90(runs):.0f} ms")
     if args.rapid:
         print(f"rapid clicks: {args.rapid} clicks -> {got} new tokens in {rapid_s:.1f} s "
               f"({'none lost' if got == args.rapid else f'{args.rapid - got} lost'})")

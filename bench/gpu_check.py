@@ -100,7 +100,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--bandwidth-gbs", type=float, default=None, help="memory bandwidth to use (GB/s) for an unknown GPU")
+    ap.add_argument("--bandwidth-gbs", type=float, default=None,
+                    help="memory bandwidth to use (GB/s) for an unknown GPU")
     ap.add_argument("--skip-1b", action="store_true", help="only the shipped model")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -28,9 +28,9 @@ import asyncio
 import functools
 import json
 import os
-import tempfile
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch", type=_positive_int, default=1)
     g.add_argument("--json", action="store_true")
     g.add_argument("--no-warm-up", action="store_true",
-                   help="time the process's very first passes too (by default an untimed warm-up pass runs first)")
+                   help="time the process's first passes too (by default an untimed warm-up pass runs first)")
     _add_shape_flags(g)
 
     w = sub.add_parser("sweep", help="latency sweeps on the real engine: prompt-length, cache, batch, dtype")

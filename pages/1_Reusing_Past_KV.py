@@ -174,7 +174,7 @@ def live_view() -> None:
 
 
 def draw(gen: Generation) -> None:
-    be, arch, last = gen.backend, gen.backend.arch, gen.events[-1]
+    be, last = gen.backend, gen.events[-1]
     texts = decode_view.token_texts(be.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(texts)
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
@@ -190,7 +190,7 @@ def draw(gen: Generation) -> None:
 
     # Only the open tab is drawn (Streamlit tells the server which one): a step redraws one lesson, not six charts.
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
-    opened = next((name for name, tab in zip(TABS, tabs) if tab.open), TABS[0])
+    opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
     with tabs[TABS.index(opened)]:
         {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
          "check": check_tab}[opened](gen, labels, texts)

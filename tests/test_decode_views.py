@@ -1,5 +1,4 @@
 """Pure pieces of the decode explorer: work counts, GQA labels, cache-growth data, figures, shape limit."""
-import json
 import re
 
 import numpy as np

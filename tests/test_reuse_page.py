@@ -89,7 +89,8 @@ def test_prefill_then_three_steps():
     rows = _grid_rows(at)
     assert list(rows) == [f"L{i} {kv}" for i in range(SMALL.n_layers) for kv in "KV"]  # every row labelled
     for row in rows.values():  # prefill grey, steps 1-2 blue, the newest step orange: one new column per step
-        assert row == [("prefill", 0, n_prompt - 1), ("step", n_prompt, n_prompt + 1), ("newest", n_prompt + 2, n_prompt + 2)]
+        assert row == [("prefill", 0, n_prompt - 1), ("step", n_prompt, n_prompt + 1),
+                       ("newest", n_prompt + 2, n_prompt + 2)]
 
     # Bytes: live bytes measured from the tensors equal the formula after every pass.
     assert not at.get("plotly_chart")  # the default tab draws no Plotly chart: a step redraws HTML only

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import streamlit as st
+import torch  # noqa: E402 - already loaded by the engine imports above
 from streamlit import runtime
 from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -29,8 +30,6 @@ from kvviz.engine.shape import check_custom_shape, parameter_count
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
 from kvviz.kv.formula import dtype_bytes, format_binary, kv_cache_bytes
-
-import torch  # noqa: E402 - already loaded by the engine imports above
 
 # One intra-op thread per forward pass in the app server. It serves several sessions at once (each in its own
 # thread, each pass releasing the GIL), and a decode pass of a small model is too short to gain from a second

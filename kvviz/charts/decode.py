@@ -145,7 +145,7 @@ def cache_grid_html(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
         f'<span style="width:{font}px;height:{font}px;background:{c};display:inline-block;border-radius:2px"></span>'
         f"{esc(text)}</span>"
-        for c, text in zip((PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR), legend)
+        for c, text in zip((PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR), legend, strict=True)
     )
     out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif">{swatch}</div></div>')
     return "".join(out)
