@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import streamlit as st
-import torch  # noqa: E402 - already loaded by the engine imports above
+import torch
 from streamlit import runtime
 from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
