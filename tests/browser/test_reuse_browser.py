@@ -121,7 +121,10 @@ def test_rapid_clicks_and_keys_each_give_one_token(page):
     """Issue 13: 10 quick clicks gave 9 tokens (Streamlit merged button triggers); now each counts."""
     _open(page)
     _click(page, "Prefill")
+    expect(page.locator(".kv-chip.newest")).to_have_count(1)  # the prefill's page is drawn before counting
+    wait_idle(page)
     before = _chips(page)
+    assert before == N_PROMPT + 1
     page.locator("button.kv-step").evaluate("b => { for (let i = 0; i < 12; i++) b.click(); }")
     page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 12}")
     page.wait_for_timeout(1500)
