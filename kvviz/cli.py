@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=_positive_int, default=1)
     g.add_argument("--json", action="store_true")
+    g.add_argument("--no-warm-up", action="store_true",
+                   help="time the process's first passes too (by default an untimed warm-up pass runs first)")
     _add_shape_flags(g)
 
     w = sub.add_parser("sweep", help="latency sweeps on the real engine: prompt-length, cache, batch, dtype")
@@ -247,12 +249,17 @@ def _shape(args: argparse.Namespace) -> DecoderConfig | None:
 def cmd_generate(args: argparse.Namespace) -> dict:
     from kvviz.engine.generation import Generation
     from kvviz.engine.loading import load_backend
+    from kvviz.engine.sweeps import warm_up
 
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
     n_prompt, context = len(backend.tokenizer.encode(args.prompt)), backend.spec.max_context
     if n_prompt < context < n_prompt + args.max_new_tokens:  # the engine would stop early; say so instead
         raise CliError(f"--max-new-tokens {args.max_new_tokens}: the prompt takes {n_prompt} of the model's {context} "
                        f"positions, so at most {context - n_prompt} new tokens fit")
+    if not args.no_warm_up:
+        # A fresh process's first passes pay one-off costs (allocator growth, kernel choice, lazy init):
+        # an untimed warm-up pass first, so TTFT and TPOT are the steady state, as benchmark tools report.
+        warm_up(backend)
     gen = Generation(
         backend,
         max_new_tokens=args.max_new_tokens,
@@ -269,6 +276,7 @@ def cmd_generate(args: argparse.Namespace) -> dict:
         "device": str(backend.device),
         "dtype": args.dtype,
         "use_cache": gen.use_cache,
+        "warm_up": not args.no_warm_up,
         "prompt_tokens": len(gen.prompt_ids),
         "token_ids": gen.generated[0],
         "text": gen.text,
@@ -476,7 +484,8 @@ def _print_generate(r: dict) -> None:
     print(
         f"\n[{r['model']} on {r['device']}, {r['dtype']}, cache {'on' if r['use_cache'] else 'off'}] "
         f"prompt {r['prompt_tokens']} tokens, {len(r['token_ids'])} new; "
-        f"TTFT {r['ttft_s'] * 1e3:.2f} ms, TPOT {tpot}; "
+        f"TTFT {r['ttft_s'] * 1e3:.2f} ms, TPOT {tpot} "
+        f"({'steady state, after an untimed warm-up pass' if r['warm_up'] else 'cold: no warm-up pass'}); "
         f"KV cache {r['cache_live_bytes']} B live (formula {r['formula_bytes']} B), "
         f"{r['cache_allocated_bytes']} B allocated"
     )

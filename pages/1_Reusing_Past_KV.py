@@ -14,21 +14,28 @@ from kvviz.lessons import decode_view, tolerance, work
 settings = ui.page_setup("reuse.title")
 tr, lecture = ui.tr, settings.lecture
 st.title(tr("reuse.title"))
-st.caption(tr("reuse.lead"))
+if not lecture or st.session_state.get("reuse_gen") is None:  # on a projector, once running, the page is the demo
+    st.caption(tr("reuse.lead"))
 backend = ui.get_backend(settings)
 
 state = st.session_state
 state.setdefault("reuse_gen", None)
 state.setdefault("reuse_playing", False)
-state.setdefault("reuse_last_step", 0.0)
 state.setdefault("reuse_checks", {})
+state.setdefault("reuse_served", 0)  # Step clicks served so far (the stepper counts clicks, never resets)
+state.setdefault("reuse_play_times", [])  # when Play's recent steps ran: the rate it really keeps
 # The settings a generation was started with: a later sidebar change must not be applied to it silently.
-model_key = (settings.model, settings.dtype, settings.device, settings.hf_model,
-             settings.shape if settings.model == "random" else None)
+model_key = decode_view.ModelKey(settings.model, settings.dtype, settings.device, settings.hf_model,
+                                 settings.shape if settings.model == "random" else None)
 
 # Presets in the UI's language first, then the other language's.
 presets = [t(f"reuse.preset_{i}", lang) for lang in sorted(LANGS, key=lambda x: x != ui.lang()) for i in (1, 2, 3)]
+# Kept under non-widget keys, so they survive a visit to another page (as the generation does).
 state.setdefault("reuse_prompt", presets[0])
+state.setdefault("reuse_max_new", 24)
+state.setdefault("reuse_speed", 4.0)
+max_new_limit = ui.limit(settings, "max_new_tokens", 512)  # a hosted demo caps it
+state.reuse_max_new = min(int(state.reuse_max_new), max_new_limit)
 
 
 def use_preset() -> None:
@@ -36,128 +43,210 @@ def use_preset() -> None:
 
 
 def prefill() -> None:
-    gen = Generation(backend, max_new_tokens=int(state.reuse_max_new), capture_attention=True)
+    state.reuse_playing = False
+    if backend is None:
+        return
+    prompt, max_new = state["_w_reuse_prompt"], int(state["_w_reuse_max_new"])
     try:
-        gen.prefill(state.reuse_prompt)
+        if settings.hosted is not None:
+            n_prompt = len(backend.tokenizer.encode(prompt))
+            ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=max_new)
+        gen = Generation(backend, max_new_tokens=max_new, capture_attention=True)
+        gen.prefill(prompt)
     except InputError as exc:
         state.reuse_error = exc  # the previous generation stays as it was
         return
-    state.reuse_gen, state.reuse_model_key, state.reuse_playing = gen, model_key, False
-    state.reuse_checks = {}
+    state.reuse_gen, state.reuse_model_key = gen, model_key
+    state.reuse_checks, state.reuse_play_times = {}, []
+    # The context may hold fewer new tokens than asked: say so (the engine clamps, never errs mid-way).
+    state.reuse_clamped = (gen.max_new_tokens, backend.spec.max_context) if gen.max_new_tokens < max_new else None
 
 
-def step() -> None:
-    gen = state.reuse_gen
-    if gen is not None and not gen.done:
-        gen.step()  # only the newest token goes in; the prefill is never rerun
-        state.reuse_last_step = time.monotonic()
+def step_once(gen: Generation) -> bool:
+    if gen.done or gen.cache is None:
+        return False
+    gen.step()  # only the newest token goes in; the prefill is never rerun
+    return True
 
 
 def play(on: bool) -> None:
     # Set, never toggle: a click can reach the server twice when a timed fragment run coalesces with it.
     state.reuse_playing = on
+    state.reuse_play_times, state.reuse_play_next = [], None
 
 
 def reset() -> None:
     state.reuse_gen, state.reuse_playing, state.reuse_checks = None, False, {}
+    state.reuse_clamped = None
 
 
 gen: Generation | None = state.reuse_gen
-stale = gen is not None and state.get("reuse_model_key") != model_key
-can_step = gen is not None and not gen.done and not stale
+changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+stale = bool(changed)
+if stale and state.reuse_playing:
+    state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
+can_step = gen is not None and not gen.done and not stale and gen.cache is not None
 
-with st.container(border=True):
-    c1, c2 = st.columns([3, 1])
+# In lecture mode the settings sit behind one button: one screen shows the controls and the lesson.
+settings_box = st.popover(tr("reuse.settings"), icon=":material/tune:") if lecture else st.container(border=True)
+with settings_box:
+    c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)
-    c2.number_input(tr("reuse.max_new"), 1, 512, 24, key="reuse_max_new", help=tr("reuse.max_new_help"))
-    st.text_area(tr("reuse.prompt"), key="reuse_prompt", height=80)
-    b = st.columns([1, 1, 1, 1, 3])
-    playing = state.reuse_playing
-    b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
-                key="reuse_btn_prefill")
-    b[1].button(tr("reuse.step"), on_click=step, disabled=not can_step or playing, key="reuse_btn_step")
-    if playing:
-        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause")
-    else:
-        b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play")
-    b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
-    b[4].slider(tr("reuse.speed"), 0.5, 8.0, 2.0, 0.5, key="reuse_speed", help=tr("reuse.speed_help"))
+    ui.persisted(c2.number_input, "reuse_max_new", tr("reuse.max_new"), min_value=1, max_value=max_new_limit,
+                 help=tr("reuse.max_new_help"))
+    ui.persisted(c3.slider, "reuse_speed", tr("reuse.speed"), min_value=0.5, max_value=8.0, step=0.5,
+                 help=tr("reuse.speed_help"))
+    ui.persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
 
-if "reuse_error" in state:
-    ui.show_error(state.pop("reuse_error"))
-if stale:
-    st.warning(tr("reuse.stale", name=gen.backend.spec.name))
 if backend is not None:
     ui.model_caption(backend)
-period = 1.0 / state.reuse_speed
+period = 1.0 / float(state.reuse_speed)
+# Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
+# change of playing needs a whole-page rerun.
+state.reuse_timer_on = bool(state.reuse_playing and can_step)
+TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
-@st.fragment(run_every=period if state.reuse_playing and can_step else None)
+@st.fragment(run_every=period if state.reuse_timer_on else None)
 def live_view() -> None:
-    """Steps when Play is on and a step is due, then draws everything from the generation's real state."""
+    """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
+    run_start = time.perf_counter()
     gen: Generation | None = state.reuse_gen
-    if state.reuse_playing and gen is not None and not stale:
-        # Widget changes also rerun this fragment: step only on the timer's beat.
-        if not gen.done and time.monotonic() - state.reuse_last_step >= 0.8 * period:
-            step()
-        if gen.done:
-            state.reuse_playing = False
-            st.rerun()  # the whole page, so the timer stops
+    playing = state.reuse_playing
+    # Read again here: a Prefill in this fragment starts a generation on the current settings.
+    changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+    stale = bool(changed)
+    can_step = gen is not None and not gen.done and not stale and gen.cache is not None
+    n_events = len(gen.events) if gen is not None else 0
+    b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
+    b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
+                key="reuse_btn_prefill")
+    with b[1]:
+        clicks = ui.stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served,
+                            disabled=not can_step or playing, help=tr("reuse.step_help"), reset_key="reuse_btn_reset")
+    if playing:
+        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", shortcut="P",
+                    icon=":material/pause:")
+    else:
+        b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play",
+                    shortcut="P", icon=":material/play_arrow:")
+    b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
+    b[4].caption(tr("reuse.keys_help"))
+
+    # Serve every Step click not served yet, one token each (clicks that arrive together are all kept).
+    pending = max(0, clicks - state.reuse_served)
+    if can_step and not playing:
+        while pending and step_once(gen):
+            pending -= 1
+    state.reuse_served = clicks  # clicks past the end of the generation (or while playing) are dropped
+    if playing and gen is not None and not stale:
+        # Play keeps a schedule (one step every period from its start), not "a period since the last step":
+        # a timer tick that comes late or early still lands on its beat, so jitter does not lose beats.
+        now = time.monotonic()
+        before = state.get("reuse_play_next")
+        due, state.reuse_play_next = decode_view.play_beats(before, now, period)
+        ui.record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
+        for _ in range(due):
+            if step_once(gen):
+                state.reuse_play_times.append(now)
+        del state.reuse_play_times[:-21]
+    if state.reuse_playing and (gen is None or gen.done or gen.cache is None or stale):
+        state.reuse_playing = False  # finished (or freed): Play stops by itself
+    timer_on = bool(state.reuse_playing and gen is not None and not gen.done and not stale)
+    if timer_on != state.reuse_timer_on:
+        st.rerun(scope="app")  # the whole page, so the timer starts or stops
+    if "reuse_error" in state:
+        ui.show_error(state.pop("reuse_error"))
+    if stale:
+        names = ", ".join(tr(f"reuse.changed_{c}") for c in changed)
+        st.warning(tr("reuse.stale", name=gen.backend.spec.name, changed=names))
     if gen is None:
         st.info(tr("reuse.empty"))
         return
+    if playing:
+        rate = decode_view.achieved_rate(state.reuse_play_times)
+        if rate is not None and rate < 0.9 / period:
+            st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
     draw(gen)
+    if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
+        ui.record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
+                         model_s=sum(e.seconds for e in gen.events[n_events:]))
 
 
 def draw(gen: Generation) -> None:
-    be, arch, last = gen.backend, gen.backend.spec, gen.events[-1]
+    be, last = gen.backend, gen.events[-1]
     texts = decode_view.token_texts(be.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
 
-    st.subheader(tr("reuse.tokens_title"))
     st.caption(tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
                   ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
                + (" " + tr("reuse.done") if gen.done else ""))
+    if state.get("reuse_clamped"):
+        n_fit, max_len = state.reuse_clamped
+        st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
     top_caption = tr("reuse.top_caption", token=decode_view.visible(texts[-1]))
     st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
 
-    st.subheader(tr("reuse.growth_title"))
-    st.caption(tr("reuse.growth_help"))
-    g1, g2 = st.columns([3, 2])
-    g1.plotly_chart(charts.cache_growth_figure(
+    # Only the open tab is drawn (Streamlit tells the server which one): a step redraws one lesson, not six charts.
+    tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
+    opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
+    with tabs[TABS.index(opened)]:
+        {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
+         "check": check_tab}[opened](gen, labels, texts)
+
+
+def growth_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
+    n_cached = gen.events[-1].cache_lengths[0]
+    if not lecture:  # said aloud on a projector; the legend under the grid names the colours
+        st.caption(tr("reuse.growth_help"))
+    st.html(charts.cache_grid_html(
         decode_view.written_at(gen.events), labels, title=tr("reuse.growth_chart", n=n_cached),
-        x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"), lecture=lecture), key="reuse_growth")
-    g2.plotly_chart(charts.cache_bytes_figure(
+        x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
+        legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
+    last = gen.events[-1]
+    st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
+                  allocated=f"{last.allocated_bytes:,}"))
+
+
+def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
+    ui.chart(charts.cache_bytes_figure(
         [e.index for e in gen.events], [e.live_bytes for e in gen.events], [e.allocated_bytes for e in gen.events],
         [e.formula_bytes for e in gen.events], title=tr("reuse.bytes_chart"), x_title=tr("reuse.pass"),
         y_title=tr("reuse.bytes"), names=(tr("reuse.live"), tr("reuse.allocated"), tr("reuse.formula")),
         lecture=lecture), key="reuse_bytes")
 
-    k1, k2 = st.columns(2)
-    with k1:
-        st.subheader(tr("reuse.kv_title"))
-        s1, s2, s3 = st.columns(3)
-        layer = s1.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_kv_layer")
-        head = s2.selectbox(tr("reuse.kv_head"), range(arch.n_kv_heads), key="reuse_kv_head")
-        kind = s3.radio(tr("reuse.k_or_v"), ("K", "V"), horizontal=True, key="reuse_kv_kind")
-        k, v = be.layer_kv(gen.cache, layer)
-        values = (k if kind == "K" else v)[0, head].float().cpu().numpy()
-        st.plotly_chart(charts.kv_values_figure(
-            values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
-            x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
-    with k2:
-        st.subheader(tr("reuse.attn_title"))
-        attn_layer = st.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
-        rows = last.attention[attn_layer]
-        st.plotly_chart(charts.attention_figure(
-            rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
-            decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
-            title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
-            x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
-        st.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
 
+def values_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
+    be, arch = gen.backend, gen.backend.spec
+    st.subheader(tr("reuse.kv_title"))
+    s1, s2, s3 = st.columns(3)
+    layer = s1.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_kv_layer")
+    head = s2.selectbox(tr("reuse.kv_head"), range(arch.n_kv_heads), key="reuse_kv_head")
+    kind = s3.radio(tr("reuse.k_or_v"), ("K", "V"), horizontal=True, key="reuse_kv_kind")
+    k, v = be.layer_kv(gen.cache, layer)
+    values = (k if kind == "K" else v)[0, head].float().cpu().numpy()
+    ui.chart(charts.kv_values_figure(
+        values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
+        x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
+
+
+def attention_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
+    arch, last = gen.backend.spec, gen.events[-1]
+    st.subheader(tr("reuse.attn_title"))
+    attn_layer = st.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
+    rows = last.attention[attn_layer]
+    ui.chart(charts.attention_figure(
+        rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
+        decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
+        title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
+        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
+    st.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
+
+
+def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
+    arch, last, n_prompt = gen.backend.spec, gen.events[-1], len(gen.prompt_ids)
     st.subheader(tr("reuse.work_title"))
     pw = work.pass_work(arch, last)
     m = st.columns(4)
@@ -166,24 +255,33 @@ def draw(gen: Generation) -> None:
     m[2].metric(tr("reuse.scores_cached"), f"{pw.cached_scores:,}")
     m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
     w1, w2 = st.columns(2)
-    w1.plotly_chart(charts.step_work_figure(
-        pw, title=tr("reuse.step_work_chart", t=pw.n_keys), categories=(tr("reuse.qkv_vectors"), tr("reuse.scores")),
-        names=(tr("reuse.with_cache"), tr("reuse.without_cache")), y_title=tr("reuse.count_log"), lecture=lecture),
-        key="reuse_step_work")
+    with w1:
+        ui.chart(charts.step_work_figure(
+            pw, title=tr("reuse.step_work_chart", t=pw.n_keys),
+            categories=(tr("reuse.qkv_vectors"), tr("reuse.scores")),
+            names=(tr("reuse.with_cache"), tr("reuse.without_cache")), y_title=tr("reuse.count_log"),
+            lecture=lecture), key="reuse_step_work")
     cw = work.cumulative_work(arch, gen.events)
     n_axis = list(range(n_prompt, n_prompt + gen.max_new_tokens))
-    w2.plotly_chart(charts.cumulative_work_figure(
-        cw, n_axis, [work.analytic_cached(arch, n) for n in n_axis],
-        [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=tr("reuse.cum_chart"),
-        x_title=tr("reuse.seq_len"), y_title=tr("reuse.scores"),
-        names=(tr("reuse.measured_cached"), tr("reuse.measured_recompute"), tr("reuse.analytic_cached"),
-               tr("reuse.analytic_recompute")), lecture=lecture), key="reuse_cum_work")
+    with w2:
+        ui.chart(charts.cumulative_work_figure(
+            cw, n_axis, [work.analytic_cached(arch, n) for n in n_axis],
+            [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=tr("reuse.cum_chart"),
+            x_title=tr("reuse.seq_len"), y_title=tr("reuse.scores"),
+            names=(tr("reuse.measured_cached"), tr("reuse.measured_recompute"), tr("reuse.analytic_cached"),
+                   tr("reuse.analytic_recompute")), lecture=lecture), key="reuse_cum_work")
     st.caption(tr("reuse.work_help", ratio=f"{cw.recompute[-1] / cw.cached[-1]:.1f}"))
 
+
+def check_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
+    be = gen.backend
     st.subheader(tr("reuse.check_title"))
+    if gen.cache is None:  # freed after idling on a hosted demo: nothing to compare
+        st.info(tr("reuse.empty"))
+        return
     check_key = (id(gen), len(gen.events))
     if check_key not in state.reuse_checks:
-        state.reuse_checks = {check_key: gen.cache_vs_recompute()}  # once per pass, not per redraw
+        state.reuse_checks = {check_key: gen.cache_vs_recompute()}  # once per pass, and only when this tab is open
     delta, tok_cached, tok_fresh = state.reuse_checks[check_key]
     e = st.columns(3)
     e[0].metric(tr("reuse.max_delta"), f"{delta:.2e}")

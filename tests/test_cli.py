@@ -80,3 +80,13 @@ def test_capacity_cli_errors_are_one_line(capsys):
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 3 and all(e.startswith("kvviz: error: ") for e in errors)
     assert "memory size is not known" in errors[1] and "split evenly" in errors[2]
+def test_generate_reports_steady_state_after_a_warm_up(capsys):
+    """Issue 13: a fresh process's first passes pay one-off costs; TPOT is reported after an untimed warm-up."""
+    assert main(["generate", "--prompt", "hi there", "--max-new-tokens", "4", *SHAPE]) == 0
+    assert "steady state, after an untimed warm-up pass" in capsys.readouterr().out
+    main(["generate", "--prompt", "hi there", "--max-new-tokens", "4", "--json", *SHAPE])
+    warm = json.loads(capsys.readouterr().out)
+    main(["generate", "--prompt", "hi there", "--max-new-tokens", "4", "--json", "--no-warm-up", *SHAPE])
+    cold = json.loads(capsys.readouterr().out)
+    assert warm["warm_up"] is True and cold["warm_up"] is False
+    assert warm["token_ids"] == cold["token_ids"]  # the warm-up changes timings only, never the tokens

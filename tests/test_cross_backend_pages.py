@@ -52,10 +52,13 @@ def test_decode_page_on_a_hf_model_selected_by_path(tiny_hf):
     at.session_state["kv_hf_model"] = str(tiny_hf)
     at.run()
     at.switch_page(REUSE).run()
-    at.text_area(key="reuse_prompt").set_value(PROMPT)
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
-    for _ in range(3):
-        at.button(key="reuse_btn_step").click().run()
+    for _ in range(3):  # the Step button sends its running click count
+        at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + 1}
+        at.run()
+    at.session_state["reuse_tab"] = "Attention row"
+    at.run()
     assert not at.exception and not at.error
     gen = at.session_state["reuse_gen"]
     assert isinstance(gen.backend, HFBackend)
@@ -75,9 +78,10 @@ def test_memory_page_shows_the_decode_pages_live_cache():
                                                  vocab_size=256, max_seq_len=64)
     at.run()
     at.switch_page(REUSE).run()
-    at.text_area(key="reuse_prompt").set_value("Hello KV")
+    at.text_area(key="_w_reuse_prompt").set_value("Hello KV")
     at.button(key="reuse_btn_prefill").click().run()
-    at.button(key="reuse_btn_step").click().run()
+    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + 1}
+    at.run()
     live = at.session_state["reuse_gen"].events[-1].live_bytes
     assert live == 2 * 2 * 9 * 2 * 16 * 4  # 2 layers · 9 positions · 2 KV heads · d_head 16 · float32, K and V
     at.switch_page(MEMORY).run()

@@ -1,5 +1,5 @@
 """Pure pieces of the decode explorer: work counts, GQA labels, cache-growth data, figures, shape limit."""
-import json
+import re
 
 import numpy as np
 import pytest
@@ -76,14 +76,42 @@ def test_token_strip_escapes_and_marks_the_newest(gen):
     html = decode_view.token_strip_html(["<b>", " a", "x"], 2, top, "top-5 & more")
     assert "&lt;b&gt;" in html and "␣a" in html and "top-5 &amp; more" in html
     assert html.count('class="kv-chip newest gen"') == 1 and html.count('class="kv-chip prompt"') == 2
-    assert html.count("<tr>") == len(top) == 5
+    assert html.count('class="kv-top-item"') == len(top) == 5
 
 
-def test_cache_growth_figure_data(gen):
-    fig = charts.cache_growth_figure(decode_view.written_at(gen.events), ["t"] * 9, title="T", x_title="x", hover="{row}{position}{pass_}")
-    z = json.loads(fig.to_json())["data"][0]["z"]
-    assert len(z) == 4 and all(row == [0] * 5 + [1, 2, 3, 4] for row in z)
-    assert fig.data[0].y == ("L0 K", "L0 V", "L1 K", "L1 V")
+def test_cache_grid_data(gen):
+    html = charts.cache_grid_html(decode_view.written_at(gen.events), [f"{i} t" for i in range(9)], title="T",
+                                  x_title="x", legend=("p", "s", "n"), hover="{row} {position} {pass_}")
+    rows = re.findall(r'class="kv-row" data-row="([^"]+)" data-cached="(\d+)"', html)
+    assert rows == [("L0 K", "9"), ("L0 V", "9"), ("L1 K", "9"), ("L1 V", "9")]  # every row labelled
+    runs = re.findall(r'data-kind="(\w+)" data-from="(\d+)" data-to="(\d+)"', html)
+    assert runs == [("prefill", "0", "4"), ("step", "5", "7"), ("newest", "8", "8")] * 4
+    assert html.count(">L0 K</div>") == 1 and html.count(">L1 V</div>") == 1
+
+
+def test_cache_grid_stays_visible_at_600_positions():
+    """Issue 19 item 19: at 500+ positions the Plotly heatmap's cells vanished and only axes remained."""
+    n_layers, n = 4, 600
+    written = [[0] * 100 + list(range(1, n - 99)) for _ in range(n_layers)]
+    labels = [f"{i} tok{i}" for i in range(n)]
+    html = charts.cache_grid_html(written, labels, title="T", x_title="x", legend=("p", "s", "n"), hover="{row}")
+    widths = [float(w) for w in re.findall(r'class="kv-seg"[^>]*width:([\d.]+)%', html)]
+    assert len(widths) == 3 * 2 * n_layers  # one block per colour run: prefill, earlier steps, newest
+    assert sum(widths) == pytest.approx(2 * n_layers * 100, abs=0.01)  # every row filled, no gaps
+    assert min(widths) == pytest.approx(100 / n, abs=1e-4)  # the newest column is one position wide
+    assert "repeating-linear-gradient" not in html  # no separators eating sub-pixel columns
+    newest = re.search(r'class="kv-newest"[^>]*>([^<]+)<', html).group(1)
+    assert newest == "▲ 599 tok599"  # the newest column always keeps its label
+    assert len(re.findall(r">L\d [KV]</div>", html)) == 2 * n_layers
+
+
+def test_attention_rows_are_readable(gen):
+    rows = gen.events[-1].attention[0]
+    h = rows.shape[0]
+    fig = charts.attention_figure(rows, [str(i) for i in range(9)], decode_view.head_labels(h, 2),
+                                  decode_view.kv_head_of(h, 2), title="A", x_title="x")
+    plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert plot_h / h >= 30  # px per head row (was ~8 px in the two-column layout)
 
 
 def test_attention_figure_rows_and_group_boxes(gen):
@@ -118,3 +146,27 @@ def test_custom_shape_limit():
         check_custom_shape(big)
     assert "parameters" in str(exc.value) and "파라미터" in exc.value.message("ko")
     assert check_custom_shape(CFG) is CFG
+
+
+def test_play_beats_keep_the_schedule():
+    p = 0.25
+    due, nxt = decode_view.play_beats(None, 10.0, p)  # Play pressed: one step now
+    assert (due, nxt) == (1, 10.25)
+    assert decode_view.play_beats(nxt, 10.20, p) == (1, 10.5)  # a tick 50 ms early still lands on its beat
+    assert decode_view.play_beats(10.5, 10.30, p)[0] == 0  # a rerun between beats (a widget change) steps nothing
+    due, nxt = decode_view.play_beats(10.5, 10.80, p)  # two ticks merged into one run: catch up by two
+    assert due == 2 and nxt == pytest.approx(11.0)
+    due, nxt = decode_view.play_beats(11.0, 13.0, p)  # far behind: two steps, then restart from now
+    assert due == 2 and nxt == pytest.approx(13.25)
+    # Over 20 beats with ticks arriving up to 40% of a period late, exactly 20 steps run.
+    nxt, steps = None, 0
+    for k in range(20):
+        due, nxt = decode_view.play_beats(nxt, 100 + k * p + (0.1 if k % 3 else 0.0), p)
+        steps += due
+    assert steps == 20
+
+
+def test_achieved_rate():
+    assert decode_view.achieved_rate([0.0, 0.25, 0.5]) is None  # too few steps to say
+    assert decode_view.achieved_rate([i * 0.25 for i in range(20)]) == pytest.approx(4.0)
+    assert decode_view.achieved_rate([i * 0.5 for i in range(20)]) == pytest.approx(2.0)

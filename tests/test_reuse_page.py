@@ -1,5 +1,6 @@
 """Reusing Past K/V and Home under AppTest: real generations, numbers read from the Plotly specs."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +32,34 @@ def _chart(at: AppTest, key: str) -> dict:
     return json.loads(charts[0].proto.spec)
 
 
+def click_step(at: AppTest, clicks: int = 1) -> AppTest:
+    """The Step button sends its running click count (a browser sends the same): `clicks` more clicks at once."""
+    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + clicks}
+    return at.run()
+
+
+def open_tab(at: AppTest, name: str, lang: str = "en") -> AppTest:
+    from kvviz.i18n import t
+
+    at.session_state["reuse_tab"] = t(f"reuse.tab_{name}", lang)
+    return at.run()
+
+
+def _grid_rows(at: AppTest) -> dict[str, list[tuple[str, int, int]]]:
+    """The cache grid's rows as drawn: row name -> [(kind, first position, last position)]."""
+    html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
+    rows = {}
+    for name, body in re.findall(r'data-row="([^"]+)" data-cached="\d+"(.*?)(?=class="kv-row"|$)', html, flags=re.S):
+        rows[name] = [(k, int(a), int(b)) for k, a, b in
+                      re.findall(r'data-kind="(\w+)" data-from="(\d+)" data-to="(\d+)"', body)]
+    return rows
+
+
 def _prefill_and_step(at: AppTest, steps: int) -> AppTest:
-    at.text_area(key="reuse_prompt").set_value(PROMPT)
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
     for _ in range(steps):
-        at.button(key="reuse_btn_step").click().run()
+        click_step(at)
     assert not at.exception
     return at
 
@@ -62,14 +86,21 @@ def test_prefill_then_three_steps():
     assert gen.n_generated == 4
     assert [len(e.cache_lengths) for e in gen.events] == [SMALL.n_layers] * 4
 
-    growth = _chart(at, "reuse_growth")["data"][0]
-    z = growth["z"]
-    assert len(z) == 2 * SMALL.n_layers  # a K row and a V row per layer
-    for row in z:
-        written = [p for p in row if p is not None]
-        assert len(written) == n_prompt + 3
-        assert written == [0] * n_prompt + [1, 2, 3]  # one new column per step, old ones untouched
+    rows = _grid_rows(at)
+    assert list(rows) == [f"L{i} {kv}" for i in range(SMALL.n_layers) for kv in "KV"]  # every row labelled
+    for row in rows.values():  # prefill grey, steps 1-2 blue, the newest step orange: one new column per step
+        assert row == [("prefill", 0, n_prompt - 1), ("step", n_prompt, n_prompt + 1),
+                       ("newest", n_prompt + 2, n_prompt + 2)]
 
+    # Bytes: live bytes measured from the tensors equal the formula after every pass.
+    assert not at.get("plotly_chart")  # the default tab draws no Plotly chart: a step redraws HTML only
+    open_tab(at, "bytes")
+    by = _chart(at, "reuse_bytes")["data"]
+    live, formula = by[1]["y"], by[2]["y"]
+    assert live == formula
+    assert live[-1] == 2 * SMALL.n_layers * (n_prompt + 3) * SMALL.n_kv_heads * 16 * 4
+
+    open_tab(at, "attention")
     attn = _chart(at, "reuse_attn")["data"][0]
     rows = np.array(attn["z"], dtype=float)
     assert rows.shape == (SMALL.n_heads, n_prompt + 3)
@@ -77,17 +108,13 @@ def test_prefill_then_three_steps():
     np.testing.assert_allclose(rows, gen.events[-1].attention[0], atol=1e-6)  # layer 0 is shown first
 
     # The K heatmap shows the real cached keys of layer 0, KV head 0: one row per cached position.
+    open_tab(at, "values")
     kv = np.array(_chart(at, "reuse_kv")["data"][0]["z"], dtype=float)
     k, _ = gen.backend.layer_kv(gen.cache, 0)
     np.testing.assert_allclose(kv, k[0, 0].numpy(), atol=1e-6)
 
-    # Bytes: live bytes measured from the tensors equal the formula after every pass.
-    by = _chart(at, "reuse_bytes")["data"]
-    live, formula = by[1]["y"], by[2]["y"]
-    assert live == formula
-    assert live[-1] == 2 * SMALL.n_layers * (n_prompt + 3) * SMALL.n_kv_heads * 16 * 4
-
     # Cumulative attention scores counted from the passes lie on the analytic curves.
+    open_tab(at, "work")
     cum = _chart(at, "reuse_cum_work")["data"]
     lh = SMALL.n_layers * SMALL.n_heads
     assert cum[3]["x"] == [n_prompt, n_prompt + 1, n_prompt + 2, n_prompt + 3]
@@ -95,6 +122,8 @@ def test_prefill_then_three_steps():
     assert cum[2]["y"][-1] == lh * sum(t * (t + 1) // 2 for t in range(n_prompt, n_prompt + 4))
 
     # The live equivalence check: cached and recomputed logits agree and pick the same token.
+    assert not at.session_state["reuse_checks"]  # not computed while its tab is closed
+    open_tab(at, "check")
     delta, tok_cached, tok_fresh = next(iter(at.session_state["reuse_checks"].values()))
     assert delta < 1e-4 and tok_cached == tok_fresh
     assert any("within the rounding tolerance" in s.value for s in at.success)  # a verdict states its tolerance
@@ -104,6 +133,7 @@ def test_layer_switch_uses_the_captured_rows():
     at = _prefill_and_step(_page(), 2)
     gen = at.session_state["reuse_gen"]
     n_events = len(gen.events)
+    open_tab(at, "attention")
     at.selectbox(key="reuse_attn_layer").set_value(2).run()
     rows = np.array(_chart(at, "reuse_attn")["data"][0]["z"], dtype=float)
     np.testing.assert_allclose(rows, gen.events[-1].attention[2], atol=1e-6)
@@ -119,7 +149,7 @@ def test_invalid_head_split_keeps_the_generation():
     assert any("divisible" in e.value for e in at.error)
     assert at.session_state["reuse_gen"] is gen and gen.token_ids == tokens
     assert not at.warning  # the model did not change, so the generation is still current
-    at.button(key="reuse_btn_step").click().run()
+    click_step(at)
     assert gen.n_generated == 4
 
 
@@ -129,17 +159,128 @@ def test_new_model_marks_the_generation_stale():
     tokens = list(gen.token_ids)
     at.number_input(key="_w_layers").set_value(2).run()
     assert not at.exception
-    assert any("previous model" in w.value for w in at.warning)
-    assert at.button(key="reuse_btn_step").disabled
+    assert any("the custom shape changed" in w.value for w in at.warning)
+    served = at.session_state["reuse_served"]
+    click_step(at)  # a Step on a stale generation does nothing
+    assert at.session_state["reuse_gen"].token_ids == tokens and at.session_state["reuse_served"] == served + 1
     assert at.session_state["reuse_gen"].token_ids == tokens
+    at.button(key="reuse_btn_prefill").click().run()  # a new generation on the new model: current again
+    assert not at.warning
+    fresh = at.session_state["reuse_gen"]
+    assert fresh is not gen and len(fresh.events[0].cache_lengths) == 2
+    click_step(at)
+    assert fresh.n_generated == 2
     at.button(key="reuse_btn_reset").click().run()
     assert at.session_state["reuse_gen"] is None and not at.warning
 
 
 def test_empty_prompt_is_a_clear_message():
     at = _page("ko")
-    at.text_area(key="reuse_prompt").set_value("   ")
+    at.text_area(key="_w_reuse_prompt").set_value("   ")
     at.button(key="reuse_btn_prefill").click().run()
     assert not at.exception
     assert at.error and "프롬프트" in at.error[0].value
     assert at.session_state["reuse_gen"] is None
+
+
+def test_rapid_clicks_each_give_one_token():
+    """Clicks that reach the server together (Streamlit would merge st.button triggers) are all served."""
+    at = _prefill_and_step(_page(), 0)
+    gen = at.session_state["reuse_gen"]
+    click_step(at, 7)  # seven clicks arrived before the server picked up the first
+    assert gen.n_generated == 1 + 7
+    click_step(at, 1)
+    assert gen.n_generated == 1 + 8
+    at.run()  # a rerun without a click (a widget change, a timer) serves nothing
+    assert gen.n_generated == 1 + 8
+
+
+def test_clicks_past_the_end_are_dropped():
+    at = _page()
+    at.session_state["reuse_max_new"] = 3
+    at.run()
+    _prefill_and_step(at, 0)
+    click_step(at, 10)
+    gen = at.session_state["reuse_gen"]
+    assert gen.done and gen.n_generated == 3
+    assert at.session_state["reuse_served"] == at.session_state["reuse_stepper"]["clicks"]
+
+
+def test_prompt_length_and_speed_survive_another_page():
+    at = _page()
+    at.text_area(key="_w_reuse_prompt").set_value("Keep me")
+    at.number_input(key="_w_reuse_max_new").set_value(7)
+    at.slider(key="_w_reuse_speed").set_value(6.0)
+    at.button(key="reuse_btn_prefill").click().run()
+    at.switch_page("pages/3_Memory_Footprint.py").run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert at.text_area(key="_w_reuse_prompt").value == "Keep me"
+    assert at.number_input(key="_w_reuse_max_new").value == 7
+    assert at.slider(key="_w_reuse_speed").value == 6.0
+    gen = at.session_state["reuse_gen"]
+    assert gen.max_new_tokens == 7 and len(gen.prompt_ids) == len(b"Keep me")  # the box matches the tokens
+
+
+def test_sidebar_change_while_playing_stops_and_says_what_changed():
+    at = _prefill_and_step(_page(), 1)
+    at.button(key="reuse_btn_play").click().run()
+    assert at.session_state["reuse_playing"]
+    at.selectbox(key="_w_kv_dtype").set_value("bfloat16").run()
+    assert not at.exception
+    assert not at.session_state["reuse_playing"]
+    assert [b.label for b in at.button if b.key in ("reuse_btn_play", "reuse_btn_pause")] == ["Play"]
+    assert not at.button(key="reuse_btn_prefill").disabled
+    warning = " ".join(w.value for w in at.warning)
+    assert "the dtype changed" in warning and "the model" not in warning.split("changed")[0]
+    at.selectbox(key="_w_kv_dtype").set_value("float32").run()  # back to the generation's settings
+    assert not at.session_state["reuse_playing"]  # no replay by itself
+    assert not at.warning
+
+
+def test_says_how_many_new_tokens_fit_in_the_context():
+    at = _page()
+    at.text_area(key="_w_reuse_prompt").set_value("x" * (SMALL.max_seq_len - 5))
+    at.number_input(key="_w_reuse_max_new").set_value(24)
+    at.button(key="reuse_btn_prefill").click().run()
+    assert at.session_state["reuse_gen"].max_new_tokens == 5
+    assert any("The context holds 128 tokens: only 5 new tokens fit" in w.value for w in at.warning)
+
+
+@pytest.fixture
+def hosted(monkeypatch):
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_MAX_NEW_TOKENS", "16")
+
+
+def test_hosted_new_token_cap(hosted):
+    at = _page()
+    assert at.number_input(key="_w_reuse_max_new").max == 16
+    at.session_state["reuse_max_new"] = 100  # e.g. kept from before the cap
+    at.run()
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
+    at.button(key="reuse_btn_prefill").click().run()
+    assert not at.exception
+    assert at.session_state["reuse_gen"].max_new_tokens <= 16
+
+
+def test_hosted_kv_budget_refuses_before_prefill(hosted, monkeypatch):
+    monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", "2000")
+    at = _page()
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
+    at.button(key="reuse_btn_prefill").click().run()
+    assert not at.exception
+    assert at.session_state["reuse_gen"] is None
+    assert any("KV" in e.value for e in at.error)
+
+
+def test_lecture_mode_keeps_settings_behind_one_button():
+    at = AppTest.from_file(HOME, default_timeout=60)
+    at.query_params["lecture"] = "1"
+    at.session_state["kv_model"] = "random"
+    at.session_state["kv_shape"] = SMALL
+    at.run()
+    at.switch_page(PAGE).run()
+    _prefill_and_step(at, 2)
+    assert not at.exception
+    assert at.session_state["reuse_gen"].n_generated == 3

@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
+import torch
 from streamlit import runtime
 from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -32,6 +31,18 @@ from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
 from kvviz.kv.formula import kv_footprint
 from kvviz.units import format_binary
+
+# One intra-op thread per forward pass in the app server. It serves several sessions at once (each in its own
+# thread, each pass releasing the GIL), and a decode pass of a small model is too short to gain from a second
+# thread: OpenMP teams that outnumber the cores spin-wait on each other. Measured on the 2-core machine under
+# load: 39 ms/token with 1 thread against 590-680 ms/token with 2 (bench/load_sessions.py reports the server's
+# own step times). KVVIZ_TORCH_THREADS=N overrides, e.g. on a large machine serving one big model.
+_threads = os.environ.get("KVVIZ_TORCH_THREADS", "1")
+torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1)
+
+if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to the first page drawn
+    import pandas as pd
+    import plotly.graph_objects as go
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 
@@ -539,3 +550,96 @@ def noise_indicator(backend: Backend, key: str) -> None:
                       p50=f"{noise.p50_s * 1e3:.2f} ms", p90=f"{noise.p90_s * 1e3:.2f} ms",
                       ratio=f"{noise.p90_over_p50:.2f}"))
     c2.button(tr("timing.check_noise"), on_click=probe, key=f"{state}_button", help=tr("timing.check_noise_help"))
+# ---- a Step button that never loses a click --------------------------------------------------------------
+# st.button sends a one-shot trigger: two clicks that reach the server before it picks the first up are
+# merged into one (Streamlit coalesces pending triggers), so a fast lecturer loses steps. This button sends
+# a running count of its clicks instead; the newest count always wins, and the page advances one token per
+# click it has not yet served. It also listens for the → and Space keys (outside text fields) and R, which
+# clicks the page's Reset button (Streamlit reserves R for its own shortcuts, so `shortcut="R"` is refused).
+_STEPPER_JS = """
+export default function(component) {
+  const { data, setStateValue, parentElement } = component;
+  let btn = parentElement.querySelector('button.kv-step');
+  if (!btn) {
+    btn = document.createElement('button');
+    btn.className = 'kv-step';
+    btn.type = 'button';
+    parentElement.appendChild(btn);
+  }
+  btn.textContent = data.label;
+  btn.title = data.title;
+  btn.disabled = !!data.disabled;
+  btn.dataset.served = String(data.base);
+  // The count only grows: after a remount (another page and back) it restarts from what the server served.
+  const st = parentElement.__kv || (parentElement.__kv = { clicks: 0 });
+  if (data.base > st.clicks) st.clicks = data.base;
+  const send = () => {
+    if (btn.disabled) return;
+    st.clicks += 1;
+    btn.dataset.clicks = String(st.clicks);
+    setStateValue('clicks', st.clicks);
+  };
+  btn.onclick = send;
+  const typing = (el) => el && (el.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName));
+  const onKey = (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
+    if (e.key === 'ArrowRight' || e.key === ' ') {
+      e.preventDefault(); e.stopImmediatePropagation(); send();
+    } else if ((e.key === 'r' || e.key === 'R') && data.reset_selector) {
+      const reset = document.querySelector(data.reset_selector);
+      if (reset && !reset.disabled) { e.preventDefault(); e.stopImmediatePropagation(); reset.click(); }
+    }
+  };
+  if (window.__kvStepKey) window.removeEventListener('keydown', window.__kvStepKey, true);
+  window.__kvStepKey = onKey;
+  window.addEventListener('keydown', onKey, true);
+  return () => {
+    if (window.__kvStepKey === onKey) { window.removeEventListener('keydown', onKey, true); window.__kvStepKey = null; }
+  };
+}
+"""
+_STEPPER_CSS = """
+button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25rem 0.75rem; min-height: 2.5rem;
+  border-radius: 0.5rem; border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63);
+  cursor: pointer; white-space: nowrap; }
+button.kv-step:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
+button.kv-step:active:not(:disabled) { background: #ff4b4b; color: #fff; }
+button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
+"""
+_stepper_component = None
+
+
+def _no_callback() -> None:
+    """The page reads the click count on its rerun; nothing else to do when it changes."""
+
+
+def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = "",
+            reset_key: str | None = None) -> int:
+    """A Step button that returns how many times it was clicked in this session (never fewer than `served`).
+
+    The page serves `clicks - served` steps, one token each, and keeps `served` in its own state.
+    """
+    global _stepper_component
+    if _stepper_component is None:
+        _stepper_component = st.components.v2.component("kvviz_stepper", js=_STEPPER_JS, css=_STEPPER_CSS)
+    data = {"label": label, "title": help, "disabled": disabled, "base": served,
+            "reset_selector": f".st-key-{reset_key} button" if reset_key else None}
+    result = _stepper_component(key=key, data=data, default={"clicks": served}, width="content",
+                                on_clicks_change=_no_callback)
+    clicks = getattr(result, "clicks", None)
+    return served if clicks is None else max(int(clicks), 0)
+
+
+# ---- server-side timings for bench/ (off unless KVVIZ_TIMING_LOG names a file) -----------------------------
+def record_timing(event: str, **fields: float | int | str) -> None:
+    """Append one JSON line {event, session, t, **fields} to $KVVIZ_TIMING_LOG, so a benchmark can read the
+    server's own time per step (not the browsers'). Nothing happens when the variable is unset."""
+    path = os.environ.get("KVVIZ_TIMING_LOG")
+    if not path:
+        return
+    import json
+
+    ctx = get_script_run_ctx()
+    line = json.dumps({"event": event, "session": ctx.session_id if ctx else None, "t": time.time(), **fields})
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")

@@ -4,6 +4,7 @@ Every user-visible string comes in as an argument (the pages pass them translate
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,45 +61,105 @@ def _dot_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def cache_growth_figure(
+def _segments(row: Sequence[int], newest: int) -> list[tuple[int, int, str, int, int]]:
+    """Runs of one colour in a row: (first position, last position, kind, first pass, last pass)."""
+    def kind(p: int) -> str:
+        return "prefill" if p == 0 else ("newest" if p == newest else "step")
+
+    out: list[tuple[int, int, str, int, int]] = []
+    for pos, p in enumerate(row):
+        k = kind(p)
+        if out and out[-1][2] == k:
+            a, _, _, pa, _ = out[-1]
+            out[-1] = (a, pos, k, pa, p)
+        else:
+            out.append((pos, pos, k, p, p))
+    return out
+
+
+_GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR}
+
+
+def _short(label: str, n: int = 12) -> str:
+    return label if len(label) <= n else label[: n - 1] + "…"
+
+
+def cache_grid_html(
     written: Sequence[Sequence[int]],
     labels: Sequence[str],
     *,
     title: str,
     x_title: str,
+    legend: tuple[str, str, str],
     hover: str,
     lecture: bool = False,
-) -> go.Figure:
-    """One K row and one V row per layer; cell = the pass that wrote that position (empty = not cached).
+) -> str:
+    """The per-layer cache as an HTML grid: one K row and one V row per layer, a column per cached position.
 
-    Each step adds one column to every row, coloured as the newest; the prefill's columns are grey.
-    `hover` is a template with {row}, {position} and {pass_}.
+    Cell colour = the pass that wrote the position (grey prefill, blue earlier steps, orange the newest).
+    Runs of one colour are drawn as one block whose width is their share of the row, so 500+ positions stay
+    visible (a Plotly heatmap's sub-pixel cells with gaps vanish); thin white column separators are drawn
+    while there are few enough columns to see them. Every row is labelled, and the newest column's token is
+    always labelled (horizontally, in orange). Plain HTML with inline styles: st.html keeps it (it strips
+    SVG), and the browser lays it out without a plotting library. `hover` is a template with {row},
+    {position} and {pass_}.
     """
-    width = max((len(r) for r in written), default=0)
+    esc = html.escape
+    n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
-    z, ylabels = [], []
+    font = 20 if lecture else 13
+    row_h = 27 if lecture else 22
+    label_w = 5 * font
+    share = 100 / max(n, 1)
+    out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
+           f'font-size:{font}px;line-height:1.2;color:#31333f">',
+           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:6px">'
+           f"{esc(title)}</div>"]
+    separators = ""
+    if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
+        separators = (f'<div style="position:absolute;inset:0;pointer-events:none;background:repeating-linear-gradient('
+                      f'to right,transparent 0,transparent calc(100% / {n} - 1px),#fff calc(100% / {n} - 1px),'
+                      f'#fff calc(100% / {n}))"></div>')
     for layer, row in enumerate(written):
-        padded = list(row) + [None] * (width - len(row))
-        for kind in ("K", "V"):
-            z.append(padded)
-            ylabels.append(f"L{layer} {kind}")
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(width)), y=ylabels,  # row names are unique, so a categorical axis is safe here
-        hovertemplate=hover.format(row="%{y}", position="%{x}", pass_="%{z}") + "<extra></extra>",
-        zmin=0, zmax=max(newest, 1), showscale=False, xgap=1, ygap=1, colorscale=_pass_colors(newest),
-    ))
-    fig.update_xaxes(title=x_title, **_position_axis(labels[:width]))
-    fig.update_yaxes(autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(220, 60 + 36 * len(written)))
-
-
-def _pass_colors(newest: int) -> list[list]:
-    """Stepped colours: the prefill's positions grey, earlier steps blue, the newest step orange."""
-    if newest == 0:
-        return [[0, PREFILL_COLOR], [1, PREFILL_COLOR]]
-    a = 0.5 / newest
-    return [[0, PREFILL_COLOR], [a, PREFILL_COLOR], [a, STEP_COLOR], [1 - a, STEP_COLOR],
-            [1 - a, NEWEST_COLOR], [1, NEWEST_COLOR]]
+        for kind_name in ("K", "V"):
+            name = f"L{layer} {kind_name}"
+            out.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="display:flex;'
+                       f'align-items:center;height:{row_h}px;margin-bottom:2px">'
+                       f'<div style="flex:none;width:{label_w}px;text-align:right;padding-right:8px;'
+                       f'box-sizing:border-box">{name}</div>'
+                       f'<div style="flex:1;position:relative;height:100%;display:flex;background:#f7f8fa">')
+            for a, b, kind, pa, pb in _segments(row, newest):
+                tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",
+                                   pass_=f"{pa}" if pa == pb else f"{pa}–{pb}")
+                out.append(f'<div class="kv-seg" data-kind="{kind}" data-from="{a}" data-to="{b}" title="{esc(tip)}" '
+                           f'style="flex:none;width:{(b - a + 1) * share:.4f}%;height:100%;'
+                           f'background:{_GRID_COLORS[kind]}"></div>')
+            out.append(separators + "</div></div>")
+    if n:
+        # Position ticks: evenly spaced and horizontal; the newest column always labelled, never overlapped.
+        tick_w = 0.62 * font * 13 / 1000 * 100  # a label's share of a ~1000 px wide grid, in %
+        every = max(1, -(-n // max(1, int(100 / tick_w))))
+        spans = []
+        for i in range(0, n, every):
+            x = (i + 0.5) * share
+            if 100 - x < 1.6 * tick_w:
+                continue
+            spans.append(f'<span style="position:absolute;left:{x:.3f}%;transform:translateX(-50%);'
+                         f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
+        spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:0;white-space:pre;'
+                     f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
+        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + 10}px;margin-top:2px">'
+                   f'{"".join(spans)}</div>')
+    out.append(f'<div style="margin-left:{label_w}px;text-align:center;font-family:sans-serif;color:#555">'
+               f"{esc(x_title)}</div>")
+    swatch = "".join(
+        f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
+        f'<span style="width:{font}px;height:{font}px;background:{c};display:inline-block;border-radius:2px"></span>'
+        f"{esc(text)}</span>"
+        for c, text in zip((PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR), legend, strict=True)
+    )
+    out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif">{swatch}</div></div>')
+    return "".join(out)
 
 
 def cache_bytes_figure(
@@ -166,7 +227,7 @@ def attention_figure(
                       line=dict(color=NEWEST_COLOR, width=2), fillcolor="rgba(0,0,0,0)")
     fig.update_xaxes(title=x_title, **_position_axis(labels[:n_keys]))
     fig.update_yaxes(tickmode="array", tickvals=list(range(n_heads)), ticktext=list(head_labels), autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(240, 90 + 22 * n_heads))
+    return style(fig, title=title, lecture=lecture, height=max(300, 140 + 36 * n_heads))  # readable head rows
 
 
 def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str], names: tuple[str, str],

@@ -114,7 +114,7 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq)
         out = out.transpose(1, 2).reshape(b, t, hq * d)
-        return self.o_proj(out), probs
+        return F.linear(out, self.o_proj.weight), probs
 
     def forward_paged(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: PagedKV, layer: int,
                       batch: PagedBatch) -> torch.Tensor:
@@ -153,7 +153,7 @@ class MLP(nn.Module):
             gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(F.silu(gate) * up)
+        return F.linear(F.silu(gate) * up, self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -234,21 +234,23 @@ class Decoder(nn.Module):
         start = cache.length if cache is not None else 0
         if start + t > self.cfg.max_seq_len:
             raise InputError("sequence_too_long", n_tokens=start + t, max_len=self.cfg.max_seq_len)
-        h = self.model.embed_tokens(input_ids)
+        # Submodules are called through .forward() and F.linear: the same ops without nn.Module's per-call
+        # hook machinery, which a decode step (dozens of tiny calls) would otherwise pay every time.
+        h = F.embedding(input_ids, self.model.embed_tokens.weight)
         # [t, 1, d_head]: broadcast over the heads of a [B, t, heads, d_head] projection
         cos = self.rope_cos[start : start + t, None].to(h.dtype)
         sin = self.rope_sin[start : start + t, None].to(h.dtype)
         attentions: list[torch.Tensor] | None = [] if capture_attention else None
         for i, layer in enumerate(self.model.layers):
-            a, probs = layer.self_attn(
-                layer.input_layernorm(h), cos, sin, cache, i, causal=causal, capture=capture_attention
+            a, probs = layer.self_attn.forward(
+                layer.input_layernorm.forward(h), cos, sin, cache, i, causal=causal, capture=capture_attention
             )
             h = h + a
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
             if attentions is not None:
                 attentions.append(probs)
-        h = self.model.norm(h if all_logits else h[:, -1:])
-        return DecoderOutput(self.lm_head(h), attentions)
+        h = self.model.norm.forward(h if all_logits else h[:, -1:])
+        return DecoderOutput(F.linear(h, self.lm_head.weight), attentions)
 
     def forward_paged(self, batch: PagedBatch, kv: PagedKV) -> torch.Tensor:
         """One batched forward over several requests in a paged cache: the logits of each request's last new

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from kvviz.engine.generation import StepEvent, TopToken
 from kvviz.engine.tokenizer import Tokenizer, byte_run_chips
@@ -62,9 +63,10 @@ _STRIP_CSS = """<style>
 .kv-chip{padding:2px 6px;border-radius:6px;border:1px solid #c8ccd4;background:#f3f4f6;white-space:pre}
 .kv-chip.gen{background:#e0ecff;border-color:#7aa7f0}
 .kv-chip.newest{background:#ffb020;border-color:#c77c00;font-weight:700}
-.kv-top{margin-top:6px;font-size:var(--kv-size,15px)}
-.kv-top td{padding:1px 8px;font-family:ui-monospace,monospace}
-.kv-bar{display:inline-block;height:10px;background:#7aa7f0;border-radius:3px}
+.kv-top{margin-top:8px;font-size:var(--kv-size,15px)}
+.kv-top-row{display:flex;flex-wrap:wrap;gap:4px 18px;margin-top:4px;font-family:ui-monospace,monospace}
+.kv-top-item{display:inline-flex;align-items:center;gap:6px;white-space:pre}
+.kv-bar{display:inline-block;height:0.7em;background:#7aa7f0;border-radius:3px}
 </style>"""
 
 
@@ -82,13 +84,56 @@ def token_strip_html(
         kind = "prompt" if i < n_prompt else ("newest gen" if i == last else "gen")
         chips.append(f'<span class="kv-chip {kind}" title="position {pos}">{html.escape(visible(c.text))}</span>')
     top = max((t.prob for t in top_k), default=1.0) or 1.0
-    rows = "".join(
-        f"<tr><td>{html.escape(visible(t.text))}</td><td>{t.prob:.3f}</td>"
-        f'<td><span class="kv-bar" style="width:{max(1, round(t.prob / top * 160))}px"></span></td></tr>'
+    # One line of five (token, probability, bar): the lesson's charts stay in view on a 720 px projector.
+    items = "".join(
+        f'<span class="kv-top-item"><b>{html.escape(visible(t.text))}</b> {t.prob:.3f}'
+        f'<span class="kv-bar" style="width:{max(1, round(t.prob / top * 80))}px"></span></span>'
         for t in top_k
     )
     size = "22px" if lecture else "15px"
     return (
         f'{_STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
-        f'<div class="kv-top">{html.escape(top_caption)}<table>{rows}</table></div></div>'
+        f'<div class="kv-top">{html.escape(top_caption)}<div class="kv-top-row">{items}</div></div></div>'
     )
+
+
+class ModelKey(NamedTuple):
+    """The sidebar settings a generation was started with (a later change must not apply to it silently)."""
+
+    model: str
+    dtype: str
+    device: str
+    hf_model: str
+    shape: object  # the custom shape (model "random"), else None
+
+
+def changed_settings(started: ModelKey | None, now: ModelKey) -> list[str]:
+    """Which settings differ from those the generation was started with ([] when none did)."""
+    if started is None:
+        return []
+    return [name for name in ModelKey._fields if getattr(started, name) != getattr(now, name)]
+
+
+def achieved_rate(times: Sequence[float], window: int = 17) -> float | None:
+    """Steps per second over the last `window` step times (None until 8 steps say something)."""
+    recent = list(times)[-window:]
+    if len(recent) < 8 or recent[-1] <= recent[0]:
+        return None
+    return (len(recent) - 1) / (recent[-1] - recent[0])
+
+
+def play_beats(next_due: float | None, now: float, period: float, max_catch_up: int = 2) -> tuple[int, float]:
+    """Play's schedule: how many steps are due at `now`, and when the next one is.
+
+    A beat counts as due up to 0.3 period early (timer ticks jitter). When ticks were merged, up to
+    `max_catch_up` steps run at once so the rate holds; further behind than that, the schedule restarts
+    from now instead of bursting (the page then says the machine keeps a lower rate).
+    """
+    nxt = now if next_due is None else next_due
+    due = 0
+    while nxt <= now + 0.3 * period and due < max_catch_up:
+        due += 1
+        nxt += period
+    if nxt < now:
+        nxt = now + period
+    return due, nxt

@@ -1,4 +1,5 @@
 """Reusing Past K/V in the system Chromium: Prefill, Step, Play/Pause, and two sessions kept apart."""
+import pytest
 from harness import IDLE, wait_idle
 from playwright.sync_api import expect
 
@@ -8,7 +9,6 @@ from kvviz.i18n import t
 PROMPT = t("reuse.preset_1", "en")  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny
 KO_PROMPT = t("reuse.preset_1", "ko")
-N_KO_PROMPT = len(shipped_tokenizer().encode(KO_PROMPT))
 PLOTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({
   title: g.layout.title ? g.layout.title.text.replace(/<[^>]+>/g, '') : '',
   rows: g.data[0].z ? g.data[0].z.length : null,
@@ -43,6 +43,33 @@ def _shoot(page, path) -> None:  # noqa: ANN001
     page.set_viewport_size(size)
 
 
+def _grid(page) -> dict:
+    """The cache grid as drawn: positions, row names and cached positions per row."""
+    return page.evaluate("""() => { const g = document.querySelector('.kv-grid'); if (!g) return {};
+      const rows = Array.from(g.querySelectorAll('.kv-row'));
+      return {positions: +g.dataset.positions, rows: rows.map(r => r.dataset.row),
+              cached: rows.map(r => +r.dataset.cached),
+              newest: (g.querySelector('.kv-newest') || {}).textContent || ''}; }""")
+
+
+def _wait_grid(page, positions: int) -> dict:
+    page.wait_for_function(f"document.querySelector('.kv-grid[data-positions=\"{positions}\"]') !== null")
+    return _grid(page)
+
+
+def _step(page, n: int = 1) -> None:
+    before = _chips(page)
+    page.locator("button.kv-step").click()
+    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + n}")
+    wait_idle(page)
+
+
+def _tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+    page.wait_for_timeout(200)
+    wait_idle(page)
+
+
 def _plot(page, prefix: str, **expected: int) -> dict:
     """The chart whose title starts with `prefix`, once it shows `expected` (charts redraw after the rerun)."""
     plot: dict = {}
@@ -61,25 +88,28 @@ def test_prefill_step_play_pause(page, shots):
     _click(page, "Prefill")
     expect(page.locator(".kv-chip.newest")).to_have_count(1)
     assert _chips(page) == N_PROMPT + 1  # prompt chips and the prefill's token
-    _plot(page, "Cached positions per layer", rows=8, cols=N_PROMPT)  # K and V rows of 4 layers
-    _plot(page, "Layer 0", rows=8, cols=N_PROMPT)
+    grid = _wait_grid(page, N_PROMPT)
+    assert grid["rows"] == [f"L{i} {kv}" for i in range(4) for kv in "KV"]  # K and V rows of 4 layers, all labelled
     _shoot(page, shots / "reuse_prefill.png")
 
-    _click(page, "Step")
+    _step(page)
     expect(page.locator(".kv-chip")).to_have_count(N_PROMPT + 2)
-    growth = _plot(page, "Cached positions per layer", cols=N_PROMPT + 1)
-    assert growth["title"] == f"Cached positions per layer: {N_PROMPT + 1}"
+    grid = _wait_grid(page, N_PROMPT + 1)
+    assert grid["cached"] == [N_PROMPT + 1] * 8
+    _tab(page, "Attention row")
     _plot(page, "Layer 0", rows=8, cols=N_PROMPT + 1)  # 8 query heads × the whole prefix
-    _click(page, "Step")
+    _step(page)
+    _tab(page, "Cached K/V values")
     _plot(page, "K of layer 0", rows=N_PROMPT + 2)  # the real K grew a row per step
+    _tab(page, "Cache growth")
     _shoot(page, shots / "reuse_step.png")
 
     before = _chips(page)
-    page.get_by_role("button", name="▶ Play", exact=True).click()  # no idle wait: the timer keeps it running
+    page.locator(".st-key-reuse_btn_play button").click()  # no idle wait: the timer keeps it running
     page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 3}", timeout=20_000)
     # force: the page redraws several times a second while playing, so it is never "stable" for Playwright
-    page.get_by_role("button", name="‖ Pause").click(force=True)
-    expect(page.get_by_role("button", name="▶ Play", exact=True)).to_be_visible()  # the pause rerun has drawn
+    page.locator(".st-key-reuse_btn_pause button").click(force=True)
+    expect(page.locator(".st-key-reuse_btn_play button")).to_be_visible()  # the pause rerun has drawn
     page.wait_for_selector(IDLE)
     paused = _chips(page)
     page.wait_for_timeout(1500)
@@ -89,6 +119,67 @@ def test_prefill_step_play_pause(page, shots):
     assert page.console_errors == []
 
 
+def test_rapid_clicks_and_keys_each_give_one_token(page):
+    """Issue 13: 10 quick clicks gave 9 tokens (Streamlit merged button triggers); now each counts."""
+    _open(page)
+    _click(page, "Prefill")
+    expect(page.locator(".kv-chip.newest")).to_have_count(1)  # the prefill's page is drawn before counting
+    wait_idle(page)
+    before = _chips(page)
+    assert before == N_PROMPT + 1
+    page.locator("button.kv-step").evaluate("b => { for (let i = 0; i < 12; i++) b.click(); }")
+    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 12}")
+    page.wait_for_timeout(1500)
+    wait_idle(page)
+    assert _chips(page) == before + 12
+    page.locator("h1").first.click()  # focus outside any text field
+    for key in ("ArrowRight", " ", "ArrowRight"):
+        page.keyboard.press(key)
+    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 15}")
+    page.wait_for_timeout(1000)
+    wait_idle(page)
+    assert _chips(page) == before + 15
+    page.keyboard.press("p")  # Play
+    expect(page.locator(".st-key-reuse_btn_pause button")).to_be_visible()
+    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 17}")
+    page.keyboard.press("p")  # Pause
+    expect(page.locator(".st-key-reuse_btn_play button")).to_be_visible()
+    wait_idle(page)
+    page.keyboard.press("r")  # Reset
+    expect(page.locator(".kv-chip")).to_have_count(0)
+    page.get_by_role("textbox", name="Prompt").press("r")  # typing in the prompt is not a shortcut
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+def _ten_steps_and_shoot(page, shots, name: str, query: str, link: str, prefill: str, size: dict) -> None:
+    page.set_viewport_size(size)
+    page.set_default_timeout(90_000)
+    page.goto_app("Reusing_Past_KV", query)  # lecture mode collapses the sidebar and its links
+    _click(page, prefill)
+    for _ in range(10):
+        _step(page)
+    grid = _wait_grid(page, _chips(page) - 1)  # every token but the newest is cached
+    assert len(grid["rows"]) == 8 and grid["newest"].startswith("▲")
+    page.wait_for_timeout(800)
+    page.screenshot(path=shots / f"{name}.png")  # what a projector or a 1400 px screen shows, unscrolled
+    _shoot(page, shots / f"{name}_full.png")
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_ten_steps_screenshots(page, shots, lang):
+    link, prefill = ("Reusing Past K/V", "Prefill") if lang == "en" else ("과거 K/V 재사용", "프리필")
+    _ten_steps_and_shoot(page, shots, f"reuse_10_steps_{lang}", f"?lang={lang}", link, prefill,
+                         {"width": 1400, "height": 1000})
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_lecture_mode_screenshots(page, shots, lang):
+    link, prefill = ("Reusing Past K/V", "Prefill") if lang == "en" else ("과거 K/V 재사용", "프리필")
+    _ten_steps_and_shoot(page, shots, f"reuse_lecture_{lang}", f"?lang={lang}&lecture=1", link, prefill,
+                         {"width": 1280, "height": 720})
+
+
 def test_korean_page(page, shots):
     _open(page, "?lang=ko", "과거 K/V 재사용")
     expect(page.get_by_role("heading", name="과거 K/V 재사용")).to_be_visible()
@@ -96,9 +187,10 @@ def test_korean_page(page, shots):
     page.get_by_role("option", name=KO_PROMPT).click()
     wait_idle(page)
     _click(page, "프리필")
-    _click(page, "한 단계")
+    n = _chips(page)
+    _step(page)
     expect(page.locator(".kv-chip.newest")).to_have_count(1)
-    _plot(page, "레이어별 캐시된 위치 수", cols=N_KO_PROMPT + 1)
+    assert _wait_grid(page, n)["cached"][0] == n  # prompt + the prefill's token, now fed back in
     # Korean words are tokens of the shipped BPE: no chip shows a raw byte.
     chips = page.locator(".kv-chip").all_inner_texts()
     assert not any("<0x" in c for c in chips), chips
@@ -116,12 +208,12 @@ def test_two_sessions_keep_separate_generations(browser, app_url):
             _open(pg)
             _click(pg, "Prefill")
         for _ in range(3):
-            _click(a, "Step")
+            _step(a)
         assert _chips(a) == N_PROMPT + 4
-        _click(b, "Step")  # a rerun of b reads b's own session state
+        _step(b)  # a rerun of b reads b's own session state
         assert _chips(b) == N_PROMPT + 2
-        _plot(b, "Cached positions per layer", cols=N_PROMPT + 1)
-        _plot(a, "Cached positions per layer", cols=N_PROMPT + 3)
+        assert _wait_grid(b, N_PROMPT + 1)["cached"][0] == N_PROMPT + 1
+        assert _wait_grid(a, N_PROMPT + 3)["cached"][0] == N_PROMPT + 3
     finally:
         for c in contexts:
             c.close()
