@@ -35,12 +35,15 @@ from kvviz.kv.hardware import HARDWARE, Hardware  # noqa: E402
 ONE_B = DecoderConfig(n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, d_head=64, d_ff=8192, vocab_size=32000,
                       max_seq_len=2048)
 # torch.cuda.get_device_name() substrings -> the datasheet entry they are
-GPU_NAMES = (("H200", "H200"), ("H100", "H100 SXM"), ("A100", "A100 80GB"), ("L4", "L4"), ("4090", "RTX 4090"))
+# torch.cuda.get_device_name() substrings → the GPU table's names (first match wins: longer names first)
+GPU_NAMES = (("H200", "H200"), ("H100 PCIe", "H100 PCIe"), ("H100", "H100 SXM"), ("A100-SXM4-40GB", "A100 40GB"),
+             ("A100-PCIE-40GB", "A100 40GB"), ("A100", "A100 80GB"), ("L40S", "L40S"), ("L4", "L4"), ("A10", "A10"),
+             ("3090", "RTX 3090"), ("4090", "RTX 4090"))
 
 
 def detect_hardware(device: torch.device, bandwidth_gbs: float | None) -> Hardware | None:
     if bandwidth_gbs:
-        return Hardware("given", 0, bandwidth_gbs * 1e9, 0.0)
+        return Hardware("given", bandwidth_gbs * 1e9, 0.0)
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)

@@ -109,9 +109,10 @@ def test_decode_and_memory_pages_open(saved, name):
     at.session_state["kv_hf_model"] = str(saved[name])
     at.run()
     at.switch_page("pages/1_Reusing_Past_KV.py").run()
-    at.text_area(key="reuse_prompt").set_value(PROMPT)
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
-    at.button(key="reuse_btn_step").click().run()
+    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + 1}  # one Step click
+    at.run()
     assert not at.exception, at.exception
     at.switch_page("pages/3_Memory_Footprint.py").run()
     assert not at.exception, at.exception
