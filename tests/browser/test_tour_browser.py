@@ -166,8 +166,6 @@ def test_hosted_caps_on_latency_sweeps(hosted):
     no_exception(hosted)
 
 
-@pytest.mark.xfail(reason="issue 19 #2: the Reusing page ignores the hosted caps until branch i13 is merged",
-                   strict=False)
 def test_hosted_caps_on_reusing(hosted):
     hosted.goto_app("Reusing_Past_KV")
     hosted.locator(f"{key('reuse_btn_prefill')} button").click()
