@@ -64,7 +64,7 @@ def native_sections() -> None:
     """Sections 1–3 (they read K/V inside the layers); a text too short to run says so and skips only them."""
     c1, c2, c3 = st.columns([2, 3, 2])
     with c1:
-        preset = ui.persisted(st.selectbox, ui.url_state("preset", "cat", ui.choice([*causal.PRESETS, "custom"])),
+        preset = ui.persisted(st.selectbox, ui.url_state("preset", "cat", ui.one_of([*causal.PRESETS, "custom"])),
                               tr("training.preset"), options=[*causal.PRESETS, "custom"],
                               format_func={p: tr(f"training.preset_{p}") for p in [*causal.PRESETS, "custom"]}.get)
     with c2:
@@ -161,7 +161,7 @@ def native_sections() -> None:
     if 1 in show:
         st.header(titles[1])
         st.markdown(tr("training.s2_text"))
-        mode = ui.persisted(st.radio, ui.url_state("attn", "causal", ui.choice(["causal", "bidirectional"])),
+        mode = ui.persisted(st.radio, ui.url_state("attn", "causal", ui.one_of(["causal", "bidirectional"])),
                             tr("training.attention_mode"), options=["causal", "bidirectional"],
                             format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
                             horizontal=True)

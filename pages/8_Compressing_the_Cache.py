@@ -30,7 +30,7 @@ SOURCES = ("held_out", "own")
 max_len = backend.spec.max_context
 lengths = [n for n in (128, 256, 512) if n <= max_len] or [max_len]
 c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
-source = ui.persisted(c1.radio, ui.url_state("text", "held_out", ui.choice(SOURCES)), tr("compression.text_source"),
+source = ui.persisted(c1.radio, ui.url_state("text", "held_out", ui.one_of(SOURCES)), tr("compression.text_source"),
                       options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
                       horizontal=True)
 TOKENS = [256, 512] if settings.hosted is not None else [256, 512, 1024, 2048]  # a shared demo runs less

@@ -21,6 +21,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from kvviz.app import hosted
 from kvviz.app.hosted import HostedCaps
 from kvviz.app.sessions import REGISTRY
+from kvviz.app.url_state import int_in, one_of
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from kvviz.engine.config import DecoderConfig
@@ -125,7 +126,7 @@ def _init_state() -> None:
         if query_lang in LANGS:
             st.session_state.kv_lang = query_lang  # a shared link opens in its language
     url_state("lecture", False, parse_bool, state="kv_lecture")
-    url_state("model", DEFAULTS["kv_model"], choice(MODELS), state="kv_model")
+    url_state("model", DEFAULTS["kv_model"], one_of(MODELS), state="kv_model")
 
 
 def hosted_caps() -> HostedCaps | None:
@@ -384,29 +385,6 @@ def parse_bool(raw: str) -> bool:
     if raw.lower() in ("0", "false", "no", "off"):
         return False
     raise ValueError(raw)
-
-
-def choice(options: Sequence[str]) -> Callable[[str], str]:
-    """A URL parser that accepts only one of `options`."""
-
-    def parse(raw: str) -> str:
-        if raw not in options:
-            raise ValueError(raw)
-        return raw
-
-    return parse
-
-
-def int_in(low: int, high: int) -> Callable[[str], int]:
-    """A URL parser for a whole number in [low, high]."""
-
-    def parse(raw: str) -> int:
-        value = int(raw)
-        if not low <= value <= high:
-            raise ValueError(raw)
-        return value
-
-    return parse
 
 
 def _url_text(value: Any) -> str:

@@ -33,7 +33,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+# URL parsers: each accepts what its widget would, else raises ValueError (a link's value is never trusted).
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(text)
         if not lo <= value <= hi:
@@ -43,7 +44,7 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
-def _float_in(lo: float, hi: float) -> Callable[[str], float]:
+def float_in(lo: float, hi: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         value = float(text)
         if not lo <= value <= hi:  # also rejects nan
@@ -53,7 +54,7 @@ def _float_in(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
-def _one_of(choices: Mapping | tuple) -> Callable[[str], str]:
+def one_of(choices: Mapping | tuple) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
             raise ValueError(text)
@@ -64,22 +65,22 @@ def _one_of(choices: Mapping | tuple) -> Callable[[str], str]:
 
 # Bounds match the page's widgets, so a link can never put a widget out of its range.
 PARSERS: dict[str, Callable[[str], Any]] = {
-    "src": _one_of(("preset", "custom", "upload")),
-    "preset": _one_of(PRESETS),
-    "layers": _int_in(1, 1000),
-    "heads": _int_in(1, 1024),
-    "kv_heads": _int_in(1, 1024),
-    "d_head": _int_in(1, 4096),
-    "params_b": _float_in(0.001, 10_000.0),
-    "tokens": _int_in(1, 10_000_000),
-    "batch": _int_in(1, 100_000),
-    "kv_dtype": _one_of(KV_DTYPES),
-    "w_dtype": _one_of(KV_DTYPES),
-    "gpu": _one_of(HARDWARE),
-    "n_gpus": _int_in(1, 64),
-    "frac": _float_in(0.1, 1.0),
+    "src": one_of(("preset", "custom", "upload")),
+    "preset": one_of(PRESETS),
+    "layers": int_in(1, 1000),
+    "heads": int_in(1, 1024),
+    "kv_heads": int_in(1, 1024),
+    "d_head": int_in(1, 4096),
+    "params_b": float_in(0.001, 10_000.0),
+    "tokens": int_in(1, 10_000_000),
+    "batch": int_in(1, 100_000),
+    "kv_dtype": one_of(KV_DTYPES),
+    "w_dtype": one_of(KV_DTYPES),
+    "gpu": one_of(HARDWARE),
+    "n_gpus": int_in(1, 64),
+    "frac": float_in(0.1, 1.0),
     "lengths": str,
-    "block": _int_in(1, 4096),
+    "block": int_in(1, 4096),
 }
 CUSTOM_KEYS = ("layers", "heads", "kv_heads", "d_head", "params_b")
 
