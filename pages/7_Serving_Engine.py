@@ -9,11 +9,13 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
+from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.roofline import Roofline
 from kvviz.serving import client as api
 from kvviz.serving import policy
 from kvviz.serving.bench import SweepJob, check_plan
 from kvviz.serving.prefix import run_prefix_experiment
-from kvviz.serving.report import detect_engine, kv_per_token
+from kvviz.serving.report import detect_engine, known_shape, kv_per_token
 from kvviz.units import format_binary
 
 TICK_S = 0.5  # the fragment's period while a sweep runs
@@ -87,6 +89,17 @@ if kv["kv_bytes_per_token"] is not None:
                   human=format_binary(kv["kv_bytes_per_token"])))
 else:
     st.caption(tr("serving.kv_unknown", model=ss.sv_model))
+if (found := known_shape(ss.sv_model or "")) is not None:
+    # kvviz's own bound for the same shape on the GPU the user names: one request, mid-way through a sweep request
+    g1, g2 = st.columns([1, 3])
+    gpu = g1.selectbox(tr("serving.gpu"), list(HARDWARE), key="sv_gpu")
+    n_context = int(ss.get("sv_prompt", 128)) + int(ss.get("sv_max_tokens", 32)) // 2
+    try:
+        bound = Roofline(found[1], HARDWARE[gpu]).decode_bound(batch=1, n_context=n_context)
+        g2.caption(tr("serving.roofline", gpu=gpu, n=f"{n_context:,}", tpot=f"{bound.seconds * 1e3:.3g} ms",
+                      limit=tr(f"serving.limit_{bound.limited_by}")))
+    except InputError as exc:
+        g2.caption(exc.message(ui.lang()))
 
 tab_sweep, tab_prefix, tab_defs = st.tabs([tr("serving.tab_sweep"), tr("serving.tab_prefix"), tr("serving.tab_defs")])
 

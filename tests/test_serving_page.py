@@ -95,3 +95,20 @@ def test_not_openai_server_message_in_korean(tmp_path):
         assert any("OpenAI 호환 서버처럼 응답하지 않습니다" in e.value for e in at.error)
     finally:
         httpd.shutdown()
+
+
+def test_roofline_bound_beside_a_known_shape():
+    """Issue 15: beside the measurements, kvviz's own bound for the same shape on the GPU the user names."""
+    from kvviz.engine.loading import load_backend
+    from kvviz.kv.hardware import HARDWARE
+    from kvviz.kv.roofline import Roofline
+
+    at = _page()
+    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["kvviz-tiny"], "engine": "llama.cpp",
+                                   "block_size": None}  # what a connection to the exported model leaves behind
+    at.run()
+    assert not at.exception, at.exception
+    at.selectbox(key="sv_gpu").set_value("L4").run()
+    n = at.number_input(key="sv_prompt").value + at.number_input(key="sv_max_tokens").value // 2
+    bound = Roofline(load_backend("tiny").spec, HARDWARE["L4"]).decode_bound(batch=1, n_context=n)
+    assert any(f"TPOT ≥ **{bound.seconds * 1e3:.3g} ms**" in c.value and "on L4" in c.value for c in at.caption)
