@@ -151,9 +151,9 @@ def show() -> None:
             tr("paged.col_cached"): r.cached_tokens,
             tr("paged.col_max_cached"): max_cacheable_tokens(r.prompt_tokens, block_size),
             tr("paged.col_generated"): r.output_tokens, tr("paged.col_blocks"): len(r.block_table),
-            tr("paged.col_ttft"): None if r.ttft_s is None else round(r.ttft_s * 1e3, 1),
+            tr("paged.col_ttft"): "—" if r.ttft_s is None else f"{r.ttft_s * 1e3:.1f}",
             tr("paged.col_preempted"): r.n_preemptions,
-            tr("paged.col_saved"): None if f_h is None else round((f_h[0] - f_h[1]) * 1e3, 1),
+            tr("paged.col_saved"): "—" if f_h is None else f"{(f_h[0] - f_h[1]) * 1e3:.1f}",
         })
     ui.table(pd.DataFrame(rows), "pg_requests")
     st.caption(tr("paged.table_caption"))

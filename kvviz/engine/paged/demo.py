@@ -14,6 +14,7 @@ from kvviz.engine.device import synchronize
 from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE
 from kvviz.engine.paged.scheduler import PagedEngine
+from kvviz.engine.timing import quiet
 from kvviz.engine.tokenizer import Tokenizer
 from kvviz.errors import InputError
 
@@ -125,7 +126,7 @@ def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens:
     (contiguous cache, one request alone, fastest of `repeats`): the time a prefix hit saves."""
     ids = torch.tensor([list(prompt_ids)], device=model.lm_head.weight.device)
     full, partial = [], []
-    with torch.inference_mode():
+    with torch.inference_mode(), quiet():  # no GC pause or thread change inside the timings
         for _ in range(repeats):
             cache = model.new_cache(1, len(prompt_ids))
             synchronize(ids.device)
