@@ -70,6 +70,7 @@ def test_config_upload_and_a_bad_one(page, shots, tmp_path):
     page.goto_app(PAGE, "?src=upload&tokens=8192")
     page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(good))
     expect(metric(page, "Per token (all layers)")).to_have_text("336.00 KiB", timeout=WAIT)
+    wait_idle(page)  # the upload's rerun has finished: a file set mid-rerun can be dropped by the uploader
     page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(bad))
     expect(page.get_by_text("The file is not valid JSON", exact=False)).to_be_visible(timeout=WAIT)
     # the last valid config stays on screen

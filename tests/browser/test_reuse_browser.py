@@ -30,8 +30,12 @@ def _click(page, name: str) -> None:
     wait_idle(page)
 
 
+TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
+
+
 def _chips(page) -> int:
-    return page.locator(".kv-chip").count()
+    """Tokens shown in the strip (a run of byte tokens is one chip spanning them all)."""
+    return page.evaluate(TOKENS_JS)
 
 
 def _shoot(page, path) -> None:  # noqa: ANN001
@@ -60,7 +64,7 @@ def _wait_grid(page, positions: int) -> dict:
 def _step(page, n: int = 1) -> None:
     before = _chips(page)
     page.locator("button.kv-step").click()
-    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + n}")
+    page.wait_for_function(f"({TOKENS_JS}) >= {before + n}")
     wait_idle(page)
 
 
@@ -106,7 +110,7 @@ def test_prefill_step_play_pause(page, shots):
 
     before = _chips(page)
     page.locator(".st-key-reuse_btn_play button").click()  # no idle wait: the timer keeps it running
-    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 3}", timeout=20_000)
+    page.wait_for_function(f"({TOKENS_JS}) >= {before + 3}", timeout=20_000)
     # force: the page redraws several times a second while playing, so it is never "stable" for Playwright
     page.locator(".st-key-reuse_btn_pause button").click(force=True)
     expect(page.locator(".st-key-reuse_btn_play button")).to_be_visible()  # the pause rerun has drawn
@@ -128,20 +132,20 @@ def test_rapid_clicks_and_keys_each_give_one_token(page):
     before = _chips(page)
     assert before == N_PROMPT + 1
     page.locator("button.kv-step").evaluate("b => { for (let i = 0; i < 12; i++) b.click(); }")
-    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 12}")
+    page.wait_for_function(f"({TOKENS_JS}) >= {before + 12}")
     page.wait_for_timeout(1500)
     wait_idle(page)
     assert _chips(page) == before + 12
     page.locator("h1").first.click()  # focus outside any text field
     for key in ("ArrowRight", " ", "ArrowRight"):
         page.keyboard.press(key)
-    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 15}")
+    page.wait_for_function(f"({TOKENS_JS}) >= {before + 15}")
     page.wait_for_timeout(1000)
     wait_idle(page)
     assert _chips(page) == before + 15
     page.keyboard.press("p")  # Play
     expect(page.locator(".st-key-reuse_btn_pause button")).to_be_visible()
-    page.wait_for_function(f"document.querySelectorAll('.kv-chip').length >= {before + 17}")
+    page.wait_for_function(f"({TOKENS_JS}) >= {before + 17}")
     page.keyboard.press("p")  # Pause
     expect(page.locator(".st-key-reuse_btn_play button")).to_be_visible()
     wait_idle(page)
