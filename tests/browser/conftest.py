@@ -1,5 +1,6 @@
 """Fixtures for real-browser tests: one app server and one Chromium per test session."""
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from harness import BASE_PATH_PROBE, IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
+MEDIA_RACE = re.compile(r"Download Button source error - 404")
 expect.set_options(timeout=30_000)  # a loaded CI machine can take seconds per rerun; 5 s flakes
 
 if not os.path.exists("/usr/bin/chromium"):
@@ -39,6 +41,9 @@ def page(browser, app_url):
             return
         if "Failed to load resource" in message.text and BASE_PATH_PROBE.search(message.location.get("url", "")):
             return  # Streamlit's own probe when a page URL is opened directly; it then finds the real base
+        url = message.location.get("url", "")
+        if MEDIA_RACE.search(message.text) or ("Failed to load resource" in message.text and "/media/" in url):
+            return  # a rerun replaced a download button's file while the browser fetched the old one (Streamlit)
         pg.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
     pg.on("console", on_console)

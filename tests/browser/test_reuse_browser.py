@@ -1,6 +1,6 @@
 """Reusing Past K/V in the system Chromium: Prefill, Step, Play/Pause, and two sessions kept apart."""
 import pytest
-from harness import IDLE, wait_idle
+from harness import IDLE, app_server, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
@@ -13,6 +13,15 @@ PLOTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g 
   title: g.layout.title ? g.layout.title.text.replace(/<[^>]+>/g, '') : '',
   rows: g.data[0].z ? g.data[0].z.length : null,
   cols: g.data[0].z ? Math.max(...g.data[0].z.map(r => r.filter(v => v !== null).length)) : null}))"""
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    """A server of this module's own: the decode page's timing-sensitive clicks do not share a server that earlier
+    modules' sweeps and compression runs have loaded."""
+    with app_server() as url:
+        yield url
+
 
 
 def _open(page, query: str = "", link: str = "Reusing Past K/V") -> None:  # noqa: ANN001
