@@ -95,15 +95,15 @@ def test_prefill_decode_measures_whole_runs_and_draws_the_median_one():
     assert "Within tolerance in" in text
 
 
-def test_the_timed_region_draws_nothing(monkeypatch):
-    """Every element the page sends while the model is timed would compete with it: a probe on Streamlit's
-    element queue records whether quiet() was open at each call (none may be), and that quiet() was used."""
+def _probe_timed_regions(monkeypatch, owner) -> tuple[list[bool], list[int]]:
+    """A probe on Streamlit's element queue recording whether quiet() was open at each call, and a count of the
+    quiet() regions `owner` (the module whose `quiet` the page's code calls) entered."""
     from streamlit.delta_generator import DeltaGenerator
 
     from kvviz.engine import timing
 
     calls, entered = [], []
-    enqueue, quiet = DeltaGenerator._enqueue, timing.quiet
+    enqueue, quiet = DeltaGenerator._enqueue, owner.quiet
 
     def probe(self, *args, **kwargs):
         calls.append(timing.in_quiet())
@@ -114,7 +114,16 @@ def test_the_timed_region_draws_nothing(monkeypatch):
         return quiet(*args, **kwargs)
 
     monkeypatch.setattr(DeltaGenerator, "_enqueue", probe)
-    monkeypatch.setattr(timing, "quiet", counted_quiet)
+    monkeypatch.setattr(owner, "quiet", counted_quiet)
+    return calls, entered
+
+
+def test_the_timed_region_draws_nothing(monkeypatch):
+    """Every element the page sends while the model is timed would compete with it: a probe on Streamlit's
+    element queue records whether quiet() was open at each call (none may be), and that quiet() was used."""
+    from kvviz.engine import timing
+
+    calls, entered = _probe_timed_regions(monkeypatch, timing)
     at = _open("pages/2_Prefill_and_Decode.py")
     _run_request(at, 24, 6)
     assert len(at.session_state["pd_request"].finished_runs) == 2
@@ -122,23 +131,9 @@ def test_the_timed_region_draws_nothing(monkeypatch):
 
 
 def test_a_sweeps_timed_region_draws_nothing(monkeypatch):
-    from streamlit.delta_generator import DeltaGenerator
+    from kvviz.engine import sweeps
 
-    from kvviz.engine import sweeps, timing
-
-    calls, entered = [], []
-    enqueue, quiet = DeltaGenerator._enqueue, sweeps.quiet
-
-    def probe(self, *args, **kwargs):
-        calls.append(timing.in_quiet())
-        return enqueue(self, *args, **kwargs)
-
-    def counted_quiet(*args, **kwargs):
-        entered.append(1)
-        return quiet(*args, **kwargs)
-
-    monkeypatch.setattr(DeltaGenerator, "_enqueue", probe)
-    monkeypatch.setattr(sweeps, "quiet", counted_quiet)
+    calls, entered = _probe_timed_regions(monkeypatch, sweeps)
     at = _open("pages/4_Latency_and_Capacity.py")
     max_len = at.session_state["kv_shape"].max_seq_len
     at.text_input(key=f"lc_p_lengths_{max_len}").set_value("8, 16").run()
