@@ -58,8 +58,8 @@ def _open(page, link: str) -> None:
     wait_idle(page)
 
 
-def _set(page, label: str, value: str) -> None:
-    box = page.get_by_label(label).first
+def _set(page, label: str, value: str, exact: bool = False) -> None:
+    box = page.get_by_label(label, exact=exact).first
     box.fill(value)
     box.press("Enter")
     page.wait_for_timeout(300)
@@ -81,7 +81,7 @@ def _timeline(charts: list[dict]) -> dict:
     predicted = ttft + (n - 1) * p50
     return {"ttft_ms": ttft, "tpot_p50_ms": p50, "prefill_over_step": prefill / p50,
             "formula_error_pct": (predicted - total) / total * 100, "p90_over_p50": p90 / p50,
-            "max_step_ms": max(decode), "n": n}
+            "max_step_ms": max(decode), "n": n, "decode_ms": decode}
 
 
 def _slope(charts: list[dict]) -> dict:
@@ -115,7 +115,7 @@ def main() -> None:
         _set(page, "Prompt length (tokens)", str(args.prompt))
         _set(page, "New tokens N", str(args.new))
         if args.repeats:
-            _set(page, "Runs", str(args.repeats))
+            _set(page, "Runs", str(args.repeats), exact=True)  # not "Help for Runs"
         load_start = os.getloadavg()[0]
         for _ in range(args.runs):
             before = page.evaluate(SIGNATURE)
@@ -123,9 +123,12 @@ def main() -> None:
             page.wait_for_function(FINISHED, arg=[before, args.new - 1], timeout=300_000, polling=200)
             wait_idle(page, 300_000)
             runs.append(_timeline(_charts(page)))
+            verdict = page.locator("[data-testid='stMarkdownContainer']", has_text="TTFT + (").all_inner_texts()
+            runs[-1]["page_says"] = " | ".join(t.replace("\n", " ") for t in verdict)
             print("run", runs[-1], flush=True)
-        _open(page, "Latency & Capacity")
-        _set(page, "Prompt lengths", args.lengths)
+        if args.sweeps:
+            _open(page, "Latency & Capacity")
+            _set(page, "Prompt lengths", args.lengths)
         for _ in range(args.sweeps):
             before = page.evaluate(SWEEP_SIG)
             page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
@@ -149,6 +152,8 @@ def main() -> None:
               f"prefill = {r['prefill_over_step']:.1f}× a decode step, "
               f"TTFT + (N−1)·TPOT_p50 {r['formula_error_pct']:+.1f}% vs T, p90/p50 {r['p90_over_p50']:.2f}, "
               f"slowest step {r['max_step_ms']:.1f} ms")
+        if r.get("page_says"):
+            print(f"    page: {r['page_says']}")
     if runs:
         for key in ("ttft_ms", "tpot_p50_ms"):
             vals = [r[key] for r in runs]

@@ -70,3 +70,26 @@ def test_noise_probe_times_identical_passes(backend):
     noise = timing.noise_probe(backend, n_passes=10)
     assert noise.n_passes == 10 and 0 < noise.p50_s <= noise.p90_s and noise.p90_over_p50 >= 1
     assert noise.level in ("quiet", "busy", "noisy")
+
+
+def test_settle_stops_at_the_first_steady_window_and_keeps_going_while_passes_vary(backend, monkeypatch):
+    windows = []
+    real = timing._one_token_passes
+    monkeypatch.setattr(timing, "_one_token_passes", lambda b, n: windows.append(n) or real(b, n))
+    timing.settle(backend, budget_s=60, steady=float("inf"))  # any window is steady
+    assert windows == [8]
+    windows.clear()
+    timing.settle(backend, budget_s=0.05, window=4, steady=0.5)  # max ≤ ½·min never holds: runs to the budget
+    assert len(windows) >= 1 and set(windows) == {4}
+
+
+def test_repeated_request_settles_before_its_first_timed_run(backend, monkeypatch):
+    order = []
+    monkeypatch.setattr(timing, "settle", lambda b, *a, **k: order.append("settle") or 0.0)
+    monkeypatch.setattr(timing, "warm_up", lambda b: order.append("warm"))
+    real_prefill = timing.Generation.prefill
+    monkeypatch.setattr(timing.Generation, "prefill", lambda self, ids: order.append("prefill") or real_prefill(self, ids))
+    req = timing.RepeatedRequest(backend, [1, 2, 3], 4, repeats=2)
+    while not req.done:
+        req.advance(60)
+    assert order == ["warm", "settle", "prefill", "prefill"]

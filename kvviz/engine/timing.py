@@ -97,21 +97,43 @@ class Noise:
         return "quiet"
 
 
-def noise_probe(backend: Backend, n_passes: int = 30) -> Noise:
-    """Time the same one-token pass n_passes times (in quiet) and report their spread and the CPU load."""
+def _one_token_passes(backend: Backend, n: int) -> list[float]:
+    """Wall times of n identical one-token passes (no cache), synchronized on CUDA."""
     x = torch.tensor([[backend.tokenizer.encode("a")[0]]], device=backend.device)
     times = []
-    with quiet(), torch.inference_mode():
-        for _ in range(n_passes + 2):
+    with torch.inference_mode():
+        for _ in range(n):
             synchronize(backend.device)
             t0 = time.perf_counter()
             backend.forward(x, None, capture_attention=False, all_logits=False)
             synchronize(backend.device)
             times.append(time.perf_counter() - t0)
-    times = times[2:]  # the first two warm the path
+    return times
+
+
+def noise_probe(backend: Backend, n_passes: int = 30) -> Noise:
+    """Time the same one-token pass n_passes times (in quiet) and report their spread and the CPU load."""
+    with quiet():
+        times = _one_token_passes(backend, n_passes + 2)[2:]  # the first two warm the path
     load = cpu_load()
     return Noise(n_passes, float(np.percentile(times, 50)), float(np.percentile(times, 90)),
                  load[0] if load else None, load[1] if load else None)
+
+
+def settle(backend: Backend, budget_s: float = 1.0, window: int = 8, steady: float = 1.15) -> float:
+    """Untimed one-token passes until `window` of them in a row agree within `steady` (max ÷ min), or
+    budget_s has passed; returns the seconds spent.
+
+    A click reruns the page, and the browser redraws it on the same cores for a few hundred ms: a
+    request timed right away shares the CPU with that redraw. Waiting until identical passes run
+    steadily starts the timed runs after it, and costs nothing on a machine that is already quiet.
+    """
+    start = time.perf_counter()
+    while time.perf_counter() - start < budget_s:
+        times = _one_token_passes(backend, window)
+        if max(times) <= steady * min(times):
+            break
+    return time.perf_counter() - start
 
 
 def warm_up(backend: Backend) -> None:
@@ -157,6 +179,7 @@ class RepeatedRequest:
         with quiet():
             if not self.warmed:
                 warm_up(self.backend)
+                settle(self.backend)
                 self.warmed = True
             while not self.done:
                 gen = self.runs[-1] if self.runs and not self.runs[-1].done else None
