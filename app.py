@@ -18,9 +18,14 @@ if 0 in show:
 
 if 1 in show:
     st.subheader(titles[1])
-    backend = ui.get_backend(settings)
-    if backend is not None:
-        ui.model_caption(backend)
+    # The shipped model and a custom shape are described from their config alone: the first page a visitor
+    # opens loads no weights and imports no torch. A Hugging Face model's description comes with loading it.
+    spec = ui.settings_spec(settings)
+    if spec is None:
+        backend = ui.get_backend(settings)
+        spec = backend.spec if backend is not None else None
+    if spec is not None:
+        ui.model_caption(spec)
 
 if 2 in show:
     st.subheader(titles[2])
@@ -28,3 +33,5 @@ if 2 in show:
         if (ui.ROOT / path).exists():  # pages still being built are not linked yet
             st.page_link(path, label=ui.tr(key))
             st.caption(ui.tr("home.page_" + key.removeprefix("nav.")))
+
+ui.preload_engine()  # the page is drawn: torch and the engine load in the background for the next one

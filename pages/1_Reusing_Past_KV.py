@@ -100,7 +100,7 @@ with settings_box:
     ui.persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
 
 if backend is not None:
-    ui.model_caption(backend)
+    ui.model_caption(backend.spec)
 period = 1.0 / float(state.reuse_speed)
 # Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
 # change of playing needs a whole-page rerun.

@@ -22,7 +22,7 @@ st.write(tr("prefill_decode.intro"))
 backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend)
+ui.model_caption(backend.spec)
 ui.noise_indicator(backend, "pd")
 ss = st.session_state
 

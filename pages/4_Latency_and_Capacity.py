@@ -29,7 +29,7 @@ st.write(tr("latency.intro"))
 backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend)
+ui.model_caption(backend.spec)
 ui.noise_indicator(backend, "lc")
 max_len = backend.spec.max_context
 ss = st.session_state

@@ -92,7 +92,7 @@ def native_sections() -> None:
     tokens = chip_labels([backend.tokenizer.token_text(i) for i in ids])  # byte runs as their characters
     st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
                   max_tokens=causal.MAX_DEMO_TOKENS))
-    ui.model_caption(backend)
+    ui.model_caption(backend.spec)
     key, ids_t = model_key(), tuple(ids)
     dtype, n_terms = backend.dtype, backend.spec.d_model  # the tolerance's precision and dot-product length
     dtype_name = str(dtype).removeprefix("torch.")

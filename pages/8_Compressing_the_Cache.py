@@ -21,7 +21,7 @@ st.write(tr("compression.intro"))
 backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend)
+ui.model_caption(backend.spec)
 native = isinstance(getattr(backend, "model", None), Decoder)
 if not native:
     st.info(tr("compression.native_needed"))

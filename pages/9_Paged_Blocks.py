@@ -25,7 +25,7 @@ if settings.model == "hf":
 backend = ui.get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
-ui.model_caption(backend)
+ui.model_caption(backend.spec)
 model, max_len = backend.model, backend.spec.max_context
 
 

@@ -6,11 +6,12 @@ import pytest
 
 from kvviz.charts import decode as charts
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.generation import Generation, attention_scores_per_pass
+from kvviz.engine.generation import Generation
 from kvviz.engine.loading import random_backend
 from kvviz.engine.model import Decoder
 from kvviz.engine.shape import check_custom_shape, parameter_count
 from kvviz.errors import InputError
+from kvviz.kv.formula import attention_scores_per_pass
 from kvviz.lessons import decode_view, work
 
 CFG = DecoderConfig(n_layers=2, d_model=64, n_heads=6, n_kv_heads=2, d_head=8, d_ff=96, vocab_size=256, max_seq_len=64)

@@ -3,9 +3,10 @@ import pytest
 import torch
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.generation import Generation, attention_scores_per_pass
+from kvviz.engine.generation import Generation
 from kvviz.engine.loading import random_backend
 from kvviz.errors import InputError
+from kvviz.kv.formula import attention_scores_per_pass
 
 CFG = DecoderConfig(n_layers=2, d_model=64, n_heads=8, n_kv_heads=2, d_ff=128, vocab_size=320, max_seq_len=48)
 

@@ -11,7 +11,8 @@ import torch
 from kvviz.cli import main
 from kvviz.engine.export import HF_FILES
 from kvviz.engine.generation import Generation
-from kvviz.engine.loading import TINY_DIR, load_backend, load_directory
+from kvviz.engine.loading import load_backend, load_directory
+from kvviz.engine.shape import TINY_DIR
 from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.training.prose import PROSE

@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.loading import TINY_DIR, shipped_tokenizer, tokenizer_for
+from kvviz.engine.loading import shipped_tokenizer, tokenizer_for
+from kvviz.engine.shape import TINY_DIR
 from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, byte_run_chips, chip_labels
 from kvviz.training.corpus import Document
 from kvviz.training.train import train_tokenizer

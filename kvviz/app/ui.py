@@ -6,6 +6,7 @@ widget's state when the user switches page; each widget is re-seeded from them o
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,37 +14,36 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import streamlit as st
-import torch
 from streamlit import runtime
 from streamlit.errors import StreamlitSecretNotFoundError
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from kvviz.app import hosted
 from kvviz.app.hosted import HostedCaps
-from kvviz.app.sessions import REGISTRY
 from kvviz.app.url_state import int_in, one_of
-from kvviz.engine.backends.base import Backend
 from kvviz.engine.backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.device import DTYPES, available_devices
-from kvviz.engine.loading import load_backend
-from kvviz.engine.shape import check_custom_shape, native_spec
+from kvviz.engine.device_names import DTYPE_NAMES, likely_devices
+from kvviz.engine.shape import check_custom_shape, native_spec, random_name, shipped_spec
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
-from kvviz.kv.formula import kv_footprint
+from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.units import format_binary
 
+# torch (~1 s to import) is imported when a model is first needed, not before the first page is drawn.
 # One intra-op thread per forward pass in the app server. It serves several sessions at once (each in its own
 # thread, each pass releasing the GIL), and a decode pass of a small model is too short to gain from a second
 # thread: OpenMP teams that outnumber the cores spin-wait on each other. Measured on the 2-core machine under
 # load: 39 ms/token with 1 thread against 590-680 ms/token with 2 (bench/load_sessions.py reports the server's
 # own step times). KVVIZ_TORCH_THREADS=N overrides, e.g. on a large machine serving one big model.
 _threads = os.environ.get("KVVIZ_TORCH_THREADS", "1")
-torch.set_num_threads(int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1)
+SERVER_TORCH_THREADS = int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1
 
 if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to the first page drawn
     import pandas as pd
     import plotly.graph_objects as go
+
+    from kvviz.engine.backends.base import Backend
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 
@@ -153,6 +153,8 @@ def _track_session(caps: HostedCaps | None) -> None:
     ctx = get_script_run_ctx()
     if caps is None or ctx is None or not runtime.exists():
         return
+    from kvviz.app.sessions import REGISTRY  # imports the engine (torch): only on a hosted demo
+
     now = time.monotonic()
     REGISTRY.sweep(now, caps.idle_timeout_s, _session_state_of)
     if REGISTRY.pop_freed(ctx.session_id):
@@ -210,8 +212,8 @@ def page_setup(title_key: str) -> Settings:
             _persisted(st.selectbox, "kv_hf_model", tr("common.hf_model"), options=caps.hf_allow)
         elif st.session_state.kv_model == "hf":
             _persisted(st.text_input, "kv_hf_model", tr("common.hf_model"))
-        _persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPES))
-        devices = available_devices()
+        _persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPE_NAMES))
+        devices = likely_devices()
         if st.session_state.kv_device not in devices:
             missing = InputError("no_device", name=st.session_state.kv_device)
             st.warning(tr("hosted.device_reset", error=missing.message(lang())))
@@ -273,10 +275,15 @@ def _cached_backend(
     model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
 ) -> Backend:
     # Weights are shared and read-only across sessions; each session keeps its own cache.
+    import torch
+
+    torch.set_num_threads(SERVER_TORCH_THREADS)
     if hf_policy is not None:  # the sidebar's Hugging Face choice: always the transformers backend
         from kvviz.engine.backends.hf import load_hf_backend
 
         return load_hf_backend(model, dtype=dtype, device=device, policy=hf_policy)
+    from kvviz.engine.loading import load_backend
+
     return load_backend(model, dtype=dtype, device=device, shape=shape)
 
 
@@ -369,8 +376,38 @@ def check_sweep(settings: Settings, n_points: int) -> None:
         hosted.check_sweep(n_points, settings.hosted)
 
 
-def model_caption(backend: Backend) -> None:
-    a = backend.spec
+def settings_spec(settings: Settings) -> KVSpec | None:
+    """The chosen native model's description without loading it (no weights, no torch); None for a Hugging
+    Face model, whose description comes with loading it (get_backend)."""
+    if settings.model == "tiny":
+        return shipped_spec()
+    if settings.model == "random":
+        return native_spec(settings.shape, random_name(settings.shape))
+    return None
+
+
+_preload = threading.Lock()
+_preloaded = False
+
+
+def preload_engine() -> None:
+    """Once per process, after the first page is drawn: import torch and the engine in the background, so the
+    first page that runs a model does not wait the ~1 s import (a page asking earlier waits on the import lock,
+    never imports twice)."""
+    global _preloaded
+    with _preload:
+        if _preloaded:
+            return
+        _preloaded = True
+
+    def work() -> None:
+        import kvviz.engine.generation  # noqa: F401 - torch, the model, the cache
+        import kvviz.engine.loading  # noqa: F401 - the backends
+
+    threading.Thread(target=work, name="kvviz-preload", daemon=True).start()
+
+
+def model_caption(a: KVSpec) -> None:
     st.caption(tr("common.model_info", name=a.name, layers=a.n_layers, heads=a.n_heads, kv_heads=a.n_kv_heads,
                   kind=a.attention_kind, d_head=a.d_head, params=f"{a.n_params:,}"))
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
+from kvviz.engine.device_names import DEVICES, DTYPE_NAMES
 from kvviz.errors import InputError
 
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def parse_dtype(name: str) -> torch.dtype:

@@ -16,7 +16,7 @@ import torch
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.device import device_memory_allocated, synchronize
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec, kv_footprint
+from kvviz.kv.formula import attention_scores_per_pass, kv_footprint
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,6 @@ class StepEvent:
     attention: list[np.ndarray] | None = None  # per layer [n_heads, n_keys]: the newest query's row
     device_memory_bytes: int | None = None  # allocator reading on CUDA/MPS
     queue_s: float = 0.0  # prefill only: time from request to the start of work
-
-
-def attention_scores_per_pass(spec: KVSpec, n_new: int, n_past: int) -> int:
-    """Dot products q·k for n_new queries after n_past cached keys under a causal mask (a sliding layer's
-    query sees at most its window), all layers and query heads."""
-    return spec.n_heads * spec.keys_attended(n_past, n_new)
 
 
 @dataclass

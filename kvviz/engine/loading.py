@@ -12,10 +12,10 @@ from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device import parse_dtype, resolve_device
 from kvviz.engine.model import Decoder
+from kvviz.engine.shape import TINY_DIR, TINY_NAME, random_name
 from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer
 from kvviz.errors import InputError
 
-TINY_DIR = Path(__file__).parents[1] / "assets" / "tiny"  # the shipped model (see its MODEL_CARD.md)
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 
@@ -98,7 +98,7 @@ def random_backend(cfg: DecoderConfig, *, seed: int = 0, dtype: str = "float32",
     """The 'custom shape' model: seeded random init of any shape (mechanics only, no meaning)."""
     torch_dtype, torch_device = parse_dtype(dtype), resolve_device(device)
     model = Decoder(cfg).init_weights(seed).to(device=torch_device, dtype=torch_dtype)
-    name = f"random L{cfg.n_layers} H{cfg.n_heads}/{cfg.n_kv_heads} d{cfg.d_head}"
+    name = random_name(cfg)
     return NativeBackend(model, tokenizer_for(cfg), name)
 
 
@@ -114,7 +114,7 @@ def load_backend(
     """tiny (shipped), random (custom shape), a kvviz directory (native), or a transformers directory or
     hub id (the Hugging Face backend)."""
     if model == "tiny":
-        return load_directory(TINY_DIR, dtype=dtype, device=device, name="kvviz-tiny")
+        return load_directory(TINY_DIR, dtype=dtype, device=device, name=TINY_NAME)
     if model == "random":
         return random_backend(shape or DecoderConfig(), seed=seed, dtype=dtype, device=device)
     if Path(model).is_dir() and not _is_transformers_dir(Path(model)):

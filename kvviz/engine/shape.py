@@ -1,10 +1,16 @@
-"""The custom-shape model's size, known before any weight is allocated, and the limit the sidebar enforces."""
+"""The native models' descriptions, known before any weight is allocated (no torch): the shipped model's,
+a custom shape's size and name, and the limit the sidebar enforces."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec
 from kvviz.kv.reader import parse_hf_config
+
+TINY_DIR = Path(__file__).parents[1] / "assets" / "tiny"  # the shipped model (see its MODEL_CARD.md)
+TINY_NAME = "kvviz-tiny"
 
 # A seeded random model is built on the server for every new shape: keep it to what a laptop CPU holds.
 MAX_CUSTOM_PARAMS = 300_000_000
@@ -28,3 +34,13 @@ def check_custom_shape(cfg: DecoderConfig, max_params: int = MAX_CUSTOM_PARAMS) 
     if n > max_params:
         raise InputError("shape.too_large", params=f"{n:,}", limit=f"{max_params:,}")
     return cfg
+
+
+def shipped_spec() -> KVSpec:
+    """The shipped model's description from its config.json alone: no weights read, no torch imported."""
+    return native_spec(DecoderConfig.load(TINY_DIR / "config.json"), TINY_NAME)
+
+
+def random_name(cfg: DecoderConfig) -> str:
+    """A custom shape's model name, as captions and the checks show it."""
+    return f"random L{cfg.n_layers} H{cfg.n_heads}/{cfg.n_kv_heads} d{cfg.d_head}"

@@ -288,3 +288,9 @@ def weight_bytes(n_params: int | None, weight_dtype: str) -> int | None:
         return None
     _check_positive(n_params=n_params)
     return math.ceil(n_params * kv_dtype(weight_dtype).data_bytes)
+
+
+def attention_scores_per_pass(spec: KVSpec, n_new: int, n_past: int) -> int:
+    """Dot products q·k for n_new queries after n_past cached keys under a causal mask (a sliding layer's
+    query sees at most its window), all layers and query heads."""
+    return spec.n_heads * spec.keys_attended(n_past, n_new)

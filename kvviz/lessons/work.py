@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kvviz.engine.generation import StepEvent, attention_scores_per_pass
-from kvviz.kv.formula import KVSpec
+from kvviz.kv.formula import KVSpec, attention_scores_per_pass
+
+if TYPE_CHECKING:  # the charts import these lessons on the first page drawn, before torch is
+    from kvviz.engine.generation import StepEvent
 
 
 def qkv_vectors(arch: KVSpec, n_positions: int) -> int:

@@ -46,11 +46,10 @@ def known_shape(model_id: str) -> tuple[str, KVSpec] | None:
             return None
     base = wanted.rsplit("/", 1)[-1].removesuffix(".gguf")
     if base in ("kvviz-tiny", "tiny"):
-        from kvviz.engine.config import DecoderConfig
-        from kvviz.engine.loading import TINY_DIR
-        from kvviz.engine.shape import native_spec
+        from kvviz.engine.shape import shipped_spec
 
-        return "kvviz-tiny", native_spec(DecoderConfig.load(TINY_DIR / "config.json"), "kvviz-tiny")
+        spec = shipped_spec()
+        return spec.name, spec
     return None
 
 

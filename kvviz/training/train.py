@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.loading import TINY_DIR
 from kvviz.engine.model import Decoder
+from kvviz.engine.shape import TINY_DIR
 from kvviz.engine.tokenizer import EOS_TOKEN, BPETokenizer
 from kvviz.training.corpus import Corpus, Document, build_corpus
 

@@ -1,4 +1,3 @@
-"""Backends: the native decoder and (later) Hugging Face models, behind one protocol."""
-from kvviz.engine.backends.base import Backend, ForwardResult
+"""Backends: the native decoder and Hugging Face models, behind one protocol (base.Backend).
 
-__all__ = ["Backend", "ForwardResult"]
+Nothing is imported here: kvviz.engine.backends.hf_policy is read by the first page drawn, before torch."""
