@@ -130,3 +130,11 @@ def test_chips_cover_every_token_and_spell_the_text(text):
     printable = all(ch.isprintable() for ch in text)
     if printable:
         assert "".join(c.text for c in chips) == text  # no <0xNN> left where the bytes form characters
+
+
+def test_the_sidebars_default_custom_shape_reads_words_not_bytes():
+    from kvviz.app.ui import DEFAULTS
+
+    tok = tokenizer_for(DEFAULTS["kv_shape"])
+    assert tok is shipped_tokenizer()
+    assert len(tok.encode("옛날 옛적에")) < len("옛날 옛적에".encode())  # fewer tokens than UTF-8 bytes

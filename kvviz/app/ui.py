@@ -54,7 +54,8 @@ DEFAULTS = {
     "kv_hf_model": "",  # a local directory or hub id, with model "hf"
     "kv_dtype": "float32",
     "kv_device": "cpu",
-    "kv_shape": DecoderConfig(),
+    # A custom shape starts with the shipped tokenizer's vocabulary, so its random model reads words, not bytes.
+    "kv_shape": DecoderConfig(vocab_size=shipped_spec().vocab_size),
     "kv_lecture": False,
 }
 
