@@ -403,6 +403,7 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.loading import load_backend
     from kvviz.engine.paged.demo import prefix_demo
+    from kvviz.lessons.tolerance import agreement
 
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
     if not isinstance(backend, NativeBackend):
@@ -410,7 +411,11 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
                        "directory (a Hugging Face model keeps one contiguous cache per request here)")
     out = prefix_demo(backend.model, backend.tokenizer, n_requests=args.requests, shared_prefix=args.shared_prefix,
                       suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens)
-    return {**out, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype}
+    # "Equal" is judged against the app's one rounding tolerance, at the logits' own magnitude.
+    rounding = agreement(out["max_abs_logit_diff_vs_no_sharing"], backend.dtype, out["max_abs_logit"],
+                         backend.spec.d_model)
+    return {**out, "logit_rounding_tolerance": rounding.tolerance, "logits_equal_up_to_rounding": rounding.within,
+            "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype}
 
 
 def cmd_compress(args: argparse.Namespace) -> dict:
@@ -573,8 +578,9 @@ def _print_prefix_demo(r: dict) -> None:
           f"{ms(r['ttft_computed_s'])} computed ({ratio}, medians)")
     print(f"blocks in use after the last prefill: {r['blocks_used']} with sharing ({r['blocks_shared']} shared) vs "
           f"{r['blocks_used_without_sharing']} without")
-    print(f"logits vs the run without sharing: max |diff| {r['max_abs_logit_diff_vs_no_sharing']:.2e}, "
-          f"same tokens: {r['same_tokens_vs_no_sharing']}")
+    verdict = "equal up to rounding" if r["logits_equal_up_to_rounding"] else "beyond rounding"
+    print(f"logits vs the run without sharing: max |diff| {r['max_abs_logit_diff_vs_no_sharing']:.2e}, {verdict} "
+          f"(tolerance {r['logit_rounding_tolerance']:.2e}); same tokens: {r['same_tokens_vs_no_sharing']}")
 
 
 def _print_compress(r: dict) -> None:

@@ -12,11 +12,16 @@ from kvviz.engine.shape import native_spec, random_name, shipped_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The page's own imports are checked with the background preload held back (it would import torch right after).
 HOME = """
-import sys
+import sys, threading
 from streamlit.testing.v1 import AppTest
+held = []
+start = threading.Thread.start
+threading.Thread.start = lambda self: held.append(self.name) if self.name == "kvviz-preload" else start(self)
 at = AppTest.from_file("app.py", default_timeout=60).run()
 assert not at.exception, at.exception
+assert held == ["kvviz-preload"], held
 captions = [c.value for c in at.caption if "layers" in c.value]
 print("torch" in sys.modules, "transformers" in sys.modules, captions[0])
 """

@@ -21,9 +21,9 @@ from kvviz.training.train import TrainConfig, prose_bits_per_byte, train
 PROMPT = t("reuse.preset_1", "en")
 KO_PROMPT = t("reuse.preset_1", "ko")
 # Written from the final shipped weights: greedy, 40 new tokens.
-GOLDEN = (" the same value.\n\nThe following example, the following example, the following example, and the "
-          "following example, and the following example, and the following example, and the following example, and the")
-GOLDEN_KO = " 모든 경우 이 경우 이 경우" + "\n" * 34
+GOLDEN = (" are compared. The mapping is then used for the key type.\n\nThe mapping is a list of integers, so that the "
+          "key is a list of int, the first argument is the value of")
+GOLDEN_KO = ", 링크, 언어 언어 지원, 언어 언어, 언어 언어 지원, 언어 언어" + ", 언어 언어 지원" * 6
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +48,11 @@ def test_golden_greedy_continuation(tiny, prompt, golden):
     assert gen.text == golden
 
 
-@pytest.mark.parametrize("lang, bound", [("en", 2.95), ("ko", 3.15)])
+@pytest.mark.parametrize("lang, bound", [("en", 2.84), ("ko", 3.18)])
 def test_bits_per_byte_on_prose_in_no_corpus(tiny, lang, bound):
     """The model card's numbers: bits per UTF-8 byte on paragraphs written for this test, in no corpus.
-    Measured 2.927 (English) and 3.114 (Korean); the model it replaced measured 2.891 and 20.28 (worse than
-    the 8 bits of uniform bytes)."""
+    Measured 2.834 (English) and 3.178 (Korean); the first bilingual model measured 2.927 and 3.114, the
+    Python-docstring model before it 2.891 and 20.28 (worse than the 8 bits of uniform bytes)."""
     bpb = prose_bits_per_byte(tiny.model, tiny.tokenizer, PROSE[lang])
     assert bpb < bound, bpb
     assert bpb < 8.0  # better than knowing nothing about bytes
@@ -192,10 +192,11 @@ def test_attention_patterns_in_the_card(tiny):
     for lang in ("en", "ko"):
         by = {(s.layer, s.head): s for s in scores[lang]}
         assert len(by) == 32
-        # Local (previous-token-like) heads are in layers 2 and 3; layers 0 and 1 attend broadly.
-        assert max(by[2, h].previous for h in range(8)) > 0.15 and max(by[3, h].previous for h in range(8)) > 0.15
-        assert max(s.previous for (layer, _), s in by.items() if layer < 2) < 0.06
+        # Sharp previous-token heads (over half their attention on the previous token) in layers 2 and 3;
+        # layer 0 attends broadly.
+        assert max(by[2, h].previous for h in range(8)) > 0.4 and max(by[3, h].previous for h in range(8)) > 0.5
+        assert max(by[0, h].previous for h in range(8)) < 0.06
         assert max(s.induction for s in by.values()) < 0.05  # no copying heads yet
-    # A weak attention sink on the first token (EOS), in Korean only: L1H4.
-    ko = {(s.layer, s.head): s for s in scores["ko"]}
-    assert ko[1, 4].first > 0.15 and max(s.first for s in scores["en"]) < 0.05
+        assert max(s.first for s in by.values()) < 0.05  # no attention sink on the first token (EOS)
+    en = {(s.layer, s.head): s for s in scores["en"]}
+    assert en[2, 0].previous > 0.5 and en[3, 2].previous > 0.6  # the card's named heads
