@@ -117,16 +117,18 @@ def show(request: RepeatedRequest) -> None:
     st.caption(tr("prefill_decode.medians", runs=len(runs), run=shown + 1))
 
     gaps = [e.seconds for e in gen.events[1:]]
-    check = metrics.formula_check(s, gaps)
+    totals = [x.e2e_s for x in summaries]  # T of every whole run: the machine's own repeatability
+    check = metrics.formula_check(s, gaps, totals)
     if check is not None:
         st.markdown(tr("prefill_decode.formula_exact", n=s.n_tokens, ttft=ms(s.ttft_s), mean=ms(s.tpot_s),
                        exact=ms(check.exact_s), measured=ms(check.measured_s)))
-        within = [c.within for c in (metrics.formula_check(x, [e.seconds for e in g.events[1:]])
+        within = [c.within for c in (metrics.formula_check(x, [e.seconds for e in g.events[1:]], totals)
                                      for x, g in zip(summaries, runs, strict=True)) if c is not None]
         verdict = "formula_within" if check.within else "formula_outside"
         st.markdown(tr(f"prefill_decode.{verdict}", n=s.n_tokens, p50=ms(s.tpot_p50_s), predicted=ms(check.p50_form_s),
                        error=f"{check.error_s * 1e3:+.2f} ms", pct=f"{check.error_s / check.measured_s * 100:+.1f}",
-                       tolerance=f"{check.tolerance_s * 1e3:.2f} ms")
+                       tolerance=f"{check.tolerance_s * 1e3:.2f} ms", sampling=f"{check.sampling_s * 1e3:.2f} ms",
+                       runs_spread="—" if check.run_spread_s is None else f"{check.run_spread_s * 1e3:.2f} ms")
                     + " " + tr("prefill_decode.formula_runs", ok=sum(within), runs=len(within)))
     if s.tpot_p50_s:
         st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}", prompt=len(gen.prompt_ids)))
