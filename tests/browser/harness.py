@@ -100,11 +100,13 @@ def wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - a Playw
 
 
 def wait_charts(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
-    """Wait until every Plotly chart on the page has drawn its SVG (they render after the rerun ends)."""
-    charts = page.locator("[data-testid='stPlotlyChart']")
-    for i in range(charts.count()):
-        # "attached", not "visible": a chart in a closed tab or expander is drawn but hidden
-        charts.nth(i).locator(".main-svg").first.wait_for(state="attached", timeout=timeout_ms)
+    """Wait until the script is idle and every Plotly chart on the page has drawn its SVG (they render after
+    the rerun ends). One check in the page, repeated: a rerun that follows another (a widget's callback, the
+    URL's update) replaces the charts while a chart-by-chart wait would still hold the old ones."""
+    # "attached", not "visible": a chart in a closed tab or expander is drawn but hidden
+    page.wait_for_function(f"""() => document.querySelector("{IDLE}") !== null && Array.from(
+        document.querySelectorAll("[data-testid='stPlotlyChart']")).every(c => c.querySelector('.main-svg'))""",
+                           timeout=timeout_ms)
 
 
 def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
