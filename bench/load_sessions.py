@@ -44,6 +44,7 @@ from harness import CHROMIUM, CHROMIUM_ARGS, IDLE, app_server, url_path  # noqa:
 from kvviz.app import ui  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
+from kvviz.engine.tokenizer import byte_run_chips  # noqa: E402
 from kvviz.lessons import decode_view  # noqa: E402
 
 DECODE_PAGE = "pages/1_Reusing_Past_KV.py"
@@ -98,21 +99,27 @@ def default_backend():  # noqa: ANN201 - a Backend
     return load_backend(d["kv_model"], dtype=d["kv_dtype"], device=d["kv_device"], shape=shape)
 
 
-def expected_chips(prompt: str, steps: int) -> list[str]:
-    """The token chips this prompt alone produces on the app's default settings: prefill + `steps` steps."""
+def expected_chips(prompt: str, steps: int) -> list[tuple[str, int]]:
+    """The chips this prompt alone produces on the app's default settings, prefill + `steps` steps: (text, tokens
+    it spans), as the page draws them (a run of byte tokens is one chip showing its characters)."""
     backend = default_backend()
     gen = Generation(backend, max_new_tokens=steps + 1)
     gen.prefill(prompt)
     while not gen.done:
         gen.step()
-    return [decode_view.visible(t) for t in decode_view.token_texts(backend.tokenizer, gen.token_ids)]
+    texts = decode_view.token_texts(backend.tokenizer, gen.token_ids)
+    return [(decode_view.visible(c.text), c.stop - c.start) for c in byte_run_chips(texts)]
+
+
+CHIPS_JS = "Array.from(document.querySelectorAll('.kv-chip')).map(c => [c.innerText, Number(c.dataset.tokens || 1)])"
+TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
 
 
 @dataclass
 class SessionResult:
     prompt: str
     step_s: list[float] = field(default_factory=list)
-    chips: list[str] = field(default_factory=list)
+    chips: list[tuple[str, int]] = field(default_factory=list)  # (text, tokens it spans)
     exceptions: int = 0
     clicks: int = 0  # Step clicks sent
     rapid: bool = False
@@ -141,19 +148,19 @@ async def rerun(page, action, *, changes_page: bool = True) -> float:  # noqa: A
     return time.perf_counter() - t0
 
 
-async def wait_chips(page, n: int, quiet_s: float = 5.0) -> int:  # noqa: ANN001
-    """Wait until the page shows n chips, or until their count stopped changing for quiet_s; return it."""
+async def wait_tokens(page, n: int, quiet_s: float = 5.0) -> int:  # noqa: ANN001
+    """Wait until the page's chips span n tokens, or until their count stopped changing for quiet_s; return it."""
     last, since = -1, time.monotonic()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        now = await page.locator(".kv-chip").count()
+        now = await page.evaluate(TOKENS_JS)
         if now != last:
             last, since = now, time.monotonic()
         if now >= n or time.monotonic() - since > quiet_s:
             break
         await page.wait_for_timeout(100)
     await page.wait_for_selector(IDLE, timeout=120_000)
-    return await page.locator(".kv-chip").count()
+    return await page.evaluate(TOKENS_JS)
 
 
 async def drive(browser, url: str, prompt: str, steps: int, rapid: int = 0) -> SessionResult:  # noqa: ANN001
@@ -172,17 +179,17 @@ async def drive(browser, url: str, prompt: str, steps: int, rapid: int = 0) -> S
         await rerun(page, lambda: page.get_by_role("button", name="Prefill", exact=True).click())
         step = page.locator("button.kv-step")  # the Step button (in its component's shadow root)
         if rapid:
-            before = await page.locator(".kv-chip").count()
+            before = await page.evaluate(TOKENS_JS)
             t0 = time.perf_counter()
             await step.evaluate("(b, n) => { for (let i = 0; i < n; i++) b.click(); }", rapid)
             result.clicks = rapid
-            await wait_chips(page, before + rapid)
+            await wait_tokens(page, before + rapid)
             result.step_s.append((time.perf_counter() - t0) / rapid)
         else:
             for _ in range(steps):
                 result.step_s.append(await rerun(page, step.click))
                 result.clicks += 1
-        result.chips = await page.locator(".kv-chip").all_inner_texts()
+        result.chips = [(text, n) for text, n in await page.evaluate(CHIPS_JS)]
         result.exceptions = await page.locator(EXCEPTION).count()
     finally:
         await context.close()
@@ -278,8 +285,9 @@ def main() -> int:
         # Cross-talk would show another prompt's tokens; a lost click leaves it shorter.
         ok_tokens = bool(r.chips) and r.chips == own[: len(r.chips)]
         n_prompt = len(default_backend().tokenizer.encode(r.prompt))
-        possible = min(r.clicks, len(own) - n_prompt - 1)  # a generation that ended (EOS) takes no more steps
-        lost = possible - (len(r.chips) - n_prompt - 1)
+        # A generation that ended (EOS) takes no more steps.
+        possible = min(r.clicks, sum(n for _, n in own) - n_prompt - 1)
+        lost = possible - (sum(n for _, n in r.chips) - n_prompt - 1)  # tokens, not chips
         lost_total += lost
         if not ok_tokens:
             failures.append(f"{name}: its tokens {r.chips!r} are not its prompt's own {own!r}")
