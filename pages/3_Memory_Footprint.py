@@ -90,9 +90,12 @@ with left:
                           name=tr("memory.source_custom"), d_model=int(heads) * int(d_head),
                           n_params=round(ss.mem_params_b * 1e9), params_source="given")
         else:
-            upload = st.file_uploader(tr("memory.upload"), type=None, key="mem_upload")
-            if upload is not None and ss.get("mem_upload_id") != upload.file_id:
-                ss.mem_upload_id, ss.mem_upload_error = upload.file_id, None  # parse each file once
+            # A fresh, empty uploader after every file read: choosing another file is then a new upload, never a
+            # replace (Streamlit's replace, a DELETE and a PUT, can lose the new file when the two overlap).
+            n = ss.setdefault("mem_upload_n", 0)
+            upload = st.file_uploader(tr("memory.upload"), type=None, key=f"mem_upload_{n}")
+            if upload is not None:
+                ss.mem_upload_error = None
                 try:
                     parsed = parse_config_text(upload.getvalue(), upload.name)
                     if parsed.model_type:
@@ -102,7 +105,9 @@ with left:
                     ss.mem_upload_params_b = None if parsed.n_params is None else round(parsed.n_params / 1e9, 3)
                 except InputError as exc:
                     ss.mem_upload_error = exc  # the last valid config stays in use
-            if upload is not None and ss.get("mem_upload_error"):
+                ss.mem_upload_n = n + 1
+                st.rerun()
+            if ss.get("mem_upload_error"):
                 ui.show_error(ss.mem_upload_error)
             spec = ss.get("mem_upload_spec")
             if spec is None:

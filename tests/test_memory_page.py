@@ -93,20 +93,26 @@ def test_malformed_query_values_fall_back_to_defaults():
     assert at.number_input(key="mem_tokens").value == 4096
 
 
+def uploader(at):
+    """The page's uploader: a fresh one (a new key) after every file it read."""
+    return at.file_uploader(key=f"mem_upload_{at.session_state['mem_upload_n'] if 'mem_upload_n' in at.session_state else 0}")
+
+
 def test_upload_config_bad_upload_keeps_last_valid():
     at = open_page({"src": "upload"})
-    at.file_uploader(key="mem_upload").set_value(
+    uploader(at).set_value(
         ("config.json", json.dumps(GEMMA2_CONFIG).encode(), "application/json")
     ).run()
     assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
-    at.file_uploader(key="mem_upload").set_value(("config.json", b"{definitely not json", "application/json")).run()
+    uploader(at).set_value(("config.json", b"{definitely not json", "application/json")).run()
     assert not at.exception
     assert any("not valid JSON" in e.value for e in at.error)
     assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
     missing = {k: v for k, v in GEMMA2_CONFIG.items() if k != "num_hidden_layers"}
-    at.file_uploader(key="mem_upload").set_value(("c.json", json.dumps(missing).encode(), "application/json")).run()
+    uploader(at).set_value(("c.json", json.dumps(missing).encode(), "application/json")).run()
     assert any("num_hidden_layers" in e.value for e in at.error)
     assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
+    assert at.session_state["mem_upload_n"] == 3  # each file was read by a fresh uploader: never a replace
 
 
 def test_charts_carry_the_formula():
@@ -148,7 +154,7 @@ def test_unknown_parameter_count_is_asked_for_never_reused():
     """Issue 12 item 1: after a preset, a DeepSeek-V3 upload must not inherit 8.03B parameters."""
     at = open_page({"preset": "Llama-3.1-8B"})
     at.radio(key="mem_src").set_value("upload").run()
-    at.file_uploader(key="mem_upload").set_value(
+    uploader(at).set_value(
         ("config.json", json.dumps(CONFIGS["DeepSeek-V3"]).encode(), "application/json")).run()
     assert not at.exception
     assert at.number_input(key="mem_upload_params_b").value is None
