@@ -95,7 +95,8 @@ def test_malformed_query_values_fall_back_to_defaults():
 
 def uploader(at):
     """The page's uploader: a fresh one (a new key) after every file it read."""
-    return at.file_uploader(key=f"mem_upload_{at.session_state['mem_upload_n'] if 'mem_upload_n' in at.session_state else 0}")
+    n = at.session_state["mem_upload_n"] if "mem_upload_n" in at.session_state else 0
+    return at.file_uploader(key=f"mem_upload_{n}")
 
 
 def test_upload_config_bad_upload_keeps_last_valid():
