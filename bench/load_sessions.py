@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "browser")]
 
-from harness import CHROMIUM, CHROMIUM_ARGS, IDLE, app_server, url_path  # noqa: E402
+from harness import CHROMIUM, CHROMIUM_ARGS, IDLE, TOKENS_JS, app_server, url_path  # noqa: E402
 
 from kvviz.app import ui  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
@@ -112,7 +112,6 @@ def expected_chips(prompt: str, steps: int) -> list[tuple[str, int]]:
 
 
 CHIPS_JS = "Array.from(document.querySelectorAll('.kv-chip')).map(c => [c.innerText, Number(c.dataset.tokens || 1)])"
-TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
 
 
 @dataclass

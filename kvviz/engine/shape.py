@@ -2,6 +2,7 @@
 a custom shape's size and name, and the limit the sidebar enforces."""
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from kvviz.engine.config import DecoderConfig
@@ -36,6 +37,7 @@ def check_custom_shape(cfg: DecoderConfig, max_params: int = MAX_CUSTOM_PARAMS) 
     return cfg
 
 
+@cache
 def shipped_spec() -> KVSpec:
     """The shipped model's description from its config.json alone: no weights read, no torch imported."""
     return native_spec(DecoderConfig.load(TINY_DIR / "config.json"), TINY_NAME)

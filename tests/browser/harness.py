@@ -23,6 +23,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# Tokens on the decode page's strip: a chip spans data-tokens tokens (a run of byte tokens is one chip).
+TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
 # Opened directly at a page's URL (/Check), Streamlit's frontend first probes /Check/_stcore/... for its
 # base path and gets 404s, then uses the right one: those two console errors are not the app's.
 BASE_PATH_PROBE = re.compile(r"/[^/]+/_stcore/(health|host-config)$")

@@ -1,6 +1,6 @@
 """Reusing Past K/V in the system Chromium: Prefill, Step, Play/Pause, and two sessions kept apart."""
 import pytest
-from harness import IDLE, app_server, wait_idle
+from harness import IDLE, TOKENS_JS, app_server, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
@@ -39,7 +39,6 @@ def _click(page, name: str) -> None:
     wait_idle(page)
 
 
-TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
 
 
 def _chips(page) -> int:
