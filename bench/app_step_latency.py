@@ -2,11 +2,11 @@
 
 Runs the real app (`streamlit run app.py`) and the system Chromium through tests/browser/harness.py.
 
-- step latency: median and p90 of click Step → page redrawn (new token chip, the cache grid one column wider,
+- step latency: median and p90 of click Step → page redrawn (new token in the strip, the cache grid one column wider,
   the script idle) over --steps steps, next to the model's own per-pass time read from the page;
 - rapid clicks: --rapid clicks as fast as Playwright can send them (no waiting between), then the number of
   new tokens (goal: exactly one per click);
-- Play: the measured rate over --play-steps steps at --play-speed steps/s (from the chips' arrival times);
+- Play: the measured rate over --play-steps steps at --play-speed steps/s (from the tokens' arrival times);
 - cold start: a fresh server, then the time from its health check answering to the Home page drawn
   (script idle, title shown), and to the decode page drawn after following its link; then another fresh
   server and the decode page opened directly (a shared link to it).
@@ -26,16 +26,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
-from harness import IDLE, app_server, chromium, url_path, wait_idle  # noqa: E402
+from harness import IDLE, TOKENS_JS, app_server, chromium, url_path, wait_idle  # noqa: E402
 
+# Counted in tokens, not chips: a run of byte tokens (a Korean syllable, an emoji) is one chip of several tokens.
 UPDATED = f"""([n, cached]) => document.querySelector("{IDLE}") !== null
-  && document.querySelectorAll('.kv-chip').length === n
+  && ({TOKENS_JS}) === n
   && document.querySelector('.kv-grid[data-positions="' + cached + '"]') !== null"""
 STEP = "button.kv-step"
 
 
-def chips(page) -> int:  # noqa: ANN001
-    return page.locator(".kv-chip").count()
+def tokens(page) -> int:  # noqa: ANN001
+    """Tokens shown in the strip."""
+    return page.evaluate(TOKENS_JS)
 
 
 def cached(page) -> int:  # noqa: ANN001
@@ -74,10 +76,10 @@ def step_latency(page, n: int) -> dict:  # noqa: ANN001
     step = page.locator(STEP)
     wall, chip_ms, model_ms = [], [], []
     for _ in range(n):
-        before, cols = chips(page), cached(page)
+        before, cols = tokens(page), cached(page)
         t0 = time.perf_counter()
         step.click()
-        page.wait_for_function("n => document.querySelectorAll('.kv-chip').length === n", arg=before + 1,
+        page.wait_for_function(f"n => ({TOKENS_JS}) === n", arg=before + 1,
                                timeout=60_000, polling="raf")
         chip_ms.append((time.perf_counter() - t0) * 1e3)
         page.wait_for_function(UPDATED, arg=[before + 1, cols + 1], timeout=60_000, polling="raf")
@@ -89,32 +91,32 @@ def step_latency(page, n: int) -> dict:  # noqa: ANN001
 
 def rapid(page, n: int) -> tuple[int, float]:  # noqa: ANN001
     """n clicks back to back; returns the new tokens once the page settles, and the seconds it took."""
-    before = chips(page)
+    before = tokens(page)
     t0 = time.perf_counter()
     page.locator(STEP).evaluate("(b, n) => { for (let i = 0; i < n; i++) b.click(); }", n)
     deadline = time.monotonic() + 120
     last, stable_since = -1, time.monotonic()
     while time.monotonic() < deadline:
-        now = chips(page)
+        now = tokens(page)
         if now != last:
             last, stable_since = now, time.monotonic()
         elif now - before >= n or time.monotonic() - stable_since > 5:
             break
         page.wait_for_timeout(100)
     wait_idle(page)
-    return chips(page) - before, time.perf_counter() - t0
+    return tokens(page) - before, time.perf_counter() - t0
 
 
 def play_rate(page, n: int, speed: float) -> tuple[float, str]:  # noqa: ANN001
-    """Steps per second over n steps of Play (first chip after Play to the n-th), and any 'behind' note."""
-    before = chips(page)
+    """Steps per second over n steps of Play (first token after Play to the n-th), and any 'behind' note."""
+    before = tokens(page)
     page.locator(".st-key-reuse_btn_play button").click()
-    page.wait_for_function("n => document.querySelectorAll('.kv-chip').length > n", arg=before, timeout=60_000,
+    page.wait_for_function(f"n => ({TOKENS_JS}) > n", arg=before, timeout=60_000,
                            polling="raf")
-    t0, first = time.perf_counter(), chips(page)
-    page.wait_for_function("n => document.querySelectorAll('.kv-chip').length >= n", arg=first + n, timeout=120_000,
+    t0, first = time.perf_counter(), tokens(page)
+    page.wait_for_function(f"n => ({TOKENS_JS}) >= n", arg=first + n, timeout=120_000,
                            polling="raf")
-    rate = (chips(page) - first) / (time.perf_counter() - t0)
+    rate = (tokens(page) - first) / (time.perf_counter() - t0)
     note = page.locator("[data-testid='stAlert']").all_inner_texts()
     page.locator(".st-key-reuse_btn_pause button").click(force=True)
     page.wait_for_selector(".st-key-reuse_btn_play", timeout=30_000)
@@ -165,7 +167,7 @@ def main() -> None:
     print(f"  a fresh server, the decode page opened directly (drawn, script idle): {direct_s:.2f} s")
     print(f"click Step -> redrawn page ({len(wall)} steps): median {statistics.median(wall):.0f} ms, "
           f"p90 {p90(wall):.0f} ms (min {min(wall):.0f}, max {max(wall):.0f}); goal <= 400 ms")
-    print(f"  of which click -> new chip: median {statistics.median(lat['chip']):.0f} ms")
+    print(f"  of which click -> new token: median {statistics.median(lat['chip']):.0f} ms")
     print(f"  model pass itself (StepEvent.seconds): median {statistics.median(lat['model']):.1f} ms")
     runs = []
     if os.path.exists(log):

@@ -8,7 +8,7 @@ from kvviz.app import hosted, ui
 from kvviz.charts import paged as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.paged.blocks import max_cacheable_tokens
-from kvviz.engine.paged.demo import measure_hit_saving, shared_prefix_ids, suffix_ids
+from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
 from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot
 from kvviz.errors import InputError
 
@@ -100,7 +100,10 @@ if st.session_state.get("pg_error") is not None:
     st.session_state.pg_error = None
 
 
-def savings() -> dict[int, tuple[float, float]]:
+SAVING_REPEATS = 5  # each prefill timed this many times, interleaved: the fastest of each, and their spread
+
+
+def savings() -> dict[int, HitSaving]:
     """The prefill time each hit saved: whole prompt vs after the hit, measured once per (prompt length, hit)."""
     done: dict = st.session_state.setdefault("pg_savings", {})
     out = {}
@@ -108,7 +111,7 @@ def savings() -> dict[int, tuple[float, float]]:
         if r.cached_tokens:
             key = (len(r.prompt_ids), r.cached_tokens)
             if key not in done:
-                done[key] = measure_hit_saving(model, r.prompt_ids, r.cached_tokens, repeats=5)
+                done[key] = measure_hit_saving(model, r.prompt_ids, r.cached_tokens, repeats=SAVING_REPEATS)
             out[r.request_id] = done[key]
     return out
 
@@ -142,7 +145,7 @@ def show() -> None:
     saved = savings()
     rows = []
     for r in requests:
-        f_h = saved.get(r.request_id)
+        hit = saved.get(r.request_id)
         rows.append({
             tr("paged.col_request"): f"R{r.request_id}",
             tr("paged.col_label"): tr(f"paged.c_label_{r.label}"),
@@ -153,10 +156,11 @@ def show() -> None:
             tr("paged.col_generated"): r.output_tokens, tr("paged.col_blocks"): len(r.block_table),
             tr("paged.col_ttft"): "—" if r.ttft_s is None else f"{r.ttft_s * 1e3:.1f}",
             tr("paged.col_preempted"): r.n_preemptions,
-            tr("paged.col_saved"): "—" if f_h is None else f"{(f_h[0] - f_h[1]) * 1e3:.1f}",
+            tr("paged.col_saved"): "—" if hit is None else f"{hit.saved_s * 1e3:.1f}" if hit.measurable
+            else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
         })
     ui.table(pd.DataFrame(rows), "pg_requests")
-    st.caption(tr("paged.table_caption"))
+    st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
     left, right = st.columns(2)
     with left:
         usage = {k: tr(f"paged.c_{k}") for k in ("used", "cached", "free", "preempted", "step", "blocks",
@@ -172,9 +176,9 @@ def show() -> None:
             ui.chart(charts.fragmentation_bars(frag, flabels, lecture=lecture), "pg_frag")
             st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
     if saved:
-        slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "ms", "savings_title")}
-        ui.chart(charts.hit_savings([(i, f, h) for i, (f, h) in saved.items()], slabels, lecture=lecture), "pg_savings")
-        st.caption(tr("paged.savings_caption"))
+        slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
+        ui.chart(charts.hit_savings(list(saved.items()), slabels, lecture=lecture), "pg_savings")
+        st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
 
 
 def live() -> None:

@@ -5,14 +5,16 @@ import json
 import pytest
 import torch
 
+from kvviz.charts.paged import saving_text
 from kvviz.cli import main
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import load_backend
 from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import BlockPool, max_cacheable_tokens, prompt_block_hashes
-from kvviz.engine.paged.demo import measure_hit_saving, suffix_ids
+from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, suffix_ids
 from kvviz.engine.paged.scheduler import FINISHED, PagedEngine
 from kvviz.errors import InputError
+from kvviz.i18n import t
 from kvviz.lessons.tolerance import agreement, magnitude
 
 
@@ -173,8 +175,19 @@ def test_too_big_or_empty_request_is_refused(small):
 
 
 def test_hit_saving_is_measured(small):
-    full_s, hit_s = measure_hit_saving(small, ids(small, 40, 0), 32, repeats=1)
-    assert full_s > 0 and hit_s > 0
+    hit = measure_hit_saving(small, ids(small, 40, 0), 32, repeats=3)
+    assert hit.full_s > 0 and hit.with_hit_s > 0 and hit.noise_s >= 0 and hit.repeats == 3
+    assert hit.saved_s == hit.full_s - hit.with_hit_s
+    assert hit.measurable == (hit.saved_s > hit.noise_s)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_a_saving_within_noise_has_no_sign(lang):
+    """The page showed "saved -0.1 ms" for a small hit: a difference within the timing noise is said so instead."""
+    labels = {k: t(f"paged.c_{k}", lang) for k in ("saved", "saved_noise")}
+    assert saving_text(HitSaving(2.0e-3, 2.1e-3, 0.3e-3, 5), labels) == labels["saved_noise"].format(noise="0.3")
+    assert saving_text(HitSaving(2.0e-3, 1.8e-3, 0.3e-3, 5), labels) == labels["saved_noise"].format(noise="0.3")
+    assert saving_text(HitSaving(2.0e-3, 0.5e-3, 0.3e-3, 5), labels) == labels["saved"].format(ms="1.5")
 
 
 def test_prefix_demo_cli(capsys):

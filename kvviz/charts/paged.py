@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
+
+if TYPE_CHECKING:  # a chart takes the measurement; it does not import the engine (and torch) to draw it
+    from kvviz.engine.paged.demo import HitSaving
 
 # free, cached-but-free (evictable), used by 1, shared by 2, by 3, by 4 or more
 COLORS = ("#eeeeee", "#9ecae1", "#fdd0a2", "#fd8d3c", "#e6550d", "#a63603")
@@ -153,14 +156,22 @@ def fragmentation_bars(frag: Any, labels: Mapping[str, str], *, lecture: bool = 
     return style(fig, title=labels["frag_title"], lecture=lecture, height=300)
 
 
-def hit_savings(rows: Sequence[tuple[int, float, float]], labels: Mapping[str, str], *,
+def saving_text(h: HitSaving, labels: Mapping[str, str]) -> str:
+    """"saved 0.4 ms", or "within noise (±0.2 ms)" when the two timings differ by less than repeated runs do."""
+    if h.measurable:
+        return labels["saved"].format(ms=f"{h.saved_s * 1e3:.1f}")
+    return labels["saved_noise"].format(noise=f"{h.noise_s * 1e3:.1f}")
+
+
+def hit_savings(rows: Sequence[tuple[int, HitSaving]], labels: Mapping[str, str], *,
                 lecture: bool = False) -> go.Figure:
-    """Per request that hit: the measured prefill of its whole prompt vs of the part after the hit (ms)."""
-    names = [f"R{r}" for r, _, _ in rows]
+    """Per request that hit: the measured prefill of its whole prompt vs of the part after the hit (ms); a saving
+    within the timing noise is labelled so, not given a sign it does not have."""
+    names = [f"R{r}" for r, _ in rows]
     fig = go.Figure()
-    fig.add_bar(x=names, y=[f * 1e3 for _, f, _ in rows], name=labels["full"], marker_color="#9e9e9e")
-    fig.add_bar(x=names, y=[h * 1e3 for _, _, h in rows], name=labels["with_hit"], marker_color=HIT,
-                text=[labels["saved"].format(ms=f"{(f - h) * 1e3:+.1f}") for _, f, h in rows], textposition="outside")
+    fig.add_bar(x=names, y=[h.full_s * 1e3 for _, h in rows], name=labels["full"], marker_color="#9e9e9e")
+    fig.add_bar(x=names, y=[h.with_hit_s * 1e3 for _, h in rows], name=labels["with_hit"], marker_color=HIT,
+                text=[saving_text(h, labels) for _, h in rows], textposition="outside")
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     fig.update_yaxes(title_text=labels["ms"], rangemode="tozero")
     return style(fig, title=labels["savings_title"], lecture=lecture)

@@ -47,6 +47,8 @@ def page(browser, app_url):
         pg.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
     pg.on("console", on_console)
+    # An uncaught exception in the frontend (React's "Cannot set a node at a delta path" blanks the page) is an error.
+    pg.on("pageerror", lambda exc: pg.console_errors.append(f"uncaught: {exc}"))
 
     def goto_app(path: str = "", query: str = "") -> None:
         pg.goto(f"{app_url}/{path}{query}")
@@ -56,6 +58,10 @@ def page(browser, app_url):
     pg.goto_app = goto_app
     yield pg
     context.close()
+    if pg.console_errors:
+        print("\nconsole errors:", *pg.console_errors, sep="\n  ")  # shown with a failing test's output
+    uncaught = [e for e in pg.console_errors if e.startswith("uncaught: ")]
+    assert not uncaught, f"the frontend threw (a blank page): {uncaught}"  # every browser test, whatever it asserts
 
 
 @pytest.fixture(scope="session")

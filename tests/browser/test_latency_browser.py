@@ -88,7 +88,8 @@ def test_cancel_and_edits_during_a_sweep_keep_the_rows(page, shots):
     assert page.locator("[data-testid='stException']").count() == 0
     page.get_by_role("tab", name="Cache vs no cache").click()
     panel.get_by_role("button", name="Cancel").click()
-    expect(panel.get_by_text(re.compile(rf"Cancelled: kept the \d+ of {settings} settings"))).to_be_visible(timeout=60_000)
+    cancelled = re.compile(rf"Cancelled: kept the \d+ of {settings} settings")
+    expect(panel.get_by_text(cancelled)).to_be_visible(timeout=60_000)
     wait_idle(page)
     assert page.locator("[data-testid='stException']").count() == 0
     expect(panel.get_by_text("generator already executing")).to_have_count(0)

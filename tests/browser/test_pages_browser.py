@@ -27,7 +27,8 @@ def test_page_loads(page, shots, page_file, title_key, lang):
         pytest.skip(f"{page_file} is not built yet")
     page.goto_app(url_path(page_file), f"?lang={lang}")
     # The sidebar's link to this very page, in the requested language: the page and its language loaded.
-    expect(page.get_by_test_id("stSidebarUserContent").get_by_role("link", name=t(title_key, lang), exact=True)).to_be_visible()
+    sidebar = page.get_by_test_id("stSidebarUserContent")
+    expect(sidebar.get_by_role("link", name=t(title_key, lang), exact=True)).to_be_visible()
     main_text = page.locator("[data-testid='stMain']").inner_text()
     if lang == "ko":
         assert HANGUL.search(main_text), "the page body is not in Korean"

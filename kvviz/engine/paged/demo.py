@@ -121,10 +121,29 @@ def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, sh
     }
 
 
-def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens: int, repeats: int = 3
-                       ) -> tuple[float, float]:
-    """Prefill seconds of a prompt computed whole vs with its first `cached_tokens` already in the cache
-    (contiguous cache, one request alone, fastest of `repeats`): the time a prefix hit saves."""
+@dataclass(frozen=True)
+class HitSaving:
+    """Prefill seconds of one prompt computed whole and after a prefix hit, each the fastest of `repeats`."""
+
+    full_s: float
+    with_hit_s: float
+    noise_s: float  # the larger of the two runs' (median − fastest): how much repeated timings differ here
+    repeats: int
+
+    @property
+    def saved_s(self) -> float:
+        return self.full_s - self.with_hit_s
+
+    @property
+    def measurable(self) -> bool:
+        """Whether the saving stands above the timing noise (a small hit on a small model may not)."""
+        return self.saved_s > self.noise_s
+
+
+def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens: int, repeats: int = 5
+                       ) -> HitSaving:
+    """Prefill of a prompt computed whole vs with its first `cached_tokens` already in the cache (contiguous
+    cache, one request alone, the two interleaved `repeats` times): the time a prefix hit saves."""
     ids = torch.tensor([list(prompt_ids)], device=model.lm_head.weight.device)
     full, partial = [], []
     with torch.inference_mode(), quiet():  # no GC pause or thread change inside the timings
@@ -143,4 +162,5 @@ def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens:
             model(ids[:, cached_tokens:], cache, all_logits=False)
             synchronize(ids.device)
             partial.append(time.perf_counter() - t0)
-    return min(full), min(partial)
+    noise = max(statistics.median(full) - min(full), statistics.median(partial) - min(partial))
+    return HitSaving(min(full), min(partial), noise, repeats)
