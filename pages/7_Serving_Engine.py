@@ -9,13 +9,15 @@ import streamlit as st
 from kvviz.app import ui
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.presets import PRESETS
 from kvviz.kv.roofline import Roofline
 from kvviz.serving import client as api
 from kvviz.serving import policy
 from kvviz.serving.bench import SweepJob, check_plan
 from kvviz.serving.prefix import run_prefix_experiment
-from kvviz.serving.report import detect_engine, known_shape, kv_per_token
+from kvviz.serving.report import detect_engine, known_shape
 from kvviz.units import format_binary
 
 TICK_S = 0.5  # the fragment's period while a sweep runs
@@ -83,19 +85,26 @@ m2.radio(tr("serving.endpoint"), ("completions", "chat"), key="sv_endpoint", hor
          help=tr("serving.endpoint_help"))
 st.caption(tr("serving.connected", url=conn["url"], engine=conn["engine"] or tr("serving.unknown"),
               n=len(conn["models"])))
-kv = kv_per_token(ss.sv_model or "", "bfloat16")
-if kv["kv_bytes_per_token"] is not None:
-    st.caption(tr("serving.kv_known", shape=kv["shape_name"], bytes=f"{kv['kv_bytes_per_token']:,}",
-                  human=format_binary(kv["kv_bytes_per_token"])))
+# The served model's KV shape: found from its id (a preset's repository, a local config.json, kvviz's own model),
+# or picked by hand from the presets when the id does not say; unknown until then, never a guessed default.
+found = known_shape(ss.sv_model or "")
+shapes = dict([found] if found is not None else []) | PRESETS
+k1, k2 = st.columns([1, 3])
+picked = k1.selectbox(tr("serving.shape"), list(shapes), index=None if found is None else 0,
+                      placeholder=tr("serving.shape_pick"), key=f"sv_shape_{ss.sv_model}",
+                      help=tr("serving.shape_help"))
+if picked is None:
+    k2.caption(tr("serving.kv_unknown", model=ss.sv_model))
 else:
-    st.caption(tr("serving.kv_unknown", model=ss.sv_model))
-if (found := known_shape(ss.sv_model or "")) is not None:
+    per_token = kv_footprint(shapes[picked], 1, 1, "bfloat16").per_token
+    source = "kv_known" if found is not None and picked == found[0] else "kv_picked"
+    k2.caption(tr(f"serving.{source}", shape=picked, bytes=f"{per_token:,}", human=format_binary(per_token)))
     # kvviz's own bound for the same shape on the GPU the user names: one request, mid-way through a sweep request
     g1, g2 = st.columns([1, 3])
     gpu = g1.selectbox(tr("serving.gpu"), list(HARDWARE), key="sv_gpu")
     n_context = int(ss.get("sv_prompt", 128)) + int(ss.get("sv_max_tokens", 32)) // 2
     try:
-        bound = Roofline(found[1], HARDWARE[gpu]).decode_bound(batch=1, n_context=n_context)
+        bound = Roofline(shapes[picked], HARDWARE[gpu]).decode_bound(batch=1, n_context=n_context)
         g2.caption(tr("serving.roofline", gpu=gpu, n=f"{n_context:,}", tpot=f"{bound.seconds * 1e3:.3g} ms",
                       limit=tr(f"serving.limit_{bound.limited_by}")))
     except InputError as exc:

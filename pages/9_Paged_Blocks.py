@@ -82,8 +82,9 @@ def step() -> None:
         engine.step()
 
 
-def toggle_play() -> None:
-    st.session_state.pg_playing = not st.session_state.get("pg_playing", False) and not engine.idle
+def play(on: bool) -> None:
+    # Set, never toggle: a click that reaches the server twice (coalesced with a tick) must not undo itself.
+    st.session_state.pg_playing = on and not engine.idle
 
 
 playing = st.session_state.get("pg_playing", False)
@@ -92,7 +93,8 @@ b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key=
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
 b[3].button(tr("paged.step"), on_click=step, disabled=playing or engine.idle, key="pg_step", width="stretch")
-b[4].button(tr("paged.pause" if playing else "paged.play"), on_click=toggle_play, key="pg_play", width="stretch",
+b[4].button(tr("paged.pause" if playing else "paged.play"), on_click=play, args=(not playing,), key="pg_play",
+            width="stretch",
             disabled=engine.idle and not playing)
 b[5].button(tr("paged.reset"), on_click=reset, key="pg_reset", width="stretch")
 if st.session_state.get("pg_error") is not None:
@@ -114,6 +116,10 @@ def savings() -> dict[int, HitSaving]:
                 done[key] = measure_hit_saving(model, r.prompt_ids, r.cached_tokens, repeats=SAVING_REPEATS)
             out[r.request_id] = done[key]
     return out
+
+
+IDEAS = ("tables", "requests", "memory")
+shown = {IDEAS[i] for i in ui.ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 
 
 def show() -> None:
@@ -139,9 +145,18 @@ def show() -> None:
             "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own") + tuple(
         f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
     labels = {k: tr(f"paged.c_{k}") for k in keys}
-    ui.chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
-    st.caption(tr("paged.tables_caption", size=block_size))
-    ui.chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
+    if "tables" in shown:
+        ui.chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
+        st.caption(tr("paged.tables_caption", size=block_size))
+        ui.chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
+    if "requests" in shown:
+        requests_and_hits(requests)
+    if "memory" in shown:
+        memory()
+
+
+def requests_and_hits(requests: list) -> None:
+    """Each request's prompt, hit, TTFT and preemptions, and the prefill time each hit saved (measured)."""
     saved = savings()
     rows = []
     for r in requests:
@@ -161,11 +176,19 @@ def show() -> None:
         })
     ui.table(pd.DataFrame(rows), "pg_requests")
     st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
+    if saved:
+        slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
+        ui.chart(charts.hit_savings(list(saved.items()), slabels, lecture=settings.lecture), "pg_savings")
+        st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
+
+
+def memory() -> None:
+    """The pool's blocks over time, and the running requests' K/V held four ways (fragmentation)."""
     left, right = st.columns(2)
     with left:
         usage = {k: tr(f"paged.c_{k}") for k in ("used", "cached", "free", "preempted", "step", "blocks",
                                                    "usage_title")}
-        ui.chart(charts.pool_usage(engine.history, usage, lecture=lecture), "pg_usage")
+        ui.chart(charts.pool_usage(engine.history, usage, lecture=settings.lecture), "pg_usage")
     with right:
         frag = fragmentation(engine)
         if frag is None:
@@ -173,12 +196,8 @@ def show() -> None:
         else:
             flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
                                                          "bar_text", "frag_title")}
-            ui.chart(charts.fragmentation_bars(frag, flabels, lecture=lecture), "pg_frag")
+            ui.chart(charts.fragmentation_bars(frag, flabels, lecture=settings.lecture), "pg_frag")
             st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
-    if saved:
-        slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
-        ui.chart(charts.hit_savings(list(saved.items()), slabels, lecture=lecture), "pg_savings")
-        st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
 
 
 def live() -> None:

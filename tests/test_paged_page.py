@@ -5,13 +5,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.i18n import t
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/9_Paged_Blocks.py"
 
 
-def _open(lang: str) -> AppTest:
+def _open(lang: str, **query: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["lang"] = lang
+    for key, value in query.items():
+        at.query_params[key] = value
     at.switch_page(PAGE).run()
     assert not at.exception
     return at
@@ -81,3 +85,28 @@ def test_hugging_face_choice_says_why_and_runs_the_shipped_model():
     assert not at.exception
     assert any("contiguous cache per request" in i.value for i in at.info)
     assert at.session_state["pg_engine"].model.cfg.max_seq_len > 0  # the native engine is ready
+
+
+def _titles(at: AppTest) -> set[str]:
+    return {json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")}
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_lecture_mode_shows_one_idea_per_screen(lang):
+    """On a projector the page is three screens: block tables, requests and hits, memory; all three otherwise."""
+    t_ = {k: t(f"paged.c_{k}", lang) for k in ("tables_title", "pool_title", "savings_title", "usage_title",
+                                              "frag_title")}
+    at = _open(lang, lecture="1", idea="3")
+    at.button(key="pg_add4").click().run()
+    for _ in range(3):
+        at.button(key="pg_step").click().run()
+    assert not at.exception
+    assert _titles(at) == {t_["usage_title"], t_["frag_title"]}
+    assert not at.dataframe  # the requests table is another screen
+    at.button(key="kv_idea_back_paged").click().run()
+    assert _titles(at) == {t_["savings_title"]} and len(at.dataframe) == 1
+    at.button(key="kv_idea_back_paged").click().run()
+    assert _titles(at) == {t_["tables_title"], t_["pool_title"]}
+    assert at.button(key="kv_idea_back_paged").disabled
+    at.toggle(key="_w_kv_lecture").set_value(False).run()
+    assert _titles(at) == set(t_.values()) and len(at.dataframe) == 1  # every idea on one page

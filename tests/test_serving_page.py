@@ -112,3 +112,27 @@ def test_roofline_bound_beside_a_known_shape():
     n = at.number_input(key="sv_prompt").value + at.number_input(key="sv_max_tokens").value // 2
     bound = Roofline(load_backend("tiny").spec, HARDWARE["L4"]).decode_bound(batch=1, n_context=n)
     assert any(f"TPOT ≥ **{bound.seconds * 1e3:.3g} ms**" in c.value and "on L4" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_an_unknown_model_shape_is_unknown_until_picked(lang):
+    """A served model kvviz cannot place shows no KV bytes (never a default shape); picking the preset it runs
+    gives that preset's bytes per token and bound, said to come from the pick."""
+    from kvviz.i18n import t
+    from kvviz.kv.formula import kv_footprint
+    from kvviz.kv.presets import PRESETS
+
+    at = _page(lang)
+    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["my-finetune"], "engine": "vLLM",
+                                   "block_size": 16}
+    at.run()
+    assert not at.exception, at.exception
+    shape = at.selectbox(key="sv_shape_my-finetune")
+    assert shape.value is None and list(shape.options)[0] == "Llama-2-7B"  # the presets only: nothing was found
+    assert all(s.key != "sv_gpu" for s in at.selectbox)  # no bound for an unknown shape
+    assert any(t("serving.kv_unknown", lang, model="my-finetune") == c.value for c in at.caption)
+    shape.set_value("Mistral-7B").run()
+    per_token = kv_footprint(PRESETS["Mistral-7B"], 1, 1, "bfloat16").per_token
+    assert per_token == 2 * 32 * 8 * 128 * 2  # 2 (K, V) · 32 layers · 8 KV heads · d_head 128 · 2 bytes
+    assert any(f"{per_token:,} B" in c.value and "Mistral-7B" in c.value for c in at.caption)
+    assert any(s.key == "sv_gpu" for s in at.selectbox)  # the bound, for the picked shape
