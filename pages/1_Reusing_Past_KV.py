@@ -87,9 +87,7 @@ if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
 can_step = gen is not None and not gen.done and not stale and gen.cache is not None
 
-# In lecture mode the settings sit behind one button: one screen shows the controls and the lesson.
-settings_box = st.popover(tr("reuse.settings"), icon=":material/tune:") if lecture else st.container(border=True)
-with settings_box:
+with ui.settings_box(tr("reuse.settings"), border=True):
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)

@@ -18,7 +18,10 @@ BLOCK_SIZES = (4, 8, 16, 32)
 settings = ui.page_setup("paged.title")
 tr = ui.tr
 st.title(tr("paged.title"))
-st.write(tr("paged.intro"))
+# On a projector the introduction and the settings fold into one row, so the demo's buttons and the idea fit a screen.
+head = st.columns([3, 1], vertical_alignment="center") if settings.lecture else None
+with head[0] if head else st.container(), ui.intro_box():
+    st.write(tr("paged.intro"))
 if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
     settings = dataclasses.replace(settings, model="tiny")
@@ -35,7 +38,9 @@ def reset() -> None:
     st.session_state.pg_savings = {}
 
 
-c = st.columns(5)
+with head[1] if head else st.container():
+    box = ui.settings_box()
+c = box.columns(5)
 block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,
                             help=tr("paged.block_size_help"))
 n_blocks = int(c[1].number_input(tr("paged.pool_blocks"), 2, 1024, 20, key="pg_blocks", on_change=reset,
@@ -60,8 +65,8 @@ if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") !
     st.session_state.pg_savings = {}
     st.session_state.pg_playing = False
 engine: PagedEngine = st.session_state.pg_engine
-st.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_blocks * block_size,
-              kib=f"{engine.kv.allocated_bytes() / 1024:,.0f}", per_block=f"{engine.kv.bytes_per_block():,}"))
+box.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_blocks * block_size,
+               kib=f"{engine.kv.allocated_bytes() / 1024:,.0f}", per_block=f"{engine.kv.bytes_per_block():,}"))
 
 
 def add(shared: bool, count: int = 1) -> None:
@@ -102,7 +107,7 @@ if st.session_state.get("pg_error") is not None:
     st.session_state.pg_error = None
 
 
-SAVING_REPEATS = 5  # each prefill timed this many times, interleaved: the fastest of each, and their spread
+SAVING_REPEATS = 9  # each prefill timed this many times, interleaved: the fastest of each, and their spread
 
 
 def savings() -> dict[int, HitSaving]:
@@ -126,18 +131,23 @@ def show() -> None:
     blocks, requests = snapshot(engine)
     lecture = settings.lecture
     m = st.columns(5)
-    m[0].metric(tr("paged.m_step"), engine.n_steps)
     counts = {s: sum(r.status == s for r in requests) for s in ("running", "waiting", "arriving", "finished")}
-    m[1].metric(tr("paged.m_requests"), f"{counts['running']} / {counts['waiting'] + counts['arriving']} / "
-                                        f"{counts['finished']}")
-    m[1].caption(tr("paged.m_requests_help"))
     rate = engine.hit_rate()
-    m[2].metric(tr("paged.m_hit_rate"), "—" if rate is None else f"{rate:.0%}")
-    m[2].caption(tr("paged.m_hit_rate_help", hits=engine.pool.hits, queries=engine.pool.queries))
-    m[3].metric(tr("paged.m_blocks"), f"{engine.pool.n_in_use()} / {engine.pool.n_cached_free()} / "
-                                      f"{engine.pool.n_free - engine.pool.n_cached_free()}")
-    m[3].caption(tr("paged.m_blocks_help"))
-    m[4].metric(tr("paged.m_preemptions"), sum(r.n_preemptions for r in requests))
+    helps = {"requests": tr("paged.m_requests_help"), "blocks": tr("paged.m_blocks_help"),
+             "hit_rate": tr("paged.m_hit_rate_help", hits=engine.pool.hits, queries=engine.pool.queries)}
+
+    def metric(i: int, name: str, value: object) -> None:
+        """A metric and what it counts: a caption under it, or on a projector a tooltip (the screen is the chart's)."""
+        m[i].metric(tr(f"paged.m_{name}"), value, help=helps.get(name) if lecture else None)
+        if name in helps and not lecture:
+            m[i].caption(helps[name])
+
+    metric(0, "step", engine.n_steps)
+    metric(1, "requests", f"{counts['running']} / {counts['waiting'] + counts['arriving']} / {counts['finished']}")
+    metric(2, "hit_rate", "—" if rate is None else f"{rate:.0%}")
+    metric(3, "blocks", f"{engine.pool.n_in_use()} / {engine.pool.n_cached_free()} / "
+                        f"{engine.pool.n_free - engine.pool.n_cached_free()}")
+    metric(4, "preemptions", sum(r.n_preemptions for r in requests))
     if not requests:
         st.info(tr("paged.idle"))
         return

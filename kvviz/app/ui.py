@@ -479,6 +479,19 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
                        file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
 
 
+def intro_box() -> Any:
+    """Where a page's introduction goes: on the page, or in lecture mode folded away (the presenter says it)."""
+    return st.expander(tr("lecture.about")) if st.session_state.get("kv_lecture") else st.container()
+
+
+def settings_box(label: str | None = None, *, border: bool = False) -> Any:
+    """Where a page's settings go: on the page, or in lecture mode behind one button (`label`, or "Settings"), so
+    that one screen holds the controls a demo clicks and the idea on screen."""
+    if st.session_state.get("kv_lecture"):
+        return st.popover(label or tr("lecture.settings"), icon=":material/tune:")
+    return st.container(border=border)
+
+
 def ideas(titles: Sequence[str], key: str) -> list[int]:
     """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`).
 
