@@ -18,8 +18,7 @@ BLOCK_SIZES = (4, 8, 16, 32)
 settings = ui.page_setup("paged.title")
 tr = ui.tr
 st.title(tr("paged.title"))
-# On a projector the introduction and the settings fold into one row, so the demo's buttons and the idea fit a screen.
-head = st.columns([3, 1], vertical_alignment="center") if settings.lecture else None
+head = ui.lecture_head()
 with head[0] if head else st.container(), ui.intro_box():
     st.write(tr("paged.intro"))
 if settings.model == "hf":

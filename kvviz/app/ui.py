@@ -202,8 +202,9 @@ def page_setup(title_key: str) -> Settings:
         models = MODELS if caps is None or caps.hf_allow else tuple(m for m in MODELS if m != "hf")
         if st.session_state.kv_model not in models:
             st.session_state.kv_model = DEFAULTS["kv_model"]
+        model_lang = lang()  # read now: AppTest calls format_func later, outside this run
         _persisted(st.selectbox, "kv_model", tr("common.model"), options=models,
-                   format_func=lambda m, lg=lang(): t(f"common.model_{m}", lg))  # bound now: AppTest calls it later
+                   format_func=lambda m: t(f"common.model_{m}", model_lang))
         if st.session_state.kv_model == "random":
             _shape_controls(caps)
         elif st.session_state.kv_model == "hf" and caps is not None:
@@ -477,6 +478,15 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
         st.dataframe(df, hide_index=True, width="stretch")
     st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
                        file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
+
+
+def lecture_head() -> tuple[Any, Any] | None:
+    """In lecture mode, one row for the folded introduction and the settings button (so the demo's controls and
+    the idea fit one screen); None otherwise, where each takes its own place in the page."""
+    if not st.session_state.get("kv_lecture"):
+        return None
+    intro, settings = st.columns([3, 1], vertical_alignment="center")
+    return intro, settings
 
 
 def intro_box() -> Any:
