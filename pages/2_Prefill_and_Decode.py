@@ -18,7 +18,8 @@ CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn bet
 settings = ui.page_setup("prefill_decode.title")
 tr = ui.tr
 st.title(tr("prefill_decode.title"))
-st.write(tr("prefill_decode.intro"))
+with ui.intro_box():
+    st.write(tr("prefill_decode.intro"))
 backend = ui.get_backend(settings)
 if backend is None:
     st.stop()

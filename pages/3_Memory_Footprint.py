@@ -29,7 +29,8 @@ from kvviz.units import format_binary, format_decimal
 settings = ui.page_setup("memory.title")
 tr, ss, lecture = ui.tr, st.session_state, settings.lecture
 st.title(tr("memory.title"))
-st.write(tr("memory.intro"))
+with ui.intro_box():
+    st.write(tr("memory.intro"))
 backend = ui.get_backend(settings)
 
 # ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----

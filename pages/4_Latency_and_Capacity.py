@@ -25,7 +25,8 @@ BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
 settings = ui.page_setup("latency.title")
 tr = ui.tr
 st.title(tr("latency.title"))
-st.write(tr("latency.intro"))
+with ui.intro_box():
+    st.write(tr("latency.intro"))
 backend = ui.get_backend(settings)
 if backend is None:
     st.stop()

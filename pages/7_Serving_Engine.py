@@ -26,7 +26,8 @@ settings = ui.page_setup("serving.title")
 tr = ui.tr
 ss = st.session_state
 st.title(tr("serving.title"))
-st.write(tr("serving.intro"))
+with ui.intro_box():
+    st.write(tr("serving.intro"))
 caps = settings.hosted
 secrets = ui.secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()

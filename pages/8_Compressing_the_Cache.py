@@ -17,7 +17,8 @@ tr = ui.tr
 settings = ui.page_setup("compression.title")
 lecture = settings.lecture
 st.title(tr("compression.title"))
-st.write(tr("compression.intro"))
+with ui.intro_box():
+    st.write(tr("compression.intro"))
 backend = ui.get_backend(settings)
 if backend is None:
     st.stop()
