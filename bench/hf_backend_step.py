@@ -32,7 +32,8 @@ def save_as_hf(backend, path: Path) -> None:
     save_file(state, path / "model.safetensors", metadata={"format": "pt"})
     LlamaConfig(**backend.model.cfg.to_hf_dict()).save_pretrained(path)
     # The prompt is given as ids; a one-entry vocabulary is enough for the loader.
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))).save_pretrained(path)
+    word_level = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    PreTrainedTokenizerFast(tokenizer_object=word_level).save_pretrained(path)
 
 
 def step_seconds(backends: dict, prompt: list[int], n_new: int, repeats: int) -> dict:

@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--dtypes", type=_dtype_list, default=["float32", "bfloat16", "float16"], help="dtype: dtypes")
     w.add_argument("--prompt-tokens", type=_positive_int, default=64, help="batch, dtype: prompt length")
     w.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens generated per run")
-    w.add_argument("--repeats", type=_positive_int, default=3, help="whole runs (steps for cache) per setting; the median and range are kept")
+    w.add_argument("--repeats", type=_positive_int, default=3,
+                   help="whole runs (steps for cache) per setting; the median and range are kept")
     w.add_argument("--json", action="store_true")
     _add_shape_flags(w)
 
@@ -167,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("presets", help="the model presets: KV shape, bytes per token, parameters")
     pr.add_argument("--json", action="store_true")
 
-    pd = sub.add_parser("prefix-demo", help="requests sharing a system prompt in the paged KV cache: hits, TTFT, blocks")
+    pd = sub.add_parser("prefix-demo",
+                        help="requests sharing a system prompt in the paged KV cache: hits, TTFT, blocks")
     pd.add_argument("--requests", type=_positive_int, default=8,
                     help="requests; each arrives after the previous one's prefill")
     pd.add_argument("--shared-prefix", type=_non_negative_int, default=256, help="tokens of the shared system prompt")
@@ -191,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
     c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
     c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
-    c.add_argument("--group", type=_positive_int, help="int8/int4: KIVI group size (default: 32 where it divides d_head)")
+    c.add_argument("--group", type=_positive_int,
+                   help="int8/int4: KIVI group size (default: 32 where it divides d_head)")
     c.add_argument("--residual", type=int, default=32, help="int8/int4: newest tokens kept in full precision")
     c.add_argument("--pool-kv-heads", type=_positive_int, help="gqa: KV heads after pooling (default: half)")
     c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

@@ -15,7 +15,8 @@ from tests.kvref import textbook_bytes
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layers, heads, kv_heads, batch", [(1, 4, 4, 1), (3, 8, 2, 2), (2, 4, 1, 3)])
 def test_live_bytes_equal_formula(dtype, layers, heads, kv_heads, batch):
-    cfg = DecoderConfig(n_layers=layers, d_model=64, n_heads=heads, n_kv_heads=kv_heads, d_ff=96, vocab_size=300, max_seq_len=40)
+    cfg = DecoderConfig(n_layers=layers, d_model=64, n_heads=heads, n_kv_heads=kv_heads, d_ff=96, vocab_size=300,
+                        max_seq_len=40)
     model = Decoder(cfg).init_weights(1).to(dtype).eval()
     cache = model.new_cache(batch, 40)
     elem = torch.empty((), dtype=dtype).element_size()

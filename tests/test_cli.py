@@ -7,7 +7,8 @@ import pytest
 
 from kvviz.cli import main
 
-SHAPE = ["--model", "random", "--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2", "--vocab-size", "300"]
+SHAPE = ["--model", "random", "--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2",
+         "--vocab-size", "300"]
 
 
 def test_generate_json(capsys):

@@ -218,7 +218,7 @@ def test_native_decoder_saved_as_hf_llama_matches_native_backend(tmp_path):
     assert [e.cache_lengths for e in ea] == [e.cache_lengths for e in eb]
     assert [e.live_bytes for e in ea] == [e.live_bytes for e in eb]
     assert torch.allclose(a.last_logits, b.last_logits, atol=1e-4)
-    for row_a, row_b in zip(ea[-1].attention, eb[-1].attention):
+    for row_a, row_b in zip(ea[-1].attention, eb[-1].attention, strict=True):
         assert abs(row_a - row_b).max() < 1e-5
     assert hf.spec.n_params == native.spec.n_params
 

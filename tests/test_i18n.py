@@ -71,4 +71,5 @@ def test_int4_caption_names_the_zero_point():
     for lang in ("en", "ko"):
         text = t("memory.scale_note_int4", lang, dtype="int4", group=int4.group_size, scale=int4.scale_bytes_per_group)
         assert "64" in text and "4 B" in text
-    assert "one fp16 scale and one fp16 zero point" in t("memory.scale_note_int4", "en", dtype="int4", group=64, scale=4)
+    note = t("memory.scale_note_int4", "en", dtype="int4", group=64, scale=4)
+    assert "one fp16 scale and one fp16 zero point" in note

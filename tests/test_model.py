@@ -15,7 +15,8 @@ SHAPES = {
 
 
 def make(kind: str, n_layers: int, **extra) -> Decoder:
-    cfg = DecoderConfig(n_layers=n_layers, d_model=64, d_ff=128, vocab_size=300, max_seq_len=64, **SHAPES[kind], **extra)
+    cfg = DecoderConfig(n_layers=n_layers, d_model=64, d_ff=128, vocab_size=300, max_seq_len=64, **SHAPES[kind],
+                        **extra)
     return Decoder(cfg).init_weights(seed=n_layers).eval()
 
 

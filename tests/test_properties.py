@@ -21,25 +21,25 @@ factor = st.integers(1, 64)
 
 
 # ---- memory -----------------------------------------------------------------------------------------
-@given(b=sizes, l=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, e=bytes_per_elem, k=factor,
+@given(b=sizes, layers=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, e=bytes_per_elem, k=factor,
        which=st.integers(0, 4))
-def test_formula_is_linear_in_each_factor(b, l, n, h, d, e, k, which):
-    args = [b, l, n, h, d]
+def test_formula_is_linear_in_each_factor(b, layers, n, h, d, e, k, which):
+    args = [b, layers, n, h, d]
     scaled = list(args)
     scaled[which] *= k
     assert textbook_bytes(*scaled, e) == k * textbook_bytes(*args, e)
     # exact integer bytes at any size (e·2 is whole for every dtype: int4 is half a byte)
-    assert textbook_bytes(*args, e) == 2 * b * l * n * h * d * int(e * 2) // 2
+    assert textbook_bytes(*args, e) == 2 * b * layers * n * h * d * int(e * 2) // 2
 
 
-@given(b=sizes, l=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, dtype=plain_dtype)
-def test_intermediates_multiply_out(b, l, n, h, d, dtype):
-    m = kv_footprint(KVSpec(l, h, h, d), n, b, dtype)
+@given(b=sizes, layers=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, dtype=plain_dtype)
+def test_intermediates_multiply_out(b, layers, n, h, d, dtype):
+    m = kv_footprint(KVSpec(layers, h, h, d), n, b, dtype)
     e = KV_DTYPES[dtype].data_bytes
     assert m.per_token_per_layer == 2 * h * d * int(e * 2) // 2
-    assert m.per_token == m.per_token_per_layer * l
+    assert m.per_token == m.per_token_per_layer * layers
     assert m.per_request == m.per_token * n
-    assert m.total == m.per_request * b == textbook_bytes(b, l, n, h, d, e)
+    assert m.total == m.per_request * b == textbook_bytes(b, layers, n, h, d, e)
 
 
 UNITS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5}

@@ -88,7 +88,8 @@ def test_repeated_request_settles_before_its_first_timed_run(backend, monkeypatc
     monkeypatch.setattr(timing, "settle", lambda b, *a, **k: order.append("settle") or 0.0)
     monkeypatch.setattr(timing, "warm_up", lambda b: order.append("warm"))
     real_prefill = timing.Generation.prefill
-    monkeypatch.setattr(timing.Generation, "prefill", lambda self, ids: order.append("prefill") or real_prefill(self, ids))
+    monkeypatch.setattr(timing.Generation, "prefill",
+                        lambda self, ids: order.append("prefill") or real_prefill(self, ids))
     req = timing.RepeatedRequest(backend, [1, 2, 3], 4, repeats=2)
     while not req.done:
         req.advance(60)

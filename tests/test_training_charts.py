@@ -46,7 +46,7 @@ def test_kv_heatmaps_are_stacked_so_titles_never_overlap():
     for axis in ("yaxis", "yaxis2", "yaxis3"):
         assert tuple(fig.layout[axis].range) == (-0.5, 1.5) and fig.layout[axis].dtick == 1  # d_head 2: ticks 0, 1
     domains = sorted(tuple(fig.layout[a].domain) for a in ("yaxis", "yaxis2", "yaxis3"))
-    assert all(lo[1] < hi[0] for lo, hi in zip(domains, domains[1:]))  # the rows do not overlap
+    assert all(lo[1] < hi[0] for lo, hi in zip(domains, domains[1:], strict=False))  # the rows do not overlap
 
 
 def test_drift_chart_shows_rounding_sized_bars_on_a_log_axis():

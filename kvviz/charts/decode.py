@@ -176,7 +176,8 @@ def cache_bytes_figure(
 ) -> go.Figure:
     """Live (measured from the tensors) vs preallocated bytes after each pass, with the formula's bytes."""
     fig = go.Figure([
-        go.Scatter(x=list(passes), y=list(allocated), name=names[1], mode="lines", line=dict(dash="dash", color="#888")),
+        go.Scatter(x=list(passes), y=list(allocated), name=names[1], mode="lines",
+                   line=dict(dash="dash", color="#888")),
         go.Scatter(x=list(passes), y=list(live), name=names[0], mode="lines+markers", line=dict(color=STEP_COLOR)),
         go.Scatter(x=list(passes), y=list(formula), name=names[2], mode="markers",
                    marker=dict(symbol="x", size=9, color=NEWEST_COLOR)),

@@ -206,7 +206,8 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
 
 
 def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight_bytes: float,
-                        crossing_tokens: float | None, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+                        crossing_tokens: float | None, labels: Mapping[str, str], *,
+                        lecture: bool = False) -> go.Figure:
     """The batch's KV cache (GB) growing with context against the flat weights, the crossing marked (None: the
     cache never reaches the weights)."""
     fig = go.Figure()

@@ -23,7 +23,8 @@ class KVCache:
         device: torch.device | str = "cpu",
     ) -> None:
         if min(n_layers, batch_size, n_kv_heads, max_len, d_head) <= 0:
-            raise InputError("positive_int", name="cache size", value=min(n_layers, batch_size, n_kv_heads, max_len, d_head))
+            smallest = min(n_layers, batch_size, n_kv_heads, max_len, d_head)
+            raise InputError("positive_int", name="cache size", value=smallest)
         shape = (batch_size, n_kv_heads, max_len, d_head)
         # Preallocated once: appending is a copy into a slice, never a reallocation.
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
@@ -66,4 +67,4 @@ class KVCache:
 
     def allocated_bytes(self) -> int:
         """Bytes reserved by the preallocated buffers, cached or not."""
-        return sum(k.nbytes + v.nbytes for k, v in zip(self.k, self.v))
+        return sum(k.nbytes + v.nbytes for k, v in zip(self.k, self.v, strict=True))

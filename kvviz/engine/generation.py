@@ -147,14 +147,15 @@ class Generation:
         x = torch.tensor(rows, device=be.device)
         synchronize(be.device)
         t0 = time.perf_counter()
-        out = be.forward(x, self.cache if self.use_cache else None, capture_attention=self.capture_attention, all_logits=False)
+        out = be.forward(x, self.cache if self.use_cache else None, capture_attention=self.capture_attention,
+                         all_logits=False)
         logits = out.logits[:, -1].float()
         next_ids = self._choose(logits)
         synchronize(be.device)
         seconds = time.perf_counter() - t0
 
         if self.generated:
-            for row, tok in zip(self.generated, next_ids):
+            for row, tok in zip(self.generated, next_ids, strict=True):
                 row.append(tok)
         else:
             self.generated = [[tok] for tok in next_ids]
@@ -178,7 +179,8 @@ class Generation:
             token_id=next_ids[0],
             token_ids=next_ids,
             token_text=be.tokenizer.token_text(next_ids[0]),
-            top_k=[TopToken(int(i), be.tokenizer.token_text(int(i)), float(p)) for p, i in zip(top_p, top_i)],
+            top_k=[TopToken(int(i), be.tokenizer.token_text(int(i)), float(p))
+                   for p, i in zip(top_p, top_i, strict=True)],
             seconds=seconds,
             cache_lengths=lengths,
             live_bytes=live,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from kvviz.engine.backends.base import ForwardResult
-from kvviz.engine.backends.hf_policy import HFPolicy, check_allowed, check_size
+from kvviz.engine.backends.hf_policy import OPEN_POLICY, HFPolicy, check_allowed, check_size
 from kvviz.engine.device import parse_dtype, resolve_device
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec
@@ -210,7 +210,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def load_hf_backend(
-    name: str, *, dtype: str = "float32", device: str = "auto", policy: HFPolicy = HFPolicy()
+    name: str, *, dtype: str = "float32", device: str = "auto", policy: HFPolicy = OPEN_POLICY
 ) -> HFBackend:
     """A local directory or hub id as a ready backend; every failure a user can cause is an InputError."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

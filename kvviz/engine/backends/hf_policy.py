@@ -27,6 +27,9 @@ class HFPolicy:
     max_params: int | None = None  # None = any size
 
 
+OPEN_POLICY = HFPolicy()  # any model, any size: the CLI and a local app
+
+
 def parse_params(text: str | int | float) -> int:
     """'135M' -> 135_000_000; '1.5e9', '2B', 500 also accepted."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
