@@ -15,7 +15,7 @@ settings = ui.page_setup("reuse.title")
 tr, lecture = ui.tr, settings.lecture
 st.title(tr("reuse.title"))
 head = ui.lecture_head()
-with head[0] if head else st.container(), ui.intro_box():  # on a projector folded away: the page is the demo
+with head[0], ui.intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 backend = ui.get_backend(settings)
 
@@ -88,7 +88,7 @@ if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
 can_step = gen is not None and not gen.done and not stale and gen.cache is not None
 
-with head[1] if head else st.container(), ui.settings_box(tr("reuse.settings"), border=True):
+with head[1], ui.settings_box(tr("reuse.settings"), border=True):
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)

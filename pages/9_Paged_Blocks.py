@@ -19,7 +19,7 @@ settings = ui.page_setup("paged.title")
 tr = ui.tr
 st.title(tr("paged.title"))
 head = ui.lecture_head()
-with head[0] if head else st.container(), ui.intro_box():
+with head[0], ui.intro_box():
     st.write(tr("paged.intro"))
 if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
@@ -37,7 +37,7 @@ def reset() -> None:
     st.session_state.pg_savings = {}
 
 
-with head[1] if head else st.container():
+with head[1]:
     box = ui.settings_box()
 c = box.columns(5)
 block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,

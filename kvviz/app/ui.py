@@ -5,6 +5,7 @@ widget's state when the user switches page; each widget is re-seeded from them o
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -480,11 +481,11 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
                        file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
 
 
-def lecture_head() -> tuple[Any, Any] | None:
-    """In lecture mode, one row for the folded introduction and the settings button (so the demo's controls and
-    the idea fit one screen); None otherwise, where each takes its own place in the page."""
+def lecture_head() -> tuple[Any, Any]:
+    """Where the introduction and the settings go: in lecture mode one row of two columns (so the demo's controls
+    and the idea fit one screen); otherwise wherever the page is when each is entered."""
     if not st.session_state.get("kv_lecture"):
-        return None
+        return contextlib.nullcontext(), contextlib.nullcontext()
     intro, settings = st.columns([3, 1], vertical_alignment="center")
     return intro, settings
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kvviz.engine.device import synchronize
+from kvviz.engine.metrics import spread
 from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE
 from kvviz.engine.paged.scheduler import PagedEngine
@@ -147,14 +148,13 @@ def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens:
     ids = torch.tensor([list(prompt_ids)], device=model.lm_head.weight.device)
     full, partial = [], []
     with torch.inference_mode(), quiet():  # no GC pause or thread change inside the timings
-        for rep in range(-1, repeats):  # rep -1 is untimed: the first passes at new lengths pay one-time costs
+        for _ in range(repeats + 1):
             cache = model.new_cache(1, len(prompt_ids))
             synchronize(ids.device)
             t0 = time.perf_counter()
             model(ids, cache, all_logits=False)
             synchronize(ids.device)
-            if rep >= 0:
-                full.append(time.perf_counter() - t0)
+            full.append(time.perf_counter() - t0)
             cache.reset()
             if cached_tokens:
                 model(ids[:, :cached_tokens], cache, all_logits=False)  # the hit: already there, not timed
@@ -162,7 +162,7 @@ def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens:
             t0 = time.perf_counter()
             model(ids[:, cached_tokens:], cache, all_logits=False)
             synchronize(ids.device)
-            if rep >= 0:
-                partial.append(time.perf_counter() - t0)
-    noise = max(statistics.median(full) - min(full), statistics.median(partial) - min(partial))
-    return HitSaving(min(full), min(partial), noise, repeats)
+            partial.append(time.perf_counter() - t0)
+    # The first pair is dropped: the first passes at new lengths pay one-time costs.
+    whole, after = spread(full[1:]), spread(partial[1:])
+    return HitSaving(whole.low, after.low, max(whole.median - whole.low, after.median - after.low), repeats)
