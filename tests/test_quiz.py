@@ -1,7 +1,7 @@
 """The Check page's answers come from the calculator, not from typed-in numbers."""
 from pathlib import Path
 
-from kvviz.app.ui import NAV
+from kvviz.app.navigation import NAV
 from kvviz.i18n import catalog
 from kvviz.lessons import quiz
 from kvviz.units import format_binary

@@ -8,7 +8,7 @@ import pytest
 from harness import ROOT, settle, url_path
 from playwright.sync_api import expect
 
-from kvviz.app.ui import NAV
+from kvviz.app.navigation import NAV
 from kvviz.i18n import t
 
 EXCEPTION = "[data-testid='stException']"
