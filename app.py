@@ -4,7 +4,7 @@ import streamlit as st
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas
 from kvviz.app.models import get_backend, model_caption, preload_engine, settings_spec
-from kvviz.app.navigation import NAV, ROOT
+from kvviz.app.navigation import page_map
 from kvviz.app.shell import page_setup
 from kvviz.charts.decode import decode_loop_dot
 
@@ -33,9 +33,6 @@ if 1 in show:
 
 if 2 in show:
     st.subheader(titles[2])
-    for path, key in NAV[1:]:
-        if (ROOT / path).exists():  # pages still being built are not linked yet
-            st.page_link(path, label=tr(key))
-            st.caption(tr("home.page_" + key.removeprefix("nav.")))
+    page_map(compact=settings.lecture)  # the sidebar's sections, each page with what it shows
 
 preload_engine()  # the page is drawn: torch and the engine load in the background for the next one

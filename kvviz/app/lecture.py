@@ -24,7 +24,9 @@ LECTURE_CSS = """<style>
 html { font-size: 22px; }
 [data-testid='stMainBlockContainer'] { max-width: 100%; padding: 4rem 3rem 2rem 3rem; }
 [data-testid='stMainBlockContainer'] h1 { font-size: 2.2rem; padding-top: 0; }
-</style>"""  # at 1280×720 the default 6rem top padding (4rem clears the fixed header) and a 2.75rem title took a third
+[data-testid='stMain'] [data-testid='stPageLink-NavLink'] span { white-space: normal; }
+</style>"""  # at 1280×720 the default 6rem top padding (4rem clears the fixed header) and a 2.75rem title took a third;
+# a label wraps onto a second line rather than being cut short (Streamlit ends a long one with "…")
 
 
 def lecture_head() -> tuple[Any, Any]:
