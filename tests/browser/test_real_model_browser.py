@@ -41,7 +41,7 @@ def test_decode_page_on_smollm2_in_chat_form(page, shots, smollm2, lang):
     expect(page.locator(".kv-chip.newest")).to_have_count(1)
     assert page.evaluate(TOKENS_JS) == n_prompt + 1
     assert page.locator(".kv-chip", has_text="<|im_start|>").count() >= 2  # the template's turns, as tokens
-    for k in range(10):
+    for _ in range(10):
         before = page.evaluate(TOKENS_JS)
         page.locator("button.kv-step").click()
         page.wait_for_function(f"({TOKENS_JS}) >= {before + 1}")
