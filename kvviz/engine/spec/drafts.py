@@ -200,3 +200,36 @@ def first_layers_draft(target: NativeBackend, n_layers: int) -> ModelDraft:
     small = NativeBackend(target.model.first_layers(n_layers), target.tokenizer, f"{target.spec.name} · first "
                           f"{n_layers} layers")
     return ModelDraft(small)
+
+
+def default_exit_layer(n_layers: int) -> int:
+    """Where the early exit leaves by default: after three quarters of the layers (a choice, shown with it)."""
+    return max(1, 3 * n_layers // 4)
+
+
+RANDOM_DRAFT = "random"  # a seeded random-weight shape sharing the target's tokenizer: mechanics only
+LAYERS_DRAFT = "layers:"  # "layers:M": the target's first M layers as a separate model with its own cache
+
+
+def load_draft(name: str, target: NativeBackend, *, seed: int = 0) -> ModelDraft:
+    """A separate draft model: `random`, `layers:M`, or any model kvviz loads natively that shares the tokenizer."""
+    if name == RANDOM_DRAFT:
+        from kvviz.engine.config import DecoderConfig
+        from kvviz.engine.model import Decoder
+
+        p = target.model.lm_head.weight
+        cfg = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176,
+                            vocab_size=target.model.cfg.vocab_size, max_seq_len=target.spec.max_context)
+        model = Decoder(cfg).init_weights(seed).to(device=p.device, dtype=p.dtype)
+        return ModelDraft(NativeBackend(model, target.tokenizer, f"random L2 d64 (seed {seed})"))
+    if name.startswith(LAYERS_DRAFT):
+        count = name.removeprefix(LAYERS_DRAFT)
+        if not count.isdigit():
+            raise InputError("spec.bad_layers", layers=count, n_layers=target.spec.n_layers)
+        return first_layers_draft(target, int(count))
+    from kvviz.engine.loading import load_backend
+
+    backend = load_backend(name, dtype=str(target.dtype).removeprefix("torch."), device=str(target.device),
+                           engine="native")
+    check_same_tokenizer(target, backend)
+    return ModelDraft(backend)
