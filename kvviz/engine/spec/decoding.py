@@ -21,6 +21,7 @@ import torch
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.cache import KVCache
 from kvviz.engine.device import synchronize
+from kvviz.engine.generation import encode_prompt
 from kvviz.engine.spec import sampling
 from kvviz.engine.spec.drafts import Draft
 from kvviz.errors import InputError
@@ -166,15 +167,9 @@ class SpeculativeGeneration:
     def prefill(self, prompt: str | list[int]) -> SpecEvent:
         if self.started:
             raise InputError("already_prefilled")
-        ids = self.backend.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids or (isinstance(prompt, str) and not any(c.isprintable() and not c.isspace() for c in prompt)):
-            raise InputError("empty_prompt")
-        max_len = self.backend.spec.max_context
-        if len(ids) >= max_len:
-            raise InputError("prompt_too_long", n_tokens=len(ids), max_len=max_len)
-        self.prompt_ids = ids
-        self.requested_new_tokens = self.max_new_tokens
-        self.max_new_tokens = min(self.max_new_tokens, max_len - len(ids))
+        self.prompt_ids = ids = encode_prompt(self.backend, prompt)
+        self.requested_new_tokens = self.max_new_tokens  # as Generation: fewer new tokens if the context is short
+        self.max_new_tokens = min(self.max_new_tokens, self.backend.spec.max_context - len(ids))
         # Room for every token kept; a verify never writes past it (a step drafts at most what is left to emit).
         self.cache = self.backend.new_cache(1, len(ids) + self.max_new_tokens)
         with torch.inference_mode():
