@@ -223,7 +223,7 @@ def step_view(gen: SpeculativeGeneration) -> None:
     grid = spec_view.cache_grid(gen.events, shared)
     labels = decode_view.position_labels(chip_labels(texts[:-1] + [names[d] for d in grid.rejected_ids]))
     kinds = ("prefill", "step", "draft", "newest", "rejected") if shared else ("prefill", "step", "newest", "rejected")
-    legend = [tr(f"spec.legend_{k}", m=shared) for k in kinds]
+    legend = [tr(f"spec.legend_{k}", last=shared - 1) for k in kinds]
     n_kept = last.cache_lengths[0]
     st.html(decode_charts.cache_grid_html(
         grid.written, labels, title=tr("spec.grid_title", n=n_kept, rolled=last.rolled_back),
@@ -238,11 +238,11 @@ def step_view(gen: SpeculativeGeneration) -> None:
             own.written, labels, title=tr("spec.draft_grid_title", name=getattr(gen.draft, "name", ""),
                                           n=last.draft_lengths[0], rolled=last.draft_rolled_back),
             x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
-            legend=[tr(f"spec.legend_{k}", m=0) for k in ("prefill", "step", "newest")],
+            legend=[tr(f"spec.legend_{k}") for k in ("prefill", "step", "newest")],
             layer_names=[f"D{i}" for i in range(len(own.written))], lecture=lecture))
         st.caption(tr("spec.draft_bytes", live=f"{last.draft_live_bytes:,}", formula=f"{last.draft_formula_bytes:,}"))
     elif shared:
-        st.caption(tr("spec.shared_caption", m=shared))
+        st.caption(tr("spec.shared_caption", m=shared, last=shared - 1))
 
 
 def acceptance_view(gen: SpeculativeGeneration) -> None:
