@@ -587,7 +587,8 @@ def _print_capacity(r: dict) -> None:
     print(f"  total {r['device_total_bytes'] / gib:.2f} GiB × gpu_memory_utilization {r['gpu_memory_utilization']} "
           f"= {r['requested_bytes'] / gib:.2f} GiB")
     print(f"  − weights {r['weights_bytes'] / gib:.2f} GiB − reserve {r['reserve_bytes'] / gib:.2f} GiB"
-          f"{' (predicted)' if r['reserve_estimated'] else ' (as given)'} = KV budget {r['kv_budget_bytes'] / gib:.2f} GiB")
+          f"{' (predicted)' if r['reserve_estimated'] else ' (as given)'} = "
+          f"KV budget {r['kv_budget_bytes'] / gib:.2f} GiB")
     if r.get("reserve_terms"):
         t, launch = r["reserve_terms"], r["launch"]
         print(f"  reserve = max(activation {t['activation'] / gib:.2f}, sampler {t['sampler'] / gib:.2f}) + non-torch "

@@ -34,7 +34,7 @@ def _version(text: str) -> tuple[int, ...]:
     m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?.*", str(text).strip())
     if not m:
         raise InputError("capacity.bad_version", value=text)
-    return tuple(int(g) for g in m.groups() if g is not None)
+    return tuple(int(g or 0) for g in m.groups())
 
 
 def default_mem_fraction(smi_mib: int | None, tp: int, version: str | None) -> list[tuple[float, str]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec
@@ -48,11 +48,11 @@ ENGINES = ("v0", "v1")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.6.4.post1' → (0, 6, 4); 'v0.11' → (0, 11); anything else is a clear error."""
+    """'0.6.4.post1' → (0, 6, 4); 'v0.11' → (0, 11, 0); anything else is a clear error."""
     m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev)\d*.*)?", str(text).strip())
     if not m:
         raise InputError("capacity.bad_version", value=text)
-    return tuple(int(g) for g in m.groups() if g is not None)
+    return tuple(int(g or 0) for g in m.groups())  # '0.12' is 0.12.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class VllmLine:
 # Read in the pip sdists of 0.4.1, 0.5.4, 0.6.3, 0.6.4.post1, 0.6.5, 0.6.6, 0.7.2, 0.7.3, 0.8.0–0.8.5, 0.9.0–0.9.2,
 # 0.10.0–0.10.2, 0.11.0–0.11.2, 0.12.0, 0.13.0, 0.16.0–0.25.0, 0.27.0–0.29.0, 0.31.0, 0.33.0.
 LINES: tuple[VllmLine, ...] = (
-    VllmLine("0.4", (0, 4), "v0", "reserved", "increase", None, ("sort",), "after", (8, 16, 32),
+    VllmLine("0.4", (0, 4, 0), "v0", "reserved", "increase", None, ("sort",), "after", (8, 16, 32),
              "0.4.1 worker/worker.py determine_num_available_blocks: free memory at init − free after the profile "
              "run (no empty_cache); config.py SchedulerConfig: max(max_model_len, 2048) tokens",
              prefill_copy=True),
@@ -97,6 +97,12 @@ LINES: tuple[VllmLine, ...] = (
              "0.8.0 v1/worker/gpu_worker.py determine_available_memory (the CUDA context in non-torch); "
              "engine/arg_utils.py _override_v1_engine_args; v1/sample/ops/topk_topp_sampler.py uses FlashInfer "
              "when installed (the docker image has it, pip does not)"),
+    VllmLine("0.8.4 (V1)", (0, 8, 4), "v1", "allocated", "device", 2048, ("sort", "flashinfer"), "after",
+             (8, 16, 32, 64, 128), "0.8.4 engine/arg_utils.py: 256 sequences unless the device name says H100/H200"),
+    VllmLine("0.8.5 (V1)", (0, 8, 5), "v1", "allocated", "device", 2048, ("sort", "flashinfer"), "after",
+             (8, 16, 32, 64, 128), "0.8.5 engine/arg_utils.py: the larger batch by device memory (≥ 70 GiB)"),
+    VllmLine("0.9.0 (V1)", (0, 9, 0), "v1", "allocated", "device", 2048, ("sort", "flashinfer"), "after",
+             (8, 16, 32, 64, 128), "0.9.0 engine/arg_utils.py: ≥ 70 GiB and not an A100"),
     VllmLine("0.9.1 (V1)", (0, 9, 1), "v1", "allocated", "increase", 2048, ("sort", "flashinfer"), "after",
              (8, 16, 32, 64, 128),
              "0.9.1 v1/worker/gpu_worker.py: memory_profiling from the worker's init snapshot"),
@@ -120,6 +126,8 @@ LINES: tuple[VllmLine, ...] = (
              "gpu_model_runner.profile_cudagraph_memory()"),
     VllmLine("0.21 (V1)", (0, 21, 0), "v1", "allocated", "increase", None, ("flashinfer",), "estimate", None,
              "0.21.0 envs.py VLLM_USE_FLASHINFER_SAMPLER defaults to on (FlashInfer a dependency since 0.12)"),
+    VllmLine("0.29 (V1)", (0, 29, 0), "v1", "allocated", "increase", None, ("flashinfer",), "estimate", None,
+             "0.29.0 engine/arg_utils.py get_batch_defaults: 16,384 tokens for both entries on GPUs ≥ 160 GiB"),
 )
 
 
@@ -259,7 +267,8 @@ def _non_torch(line: VllmLine, engine: str, tp: int, which: int) -> tuple[int, s
     kind = non_torch_kind(line, engine)
     values = NON_TORCH_GIB[(kind, 1 if tp == 1 else 2 if tp <= 4 else 8)]
     kind = "since the worker began" if kind == "increase" else "CUDA context included"
-    return round(values[which] * GIB), f"{kind}, {'tp > 1' if tp > 1 else 'one GPU'}: {values[0]}–{values[2]} GiB in logs"
+    gpus = "tp > 1" if tp > 1 else "one GPU"
+    return round(values[which] * GIB), f"{kind}, {gpus}: {values[0]}–{values[2]} GiB in logs"
 
 
 def activation_bytes(weight_dtype: str) -> int:
@@ -345,7 +354,8 @@ def reserve_for(spec: KVSpec, gpu: Gpu, flags: ServingFlags, *, line: VllmLine, 
     non_torch, nt_why = _non_torch(line, engine, tp, non_torch_at)
     if given:
         why = f"{', '.join(given)} as given; " + why
-    return Reserve(line=line_label(line), engine=engine, entry=entry, sampler_path=sampler, max_num_batched_tokens=tokens,
+    return Reserve(line=line_label(line), engine=engine, entry=entry, sampler_path=sampler,
+                   max_num_batched_tokens=tokens,
                    max_num_seqs=seqs, activation=forward, sampler=sample, non_torch=non_torch,
                    cudagraph=cudagraph_estimate(spec, line, tokens, seqs, tp, act, flags.enforce_eager),
                    batch_source=why, non_torch_source=nt_why)
