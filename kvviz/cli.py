@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.kv.formula import KV_DTYPES
@@ -359,7 +360,16 @@ def _model_spec(args: argparse.Namespace, command: str):  # noqa: ANN202 - a KVS
 
     if (args.preset is None) == (args.config is None):
         raise CliError(f"{command} takes one of --preset or --config")
-    spec = get_preset(args.preset) if args.preset else load_hf_config(args.config)
+    if args.preset:
+        spec = get_preset(args.preset)
+    elif (Path(args.config) / "config.json").is_file() and (Path(args.config) / "model.safetensors").is_file():
+        # a kvviz model directory (the shipped model, `fetch-model smollm2`): its own config, counted exactly
+        from kvviz.engine.config import DecoderConfig
+        from kvviz.engine.shape import native_spec
+
+        spec = native_spec(DecoderConfig.load(Path(args.config) / "config.json"), Path(args.config).name)
+    else:
+        spec = load_hf_config(args.config)
     if getattr(args, "params", None):
         spec = spec.with_params(args.params, "given")
     return spec
