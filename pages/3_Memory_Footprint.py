@@ -37,7 +37,7 @@ from kvviz.kv.log_check import check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
 from kvviz.kv.reader import parse_config_text
 from kvviz.kv.sglang_pool import plan_sglang
-from kvviz.kv.vllm_profile import ServingFlags
+from kvviz.kv.vllm_profile import ServingFlags, why_text
 from kvviz.units import format_binary, format_decimal
 
 settings = page_setup("memory.title")
@@ -406,10 +406,11 @@ with tab_cap:
             batch_how = tr("memory.how_batch", line=launch["vllm_line"], engine=launch["engine"].upper(),
                            entry=tr(f"memory.entry_{launch['entry']}"),
                            tokens=f"{launch['max_num_batched_tokens']:,}", seqs=f"{launch['max_num_seqs']:,}",
-                           source=launch["batch_source"])
+                           source=why_text(launch["batch_why"], settings.lang))
             for key, how in (("activation", tr("memory.how_activation") + " " + batch_how),
                              ("sampler", tr(f"memory.how_sampler_{launch['sampler']}")),
-                             ("non_torch", tr("memory.how_non_torch", source=launch["non_torch_source"])),
+                             ("non_torch", tr("memory.how_non_torch",
+                                              source=why_text(launch["non_torch_why"], settings.lang))),
                              ("cudagraph", tr("memory.how_cudagraph"))):
                 rows.append(f"| {tr(f'memory.term_{key}')} | {format_binary(terms[key])} | {how} |")
             rows.append(f"| **{tr('memory.term_reserve')}** | **{format_binary(plan.reserve_bytes)}** | "
@@ -437,9 +438,9 @@ with tab_cap:
     term_names = {t: tr(f"memory.term_{t}") for t in ("weights", "activation", "non_torch", "kv_tokens")}
     st.plotly_chart(
         residual_figure(
-            [Residual(f"{c.model} · {c.gpu}×{c.tp} · {c.engine} {c.version}", term_names[t.name], t.difference,
+            [Residual(f"{c.model} · {c.gpu}×{c.tp} · {c.engine} {c.version}", term_names[t.name], t.kv_effect,
                       c.flags_named)
-             for c in LOG_CHECKS for t in c.terms if t.name in term_names and t.difference is not None],
+             for c in LOG_CHECKS for t in c.terms if t.name in term_names and t.kv_effect is not None],
             list(term_names.values()), tolerance=LOG_TOLERANCE, title=tr("memory.logs_chart"),
             y_title=tr("memory.logs_axis"), named_label=tr("memory.logs_named"),
             unnamed_label=tr("memory.logs_unnamed"),

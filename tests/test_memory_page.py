@@ -193,7 +193,7 @@ def test_per_term_residuals_against_real_logs(lang):
     checks = check_all()
     shown = sum(len(t["y"]) for t in points if t.get("y") and t["y"][0] is not None)
     assert shown == sum(1 for c in checks for t in c.terms
-                        if t.name in ("weights", "activation", "non_torch", "kv_tokens") and t.difference is not None)
+                        if t.name in ("weights", "activation", "non_torch", "kv_tokens") and t.kv_effect is not None)
     kv = next(c for c in checks if c.id == "vllm-10517-3090-20k").term("kv_tokens")
     table = next(md.value for md in at.markdown if "github.com/vllm-project/vllm/issues/10517" in md.value)
     assert f"{kv.logged:,.0f}* → {kv.predicted:,.0f} ({kv.difference:+.1%})" in table

@@ -78,6 +78,16 @@ def test_activation_peak_within_six_percent_of_the_log(log_id, logged_gib):
     assert term.predicted == pytest.approx(logged_gib, rel=0.06)
 
 
+def test_each_terms_error_is_read_as_its_effect_on_the_kv_cache():
+    """On one scale for the chart: a reserve term predicted x GiB too high costs x GiB of the logged KV cache."""
+    check = CHECKS["vllm-10517-3090-20k"]
+    kv = check.term("kv_tokens")
+    for name in ("weights", "activation", "non_torch"):
+        t = check.term(name)
+        assert t.kv_effect == pytest.approx(-(t.predicted - t.logged) * GIB / (kv.logged * 131072))
+    assert kv.kv_effect == kv.difference
+
+
 def test_ngram_speculation_adds_to_the_sampler_peak():
     """vllm issue 15394's V0 run with an ngram proposer profiles 0.49 GiB where the plain run predicts 0.46:
     speculative decoding's own buffers are not modelled, and the log shows by how much."""

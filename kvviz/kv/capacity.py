@@ -153,8 +153,9 @@ def plan_capacity(
         narrows = prediction.narrows
         launch = {"vllm_line": likely.line, "engine": likely.engine, "entry": likely.entry,
                   "sampler": likely.sampler_path, "max_num_batched_tokens": likely.max_num_batched_tokens,
-                  "max_num_seqs": likely.max_num_seqs, "batch_source": likely.batch_source,
-                  "non_torch_source": likely.non_torch_source, "unknown": list(prediction.unknown),
+                  "max_num_seqs": likely.max_num_seqs, "batch_source": likely.batch_source(),
+                  "batch_why": list(likely.batch_why), "non_torch_source": likely.non_torch_source(),
+                  "non_torch_why": list(likely.non_torch_why), "unknown": list(prediction.unknown),
                   "low_reserve_launch": _launch(prediction.low), "high_reserve_launch": _launch(prediction.high)}
     elif isinstance(reserve_bytes, bool) or not isinstance(reserve_bytes, int) or reserve_bytes < 0:
         raise InputError("positive_int", name="reserve_bytes", value=reserve_bytes)

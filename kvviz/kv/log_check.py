@@ -54,6 +54,7 @@ class Term:
     predicted: float
     unit: str  # "GiB" or "tokens" or "x"
     derived: bool = False  # the logged side is computed from other logged figures, not printed by the engine
+    kv_effect: float | None = None  # what this term's error does to the KV tokens: −(predicted − logged) / KV
 
     @property
     def difference(self) -> float | None:
@@ -116,6 +117,7 @@ def _vllm(entry: dict) -> LogCheck:
     if kv_tokens is None and logged.get("kv_cache_gib") is not None:
         kv_tokens, derived = int(logged["kv_cache_gib"] * GIB // plan.kv_bytes_per_block) * block, True
     terms.append(Term("kv_tokens", kv_tokens, plan.kv_cache_tokens, "tokens", derived))
+    terms = list(_with_kv_effect(terms, None if kv_tokens is None else kv_tokens * plan.kv_bytes_per_token))
     if logged.get("max_concurrency") is not None:
         # vLLM's concurrency is for max_model_len tokens per request, the length the log states
         n = logged.get("max_concurrency_tokens") or f["max_model_len"]
@@ -135,17 +137,32 @@ def _sglang(entry: dict) -> LogCheck:
     if weights_logged is None and logged.get("avail_before_load_gib") is not None:
         weights_logged = logged["avail_before_load_gib"] - logged["avail_after_load_gib"]
     predicted_load = (plan.weights_bytes + plan.reserve_terms["load_overhead"]) / GIB
-    terms = (
+    terms = _with_kv_effect([
         Term("weights", weights_logged, predicted_load, "GiB", logged.get("weights_gib") is None),
         Term("free_at_start", logged.get("avail_before_load_gib"), plan.free_at_start_bytes / GIB, "GiB"),
         Term("mem_fraction_static", f.get("mem_fraction_static"), plan.mem_fraction_static, ""),
         Term("kv_tokens", logged.get("kv_cache_tokens"), plan.kv_cache_tokens, "tokens"),
-    )
+    ], logged["kv_cache_tokens"] * plan.kv_bytes_per_token, plan.mem_fraction_static)
     return LogCheck(id=entry["id"], engine="sglang", model=entry["model"], gpu=entry.get("gpu") or "",
                     tp=f["tp"], source_url=entry["source_url"], flags_named=entry["flags_named"],
                     flags_note=entry["flags_note"], version=f.get("sglang_version") or "?", terms=terms,
                     kv_tokens_range=plan.kv_cache_tokens_range,
                     launch={"mem_fraction_source": plan.mem_fraction_source})
+
+
+def _with_kv_effect(terms: list[Term], kv_bytes: int | None, free_share: float = 1.0) -> tuple[Term, ...]:
+    """Each memory term's error as the share of the logged KV cache it moves (a reserve predicted 0.1 GiB too
+    high costs 0.1 GiB of KV; SGLang's free memory at start counts by its mem_fraction_static), so the terms
+    read on one scale with the KV tokens' own difference."""
+    out = []
+    for t in terms:
+        if t.name == "kv_tokens":
+            t = Term(**{**asdict(t), "kv_effect": t.difference})
+        elif t.unit == "GiB" and t.logged is not None and kv_bytes:
+            effect = (t.predicted - t.logged) * GIB / kv_bytes * (free_share if t.name == "free_at_start" else -1)
+            t = Term(**{**asdict(t), "kv_effect": effect})
+        out.append(t)
+    return tuple(out)
 
 
 def check_log(entry: dict) -> LogCheck:

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, replace
 
 from kvviz.errors import InputError
+from kvviz.i18n import t
 from kvviz.kv.formula import KVSpec
 
 GIB = 2**30
@@ -184,34 +185,32 @@ class Gpu:
 
 
 def _batch_defaults(line: VllmLine, engine: str, entry: str, gpu_name: str, gpu: Gpu,
-                    max_model_len: int, chunked: bool) -> tuple[int, int, str]:
-    """(max_num_batched_tokens, max_num_seqs, where from) as the version sets them when the user does not."""
+                    max_model_len: int, chunked: bool) -> tuple[int, int, tuple[str, dict]]:
+    """(max_num_batched_tokens, max_num_seqs, where from as a locale key and its values) as the version sets
+    them when the user does not."""
     if engine == "v0":
         if chunked and line.v0_chunked_tokens:
-            return line.v0_chunked_tokens, 256, (
-                f"V0 chunked prefill (on past 32,768 tokens): {line.v0_chunked_tokens} tokens, 256 sequences "
-                "(config.py SchedulerConfig, EngineArgs.max_num_seqs)")
-        return max(max_model_len, 2048), 256, (
-            "V0: max(max_model_len, 2048) tokens, 256 sequences (config.py SchedulerConfig)")
+            return line.v0_chunked_tokens, 256, ("capacity.batch_v0_chunked", {"tokens": line.v0_chunked_tokens})
+        return max(max_model_len, 2048), 256, ("capacity.batch_v0", {})
     v = line.first
     name = gpu_name.lower()
     gib = gpu.total_bytes / GIB
     if v < (0, 8, 5):  # 0.8.0–0.8.4 arg_utils._override_v1_engine_args: by the device name
         big = "h100" in name or "h200" in name
         seqs = 1024 if (v < (0, 8, 4) or big) else 256
-        why = "H100/H200 by name" if big else "not H100/H200 by name"
+        why = "gpu_name_big" if big else "gpu_name_small"
     elif v < (0, 9, 0):  # 0.8.5: by device memory
         big = gib >= 70
-        seqs, why = (1024 if big else 256), ("≥ 70 GiB" if big else "< 70 GiB")
+        seqs, why = (1024 if big else 256), ("gpu_70" if big else "gpu_under_70")
     else:  # 0.9.0+ get_batch_defaults: ≥ 70 GiB and not an A100
         big = gib >= 70 and "a100" not in name
-        seqs, why = (1024 if big else 256), ("≥ 70 GiB, not A100" if big else "< 70 GiB or A100")
+        seqs, why = (1024 if big else 256), ("gpu_70_not_a100" if big else "gpu_under_70_or_a100")
     tokens = (16384 if entry == "llm" else 8192) if big else (8192 if entry == "llm" else 2048)
     if v >= (0, 29, 0) and gib >= 160:  # 0.29.0 get_batch_defaults: ≥ 160 GiB (B200, B300)
-        tokens, seqs, why = 16384, 1024, "≥ 160 GiB"
+        tokens, seqs, why = 16384, 1024, "gpu_160"
     if v >= (0, 12, 0):
         tokens = min(tokens, seqs * max_model_len)
-    return tokens, seqs, f"V1 defaults for {entry} on a GPU {why} (engine/arg_utils.py)"
+    return tokens, seqs, ("capacity.batch_v1", {"entry": entry, "gpu": why})
 
 
 @dataclass(frozen=True)
@@ -229,8 +228,15 @@ class Reserve:
     sampler: int  # logits + the sampler's temporaries for min(max_num_seqs, tokens) rows + the hidden states kept
     non_torch: int
     cudagraph: int
-    batch_source: str = ""
-    non_torch_source: str = ""
+    batch_why: tuple[str, dict] = ("", {})  # where the batch came from: a locale key and its values
+    non_torch_why: tuple[str, dict] = ("", {})
+
+    def batch_source(self, lang: str = "en") -> str:
+        return why_text(self.batch_why, lang)
+
+    def non_torch_source(self, lang: str = "en") -> str:
+        return why_text(self.non_torch_why, lang)
+
 
     @property
     def activation_peak(self) -> int:
@@ -243,6 +249,16 @@ class Reserve:
     def terms(self) -> dict:
         return {"activation": self.activation, "sampler": self.sampler, "non_torch": self.non_torch,
                 "cudagraph": self.cudagraph}
+
+
+def why_text(why: tuple[str, dict] | list, lang: str = "en") -> str:
+    """Where a default or a prior came from, in the user's language (a locale key and its values)."""
+    key, values = why
+    given = [t(f"capacity.flag_{f}", lang) for f in values.get("given", ())]
+    values = {k: v for k, v in values.items() if k != "given"}
+    if "gpu" in values:
+        values |= {"entry": t(f"capacity.entry_{values['entry']}", lang), "gpu": t(f"capacity.{values['gpu']}", lang)}
+    return (t("capacity.batch_given", lang, flags=", ".join(given)) + " " if given else "") + t(key, lang, **values)
 
 
 # Non-torch memory is not in vLLM's code: CUDA context, cuBLAS/NCCL buffers and custom all-reduce buffers. Its
@@ -263,12 +279,11 @@ def non_torch_kind(line: VllmLine, engine: str) -> str:
     return "increase" if engine == "v0" and line.engine == "v1" else line.non_torch
 
 
-def _non_torch(line: VllmLine, engine: str, tp: int, which: int) -> tuple[int, str]:
+def _non_torch(line: VllmLine, engine: str, tp: int, which: int) -> tuple[int, tuple[str, dict]]:
     kind = non_torch_kind(line, engine)
     values = NON_TORCH_GIB[(kind, 1 if tp == 1 else 2 if tp <= 4 else 8)]
-    kind = "since the worker began" if kind == "increase" else "CUDA context included"
-    gpus = "tp > 1" if tp > 1 else "one GPU"
-    return round(values[which] * GIB), f"{kind}, {gpus}: {values[0]}–{values[2]} GiB in logs"
+    return round(values[which] * GIB), (f"capacity.non_torch_{kind}", {"tp": tp, "low": values[0],
+                                                                       "high": values[2]})
 
 
 def activation_bytes(weight_dtype: str) -> int:
@@ -339,7 +354,7 @@ def reserve_for(spec: KVSpec, gpu: Gpu, flags: ServingFlags, *, line: VllmLine, 
     chunked = engine == "v1" or (line.v0_chunked_tokens is not None and max_model_len > 32768
                                  and not spec.n_sliding_layers)
     tokens, seqs, why = _batch_defaults(line, engine, entry, gpu_name, gpu, max_model_len, chunked)
-    given = []
+    given: list[str] = []
     if flags.max_num_batched_tokens is not None:
         tokens = flags.max_num_batched_tokens
         given.append("max_num_batched_tokens")
@@ -352,13 +367,12 @@ def reserve_for(spec: KVSpec, gpu: Gpu, flags: ServingFlags, *, line: VllmLine, 
     if forward is None or sample is None:
         return None
     non_torch, nt_why = _non_torch(line, engine, tp, non_torch_at)
-    if given:
-        why = f"{', '.join(given)} as given; " + why
+    why = (why[0], why[1] | {"given": tuple(given)})
     return Reserve(line=line_label(line), engine=engine, entry=entry, sampler_path=sampler,
                    max_num_batched_tokens=tokens,
                    max_num_seqs=seqs, activation=forward, sampler=sample, non_torch=non_torch,
                    cudagraph=cudagraph_estimate(spec, line, tokens, seqs, tp, act, flags.enforce_eager),
-                   batch_source=why, non_torch_source=nt_why)
+                   batch_why=why, non_torch_why=nt_why)
 
 
 @dataclass(frozen=True)
