@@ -14,11 +14,11 @@ that first figure (model_runner.py `profile_max_num_token`, read in the 0.4.6, 0
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.vllm_profile import parse_version  # the same release numbering (0.4.6, 0.5.2.post1)
 
 GIB = 2**30
 
@@ -30,19 +30,12 @@ IN_USE_AT_START_GIB = (0.30, 0.50, 0.90)
 LOAD_OVERHEAD_GIB = (0.10, 0.25, 0.40)
 
 
-def _version(text: str) -> tuple[int, ...]:
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?.*", str(text).strip())
-    if not m:
-        raise InputError("capacity.bad_version", value=text)
-    return tuple(int(g or 0) for g in m.groups())
-
-
 def default_mem_fraction(smi_mib: int | None, tp: int, version: str | None) -> list[tuple[float, str]]:
     """--mem-fraction-static when not given, for each rule the version allows: (value, source)."""
     if smi_mib is None:
         return []
     out = []
-    v = _version(version) if version else None
+    v = parse_version(version) if version else None
     if v is None or v < (0, 4, 9):  # 0.4.6 server_args.py: by tp on GPUs ≤ 81,920 MiB, else (mem − 13 GiB) / mem
         if smi_mib <= 81920:
             frac = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
