@@ -426,7 +426,7 @@ with tab_cap:
         lo, hi = plan.kv_cache_tokens_range
         st.caption(tr("memory.sgl_steps", free=format_binary(plan.free_at_start_bytes),
                       after=format_binary(plan.free_after_load_bytes), frac=f"{plan.mem_fraction_static:.3f}",
-                      source=plan.mem_fraction_source, pool=format_binary(plan.kv_budget_bytes),
+                      source=tr(plan.mem_fraction_rule), pool=format_binary(plan.kv_budget_bytes),
                       per_token=f"{plan.kv_bytes_per_token:,}", tokens=f"{plan.kv_cache_tokens:,}",
                       lo=f"{lo:,}", hi=f"{hi:,}"))
         if not plan.weights_fit:

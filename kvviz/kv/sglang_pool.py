@@ -17,6 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from kvviz.errors import InputError
+from kvviz.i18n import t
 from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
 from kvviz.kv.vllm_profile import parse_version  # the same release numbering (0.4.6, 0.5.2.post1)
 
@@ -31,7 +32,7 @@ LOAD_OVERHEAD_GIB = (0.10, 0.25, 0.40)
 
 
 def default_mem_fraction(smi_mib: int | None, tp: int, version: str | None) -> list[tuple[float, str]]:
-    """--mem-fraction-static when not given, for each rule the version allows: (value, source)."""
+    """--mem-fraction-static when not given, for each rule the version allows: (value, the rule's locale key)."""
     if smi_mib is None:
         return []
     out = []
@@ -41,7 +42,7 @@ def default_mem_fraction(smi_mib: int | None, tp: int, version: str | None) -> l
             frac = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
         else:
             frac = (smi_mib - 13 * 1024) / smi_mib
-        out.append((frac, "SGLang 0.4.6 server_args.py: by tensor-parallel size on GPUs ≤ 81,920 MiB"))
+        out.append((frac, "capacity.sgl_rule_046"))
     if v is None or v >= (0, 4, 9):  # 0.4.9, 0.5.2 server_args.py: reserved_mem by GPU memory
         if smi_mib < 35 * 1024:
             reserved = (2.8 + tp / 10) * 1024
@@ -51,8 +52,7 @@ def default_mem_fraction(smi_mib: int | None, tp: int, version: str | None) -> l
             reserved = (12 + tp / 2) * 1024
         else:
             reserved = 32 * 1024
-        out.append((round((smi_mib - reserved) / smi_mib, 3),
-                    "SGLang 0.4.9 / 0.5.2 server_args.py: (GPU MiB − reserved_mem) / GPU MiB"))
+        out.append((round((smi_mib - reserved) / smi_mib, 3), "capacity.sgl_rule_049"))
     return out
 
 
@@ -62,7 +62,8 @@ class SglangPlan:
     device_total_bytes: int
     tp: int
     mem_fraction_static: float
-    mem_fraction_source: str
+    mem_fraction_rule: str  # a locale key: which rule gave the fraction
+    mem_fraction_source: str  # the same, in English (CLI, JSON)
     weights_bytes: int
     free_at_start_bytes: int  # predicted: total − memory in use before the first measurement
     free_after_load_bytes: int
@@ -97,7 +98,7 @@ def plan_sglang(spec: KVSpec, device_total_bytes: int, *, context_len: int, tp: 
         if not rules:
             raise InputError("capacity.sglang_unknown_fraction")
     else:
-        rules = [(mem_fraction_static, "--mem-fraction-static")]
+        rules = [(mem_fraction_static, "capacity.sgl_given")]
     shard = shard_for_tp(spec, tp)
     cell = kv_footprint(shard, 1, 1, kv_dtype_name).per_token
     weights = math.ceil(weight_bytes(spec.n_params, weight_dtype) / tp)
@@ -114,7 +115,8 @@ def plan_sglang(spec: KVSpec, device_total_bytes: int, *, context_len: int, tp: 
     outside = round(free_start * (1 - likely_frac))
     return SglangPlan(
         engine="sglang", device_total_bytes=device_total_bytes, tp=tp, mem_fraction_static=likely_frac,
-        mem_fraction_source=source, weights_bytes=weights, free_at_start_bytes=free_start,
+        mem_fraction_rule=source, mem_fraction_source=t(source, "en"), weights_bytes=weights,
+        free_at_start_bytes=free_start,
         free_after_load_bytes=after, kv_budget_bytes=max(int(after - free_start * (1 - likely_frac)), 0),
         kv_bytes_per_token=cell, kv_cache_tokens=tokens, kv_cache_tokens_range=(min(corners), max(corners)),
         context_len=context_len, max_concurrency=tokens / context_len,
