@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from kvviz.errors import InputError
 from kvviz.i18n import t
@@ -442,6 +443,7 @@ def _scenarios(spec: KVSpec, gpu: Gpu, flags: ServingFlags, common: dict) -> lis
     return out
 
 
+@lru_cache(maxsize=256)  # a page reruns with the same launch for every unrelated widget change
 def predict_reserve(spec: KVSpec, gpu: Gpu, flags: ServingFlags, *, max_model_len: int, tp: int = 1,
                     weight_dtype: str = "bfloat16") -> ReservePrediction | None:
     """The likely reserve per GPU and its range over what the flags leave open (None: the model's activation
