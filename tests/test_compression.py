@@ -161,7 +161,7 @@ def twins(tmp_path_factory):
               metadata={"format": "pt"})
     LlamaConfig(**cfg.to_hf_dict()).save_pretrained(path)
     byte_bpe().save_pretrained(path)
-    return native, load_backend(str(path), device="cpu")
+    return native, load_backend(str(path), device="cpu", engine="hf")  # the same weights on transformers
 
 
 @pytest.mark.parametrize("method", [Method("full"), Method("window", 10), Method("streaming", 10),

@@ -178,6 +178,8 @@ def load_backend(
     # id, whichever engine then runs it.
     policy = hf_policy if hf_policy is not None else policy_from(os.environ)
     path = Path(model).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise InputError("hf.no_model", name=model)  # a folder, but no model in it (for either engine)
     if path.is_file() and path.suffix == ".gguf":
         check_allowed(model, policy)
         return load_gguf(path, dtype=dtype, device=device)
