@@ -179,7 +179,10 @@ def load_backend(
     policy = hf_policy if hf_policy is not None else policy_from(os.environ)
     path = Path(model).expanduser()
     if path.is_dir() and not (path / "config.json").is_file():
-        raise InputError("hf.no_model", name=model)  # a folder, but no model in it (for either engine)
+        # Weights without their config: a damaged checkpoint, named by its missing file; nothing at all: no model here.
+        if any(path.glob("*.safetensors")) or any(path.glob("*.bin")):
+            raise InputError("model.missing_file", path=str(path / "config.json"))
+        raise InputError("hf.no_model", name=model)
     if path.is_file() and path.suffix == ".gguf":
         check_allowed(model, policy)
         return load_gguf(path, dtype=dtype, device=device)
