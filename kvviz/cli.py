@@ -197,12 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--budget", type=_positive_int, help="eviction: cached positions kept per layer")
     c.add_argument("--model", default="tiny", help=MODEL_HELP)
     c.add_argument("--text", help="a UTF-8 text file to measure on (default: the shipped model's held-out split)")
-    c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
-    c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
+    c.add_argument("--tokens", type=_positive_int, default=2048,
+                   help="tokens of text evaluated, in whole chunks of --seq-len (at least one chunk)")
+    c.add_argument("--seq-len", type=_positive_int,
+                   help="chunk length, within the model's context (default: the context, at most 512)")
     c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
     c.add_argument("--group", type=_positive_int,
-                   help="int8/int4: KIVI group size (default: 32 where it divides d_head)")
-    c.add_argument("--residual", type=int, default=32, help="int8/int4: newest tokens kept in full precision")
+                   help="int8/int4: KIVI group size G (default: 32 where it divides d_head)")
+    c.add_argument("--residual", type=_positive_int,
+                   help="int8/int4: KIVI's residual R, a multiple of G: keys quantized R at a time, the last R values "
+                        "kept in full precision (default: 32 rounded up to a multiple of G)")
+    c.add_argument("--calculate-kv-scales", action="store_true",
+                   help="fp8: scales |K|max/200, |V|max/100 from the first pass, as vLLM's flag (default: 1.0, "
+                        "vLLM's scale when the checkpoint has none)")
+    c.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="the deployment's KV dtype that savings are counted against (default: bfloat16)")
     c.add_argument("--pool-kv-heads", type=_positive_int, help="gqa: KV heads after pooling (default: half)")
     c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     c.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
@@ -460,17 +469,26 @@ def cmd_compress(args: argparse.Namespace) -> dict:
     text = read_text(args.text) if args.text else None
     shape = _shape(args)
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape, seed=args.seed)
-    seq_len = args.seq_len or min(512, backend.spec.max_context)
+    max_len = backend.spec.max_context
+    seq_len = args.seq_len or min(512, max_len)
+    if seq_len > max_len:  # checked before any text runs: the lengths reported are the lengths that ran
+        raise CliError(f"--seq-len {seq_len} is longer than {backend.spec.name}'s context of {max_len} tokens")
+    if seq_len < 2:
+        raise CliError(f"--seq-len {seq_len} is too short: a chunk needs at least 2 tokens (half prefilled, the rest "
+                       "decoded)")
+    if args.tokens < seq_len:
+        raise CliError(f"--tokens {args.tokens} is less than one chunk of --seq-len {seq_len}: give --tokens of at "
+                       f"least {seq_len}")
     methods = [Method(m, budget=args.budget if m in EVICTION else None, sinks=args.sinks, group=args.group,
-                      residual=args.residual, kv_heads=args.pool_kv_heads) for m in args.method]
+                      residual=args.residual, kv_heads=args.pool_kv_heads,
+                      kv_scale="calculate" if args.calculate_kv_scales else "default") for m in args.method]
     rows = evaluate(backend, methods, text if text is not None else held_out_text(), seq_len=seq_len,
-                    n_tokens=args.tokens)
+                    n_tokens=args.tokens, kv_dtype=args.kv_dtype)
     common = {"model": backend.spec.name, "kind": backend.spec.attention_kind, "n_layers": backend.spec.n_layers,
               "n_heads": backend.spec.n_heads, "n_kv_heads": backend.spec.n_kv_heads, "d_head": backend.spec.d_head,
               "dtype": args.dtype, "text": args.text or "held-out split (kvviz.training.corpus)",
-              "seq_len": seq_len, "n_prompt": seq_len // 2}
-    results = [{**common, **r.to_dict()} for r in rows]
-    return results[0] if len(results) == 1 else {"results": results}
+              "seq_len": seq_len, "n_prompt": seq_len // 2, "n_chunks": rows[0].n_predicted // (seq_len - seq_len // 2)}
+    return {"results": [{**common, **r.to_dict()} for r in rows]}  # one shape, however many methods
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> dict:
@@ -656,15 +674,26 @@ def _print_prefix_demo(r: dict) -> None:
 
 
 def _print_compress(r: dict) -> None:
-    rows = r.get("results", [r])
+    rows = r["results"]
     first = rows[0]
-    print(f"[{first['model']} ({first['kind']}), {first['text']}: chunks of {first['seq_len']} tokens, "
-          f"prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted]")
-    print(f"{'method':>16} {'ppl':>9} {'KL':>9} {'top-1':>7} {'KV bytes':>11} {'saved':>7}")
-    print(f"{'full':>16} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_kv_bytes']:11d} {0:7.1%}")
+    d = first["kv_dtype"]
+    print(f"[{first['model']} ({first['kind']}), {first['text']}: {first['n_chunks']} chunk(s) of {first['seq_len']} "
+          f"tokens, prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted, run in {first['dtype']}; "
+          f"savings counted as a {d} cache]")
+    print(f"{'method':>24} {'ppl':>9} {'KL':>9} {'top-1':>7} {'kept':>5} {'KV bytes':>11} {'saved vs ' + d:>17}")
+    print(f"{'full':>24} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_n_cached']:>5} "
+          f"{first['full_kv_bytes']:11d} {0:17.1%}")
     for x in rows:
-        print(f"{x['label']:>16} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
-              f"{x['kv_bytes']:11d} {x['memory_saved']:7.1%}")
+        print(f"{x['label']:>24} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
+              f"{x['n_cached']:>5} {x['kv_bytes']:11d} {x['memory_saved']:17.1%}")
+    for x in rows:
+        if x["left_whole"]:
+            print(f"note: {x['label']} dropped no position (SnapKV compresses only a prompt longer than its budget "
+                  "and keeps every decoded token)")
+        if x["method"] == "fp8":
+            print(f"note: {x['label']}: {x['fp8_clipped']} values clipped at ±448·scale")
+        if x["group"]:
+            print(f"note: {x['label']}: KIVI G = {x['group']}, R = {x['residual']}")
 
 
 def _print_export(r: dict) -> None:
