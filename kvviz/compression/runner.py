@@ -55,7 +55,7 @@ class Method:
         if self.name == "gqa":
             return f"gqa ({self.kv_heads})" if self.kv_heads else "gqa"
         if self.name == "fp8":
-            return "fp8 (scale 1.0)" if self.kv_scale == "default" else "fp8 (calculated scales)"
+            return "fp8 (scale=1.0)" if self.kv_scale == "default" else "fp8 (--calculate-kv-scales)"
         return self.name
 
 
