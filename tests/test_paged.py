@@ -1,5 +1,6 @@
 """The paged KV cache: batched, shared, preempted requests give the logits of each request alone in a
 contiguous cache; prefix hits follow vLLM's rules (full blocks, last prompt token computed, stop at a miss)."""
+import contextlib
 import json
 
 import pytest
@@ -167,6 +168,32 @@ def test_a_finished_request_releases_its_block_table(small):
     _, views = snapshot(engine)
     assert sorted(b.block_table) == [0, 1, 2]  # every block a released now belongs to b
     assert views[0].status == FINISHED and views[0].block_table == () and views[0].n_released == 3 == a.n_released
+
+
+def test_a_waiting_request_that_fits_is_admitted_in_the_next_step(small):
+    """vLLM admits waiting requests in the schedule right after a request finishes (its blocks were freed in
+    update_from_output); no step may pass with the head of the queue fitting and not admitted, except one that
+    preempted (vLLM's scheduler admits nothing then either). 20 seeded random workloads on a small pool."""
+    import random
+
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(20):
+        engine = PagedEngine(small, rng.randint(3, 10), rng.choice([2, 4, 8]))
+        for k in range(rng.randint(2, 4)):
+            with contextlib.suppress(InputError):  # a request too big for this pool is refused, not queued
+                engine.add(ids(small, rng.randint(1, 12), k), rng.randint(1, 8),
+                           at_step=rng.choice([None, rng.randint(0, 5)]))
+        while not engine.idle:
+            engine._arrive()
+            head = engine.waiting[0] if engine.waiting else None
+            running_need = sum(engine._blocks_for(r.n_computed + 1) - len(r.block_table) for r in engine.running)
+            fits = head is not None and engine._blocks_for(len(head.all_ids)) <= engine.pool.n_free - running_need
+            report = engine.step()
+            if fits and not report.preempted:
+                assert head.request_id in report.admitted, report
+                checked += 1
+    assert checked > 15
 
 
 @pytest.mark.parametrize("block_size", [4, 8, 16])

@@ -14,7 +14,9 @@ import torch.nn.functional as F
 from kvviz.compression.caches import EvictingCache
 from kvviz.errors import InputError
 
-STREAMING_SINKS = 4  # "4 initial tokens ... suffice" (Xiao et al. 2024, StreamingLLM, §3.2 and Table 1)
+# "4 initial tokens ... suffice" (Xiao et al. 2024, StreamingLLM, §3.2 and Table 1); mit-han-lab/streaming-llm
+# kv_cache.py StartRecentKVCache(start_size=4)
+STREAMING_SINKS = 4
 # SnapKV's observation window: 32 in FasterDecoding/SnapKV snapkv_utils.py init_snapkv (config.window_size),
 # 64 in its SnapKVCluster.__init__ and in NVIDIA/kvpress SnapKVPress; 32 leaves room to select on short prompts.
 SNAPKV_WINDOW = 32
@@ -65,7 +67,9 @@ class Window(Policy):
 class Streaming(Policy):
     """StreamingLLM: the first `sinks` tokens (attention sinks) + the most recent budget − sinks.
 
-    Positions within the cache (the paper's §3.2): keys are re-rotated to their slot after each eviction."""
+    Positions within the cache (the paper's §3.2): keys are re-rotated to their slot after each eviction, the
+    same keys streaming-llm's pos_shift/modify_llama.py gets by caching keys before RoPE and rotating them at
+    key_position_ids = arange(kv_seq_len) on every pass."""
 
     sinks: int = STREAMING_SINKS
     reposition: bool = True
