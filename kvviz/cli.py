@@ -680,12 +680,13 @@ def _print_compress(r: dict) -> None:
     print(f"[{first['model']} ({first['kind']}), {first['text']}: {first['n_chunks']} chunk(s) of {first['seq_len']} "
           f"tokens, prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted, run in {first['dtype']}; "
           f"savings counted as a {d} cache]")
-    print(f"{'method':>28} {'ppl':>9} {'KL':>9} {'top-1':>7} {'kept':>5} {'KV bytes':>11} {'saved vs ' + d:>17}")
+    print(f"{'method':>28} {'ppl':>9} {'KL':>9} {'top-1':>7} {'kept':>5} {'KV B, ' + first['dtype']:>15} "
+          f"{'KV B, ' + d:>15} {'saved vs ' + d:>17}")
     print(f"{'full':>28} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_n_cached']:>5} "
-          f"{first['full_kv_bytes']:11d} {0:17.1%}")
+          f"{first['full_kv_bytes']:15d} {first['full_kv_bytes_at_kv_dtype']:15d} {0:17.1%}")
     for x in rows:
         print(f"{x['label']:>28} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
-              f"{x['n_cached']:>5} {x['kv_bytes']:11d} {x['memory_saved']:17.1%}")
+              f"{x['n_cached']:>5} {x['kv_bytes']:15d} {x['kv_bytes_at_kv_dtype']:15d} {x['memory_saved']:17.1%}")
     for x in rows:
         if x["left_whole"]:
             print(f"note: {x['label']} dropped no position (SnapKV compresses only a prompt longer than its budget "
