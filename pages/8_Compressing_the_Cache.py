@@ -5,7 +5,12 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas, intro_box
+from kvviz.app.models import get_backend, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.url_state import one_of, url_state
+from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
 from kvviz.compression import quality
 from kvviz.compression.caches import dtype_name
@@ -16,16 +21,15 @@ from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
 from kvviz.units import format_binary
 
-tr = ui.tr
-settings = ui.page_setup("compression.title")
+settings = page_setup("compression.title")
 lecture = settings.lecture
 st.title(tr("compression.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("compression.intro"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend.spec)
+model_caption(backend.spec)
 native = isinstance(getattr(backend, "model", None), Decoder)
 if not native:
     st.info(tr("compression.native_needed"))
@@ -35,28 +39,19 @@ METRICS = ("kl", "top1")
 max_len = backend.spec.max_context
 lengths = [n for n in (128, 256, 512) if n <= max_len] or [max_len]
 c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
-source = ui.persisted(c1.radio, ui.url_state("text", "held_out", ui.one_of(SOURCES)), tr("compression.text_source"),
-                      options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
-                      horizontal=True)
+source = persisted(c1.radio, url_state("text", "held_out", one_of(SOURCES)), tr("compression.text_source"),
+                   options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
+                   horizontal=True)
 TOKENS = [256, 512] if settings.hosted is not None else [256, 512, 1024, 2048]  # a shared demo runs less
 
 
-def one_of(options: list[int]):  # noqa: ANN201 - a URL parser
-    def parse(raw: str) -> int:
-        if int(raw) not in options:
-            raise ValueError(raw)
-        return int(raw)
-
-    return parse
-
-
-seq_len = ui.persisted(c2.selectbox, ui.url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths)),
-                       tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
-n_tokens = ui.persisted(c3.selectbox, ui.url_state("tokens", 512, one_of(TOKENS)), tr("compression.n_tokens"),
-                        options=TOKENS)
+seq_len = persisted(c2.selectbox, url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths, int)),
+                    tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
+n_tokens = persisted(c3.selectbox, url_state("tokens", 512, one_of(TOKENS, int)), tr("compression.n_tokens"),
+                     options=TOKENS)
 st.session_state.setdefault("cc_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
-shares = ui.persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
-                      format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
+shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
+                   format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
 own = ""
 if source == "own":
     own = st.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
@@ -77,7 +72,7 @@ if st.button(tr("compression.run"), type="primary", key="cc_run"):
                                     view_steps=view_steps, progress=lambda d, t: bar.progress(d / t))
         st.session_state.kv_compress = (request, rows)
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
     bar.empty()
 
 stored = st.session_state.get("kv_compress")
@@ -87,30 +82,30 @@ rows = stored[1]
 full_row, rows = rows[0], rows[1:]
 
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
-show = ui.ideas(titles, "compression")
+show = ideas(titles, "compression")
 if 0 in show:
     st.header(tr("compression.s1_title"))
     # Savings against the KV dtype of a deployment (bfloat16 by default): every dtype's bytes were counted in the
     # run, so changing it redraws without measuring again.
     k1, k2 = st.columns(2)
-    kv_dtype = ui.persisted(k1.selectbox, ui.url_state("kvdtype", "bfloat16", ui.one_of(DEPLOY_DTYPES)),
+    kv_dtype = persisted(k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)),
                             tr("compression.kv_dtype"), options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
     data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() for r in rows]
     st.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
         seq_len - n_prompt), seq_len=seq_len, n_prompt=n_prompt, full_ppl=f"{full_row.full_perplexity:.3f}",
         full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=dtype_name(backend.dtype), dtype=kv_dtype))
-    metric = ui.persisted(k2.radio, ui.url_state("metric", "kl", ui.one_of(METRICS)), tr("compression.metric"),
+    metric = persisted(k2.radio, url_state("metric", "kl", one_of(METRICS)), tr("compression.metric"),
                           options=METRICS, horizontal=True,
                           format_func={m: tr(f"compression.metric_{m}") for m in METRICS}.get)
     fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
-    ui.chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
-                                    x_title=tr("compression.chart_x", dtype=kv_dtype),
-                                    y_title=tr(f"compression.chart_{metric}"),
-                                    title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")
+    chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
+                                 x_title=tr("compression.chart_x", dtype=kv_dtype),
+                                 y_title=tr(f"compression.chart_{metric}"),
+                                 title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")
     whole = [r["label"] for r in data if r["left_whole"]]
     if whole:
         st.info(tr("compression.left_whole", labels=", ".join(whole), n_prompt=n_prompt))
-    table = pd.DataFrame({
+    results = pd.DataFrame({
         tr("compression.table_method"): [tr("compression.full")] + [r["label"] for r in data],
         tr("compression.table_ppl"): [round(full_row.full_perplexity, 3)] + [round(r["perplexity"], 3) for r in data],
         tr("compression.table_kl"): [0.0] + [round(r["kl_divergence"], 5) for r in data],
@@ -120,7 +115,7 @@ if 0 in show:
         tr("compression.table_formula"): [full_row.formula_bytes] + [r["formula_bytes"] for r in data],
         tr("compression.table_saved", dtype=kv_dtype): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
     })
-    ui.table(table, "compression_table")
+    table(results, "compression_table")
     fp8 = [r for r in data if r["method"] == "fp8"]
     if fp8:
         st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
@@ -136,10 +131,10 @@ if 1 in show or 2 in show:
     d1, d2, d3 = st.columns(3)
     if st.session_state.get("cc_step") not in view_steps:
         st.session_state.cc_step = view_steps[-1]
-    step = ui.persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
+    step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
     if st.session_state.get("cc_layer") not in range(backend.spec.n_layers):
         st.session_state.cc_layer = 0
-    layer = ui.persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(backend.spec.n_layers))
+    layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(backend.spec.n_layers))
     view_full = full_row.views[step]
     position = view_full.position
     if 1 in show:
@@ -147,18 +142,18 @@ if 1 in show or 2 in show:
         st.caption(tr("compression.s2_caption", step=step, position=position))
         labels = [tr("compression.full")] + [r.label for r in rows]
         shares_ = [charts.kept_share(r.views[step].kept[layer], position + 1) for r in [full_row, *rows]]
-        ui.chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
-                                          title=tr("compression.chart_strip_title", layer=layer, step=step),
-                                          lecture=lecture), "compression_strip")
+        chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
+                                       title=tr("compression.chart_strip_title", layer=layer, step=step),
+                                       lecture=lecture), "compression_strip")
     if 2 in show:
         st.header(tr("compression.s3_title"))
         if st.session_state.get("cc_attn_method") not in range(len(rows)):
             st.session_state.cc_attn_method = 0
-        pick = ui.persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
+        pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
                             format_func=lambda i: rows[i].label)
         st.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
-        ui.chart(charts.attention_row_figure(
+        chart(charts.attention_row_figure(
             charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
             charts.attention_by_position(v.kept[layer], v.attention[layer]),
             full_name=tr("compression.full"), comp_name=rows[pick].label, x_title=tr("compression.chart_strip_x"),
