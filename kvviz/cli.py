@@ -191,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     pd = sub.add_parser("prefix-demo",
                         help="requests sharing a system prompt in the paged KV cache: hits, TTFT, blocks")
     pd.add_argument("--requests", type=_positive_int, default=8,
-                    help="requests; each arrives after the previous one's prefill")
+                    help="requests; each arrives after the previous one's prefill (or all at once: --same-step)")
+    pd.add_argument("--same-step", action="store_true",
+                    help="admit every request in one scheduler step (later ones hit blocks hashed at allocation)")
     pd.add_argument("--shared-prefix", type=_non_negative_int, default=256, help="tokens of the shared system prompt")
     pd.add_argument("--suffix", type=_positive_int, default=32, help="tokens of each request's own part")
     pd.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block (vLLM: 16)")
@@ -209,12 +211,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--budget", type=_positive_int, help="eviction: cached positions kept per layer")
     c.add_argument("--model", default="tiny", help=MODEL_HELP)
     c.add_argument("--text", help="a UTF-8 text file to measure on (default: the shipped model's held-out split)")
-    c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
-    c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
+    c.add_argument("--tokens", type=_positive_int, default=2048,
+                   help="tokens of text evaluated, in whole chunks of --seq-len (at least one chunk)")
+    c.add_argument("--seq-len", type=_positive_int,
+                   help="chunk length, within the model's context (default: the context, at most 512)")
     c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
     c.add_argument("--group", type=_positive_int,
-                   help="int8/int4: KIVI group size (default: 32 where it divides d_head)")
-    c.add_argument("--residual", type=int, default=32, help="int8/int4: newest tokens kept in full precision")
+                   help="int8/int4: KIVI group size G (default: 32 where it divides d_head)")
+    c.add_argument("--residual", type=_positive_int,
+                   help="int8/int4: KIVI's residual R, a multiple of G: keys quantized R at a time, the last R values "
+                        "kept in full precision (default: 32 rounded up to a multiple of G)")
+    c.add_argument("--calculate-kv-scales", action="store_true",
+                   help="fp8: scales |K|max/200, |V|max/100 from the first pass, as vLLM's flag (default: 1.0, "
+                        "vLLM's scale when the checkpoint has none)")
+    c.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="the deployment's KV dtype that savings are counted against (default: bfloat16)")
     c.add_argument("--pool-kv-heads", type=_positive_int, help="gqa: KV heads after pooling (default: half)")
     c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     c.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
@@ -506,7 +517,8 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
         raise CliError("prefix-demo runs the native decoder's paged cache: use --model tiny, random or a kvviz "
                        "directory (a Hugging Face model keeps one contiguous cache per request here)")
     out = prefix_demo(backend.model, backend.tokenizer, n_requests=args.requests, shared_prefix=args.shared_prefix,
-                      suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens)
+                      suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens,
+                      same_step=args.same_step)
     # "Equal" is judged against the app's one rounding tolerance, at the logits' own magnitude.
     rounding = agreement(out["max_abs_logit_diff_vs_no_sharing"], backend.dtype, out["max_abs_logit"],
                          backend.spec.d_model)
@@ -528,17 +540,26 @@ def cmd_compress(args: argparse.Namespace) -> dict:
     text = read_text(args.text) if args.text else None
     shape = _shape(args)
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape, seed=args.seed)
-    seq_len = args.seq_len or min(512, backend.spec.max_context)
+    max_len = backend.spec.max_context
+    seq_len = args.seq_len or min(512, max_len)
+    if seq_len > max_len:  # checked before any text runs: the lengths reported are the lengths that ran
+        raise CliError(f"--seq-len {seq_len} is longer than {backend.spec.name}'s context of {max_len} tokens")
+    if seq_len < 2:
+        raise CliError(f"--seq-len {seq_len} is too short: a chunk needs at least 2 tokens (half prefilled, the rest "
+                       "decoded)")
+    if args.tokens < seq_len:
+        raise CliError(f"--tokens {args.tokens} is less than one chunk of --seq-len {seq_len}: give --tokens of at "
+                       f"least {seq_len}")
     methods = [Method(m, budget=args.budget if m in EVICTION else None, sinks=args.sinks, group=args.group,
-                      residual=args.residual, kv_heads=args.pool_kv_heads) for m in args.method]
+                      residual=args.residual, kv_heads=args.pool_kv_heads,
+                      kv_scale="calculate" if args.calculate_kv_scales else "default") for m in args.method]
     rows = evaluate(backend, methods, text if text is not None else held_out_text(), seq_len=seq_len,
-                    n_tokens=args.tokens)
+                    n_tokens=args.tokens, kv_dtype=args.kv_dtype)
     common = {"model": backend.spec.name, "kind": backend.spec.attention_kind, "n_layers": backend.spec.n_layers,
               "n_heads": backend.spec.n_heads, "n_kv_heads": backend.spec.n_kv_heads, "d_head": backend.spec.d_head,
               "dtype": args.dtype, "text": args.text or "held-out split (kvviz.training.corpus)",
-              "seq_len": seq_len, "n_prompt": seq_len // 2}
-    results = [{**common, **r.to_dict()} for r in rows]
-    return results[0] if len(results) == 1 else {"results": results}
+              "seq_len": seq_len, "n_prompt": seq_len // 2, "n_chunks": rows[0].n_predicted // (seq_len - seq_len // 2)}
+    return {"results": [{**common, **r.to_dict()} for r in rows]}  # one shape, however many methods
 
 
 # `speculate --json` prints exactly these keys (the issue's contract); the text output adds the context.
@@ -816,16 +837,32 @@ def _print_prefix_demo(r: dict) -> None:
     def ms(s: float | None) -> str:
         return "n/a" if s is None else f"{s * 1e3:.2f} ms"
 
+    def saving(h: dict) -> str:
+        """The page's verdict: a difference smaller than the timings' own spread has no sign."""
+        if h["measurable"]:
+            return f"saved {ms(h['saved_s'])}"
+        if h["samples"] < 2:
+            return f"one timing each, no noise estimate: no verdict (difference {ms(h['saved_s'])})"
+        return f"within noise (difference {ms(h['saved_s'])}, noise ±{ms(h['noise_s'])})"
+
+    arrivals = "all admitted in one step" if r["same_step"] else "each after the previous prefill"
     print(f"[{r['model']} on {r['device']}, {r['dtype']}, blocks of {r['block_size']} tokens, "
-          f"pool {r['pool_blocks']} blocks, {r['new_tokens']} new tokens each]")
+          f"pool {r['pool_blocks']} blocks, {r['new_tokens']} new tokens each, {arrivals}]")
     print(f"{'request':>7}  {'prompt':>6}  {'cached':>6}  {'TTFT':>10}  {'TTFT, no prefix cache':>22}")
     for i, q in enumerate(r["requests"]):
         print(f"{i:>7}  {q['prompt_tokens']:>6}  {q['cached_tokens']:>6}  {ms(q['ttft_s']):>10}  "
               f"{ms(q['ttft_no_prefix_cache_s']):>22}")
     rate = "n/a" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
-    ratio = "n/a" if r["ttft_ratio"] is None else f"{r['ttft_ratio']:.2f}×"
-    print(f"hit rate {rate} (cached / prompt tokens); TTFT of a hit {ms(r['ttft_cached_s'])} vs "
-          f"{ms(r['ttft_computed_s'])} computed ({ratio}, medians)")
+    print(f"hit rate {rate} (cached / prompt tokens)")
+    on, off = r["ttft_cached"], r["ttft_computed"]
+    if on is not None:
+        n_hit = sum(1 for q in r["requests"] if q["cached_tokens"])
+        print(f"TTFT of the {n_hit} requests that hit ({on['n']} distinct timings): median {ms(on['median_s'])} "
+              f"(range {ms(on['low_s'])} – {ms(on['high_s'])}); same requests with the prefix cache off: median "
+              f"{ms(off['median_s'])} (range {ms(off['low_s'])} – {ms(off['high_s'])}): {saving(r['ttft_saving'])}")
+        p = r["prefill_saving"]
+        print(f"one hit's prefill measured alone (fastest of {p['samples']}): whole prompt {ms(p['full_s'])}, "
+              f"after the hit {ms(p['with_hit_s'])}: {saving(p)}")
     print(f"blocks in use after the last prefill: {r['blocks_used']} with sharing ({r['blocks_shared']} shared) vs "
           f"{r['blocks_used_without_sharing']} without")
     verdict = "equal up to rounding" if r["logits_equal_up_to_rounding"] else "beyond rounding"
@@ -834,15 +871,27 @@ def _print_prefix_demo(r: dict) -> None:
 
 
 def _print_compress(r: dict) -> None:
-    rows = r.get("results", [r])
+    rows = r["results"]
     first = rows[0]
-    print(f"[{first['model']} ({first['kind']}), {first['text']}: chunks of {first['seq_len']} tokens, "
-          f"prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted]")
-    print(f"{'method':>16} {'ppl':>9} {'KL':>9} {'top-1':>7} {'KV bytes':>11} {'saved':>7}")
-    print(f"{'full':>16} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_kv_bytes']:11d} {0:7.1%}")
+    d = first["kv_dtype"]
+    print(f"[{first['model']} ({first['kind']}), {first['text']}: {first['n_chunks']} chunk(s) of {first['seq_len']} "
+          f"tokens, prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted, run in {first['dtype']}; "
+          f"savings counted as a {d} cache]")
+    print(f"{'method':>28} {'ppl':>9} {'KL':>9} {'top-1':>7} {'kept':>5} {'KV B, ' + first['dtype']:>15} "
+          f"{'KV B, ' + d:>15} {'saved vs ' + d:>17}")
+    print(f"{'full':>28} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_n_cached']:>5} "
+          f"{first['full_kv_bytes']:15d} {first['full_kv_bytes_at_kv_dtype']:15d} {0:17.1%}")
     for x in rows:
-        print(f"{x['label']:>16} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
-              f"{x['kv_bytes']:11d} {x['memory_saved']:7.1%}")
+        print(f"{x['label']:>28} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
+              f"{x['n_cached']:>5} {x['kv_bytes']:15d} {x['kv_bytes_at_kv_dtype']:15d} {x['memory_saved']:17.1%}")
+    for x in rows:
+        if x["left_whole"]:
+            print(f"note: {x['label']} dropped no position (SnapKV compresses only a prompt longer than its budget "
+                  "and keeps every decoded token)")
+        if x["method"] == "fp8":
+            print(f"note: {x['label']}: {x['fp8_clipped']} values clipped at ±448·scale")
+        if x["group"]:
+            print(f"note: {x['label']}: KIVI G = {x['group']}, R = {x['residual']}")
 
 
 def _print_export(r: dict) -> None:

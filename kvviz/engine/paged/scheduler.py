@@ -12,8 +12,13 @@ request.num_tokens, never draft tokens).
 Each step: (1) every running request gets a slot for its next token, the most recently admitted request
 being preempted (blocks freed, put back at the head of the queue, recomputed later) while the pool is short;
 (2) if nobody was preempted, waiting requests are admitted first come first served while their blocks fit,
-each taking the longest cached prefix of full blocks; (3) one forward over all scheduled tokens; (4) full
-blocks get their hash, each request takes its greedy next token, finished requests free their blocks.
+each taking the longest cached prefix of full blocks; (3) one forward over all scheduled tokens; (4) each
+request takes its greedy next token, finished requests free their blocks.
+
+A block that this step fills is hashed when it is allocated, before the forward (vLLM's
+KVCacheManager.allocate_slots → cache_blocks, "so that the block can be reused by other requests in the same
+batch", docs/design/prefix_caching.md): a request admitted later in the same step hits it, and the forward
+writes its K/V in each layer before any request of the batch attends to it.
 """
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ class Request:
     hashes: list[bytes] = field(default_factory=list)  # chained hashes of its full blocks so far
     draft_ids: list[int] = field(default_factory=list)  # tokens drafted for the step being scheduled
     rolled_back: int = 0  # positions written by a verify and then rolled back, over its life
+    n_released: int = 0  # blocks it gave back when it finished
 
     @property
     def all_ids(self) -> list[int]:
@@ -179,6 +185,15 @@ class PagedEngine:
         self.running.remove(req)
         self.waiting.appendleft(req)
 
+    def _cache_blocks(self, req: Request) -> None:
+        """Hash every block this step leaves full, now (vLLM's allocate_slots caches up to the request's
+        num_tokens: its prompt at admission, the token it decodes next afterwards)."""
+        if not self.prefix_caching:
+            return
+        hashes = req.extend_hashes(self.block_size)
+        for j in range(len(req.all_ids) // self.block_size):
+            self.pool.register(req.block_table[j], hashes[j])
+
     def _note_filled(self, req: Request) -> None:
         for j, b in enumerate(req.block_table):
             self.pool.blocks[b].n_filled = min(self.block_size, max(req.n_computed - j * self.block_size, 0))
@@ -201,6 +216,7 @@ class PagedEngine:
             if req.status != RUNNING:
                 continue
             req.block_table += self.pool.allocate(need)
+            self._cache_blocks(req)  # drafts are not the request's tokens yet: never hashed (vLLM's num_tokens)
             scheduled.append((req, [req.all_ids[-1], *req.draft_ids]))
         admitted: list[int] = []
         while self.waiting and not preempted:
@@ -215,6 +231,7 @@ class PagedEngine:
             self.pool.take_cached(hit)
             req.block_table = hit + self.pool.allocate(need)
             req.n_computed = len(hit) * self.block_size
+            self._cache_blocks(req)  # before the next waiting request looks up: a same-step hit
             if req.cached_tokens is None:
                 req.cached_tokens = req.n_computed
                 req.admitted_step = self.n_steps
@@ -268,9 +285,6 @@ class PagedEngine:
                 req.draft_ids = []
                 emitted = verdict.emitted(drafted)[: req.max_new_tokens - len(req.output_ids)]
                 req.output_ids.extend(emitted)
-                hashes = req.extend_hashes(self.block_size)
-                for j in range(req.n_computed // self.block_size):
-                    self.pool.register(req.block_table[j], hashes[j])
                 self._note_filled(req)
                 if req.first_token_s is None:
                     req.first_token_s = end
@@ -279,7 +293,10 @@ class PagedEngine:
                 if self.record_logits:
                     req.logits.extend(r.detach().clone() for r in row[len(row) - 1 - len(drafted):][:len(emitted)])
                 if len(req.output_ids) >= req.max_new_tokens:
+                    # Freed, and gone from the request (vLLM's free pops req_to_blocks): its blocks may now be
+                    # reused by others, so a finished request shows how many it released, not their ids.
                     self.pool.release(req.block_table)
+                    req.n_released, req.block_table = len(req.block_table), []
                     req.status = FINISHED
                     self.running.remove(req)
                     finished.append(req.request_id)
@@ -344,9 +361,10 @@ class RequestView:
     output_tokens: int
     n_computed: int
     cached_tokens: int | None
-    block_table: tuple[int, ...]
+    block_table: tuple[int, ...]  # empty once finished: the blocks went back to the pool
     n_preemptions: int
     ttft_s: float | None
+    n_released: int = 0  # blocks released when it finished
 
 
 def snapshot(engine: PagedEngine) -> tuple[list[BlockView], list[RequestView]]:
@@ -357,7 +375,7 @@ def snapshot(engine: PagedEngine) -> tuple[list[BlockView], list[RequestView]]:
     blocks = [BlockView(b.block_id, engine.pool.state(b.block_id), b.ref_count, b.n_filled,
                         tuple(owners.get(b.block_id, ()))) for b in engine.pool.blocks]
     requests = [RequestView(r.request_id, r.label, r.status, len(r.prompt_ids), len(r.output_ids), r.n_computed,
-                            r.cached_tokens, tuple(r.block_table), r.n_preemptions, r.ttft_s)
+                            r.cached_tokens, tuple(r.block_table), r.n_preemptions, r.ttft_s, r.n_released)
                 for r in engine.requests]
     return blocks, requests
 
