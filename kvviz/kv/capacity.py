@@ -43,8 +43,9 @@ def shard_for_tp(spec: KVSpec, tp: int) -> KVSpec:
         return spec
     if spec.n_heads % tp:
         raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
-    kv = spec.n_kv_heads if spec.is_mla else max(1, spec.n_kv_heads // tp)
     heads = spec.n_heads // tp
+    # MLA caches one latent per token whatever the heads: its "KV heads" follow the query heads on each GPU.
+    kv = heads if spec.is_mla else max(1, spec.n_kv_heads // tp)
     if heads % kv:
         raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
     return replace(spec, n_heads=heads, n_kv_heads=kv)

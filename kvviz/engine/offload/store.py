@@ -74,7 +74,7 @@ class Saved:
     n_chunks: int
     bytes: int  # K/V bytes of the chunks newly stored
     seconds: float
-    evicted: dict[str, list[str]] = field(default_factory=dict)  # tier -> keys pushed out
+    evicted: dict[str, list[str]] = field(default_factory=dict)  # tier -> keys pushed out by this request
 
 
 @dataclass
@@ -137,6 +137,11 @@ class TieredStore:
             entry.corrupt = False
             self.catalogue.move_to_end(info.key)
 
+    def _put(self, tier: str, chunk: Chunk) -> None:
+        """Into one tier; what it pushes out is recorded (a chunk larger than the whole tier is not kept there)."""
+        gone = [k for k in self.tiers[tier].put(chunk) if k != chunk.info.key]
+        self._evicted(tier, gone)
+
     def _evicted(self, tier: str, keys: Sequence[str]) -> None:
         self.request_evicted[tier] += keys
         for key in keys:
@@ -150,6 +155,8 @@ class TieredStore:
         if entry is not None:
             if entry.corrupt:
                 return MissReason("corrupt", info.start, tier="disk")
+            if not entry.evicted:  # stored, yet larger than every tier: kept nowhere
+                return MissReason("never_stored", info.start)
             tier = "disk" if "disk" in entry.evicted else "memory"
             return MissReason("evicted", info.start, tier=tier, request=entry.evicted.get(tier))
         best = -1
@@ -192,7 +199,7 @@ class TieredStore:
                     self.catalogue[info.key].corrupt = True
                     chunk = None
                 if chunk is not None:
-                    self._evicted("memory", self.memory.put(chunk))  # written back, as LMCache's get() does
+                    self._put("memory", chunk)  # written back, as LMCache's StorageManager.get() does
             if chunk is None:
                 miss = self.explain(info)
                 break
@@ -224,12 +231,11 @@ class TieredStore:
             self._remember(info)
             for tier in TIERS:
                 if tier not in have:
-                    gone = self.tiers[tier].put(chunk)
-                    self._evicted(tier, gone)
-                    out.evicted[tier] += gone
+                    self._put(tier, chunk)
             out.n_chunks += 1
             out.bytes += chunk.nbytes
         out.seconds = time.perf_counter() - t0
+        out.evicted = {t: list(self.request_evicted[t]) for t in TIERS}
         return out
 
     def contents(self) -> dict[str, list[ChunkInfo]]:
