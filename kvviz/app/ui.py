@@ -76,6 +76,7 @@ NAV = (
     ("pages/7_Serving_Engine.py", "nav.serving"),
     ("pages/8_Compressing_the_Cache.py", "nav.compress"),
     ("pages/9_Paged_Blocks.py", "nav.paged"),
+    ("pages/11_Moving_the_Cache.py", "nav.moving"),
     ("pages/12_Attention_Patterns.py", "nav.heads"),
 )
 

@@ -2,7 +2,10 @@
 same tokens costs here, and why each loaded prefix ends where it does. All model work runs in quiet()."""
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -203,6 +206,19 @@ class OffloadDemo:
             for i, info in enumerate(self.store.chunk_infos(ids)):
                 self.labels.setdefault(info.key, f"{name}{i + 1}")
         self.warmed = False
+
+    @classmethod
+    def temporary(cls, backend: NativeBackend, **settings: int) -> OffloadDemo:
+        """A demo whose disk tier lives in a fresh temporary folder of its own (one per browser session), removed
+        with the demo when its session lets go of it."""
+        path = Path(tempfile.mkdtemp(prefix="kvviz-offload-"))
+        demo = cls(backend, path / "store", **settings)
+        weakref.finalize(demo, shutil.rmtree, path, True)
+        return demo
+
+    @property
+    def session_dir(self) -> Path:
+        return Path(self.directory).parent
 
     @property
     def done(self) -> bool:
