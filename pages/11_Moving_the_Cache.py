@@ -159,7 +159,8 @@ def ttft_view(demo: OffloadDemo) -> None:
     if ss.get("mv_tiers"):
         ui.table(pd.DataFrame([{
             tr("moving.col_tier"): tr(f"moving.tier_{t.tier}"), tr("moving.col_tokens"): t.tokens,
-            tr("moving.col_bytes"): f"{t.bytes:,}", tr("moving.col_file_bytes"): f"{t.file_bytes:,}" if t.file_bytes else "—",
+            tr("moving.col_bytes"): f"{t.bytes:,}",
+            tr("moving.col_file_bytes"): f"{t.file_bytes:,}" if t.file_bytes else "—",
             tr("moving.col_load"): f"{t.load_s.median * 1e3:.2f} ({t.load_s.low * 1e3:.2f}–{t.load_s.high * 1e3:.2f})",
             tr("moving.col_recompute"): f"{t.recompute_s.median * 1e3:.1f} ({t.recompute_s.low * 1e3:.1f}–"
                                         f"{t.recompute_s.high * 1e3:.1f})",
@@ -230,8 +231,7 @@ def break_even_view(dep: dict) -> None:
     ui.chart(charts.break_even_chart(recompute.curve(max_tokens), {n: c.curve(max_tokens) for n, c in cases.items()},
                                      even, measured, labels, lecture=settings.lecture), "mv_break_even")
     rows = []
-    for name, case in cases.items():
-        n = even[name]
+    for name, n in even.items():
         verdict = (tr("moving.never", max=f"{max_tokens:,}") if n is None else tr("moving.always") if n == 1
                    else f"{n:,}")
         rows.append({tr("moving.col_link"): name,

@@ -187,3 +187,24 @@ def test_tier_costs_measure_both_tiers_and_the_recompute(tiny, tmp_path):
     assert all(r.bytes == kv_footprint(tiny.spec, 2 * C, 1, "float32").total for r in rows)
     assert rows[1].file_bytes > rows[1].bytes and rows[0].file_bytes is None
     assert all(r.load_s.n == 2 and r.recompute_s.n == 2 and r.load_s.median > 0 for r in rows)
+
+
+def test_offload_demo_cli_json(capsys, tmp_path):
+    from kvviz.cli import main
+
+    store = tmp_path / "store"
+    assert main(["offload-demo", "--chunk-size", str(C), "--repeats", "1", "--tier-repeats", "1", "--store-dir",
+                 str(store), "--json"]) == 0
+    out = __import__("json").loads(capsys.readouterr().out)
+    assert len(out["requests"]) == len(SCRIPT) and out["chunk_size"] == C and out["store_kept"]
+    for r in out["requests"]:
+        assert {"tokens_by_tier", "bytes_loaded", "load_s", "recompute_s", "ttft_s", "miss_reason"} <= set(r)
+        assert sum(r["tokens_by_tier"].values()) == r["prompt_tokens"]
+    assert [t["tier"] for t in out["tiers"]] == ["memory", "disk"]
+    assert any(store.rglob("*.safetensors"))  # kept, for a later run to read back
+    # The folder now holds a store: a second demo there would not start from nothing, so it is refused.
+    assert main(["offload-demo", "--store-dir", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not empty" in err
+    assert main(["offload-demo", "--chunk-size", "4096"]) == 2
+    assert "chunk size 4096" in capsys.readouterr().err

@@ -86,7 +86,8 @@ def read_slot_file(path: str | Path) -> SlotFile:
     packed = list(r.take(f"<{n_packed}i")) if n_packed else []
     tokens = _unpack_prompt(packed)
     (n_stream,) = r.take("<I")
-    parts = {"file header (magic, version, count)": 12, "packed prompt": 4 * n_packed, "stream counts": 4 + 4 * n_stream}
+    parts = {"file header (magic, version, count)": 12, "packed prompt": 4 * n_packed,
+             "stream counts": 4 + 4 * n_stream}
     n_cells = n_layers = 0
     v_trans = False
     kv_types: list[str] = []

@@ -115,7 +115,8 @@ def _last_json(proc: subprocess.Popen, timeout_s: float) -> dict:
         proc.communicate()
         raise TimeoutError(f"a handoff worker ran past {timeout_s} s") from None
     if proc.returncode != 0:
-        raise RuntimeError(f"a handoff worker failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
+        why = err.strip().splitlines()[-1] if err.strip() else proc.returncode
+        raise RuntimeError(f"a handoff worker failed: {why}")
     return json.loads(out.strip().splitlines()[-1])
 
 
