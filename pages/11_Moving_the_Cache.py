@@ -117,6 +117,7 @@ def requests_view(demo: OffloadDemo) -> None:
     ui.chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
                                last["after"], {"memory": demo.memory_chunks, "disk": demo.disk_chunks}, labels,
                                lecture=settings.lecture), "mv_tiers")
+    st.caption(tr("moving.tiers_chart_caption"))
     st.markdown(tr("moving.last_request", n=last["request"], what=tr(f"moving.kind_{last['kind']}"),
                    why=reason_text(last["miss_reason"])))
     rows = [{
@@ -125,12 +126,12 @@ def requests_view(demo: OffloadDemo) -> None:
         tr("moving.col_memory"): r["tokens_by_tier"]["memory"],
         tr("moving.col_disk"): r["tokens_by_tier"]["disk"],
         tr("moving.col_computed"): r["tokens_by_tier"]["computed"],
+        tr("moving.col_why"): reason_text(r["miss_reason"]),
+        tr("moving.col_ttft"): f"{r['ttft_s'] * 1e3:.1f}",
+        tr("moving.col_ttft_recompute"): f"{r['ttft_recompute_s'] * 1e3:.1f}",
         tr("moving.col_bytes"): sum(r["bytes_loaded"].values()),
         tr("moving.col_load"): f"{sum(r['load_s'].values()) * 1e3:.2f}",
         tr("moving.col_recompute"): "—" if r["recompute_s"] is None else f"{r['recompute_s'] * 1e3:.1f}",
-        tr("moving.col_ttft"): f"{r['ttft_s'] * 1e3:.1f}",
-        tr("moving.col_ttft_recompute"): f"{r['ttft_recompute_s'] * 1e3:.1f}",
-        tr("moving.col_why"): reason_text(r["miss_reason"]),
         tr("moving.col_logits"): tr("moving.equal" if r["logits_equal_up_to_rounding"] else "moving.not_equal",
                                     diff=f"{r['max_abs_logit_diff']:.1e}", tol=f"{r['logit_rounding_tolerance']:.1e}"),
     } for r in demo.results]
@@ -213,32 +214,26 @@ def break_even_view(dep: dict) -> None:
     links = st.multiselect(tr("moving.links"), list(LINKS), default=list(LINKS), key="mv_links")
     try:
         cases = {name: LoadVsRecompute(spec, dep["hw"], LINKS[name], dep["kv_dtype"], tp=dep["tp"]) for name in links}
-        recompute = LoadVsRecompute(spec, dep["hw"], LINKS["PCIe 5.0 x16"], dep["kv_dtype"], tp=dep["tp"])
     except InputError as exc:
         ui.show_error(exc)
         return
     even = {name: case.break_even_tokens(max_tokens) for name, case in cases.items()}
-    measured = []
-    for t in ss.get("mv_tiers") or []:
-        measured.append({"label": tr("moving.here_load", tier=tr(f"moving.tier_{t.tier}")), "tokens": t.tokens,
-                         "seconds": t.load_s.median, "color": charts.TIER_COLORS[t.tier]})
-    if ss.get("mv_tiers"):
-        t = ss.mv_tiers[0]
-        measured.append({"label": tr("moving.here_recompute"), "tokens": t.tokens, "seconds": t.recompute_s.median,
-                         "color": "black", "symbol": "x"})
-    labels = {k: tr(f"moving.c_{k}") for k in ("recompute_line", "break_even_at", "tokens", "seconds",
+    measured = [{"label": tr("moving.here_load", tier=tr(f"moving.tier_{t.tier}")), "tokens": t.tokens,
+                 "ratio": t.load_over_recompute, "color": charts.TIER_COLORS[t.tier]} for t in ss.get("mv_tiers") or []]
+    labels = {k: tr(f"moving.c_{k}") for k in ("break_even_at", "tokens", "ratio", "even_line", "hover",
                                                  "break_even_title")}
-    ui.chart(charts.break_even_chart(recompute.curve(max_tokens), {n: c.curve(max_tokens) for n, c in cases.items()},
-                                     even, measured, labels, lecture=settings.lecture), "mv_break_even")
+    ui.chart(charts.break_even_chart({n: c.curve(max_tokens) for n, c in cases.items()}, even, measured, labels,
+                                     lecture=settings.lecture), "mv_break_even")
     rows = []
     for name, n in even.items():
         verdict = (tr("moving.never", max=f"{max_tokens:,}") if n is None else tr("moving.always") if n == 1
                    else f"{n:,}")
         rows.append({tr("moving.col_link"): name,
                      tr("moving.col_bandwidth"): f"{LINKS[name].bandwidth_bytes_per_s / 1e9:g} GB/s",
-                     tr("moving.col_break_even"): verdict,
-                     tr("moving.col_source"): LINKS[name].bandwidth_source})
+                     tr("moving.col_break_even"): verdict})
     ui.table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
+    with st.expander(tr("moving.sources_title")):
+        st.markdown("\n".join(f"- **{name}**: {LINKS[name].bandwidth_source}" for name in even))
     st.caption(tr("moving.break_even_caption", gpu=dep["hw"].name,
                   tflops=f"{dep['hw'].peak_flops / 1e12:,.1f}", source=dep["hw"].flops_source, tp=dep["tp"],
                   here=str(backend.device), model=backend.spec.name))
@@ -296,7 +291,7 @@ def handoff_view(dep: dict | None) -> None:
     if results:
         steps = []
         for engine, r in results.items():
-            name = tr(f"moving.engine_{engine}")
+            name = f"{tr(f'moving.engine_{engine}')} · {format_binary(r['bytes'])}"
             first = r["first_decode_s"] if engine == "kvviz" else r["decode_prompt_s"]
             for phase, seconds, text in (("prefill", r["prefill_s"], ""), ("save", r["save_s"], ""),
                                          ("transfer", r["transfer_s"], format_binary(r["bytes"])),

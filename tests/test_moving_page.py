@@ -75,7 +75,10 @@ def test_break_even_table_chart_and_this_machine():
     at.button(key="mv_measure").click().run()
     chart = _chart(at, "Loading the K/V over a link vs recomputing it")
     names = [d.get("name") for d in chart["data"]]
-    assert "this machine: load from CPU memory" in names and "this machine: recompute" in names
+    assert "this machine: CPU memory tier" in names and "this machine: disk tier" in names
+    here = next(d for d in chart["data"] if d.get("name") == "this machine: CPU memory tier")
+    tiers = at.session_state["mv_tiers"]
+    assert here["y"] == [tiers[0].load_s.median / tiers[0].recompute_s.median] and here["x"] == [tiers[0].tokens]
     # Llama-2-7B (MHA) over 100 Gb/s: recomputing still wins at its 4,096-token context.
     at.selectbox(key="mv_model").set_value("Llama-2-7B").run()
     table = _break_even(at)

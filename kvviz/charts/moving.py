@@ -70,31 +70,32 @@ def ttft_bars(rows: Sequence[Mapping], labels: Mapping[str, str], *, lecture: bo
     return style(fig, title=labels["ttft_title"], lecture=lecture, height=400)
 
 
-def break_even_chart(recompute: Sequence[Mapping], loads: Mapping[str, Sequence[Mapping]],
-                     break_even: Mapping[str, int | None], measured: Sequence[Mapping], labels: Mapping[str, str],
-                     *, lecture: bool = False) -> go.Figure:
-    """Time against prompt length, log-log: recomputing (prefill FLOPs at the datasheet rate) and loading over each
-    link; a marker where loading starts to win; this machine's measured loads and recompute as points."""
+def break_even_chart(curves: Mapping[str, Sequence[Mapping]], break_even: Mapping[str, int | None],
+                     measured: Sequence[Mapping], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+    """Load time ÷ recompute time against prompt length, log-log, one line per link: below 1 loading wins. A diamond
+    where a link's line crosses 1 for good; this machine's measured ratios (its tiers) as points on the same axes.
+    curves: link -> rows {"tokens", "load_s", "recompute_s"}; measured: {"label", "tokens", "ratio", "color"}."""
     fig = go.Figure()
-    fig.add_scatter(x=[r["tokens"] for r in recompute], y=[r["recompute_s"] for r in recompute], mode="lines",
-                    name=labels["recompute_line"], line=dict(color="black", width=3))
-    for i, (name, rows) in enumerate(loads.items()):
-        fig.add_scatter(x=[r["tokens"] for r in rows], y=[r["load_s"] for r in rows], mode="lines", name=name,
-                        line=dict(dash=LINK_DASH[i % len(LINK_DASH)], width=2))
+    for i, (name, rows) in enumerate(curves.items()):
+        fig.add_scatter(x=[r["tokens"] for r in rows], y=[r["load_s"] / r["recompute_s"] for r in rows],
+                        mode="lines", name=name, line=dict(dash=LINK_DASH[i % len(LINK_DASH)], width=2),
+                        customdata=[[r["load_s"] * 1e3, r["recompute_s"] * 1e3] for r in rows],
+                        hovertemplate=labels["hover"] + f"<extra>{name}</extra>")
         n = break_even.get(name)
-        if n is not None and rows:
-            t = next((r for r in rows if r["tokens"] >= n), rows[-1])
-            fig.add_scatter(x=[t["tokens"]], y=[t["load_s"]], mode="markers", showlegend=False,
-                             marker=dict(size=11, symbol="diamond", color="#2ca02c", line=dict(color="black", width=1)),
-                             hovertext=labels["break_even_at"].format(link=name, n=f"{n:,}"), hoverinfo="text")
+        if n is not None and n > 1:
+            fig.add_scatter(x=[n], y=[1], mode="markers", showlegend=False, hoverinfo="text",
+                            hovertext=labels["break_even_at"].format(link=name, n=f"{n:,}"),
+                            marker=dict(size=12, symbol="diamond", color="#2ca02c", line=dict(color="black", width=1)))
     for m in measured:
-        fig.add_scatter(x=[m["tokens"]], y=[m["seconds"]], mode="markers+text", name=m["label"],
-                        text=[m["label"]], textposition="top center",
-                        marker=dict(size=12, symbol=m.get("symbol", "circle"), color=m.get("color", "#d62728")))
+        fig.add_scatter(x=[m["tokens"]], y=[m["ratio"]], mode="markers+text", name=m["label"], text=[m["label"]],
+                        textposition="middle right", marker=dict(size=13, symbol="circle", color=m["color"],
+                                                                  line=dict(color="black", width=1)))
+    fig.add_hline(y=1, line=dict(color="black", width=2), annotation_text=labels["even_line"],
+                  annotation_position="top left")
     fig.update_xaxes(title=labels["tokens"], type="log")
-    fig.update_yaxes(title=labels["seconds"], type="log", exponentformat="power")
+    fig.update_yaxes(title=labels["ratio"], type="log", exponentformat="power")
     fig.update_layout(legend=dict(orientation="h", y=-0.3))
-    return style(fig, title=labels["break_even_title"], lecture=lecture, height=480)
+    return style(fig, title=labels["break_even_title"], lecture=lecture, height=500)
 
 
 def handoff_timeline(steps: Sequence[Mapping], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
