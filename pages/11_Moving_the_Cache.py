@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from kvviz.app import hosted, ui
+from kvviz.app.uploads import config_upload
 from kvviz.charts import moving as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.offload.serve import SCRIPT, OffloadDemo, tier_costs
@@ -13,7 +14,6 @@ from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPES, kv_footprint
 from kvviz.kv.hardware import HARDWARE, LINKS
 from kvviz.kv.presets import PRESETS
-from kvviz.kv.reader import parse_config_text
 from kvviz.kv.transfer import LoadVsRecompute, handoff_bytes
 from kvviz.units import format_binary
 
@@ -178,18 +178,7 @@ def deployment() -> dict | None:
     names = list(PRESETS) + [tr("moving.upload_choice")]
     choice = c[0].selectbox(tr("moving.model"), names, index=names.index("Llama-3.1-8B"), key="mv_model")
     if choice == names[-1]:
-        n = ss.setdefault("mv_upload_n", 0)
-        upload = c[0].file_uploader(tr("moving.upload"), type=None, key=f"mv_upload_{n}")
-        if upload is not None:
-            try:
-                ss.mv_upload_spec, ss.mv_upload_error = parse_config_text(upload.getvalue(), upload.name), None
-            except InputError as exc:
-                ss.mv_upload_error = exc  # the last valid config stays in use
-            ss.mv_upload_n = n + 1
-            st.rerun()
-        if ss.get("mv_upload_error"):
-            ui.show_error(ss.mv_upload_error)
-        spec = ss.get("mv_upload_spec")
+        spec = config_upload(c[0], tr("moving.upload"), "mv_upload")
         if spec is None:
             st.info(tr("moving.upload_hint"))
             return None

@@ -1,28 +1,17 @@
 """The Moving the Cache page headless (AppTest, issue 25): requests served through the tiers with their reasons,
 TTFT both ways, the break-even chart and table, the per-rank calculator, hosted bounds, both languages."""
-import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.i18n import t
+from tests.pagetest import chart, open_page
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/11_Moving_the_Cache.py"
 
 
 def _open(lang: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params["lang"] = lang
-    at.switch_page(PAGE).run()
-    assert not at.exception
-    return at
-
-
-def _chart(at: AppTest, title: str) -> dict:
-    return next(s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-                if s["layout"]["title"]["text"] == title)
+    return open_page(PAGE, lang)
 
 
 def _table(at: AppTest, n: int):
@@ -43,7 +32,7 @@ def test_requests_through_the_tiers(lang):
     assert not at.exception
     demo = at.session_state["mv_demo"]
     assert [r["kind"] for r in demo.results] == ["first", "shared", "changed"]
-    boxes = _chart(at, t("moving.c_tiers_title", lang))
+    boxes = chart(at, t("moving.c_tiers_title", lang))
     texts = [bar["text"] for bar in boxes["data"]]
     assert [col[1] for col in texts[:3]] == ["A2", "A1", "A*2"]  # CPU memory, least recently used at the bottom
     assert [col[0] for col in texts[:2]] == ["A1", t("moving.c_computed_cell", lang, n=2 * 16 + 7 - 16)]
@@ -58,7 +47,7 @@ def test_requests_through_the_tiers(lang):
     why = list(_table(at, 0)[t("moving.col_why", lang)])
     assert why[6] == t("moving.reason_evicted", lang, token=16, tier=t("moving.tier_disk", lang), request=6)
     assert why[8] == t("moving.reason_corrupt", lang, token=0, tier=t("moving.tier_disk", lang), request="?")
-    ttft = _chart(at, t("moving.c_ttft_title", lang))
+    ttft = chart(at, t("moving.c_ttft_title", lang))
     assert len(ttft["data"]) == 4 and len(ttft["data"][0]["x"]) == 9
 
 
@@ -69,14 +58,14 @@ def test_break_even_table_chart_and_this_machine():
     table = _break_even(at)
     rows = dict(zip(table["link"], table["loading wins from"], strict=True))
     assert rows["local NVMe (PCIe 4.0 x4)"] == "5,136" and rows["100 Gb/s network"] == "from the first token"
-    chart = _chart(at, "Loading the K/V over a link vs recomputing it")
-    diamonds = [d for d in chart["data"] if d.get("marker", {}).get("symbol") == "diamond"]
+    fig = chart(at, "Loading the K/V over a link vs recomputing it")
+    diamonds = [d for d in fig["data"] if d.get("marker", {}).get("symbol") == "diamond"]
     assert any("5,136" in d["hovertext"] for d in diamonds)
     at.button(key="mv_measure").click().run()
-    chart = _chart(at, "Loading the K/V over a link vs recomputing it")
-    names = [d.get("name") for d in chart["data"]]
+    fig = chart(at, "Loading the K/V over a link vs recomputing it")
+    names = [d.get("name") for d in fig["data"]]
     assert "this machine: CPU memory tier" in names and "this machine: disk tier" in names
-    here = next(d for d in chart["data"] if d.get("name") == "this machine: CPU memory tier")
+    here = next(d for d in fig["data"] if d.get("name") == "this machine: CPU memory tier")
     tiers = at.session_state["mv_tiers"]
     assert here["y"] == [tiers[0].load_s.median / tiers[0].recompute_s.median] and here["x"] == [tiers[0].tokens]
     # Llama-2-7B (MHA) over 100 Gb/s: recomputing still wins at its 4,096-token context.
