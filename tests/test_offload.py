@@ -45,9 +45,14 @@ def test_chunk_keys_are_the_paged_cache_chain(tiny, tmp_path):
     assert bf16.chunk_infos(ids)[0].key != infos[0].key
 
 
-@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+@pytest.mark.parametrize("model", ["tiny", "tiny-bfloat16", "smollm2"])
 def test_logits_after_a_load_equal_a_full_recompute(model, tiny, request, tmp_path):
-    backend = tiny if model == "tiny" else request.getfixturevalue("smollm2")
+    if model == "tiny":
+        backend = tiny
+    elif model == "tiny-bfloat16":  # K/V stored and loaded in bfloat16: the tolerance is bfloat16's
+        backend = load_backend("tiny", dtype="bfloat16", device="cpu")
+    else:
+        backend = request.getfixturevalue("smollm2")
     store = _store(backend, tmp_path)
     system = shared_prefix_ids(backend.tokenizer, 3 * C)
     first = serve(backend, store, system + suffix_ids(backend.spec.vocab_size, 5, 1), repeats=1)
