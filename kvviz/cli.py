@@ -792,8 +792,8 @@ def _print_handoff(r: dict) -> None:
         return "—" if s is None else f"{s * 1e3:.2f} ms"
 
     print(f"[{r['engine']}: {r['model']}, prompt {r['prompt_tokens']} tokens, {r['new_tokens']} new]")
-    print(f"bytes moved {r['bytes']:,} (K/V by kvviz's formula {r['formula_bytes']:,}; "
-          f"header {r['header_bytes']:,})")
+    print(f"bytes moved {r['bytes']:,}: K/V {r['kv_bytes']:,} (kvviz's formula: {r['formula_bytes']:,}) + "
+          f"header {r['header_bytes']:,}")
     if "file_parts" in r:
         for part, n in r["file_parts"].items():
             print(f"  {part:36s} {n:>10,} B")

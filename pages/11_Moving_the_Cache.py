@@ -291,7 +291,8 @@ def handoff_view(dep: dict | None) -> None:
         ui.chart(charts.handoff_timeline(steps, labels, lecture=settings.lecture), "mv_handoff")
         ui.table(pd.DataFrame([{
             tr("moving.col_engine"): tr(f"moving.engine_{engine}"), tr("moving.col_prompt"): r["prompt_tokens"],
-            tr("moving.col_bytes"): r["bytes"], tr("moving.col_formula"): r["formula_bytes"],
+            tr("moving.col_moved"): r["bytes"], tr("moving.col_bytes"): r["kv_bytes"],
+            tr("moving.col_formula"): r["formula_bytes"],
             tr("moving.col_header"): r["header_bytes"], tr("moving.col_save"): f"{r['save_s'] * 1e3:.2f}",
             tr("moving.col_transfer"): f"{r['transfer_s'] * 1e3:.2f}",
             tr("moving.col_restore"): f"{r['restore_s'] * 1e3:.2f}",

@@ -14,7 +14,8 @@ from kvviz.kv.formula import kv_footprint
 from kvviz.serving.llamacpp import binary
 from kvviz.serving.llamacpp_state import MAGIC, SlotFileError, read_slot_file
 
-CLI_KEYS = {"bytes", "formula_bytes", "save_s", "transfer_s", "restore_s", "tokens_equal_single"}
+CLI_KEYS = {"bytes", "formula_bytes", "save_s", "transfer_s", "restore_s", "tokens_equal_single", "kv_bytes",
+            "header_bytes"}
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,8 @@ def test_kvviz_workers_hand_off_over_a_socket(capsys):
     assert CLI_KEYS <= set(r)
     assert r["tokens_equal_single"] and r["tokens"] == r["single_tokens"] and len(r["tokens"]) == 6
     spec = load_backend("tiny", device="cpu").spec
-    assert r["bytes"] == r["formula_bytes"] == kv_footprint(spec, 40, 1, "float32").total == 40 * 4 * 2 * 2 * 24 * 4
-    assert r["wire_bytes"] == r["bytes"] + r["header_bytes"] and 0 < r["header_bytes"] < 1024
+    assert r["kv_bytes"] == r["formula_bytes"] == kv_footprint(spec, 40, 1, "float32").total == 40 * 4 * 2 * 2 * 24 * 4
+    assert r["bytes"] == r["kv_bytes"] + r["header_bytes"] and 0 < r["header_bytes"] < 1024
     assert all(r[k] > 0 for k in ("prefill_s", "save_s", "transfer_s", "restore_s"))
     calc = r["calculator"]
     assert calc["per_rank"] == r["formula_bytes"] and calc["tp"] == 1

@@ -57,6 +57,7 @@ def llamacpp_handoff(gguf: str | Path, spec: KVSpec, prompt_ids: list[int], new_
     return {
         "engine": "llamacpp", "model": spec.name, "gguf": str(gguf), "prompt_tokens": len(prompt_ids),
         "new_tokens": new_tokens, "kv_dtype": kv_dtype,
+        # bytes: the whole file; kv_bytes: its K/V rows, held against the formula.
         "bytes": saved["n_written"], "file_bytes": slot.size, "kv_bytes": slot.kv_bytes,
         "formula_bytes": formula, "header_bytes": slot.header_bytes, "file_parts": slot.parts,
         "n_saved": saved["n_saved"], "n_restored": restored["n_restored"], "n_read": restored["n_read"],

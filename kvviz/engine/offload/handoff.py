@@ -150,8 +150,10 @@ def run_handoff(backend, model: str, prompt_ids: list[int], new_tokens: int, *, 
     return {
         "engine": "kvviz", "model": backend.spec.name, "dtype": dtype, "prompt_tokens": len(prompt_ids),
         "new_tokens": new_tokens,
-        "bytes": d["bytes"], "formula_bytes": kv_footprint(backend.spec, len(prompt_ids), 1, dtype).total,
-        "wire_bytes": p["wire_bytes"], "header_bytes": p["wire_bytes"] - p["bytes"],
+        # bytes: all that crossed the socket; kv_bytes: its K/V part, held against the formula.
+        "bytes": p["wire_bytes"], "kv_bytes": d["bytes"],
+        "formula_bytes": kv_footprint(backend.spec, len(prompt_ids), 1, dtype).total,
+        "header_bytes": p["wire_bytes"] - d["bytes"],
         "prefill_s": p["prefill_s"], "save_s": p["save_s"], "transfer_s": d["t_received"] - p["t_send"],
         "restore_s": d["restore_s"], "first_decode_s": d["decode_s"][0] if d["decode_s"] else None,
         "decode_s": d["decode_s"], "tokens": handed, "single_tokens": single.generated[0],
