@@ -46,8 +46,8 @@ def main() -> None:
     if a.json:
         print(json.dumps(rows))
         return
-    print(f"{'engine':>8} {'tokens':>6} {'bytes':>12} {'K/V=formula':>11} {'save ms':>9} {'MB/s':>7} {'transfer ms':>11} "
-          f"{'MB/s':>7} {'restore ms':>10} {'MB/s':>7} {'tokens =':>8}")
+    print(f"{'engine':>8} {'tokens':>6} {'bytes':>12} {'K/V=formula':>11} {'save ms':>9} {'MB/s':>7} "
+          f"{'transfer ms':>11} {'MB/s':>7} {'restore ms':>10} {'MB/s':>7} {'tokens =':>8}")
     for r in rows:
         mbs = [r["bytes"] / s / 1e6 if s > 0 else float("nan") for s in (r["save_s"], r["transfer_s"], r["restore_s"])]
         print(f"{r['engine']:>8} {r['tokens']:>6} {r['bytes']:>12,} {str(r['kv_bytes'] == r['formula_bytes']):>11} "
