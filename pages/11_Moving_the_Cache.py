@@ -5,8 +5,13 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import hosted, ui
+from kvviz.app import hosted
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
+from kvviz.app.models import get_backend, model_caption
+from kvviz.app.shell import page_setup
 from kvviz.app.uploads import config_upload
+from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import moving as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.offload.serve import SCRIPT, OffloadDemo, tier_costs
@@ -21,24 +26,23 @@ CHUNK_SIZES = (16, 32, 64, 128, 256)  # 256: LMCache's default
 TIER_REPEATS = 5
 ss = st.session_state
 
-settings = ui.page_setup("moving.title")
-tr = ui.tr
+settings = page_setup("moving.title")
 st.title(tr("moving.title"))
-head = ui.lecture_head()
-with head[0], ui.intro_box():
+head = lecture_head()
+with head[0], intro_box():
     st.write(tr("moving.intro"))
 if settings.model == "hf":
     st.info(tr("moving.hf_note"))  # the store copies into kvviz's own cache: the shipped model runs instead
     settings = dataclasses.replace(settings, model="tiny")
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
-ui.model_caption(backend.spec)
+model_caption(backend.spec)
 dtype = str(backend.dtype).removeprefix("torch.")
 max_len = backend.spec.max_context
 
 IDEAS = ("tiers", "ttft", "break_even", "handoff")
-shown = {IDEAS[i] for i in ui.ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
+shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
 
 
 def reason_text(m: dict) -> str:
@@ -49,16 +53,16 @@ def reason_text(m: dict) -> str:
 # ---- the store and its requests ----------------------------------------------------------------------------
 def store_section() -> OffloadDemo | None:
     with head[1]:
-        box = ui.settings_box()
+        box = settings_box()
     c = box.columns(4)
     sizes = [s for s in CHUNK_SIZES if 2 * s + s // 4 + 4 < max_len] or [CHUNK_SIZES[0]]
     chunk = c[0].selectbox(tr("moving.chunk_size"), sizes, index=len(sizes) - 1, key="mv_chunk",
                            help=tr("moving.chunk_size_help"))
-    mem = int(ui.number_in_range(c[1], tr("moving.memory_chunks"), 0, 64, 3, "mv_memory",
+    mem = int(number_in_range(c[1], tr("moving.memory_chunks"), 0, 64, 3, "mv_memory",
                                  help=tr("moving.memory_chunks_help")))
-    disk = int(ui.number_in_range(c[2], tr("moving.disk_chunks"), 0, 64, 6, "mv_disk",
+    disk = int(number_in_range(c[2], tr("moving.disk_chunks"), 0, 64, 6, "mv_disk",
                                   help=tr("moving.disk_chunks_help")))
-    repeats = int(ui.number_in_range(c[3], tr("moving.repeats"), 1, 9, 3, "mv_repeats",
+    repeats = int(number_in_range(c[3], tr("moving.repeats"), 1, 9, 3, "mv_repeats",
                                      help=tr("moving.repeats_help")))
     chunk_bytes = kv_footprint(backend.spec, chunk, 1, dtype).total
     box.caption(tr("moving.store_caption", chunk=chunk, bytes=format_binary(chunk_bytes),
@@ -67,7 +71,7 @@ def store_section() -> OffloadDemo | None:
         try:
             hosted.check_offload_store(settings.hosted, mem * chunk_bytes, (disk + 1) * chunk_bytes)
         except InputError as exc:
-            ui.show_error(exc)
+            show_error(exc)
             return None
     key = (id(backend.model), chunk, mem, disk, repeats)
     if ss.get("mv_demo") is None or ss.get("mv_key") != key:
@@ -106,7 +110,7 @@ def requests_view(demo: OffloadDemo) -> None:
                 width="stretch")
     b[2].button(tr("moving.reset"), on_click=reset, key="mv_reset", width="stretch")
     if ss.get("mv_error") is not None:
-        ui.show_error(ss.mv_error)
+        show_error(ss.mv_error)
         ss.mv_error = None
     if not demo.results:
         return
@@ -114,7 +118,7 @@ def requests_view(demo: OffloadDemo) -> None:
     keys = ("device", "memory", "disk", "from_memory", "from_disk", "computed_cell", "computed_hover", "held",
             "empty_slot", "chunks", "tiers_title")
     labels = {k: tr(f"moving.c_{k}") for k in keys}
-    ui.chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
+    chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
                                last["after"], {"memory": demo.memory_chunks, "disk": demo.disk_chunks}, labels,
                                lecture=settings.lecture), "mv_tiers")
     st.caption(tr("moving.tiers_chart_caption"))
@@ -135,7 +139,7 @@ def requests_view(demo: OffloadDemo) -> None:
         tr("moving.col_logits"): tr("moving.equal" if r["logits_equal_up_to_rounding"] else "moving.not_equal",
                                     diff=f"{r['max_abs_logit_diff']:.1e}", tol=f"{r['logit_rounding_tolerance']:.1e}"),
     } for r in demo.results]
-    ui.table(pd.DataFrame(rows), "mv_requests")
+    table(pd.DataFrame(rows), "mv_requests")
     st.caption(tr("moving.table_caption", repeats=demo.repeats))
 
 
@@ -152,13 +156,13 @@ def ttft_view(demo: OffloadDemo) -> None:
     if demo.results:
         keys = ("load_memory", "load_disk", "prefill_rest", "recompute", "ms", "ttft_title")
         labels = {k: tr(f"moving.c_{k}") for k in keys} | {f"kind_{k}": tr(f"moving.kind_{k}") for k, _, _ in SCRIPT}
-        ui.chart(charts.ttft_bars(demo.results, labels, lecture=settings.lecture), "mv_ttft")
+        chart(charts.ttft_bars(demo.results, labels, lecture=settings.lecture), "mv_ttft")
         st.caption(tr("moving.ttft_caption"))
     else:
         st.info(tr("moving.ttft_empty"))
     st.button(tr("moving.measure_tiers"), on_click=measure_tiers, key="mv_measure", help=tr("moving.measure_help"))
     if ss.get("mv_tiers"):
-        ui.table(pd.DataFrame([{
+        table(pd.DataFrame([{
             tr("moving.col_tier"): tr(f"moving.tier_{t.tier}"), tr("moving.col_tokens"): t.tokens,
             tr("moving.col_bytes"): f"{t.bytes:,}",
             tr("moving.col_file_bytes"): f"{t.file_bytes:,}" if t.file_bytes else "—",
@@ -186,9 +190,9 @@ def deployment() -> dict | None:
         spec = PRESETS[choice]
     gpu = c[1].selectbox(tr("moving.gpu"), list(HARDWARE), index=0, key="mv_gpu")
     kv_dtype = c[2].selectbox(tr("moving.kv_dtype"), list(KV_DTYPES), index=1, key="mv_kv_dtype")
-    tp = int(ui.number_in_range(c[3], tr("moving.tp"), 1, 64, 1, "mv_tp"))
+    tp = int(number_in_range(c[3], tr("moving.tp"), 1, 64, 1, "mv_tp"))
     if spec.n_params is None:
-        billions = ui.number_in_range(st, tr("moving.params_unknown", name=spec.name), 0.001, 10000.0, None,
+        billions = number_in_range(st, tr("moving.params_unknown", name=spec.name), 0.001, 10000.0, None,
                                       "mv_params_b", whole=False)
         if billions is None:
             return None
@@ -199,19 +203,19 @@ def deployment() -> dict | None:
 def break_even_view(dep: dict) -> None:
     spec, max_tokens = dep["spec"], dep["spec"].max_context
     if max_tokens is None:
-        max_tokens = int(ui.number_in_range(st, tr("moving.max_tokens"), 16, 10**7, 131072, "mv_max_tokens"))
+        max_tokens = int(number_in_range(st, tr("moving.max_tokens"), 16, 10**7, 131072, "mv_max_tokens"))
     links = st.multiselect(tr("moving.links"), list(LINKS), default=list(LINKS), key="mv_links")
     try:
         cases = {name: LoadVsRecompute(spec, dep["hw"], LINKS[name], dep["kv_dtype"], tp=dep["tp"]) for name in links}
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         return
     even = {name: case.break_even_tokens(max_tokens) for name, case in cases.items()}
     measured = [{"label": tr("moving.here_load", tier=tr(f"moving.tier_{t.tier}")), "tokens": t.tokens,
                  "ratio": t.load_over_recompute, "color": charts.TIER_COLORS[t.tier]} for t in ss.get("mv_tiers") or []]
     labels = {k: tr(f"moving.c_{k}") for k in ("break_even_at", "tokens", "ratio", "even_line", "hover",
                                                  "break_even_title")}
-    ui.chart(charts.break_even_chart({n: c.curve(max_tokens) for n, c in cases.items()}, even, measured, labels,
+    chart(charts.break_even_chart({n: c.curve(max_tokens) for n, c in cases.items()}, even, measured, labels,
                                      lecture=settings.lecture), "mv_break_even")
     rows = []
     for name, n in even.items():
@@ -220,7 +224,7 @@ def break_even_view(dep: dict) -> None:
         rows.append({tr("moving.col_link"): name,
                      tr("moving.col_bandwidth"): f"{LINKS[name].bandwidth_bytes_per_s / 1e9:g} GB/s",
                      tr("moving.col_break_even"): verdict})
-    ui.table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
+    table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
     with st.expander(tr("moving.sources_title")):
         st.markdown("\n".join(f"- **{name}**: {LINKS[name].bandwidth_source}" for name in even))
     st.caption(tr("moving.break_even_caption", gpu=dep["hw"].name,
@@ -258,9 +262,9 @@ def handoff_view(dep: dict | None) -> None:
     from kvviz.serving.llamacpp import binary
 
     c = st.columns(2)
-    n_prompt = int(ui.number_in_range(c[0], tr("moving.prompt_tokens"), 2, max(2, min(max_len - 64, 2000)), 64,
+    n_prompt = int(number_in_range(c[0], tr("moving.prompt_tokens"), 2, max(2, min(max_len - 64, 2000)), 64,
                                       "mv_prompt"))
-    n_new = int(ui.number_in_range(c[1], tr("moving.new_tokens"), 2, 64, 16, "mv_new"))
+    n_new = int(number_in_range(c[1], tr("moving.new_tokens"), 2, 64, 16, "mv_new"))
     runnable = settings.model in ("tiny", "smollm2")
     if settings.hosted is not None:
         st.info(tr("hosted.handoff_off"))
@@ -288,8 +292,8 @@ def handoff_view(dep: dict | None) -> None:
                 steps.append({"engine": name, "phase": phase, "seconds": seconds or 0.0, "text": text})
         labels = {k: tr(f"moving.c_{k}") for k in ("ms", "handoff_title")} | {
             f"phase_{p}": tr(f"moving.phase_{p}") for p in ("prefill", "save", "transfer", "restore", "decode")}
-        ui.chart(charts.handoff_timeline(steps, labels, lecture=settings.lecture), "mv_handoff")
-        ui.table(pd.DataFrame([{
+        chart(charts.handoff_timeline(steps, labels, lecture=settings.lecture), "mv_handoff")
+        table(pd.DataFrame([{
             tr("moving.col_engine"): tr(f"moving.engine_{engine}"), tr("moving.col_prompt"): r["prompt_tokens"],
             tr("moving.col_moved"): r["bytes"], tr("moving.col_bytes"): r["kv_bytes"],
             tr("moving.col_formula"): r["formula_bytes"],
@@ -308,7 +312,7 @@ def handoff_view(dep: dict | None) -> None:
                        per_rank=format_binary(calc.per_rank), total=format_binary(calc.total),
                        heads=calc.kv_heads_per_rank)
                     + (" " + tr("moving.replicated") if calc.replicated else ""))
-        ui.table(pd.DataFrame([{
+        table(pd.DataFrame([{
             tr("moving.col_link"): name,
             tr("moving.col_per_rank"): f"{calc.seconds(link) * 1e3:.3f}",
             tr("moving.col_shared"): f"{calc.seconds(link, shared_link=True) * 1e3:.3f}",

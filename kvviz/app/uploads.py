@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec
 from kvviz.kv.reader import parse_config_text
@@ -35,5 +35,5 @@ def config_upload(where: Any, label: str, key: str, on_read: Callable[[KVSpec], 
         ss[f"{key}_n"] = n + 1
         st.rerun()
     if ss.get(f"{key}_error"):
-        ui.show_error(ss[f"{key}_error"])
+        show_error(ss[f"{key}_error"])
     return ss.get(f"{key}_spec")
