@@ -2,7 +2,6 @@
 the capacity planner, and the live cache's measured bytes beside the formula."""
 
 import math
-from dataclasses import replace
 
 import streamlit as st
 
@@ -10,6 +9,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import intro_box
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.shell import page_setup
+from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, read_query, scenario_query
 from kvviz.charts.memory import (
     CacheCurve,
@@ -35,7 +35,6 @@ from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.log_check import TOLERANCE as LOG_TOLERANCE
 from kvviz.kv.log_check import check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
-from kvviz.kv.reader import parse_config_text
 from kvviz.kv.sglang_pool import plan_sglang
 from kvviz.kv.vllm_profile import ServingFlags, why_text
 from kvviz.units import format_binary, format_decimal
@@ -106,26 +105,11 @@ with left:
                           name=tr("memory.source_custom"), d_model=int(heads) * int(d_head),
                           n_params=round(ss.mem_params_b * 1e9), params_source="given")
         else:
-            # A fresh, empty uploader after every file read: choosing another file is then a new upload, never a
-            # replace (Streamlit's replace, a DELETE and a PUT, can lose the new file when the two overlap).
-            n = ss.setdefault("mem_upload_n", 0)
-            upload = st.file_uploader(tr("memory.upload"), type=None, key=f"mem_upload_{n}")
-            if upload is not None:
-                ss.mem_upload_error = None
-                try:
-                    parsed = parse_config_text(upload.getvalue(), upload.name)
-                    if parsed.model_type:
-                        parsed = replace(parsed, name=f"{upload.name} ({parsed.model_type})")
-                    ss.mem_upload_spec = parsed
-                    # the box shows this config's own count, or stays empty when the config cannot give one
-                    ss.mem_upload_params_b = None if parsed.n_params is None else round(parsed.n_params / 1e9, 3)
-                except InputError as exc:
-                    ss.mem_upload_error = exc  # the last valid config stays in use
-                ss.mem_upload_n = n + 1
-                st.rerun()
-            if ss.get("mem_upload_error"):
-                show_error(ss.mem_upload_error)
-            spec = ss.get("mem_upload_spec")
+            def read(parsed: KVSpec) -> None:
+                # the box shows this config's own count, or stays empty when the config cannot give one
+                ss.mem_upload_params_b = None if parsed.n_params is None else round(parsed.n_params / 1e9, 3)
+
+            spec = config_upload(st, tr("memory.upload"), "mem_upload", read)
             if spec is None:
                 st.info(tr("memory.upload_hint"))
             else:

@@ -1,29 +1,17 @@
 """The Paged Blocks page headless (AppTest): shared blocks in the block tables, the hit boundary, a preemption."""
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.i18n import t
+from tests.pagetest import APP, chart, open_page
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/9_Paged_Blocks.py"
 
 
 def _open(lang: str, **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params["lang"] = lang
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(PAGE).run()
-    assert not at.exception
-    return at
-
-
-def _chart(at: AppTest, title: str) -> dict:
-    return next(s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-                if s["layout"]["title"]["text"] == title)
+    return open_page(PAGE, lang, **query)
 
 
 @pytest.mark.parametrize("lang, title, tables", [
@@ -40,12 +28,12 @@ def test_four_requests_share_the_system_prompt(lang, title, tables):
     engine = at.session_state["pg_engine"]
     assert [r.admitted_step for r in engine.requests] == [0, 0, 0, 0]
     assert [r.cached_tokens for r in engine.requests] == [0, 48, 48, 48]  # ⌊48/16⌋·16 of a 48-token system prompt
-    heat = _chart(at, tables)["data"][0]
+    heat = chart(at, tables)["data"][0]
     first_blocks = [row[:3] for row in heat["text"]]
     assert first_blocks[0] == first_blocks[1] == first_blocks[2] == first_blocks[3]  # the same physical blocks
     assert heat["z"][0][:3] == [5, 5, 5]  # coloured "shared by 4+"
     assert all(row[3] != first_blocks[0][0] for row in heat["text"])  # own blocks differ
-    shapes = _chart(at, tables)["layout"]["shapes"]
+    shapes = chart(at, tables)["layout"]["shapes"]
     assert [s["x0"] for s in shapes] == [2.5, 2.5, 2.5]  # the hit boundary after 3 blocks, for R1..R3
 
 
@@ -84,7 +72,7 @@ def test_small_pool_preempts_and_recomputes():
     engine = at.session_state["pg_engine"]
     victim = next(r for r in engine.requests if r.n_preemptions)
     assert victim.request_id == max(r.request_id for r in engine.requests if r.status != "finished")
-    usage = _chart(at, "Pool usage over time")
+    usage = chart(at, "Pool usage over time")
     marks = next(d for d in usage["data"] if d.get("name") == "preempted")
     assert marks["text"] == [f"R{victim.request_id}"]
     assert any(m.value == "1" for m in at.metric)

@@ -43,6 +43,7 @@ class HostedCaps:
     max_sweep_points: int = 8
     kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
     idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
+    offload_store_bytes: int = 32 * 2**20  # one session's offload tiers, memory and disk together
     # Models a visitor may choose: names fetch-model knows (offered when the deployment fetched them) and hub ids.
     hf_allow: tuple[str, ...] = ("smollm2", "HuggingFaceTB/SmolLM2-135M")
 
@@ -173,3 +174,11 @@ def check_request(
     check_batch(batch, caps)
     check_new_tokens(max_new_tokens, caps)
     return check_kv_budget(caps, spec, batch=batch, n_tokens=prompt_tokens + max_new_tokens, dtype=dtype)
+
+
+def check_offload_store(caps: HostedCaps, memory_bytes: int, disk_bytes: int) -> None:
+    """The offload tiers a session asks for, memory and disk together, within its cap (checked before any write)."""
+    need = memory_bytes + disk_bytes
+    if need > caps.offload_store_bytes:
+        raise InputError("hosted.offload_store", need=format_binary(need),
+                         budget=format_binary(caps.offload_store_bytes))
