@@ -52,7 +52,7 @@ def test_finished_requests_show_released_blocks(lang):
     assert not at.exception
     engine = at.session_state["pg_engine"]
     assert [r.status for r in engine.requests] == ["finished"] * 4 + ["running"]
-    heat = _chart(at, t("paged.c_tables_title", lang))["data"][0]
+    heat = chart(at, t("paged.c_tables_title", lang))["data"][0]
     released = t("paged.c_released", lang)
     for row, z, r in zip(heat["text"], heat["z"], engine.requests[:4], strict=False):
         assert [c for c in row if c] == [released] * r.n_released and r.n_released > 0
