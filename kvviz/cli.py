@@ -307,7 +307,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         lengths = args.lengths or sweeps.default_prompt_lengths(max_len, args.new_tokens)
         sweep = sweeps.prompt_length_sweep(backend, lengths, n_new=args.new_tokens, repeats=args.repeats)
     elif args.kind == "cache":
-        contexts = args.contexts or sweeps.default_contexts(max_len, args.repeats)
+        contexts = args.contexts or sweeps.default_contexts(max_len)
         sweep = sweeps.cache_sweep(backend, contexts, repeats=args.repeats)
     elif args.kind == "batch":
         sweep = sweeps.batch_sweep(backend, args.batches, n_prompt=args.prompt_tokens, n_new=args.new_tokens)

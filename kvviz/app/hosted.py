@@ -3,12 +3,13 @@
 On when the environment sets KVVIZ_HOSTED=1, or `.streamlit/secrets.toml` has `hosted = true` or a
 `[hosted]` table (whose keys override the caps). Each cap can also be set by an environment variable,
 KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: ui.py passes the
-secrets in, so every check is a pure function that raises InputError("hosted....").
+secrets in, so every check is a pure function that raises InputError("hosted...."), and the pages' defaults
+are cut to fit the caps by pure functions too.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -158,3 +159,29 @@ def check_request(
     check_batch(batch, caps)
     check_new_tokens(max_new_tokens, caps)
     return check_kv_budget(caps, spec, batch=batch, n_tokens=prompt_tokens + max_new_tokens, dtype=dtype)
+
+
+# ---- defaults that fit the caps: a visitor's first click on a default is never refused ----------------------
+def points_within(caps: HostedCaps | None, points: int) -> int:
+    """How many points a default sweep may have: `points`, or fewer under the cap."""
+    return points if caps is None else min(points, caps.max_sweep_points)
+
+
+def batches_within(caps: HostedCaps | None, batches: Sequence[int]) -> list[int]:
+    """The default batch sizes the cap allows (every one of them without a cap)."""
+    return [b for b in batches if caps is None or b <= caps.max_batch][:points_within(caps, len(batches))]
+
+
+def tokens_within(caps: HostedCaps | None, spec: KVSpec, dtype: str, limit: int, *, batch: int = 1) -> int:
+    """The most tokens per request, up to `limit`, whose KV cache (by the formula, for `batch` requests) fits the
+    session's budget: where a default prompt or context may reach."""
+    if caps is None:
+        return limit
+    lo, hi = 0, limit  # the cache never shrinks as tokens are added: the largest n within the budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if kv_footprint(spec, mid, batch, dtype).total <= caps.kv_budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -570,14 +570,19 @@ def number_in_range(where: Any, label: str, low: float, high: float, default: fl
     return st.session_state[valid_key]
 
 
-def noise_indicator(backend: Backend, key: str) -> None:
-    """How noisy this machine is right now: the CPU load always, and on request the spread of identical passes."""
-    from kvviz.engine.timing import cpu_load, noise_probe
+def noise_indicator(load: Callable[[], Backend | None], key: str) -> None:
+    """How noisy this machine is right now: the CPU load always, and on request the spread of identical passes
+    (of the model `load` gives: it is loaded then, so the page draws this without torch)."""
+    from kvviz.engine.machine import cpu_load
 
     state = f"_noise_{key}"
 
     def probe() -> None:  # in the callback: before anything of the rerun is drawn
-        st.session_state[state] = noise_probe(backend)
+        from kvviz.engine.timing import noise_probe
+
+        backend = load()
+        if backend is not None:
+            st.session_state[state] = noise_probe(backend)
 
     c1, c2 = st.columns([5, 1])
     noise = st.session_state.get(state)

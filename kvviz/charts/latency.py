@@ -4,7 +4,7 @@ Every visible word arrives in `labels` (translated by the page); times are plott
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -82,14 +82,19 @@ def _room_below(fig: go.Figure, lecture: bool) -> go.Figure:
     return fig
 
 
-def _fit_line(x: Sequence[float], k: float, c: float) -> list[float]:
-    return [float(np.exp(c) * v**k) * MS for v in x]  # fitted on seconds, drawn in ms
+Fit = Callable[[float], float]  # seconds at a token count: a fitted cost model
 
 
-def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+def _fit_curve(x: Sequence[float], fit: Fit) -> tuple[list[float], list[float]]:
+    """The fitted model over the measured range, dense enough to show its bend on log axes, in ms."""
+    grid = np.unique(np.geomspace(min(x), max(x), 48).round(2)).tolist()
+    return grid, [fit(v) * MS for v in grid]  # fitted on seconds, drawn in ms
+
+
+def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, Fit | None], labels: Mapping[str, str],
                         *, lecture: bool = False) -> go.Figure:
     """TTFT and TPOT (ms) vs prompt length on log-log axes: each point the median of its runs, a bar from the
-    fastest to the slowest run, and the power law fitted to every run."""
+    fastest to the slowest run, and the cost model fitted to every run."""
     x = [r["prompt_tokens"] for r in rows]
     series = {key: (x, [_ms(r.get(key)) for r in rows], [_ms(r.get(f"{key[:-2]}_min_s")) for r in rows],
                     [_ms(r.get(f"{key[:-2]}_max_s")) for r in rows]) for key in ("ttft_s", "tpot_s")}
@@ -100,9 +105,10 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * MS
 
 
-def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+def cache_chart(rows: Sequence[dict], fits: Mapping[str, Fit | None], labels: Mapping[str, str],
                 *, lecture: bool = False) -> go.Figure:
-    """Per-step ms vs context length, with and without the cache, log-log with fitted slopes (median and range)."""
+    """Per-step ms vs context length, with and without the cache, log-log with the fitted cost models (median and
+    range of each point)."""
     series = {}
     for mode in ("cache", "no_cache"):
         mine = [r for r in rows if r["mode"] == mode]
@@ -112,9 +118,10 @@ def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | N
 
 
 def _loglog_with_fits(series: Mapping[str, tuple[list, ...]], colors: Mapping[str, str],
-                      fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+                      fits: Mapping[str, Fit | None], labels: Mapping[str, str],
                       lecture: bool) -> go.Figure:
-    """Measured series (x, y[, low, high]) on log-log axes, each with its fitted power law dashed in the same colour."""
+    """Measured series (x, y[, low, high]) on log-log axes, each with its fitted model dashed in the same colour
+    (labels[f"fit_{key}"] names the model)."""
     fig = go.Figure()
     all_x, all_y = [], []
     for key, (x, y, *band) in series.items():
@@ -128,10 +135,10 @@ def _loglog_with_fits(series: Mapping[str, tuple[list, ...]], colors: Mapping[st
         fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color, error_y=error)
         all_x += x
         all_y += y
-        if fits.get(key):
-            k, c = fits[key]
-            fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
-                            name=labels["fit"].format(name=labels[key], slope=f"{k:.2f}"))
+        if fits.get(key) is not None and x:
+            fx, fy = _fit_curve(x, fits[key])
+            fig.add_scatter(x=fx, y=fy, mode="lines", line=dict(color=color, dash="dash", width=1.5),
+                            name=labels[f"fit_{key}"])
     _log_axis(fig, "x", all_x, title_text=labels["x"])
     _log_axis(fig, "y", all_y, title_text=labels["y"])
     return style(fig, title=labels["title"], lecture=lecture)

@@ -22,6 +22,7 @@ import torch
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.device import synchronize
 from kvviz.engine.generation import Generation
+from kvviz.engine.machine import cpu_load
 
 _lock = threading.Lock()
 _depth = 0  # quiet() regions open in this process (any thread): the probe tests read
@@ -59,16 +60,6 @@ def quiet(threads: int | None = None) -> Iterator[None]:
             gc.enable()
         if torch.get_num_threads() != before_threads:
             torch.set_num_threads(before_threads)
-
-
-def cpu_load() -> tuple[float, int] | None:
-    """(1-minute load average, cores this process may use), or None where the OS has no load average."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return load, cores
 
 
 @dataclass(frozen=True)
