@@ -293,6 +293,7 @@ def cmd_generate(args: argparse.Namespace) -> dict:
 
 
 def cmd_sweep(args: argparse.Namespace) -> dict:
+    from kvviz.engine import sweep_stats as stats
     from kvviz.engine import sweeps
     from kvviz.engine.loading import load_backend
 
@@ -304,10 +305,10 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     backend = load(args.dtype)
     max_len = backend.spec.max_context
     if args.kind == "prompt-length":
-        lengths = args.lengths or sweeps.default_prompt_lengths(max_len, args.new_tokens)
+        lengths = args.lengths or stats.default_prompt_lengths(max_len, args.new_tokens)
         sweep = sweeps.prompt_length_sweep(backend, lengths, n_new=args.new_tokens, repeats=args.repeats)
     elif args.kind == "cache":
-        contexts = args.contexts or sweeps.default_contexts(max_len)
+        contexts = args.contexts or stats.default_contexts(max_len)
         sweep = sweeps.cache_sweep(backend, contexts, repeats=args.repeats)
     elif args.kind == "batch":
         sweep = sweeps.batch_sweep(backend, args.batches, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
@@ -315,7 +316,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         sweep = sweeps.dtype_sweep(load, args.dtypes, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
     rows = sweeps.SweepRun(sweep).run()
     return {"sweep": args.kind, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype,
-            "columns": list(sweeps.COLUMNS[args.kind]), "rows": rows, "summary": sweeps.summary(args.kind, rows)}
+            "columns": list(stats.COLUMNS[args.kind]), "rows": rows, "summary": stats.summary(args.kind, rows)}
 
 
 def _model_spec(args: argparse.Namespace, command: str):  # noqa: ANN202 - a KVSpec
