@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.engine import sweep_stats as stats
 from kvviz.engine.config import DecoderConfig
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -188,36 +189,43 @@ def test_prompt_length_sweep_fills_its_chart_and_csv():
     assert all(r["repeats"] == 5 and len(r["runs"]) == 5 for r in rows)
     assert ttft["error_y"]["array"] == pytest.approx([(r["ttft_max_s"] - r["ttft_s"]) * 1e3 for r in rows])
     assert ttft["error_y"]["arrayminus"] == pytest.approx([(r["ttft_s"] - r["ttft_min_s"]) * 1e3 for r in rows])
-    assert spec["data"][1]["name"].startswith("TTFT fit, slope")
+    # the dashed curve is the cost model fitted to every run: fixed + per token + per pair of tokens
+    fit = stats.model_fits("prompt-length", rows)["ttft_s"]
+    curve = spec["data"][1]
+    assert curve["name"] == "TTFT fit: fixed + per token + per pair" and len(fit.coef) == 3
+    assert curve["y"] == pytest.approx([fit(x) * 1e3 for x in curve["x"]]) and curve["x"][0] == 8
     axis = spec["layout"]["xaxis"]  # labels are the full numbers, rising: never "…9, 10, 2"
     assert [float(t.replace(",", "")) for t in axis["ticktext"]] == axis["tickvals"] == sorted(axis["tickvals"])
     text = " ".join(m.value for m in at.markdown)
-    assert "over all 15 runs" in text and " ± " in text and "+ -" not in text
-    assert ("per prompt token: its 95% interval lies above zero" in text or "Too noisy to tell" in text
-            or "TTFT is flat" in text)
+    assert "Fitted to all 15 runs" in text and " ± " in text and "+ -" not in text and "+ −" not in text
+    assert ("TTFT rises with the prompt" in text or "Too noisy to tell" in text or "TTFT is flat" in text)
 
 
-def test_cancel_keeps_the_rows_done():
+def test_cancel_keeps_the_rounds_done():
     at = _open("pages/4_Latency_and_Capacity.py", shape=dataclasses.replace(SMALL, max_seq_len=1024))
     max_len = at.session_state["kv_shape"].max_seq_len
-    # Long enough (68 settings, ~600 steps up to 1000 tokens) that one tick's 0.25 s cannot finish it.
-    at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 30))))
+    # 12 contexts in both modes, 10 rounds (the first a warm-up): far more than one tick's second of measuring.
+    at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 90))))
     at.number_input(key="lc_c_repeats").set_value(9)
     at.button(key="lc_start_cache").click().run()
     run = at.session_state["lc_run_cache"]
-    assert run.rows == []  # the Start rerun draws the page; measuring begins on the next tick
-    at.run()
-    assert 1 <= len(run.rows) < 68 and not run.finished
+    assert run.done == 0 and run.sweep.total == 10 * 24  # the Start rerun draws the page; measuring begins next
+    _until(at, lambda: run.rows)  # the first measured round complete
+    assert not run.finished and 1 <= run.done < run.sweep.total
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert not any("One decode step" in t for t in titles)  # no chart while measuring
+    assert not at.button(key="lc_cancel_cache").disabled and at.button(key="lc_start_cache").disabled
     at.button(key="lc_cancel_cache").click().run()
-    assert run.cancelled and 1 <= len(run.rows) < 68
-    kept = len(run.rows)
+    assert run.cancelled and run.finished and run.done < run.sweep.total
+    rounds = run.rows[0]["repeats"]
+    assert len(run.rows) == 24 and all(r["repeats"] == rounds == len(r["runs"]) for r in run.rows)
+    assert at.button(key="lc_cancel_cache").disabled and not at.button(key="lc_start_cache").disabled
     at.run()
-    assert len(at.session_state["lc_run_cache"].rows) == kept
     spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                 if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("One decode step"))
-    assert sum(len(d["x"]) for d in spec["data"] if "slope" not in d["name"]) == kept
+    assert sum(len(d["x"]) for d in spec["data"] if not d["name"].startswith("fit")) == 24
+    assert any(f"Cancelled after {run.done} of 240 runs: the 24 settings below are kept" in p.proto.text
+               for p in at.get("progress"))
 
 
 def test_bad_list_shows_a_message_not_a_traceback():
