@@ -313,11 +313,13 @@ def describe_cache(rows: list[dict]) -> tuple[str, str]:
 # ---- batch -----------------------------------------------------------------------------------------------
 def batch_controls() -> dict:
     c1, c2, c3 = st.columns([3, 1, 1])
-    default = hosted.batches_within(caps, (1, 2, 4, 8, 16))
+    # Default batches within a hosted demo's batch cap whose cache holds a prompt and the 16 new tokens, and a
+    # default prompt that fits the largest of them.
+    default = [b for b in hosted.batches_within(caps, (1, 2, 4, 8, 16))
+               if hosted.tokens_within(caps, spec, settings.dtype, max_len, batch=b) > 16] or [1]
     batches = c1.text_input(tr("latency.batches"), ", ".join(map(str, default)), key="lc_b_batches")
     n_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, ui.limit(settings, "max_new_tokens", 64), 16,
                                "lc_b_new")
-    # A default prompt whose cache, for the largest default batch, fits a hosted demo's KV budget.
     fits = hosted.tokens_within(caps, spec, settings.dtype, max_len, batch=max(default)) - 16
     n_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2,
                                   max(1, min(64, max_len // 4, fits)), f"lc_b_prompt_{max_len}")

@@ -76,10 +76,10 @@ def model_fits(kind: str, rows: Sequence[dict]) -> dict[str, PolyFit | None]:
             for name, degree in MODELS[kind].items()}
 
 
-def _fit_terms(name: str, fit: PolyFit | None) -> dict:
-    terms = ("fixed_s", "s_per_token", "s_per_token_pair")
+def _fit_terms(name: str, fit: PolyFit | None, degree: int) -> dict:
+    """The fitted cost's terms and their standard errors (None where the fit could not be made)."""
     out = {}
-    for i, term in enumerate(terms[:len(fit.coef)] if fit else terms[:2]):
+    for i, term in enumerate(("fixed_s", "s_per_token", "s_per_token_pair")[:degree + 1]):
         out[f"{name}_{term}"] = fit.coef[i] if fit else None
         out[f"{name}_{term}_se"] = fit.se(i) if fit else None
     return out
@@ -115,7 +115,8 @@ def summary(kind: str, rows: Sequence[dict]) -> dict:
         xt, tpot = series(kind, rows, "tpot_s")
         line = linear_fit(x, ttft)
         return {
-            **_fit_terms("ttft", fits["ttft_s"]), **_fit_terms("tpot", fits["tpot_s"]),
+            **_fit_terms("ttft", fits["ttft_s"], MODELS[kind]["ttft_s"]),
+            **_fit_terms("tpot", fits["tpot_s"], MODELS[kind]["tpot_s"]),
             # An ordinary straight line through TTFT leaves out the n² term: its intercept is what it gives.
             "ttft_line_fixed_s": line.intercept if line else None,
             "ttft_verdict": _trend(fits["ttft_s"], x, ttft),
@@ -132,7 +133,7 @@ def summary(kind: str, rows: Sequence[dict]) -> dict:
             trends[mode] = _trend(fits[mode], x, y)
             fit = fits[mode]
             rise = fit.change_ci95(min(x), max(x)) if fit is not None and x else None
-            out[mode] = {**_fit_terms("step", fit), "verdict": trends[mode],
+            out[mode] = {**_fit_terms("step", fit, MODELS[kind][mode]), "verdict": trends[mode],
                          "rise_s": fit(max(x)) - fit(min(x)) if fit is not None and x else None,
                          "rise_ci95_s": list(rise) if rise else None,
                          "total_s": total_seconds([r["context_tokens"] for r in mine], [r["seconds"] for r in mine]),
