@@ -37,10 +37,17 @@ def load() -> Backend | None:
     return ui.get_backend(settings)
 
 
-with ui.intro_box():
-    st.write(tr("prefill_decode.intro"))
-    ui.model_caption(spec)
-    ui.noise_indicator(load, "pd")
+# In lecture mode one idea per screen: the stepper under the title, then the introduction and the request's
+# controls in one row (none on the table of phases, which takes the whole screen).
+titles = [tr(f"prefill_decode.idea_{k}") for k in ("run", "numbers", "formula", "phases")]
+shown = ui.ideas(titles, "pd")  # all four, or in lecture mode one
+measuring_idea = not lecture or shown != [3]
+if measuring_idea:
+    head = ui.lecture_head((2, 3))
+    with head[0], ui.intro_box():
+        st.write(tr("prefill_decode.intro"))
+        ui.model_caption(spec)
+        ui.noise_indicator(load, "pd")
 
 # What the results were measured on: a different model (or dtype, device, shape) must not inherit them.
 model_key = (settings.model, settings.hf_model, settings.dtype, settings.device, spec.name,
@@ -68,8 +75,12 @@ def controls() -> tuple[int, int, int]:
     return n_prompt, n_new, repeats
 
 
-if lecture:  # the settings behind one button beside Run and Stop: the idea keeps the screen
-    where, b1, b2 = st.columns([2, 2, 2], vertical_alignment="bottom")
+if not measuring_idea:  # the table of phases: no controls (each number box keeps its last valid value)
+    n_prompt = n_new = repeats = 0
+    b1 = b2 = None
+elif lecture:  # the settings behind one button beside Run and Stop: the idea keeps the screen
+    with head[1]:
+        where, b1, b2 = st.columns([3, 3, 2], vertical_alignment="center")
     with where, ui.settings_box():
         n_prompt, n_new, repeats = controls()
 else:
@@ -102,10 +113,9 @@ if ss.pop("pd_start", False):
     except InputError as exc:
         ss.pd_error, ss.pd_running = exc, False
 running = ss.get("pd_running", False)
-b1.button(tr("prefill_decode.run"), on_click=start, type="primary", disabled=running, key="pd_run")
-b2.button(tr("prefill_decode.stop"), on_click=stop, disabled=not running, key="pd_stop")
-titles = [tr("prefill_decode.idea_run"), tr("prefill_decode.idea_numbers"), tr("prefill_decode.table_title")]
-shown = ui.ideas(titles, "pd")  # all three, or in lecture mode one per screen
+if measuring_idea:
+    b1.button(tr("prefill_decode.run"), on_click=start, type="primary", disabled=running, key="pd_run")
+    b2.button(tr("prefill_decode.stop"), on_click=stop, disabled=not running, key="pd_stop")
 
 
 def ms(seconds: float | None) -> str:
@@ -137,22 +147,40 @@ def show(request: RepeatedRequest) -> None:
             st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}",
                           prompt=len(gen.prompt_ids)))
     if 1 in shown:
+        ttft, p50, e2e = (metrics.spread([getattr(x, k) for x in summaries]) for k in ("ttft_s", "tpot_p50_s", "e2e_s"))
+        # How each figure splits (queue + prefill, mean and p90 beside the p50): under the cards, or on a projector
+        # folded with the runs, so the cards, their ranges and what they are fit one screen.
+        splits = {0: tr("prefill_decode.ttft_split", queue=ms(s.queue_s), prefill=ms(s.prefill_s))}
+        if s.tpot_p50_s:
+            splits[1] = tr("prefill_decode.tpot_split", mean=ms(s.tpot_s), p90=ms(s.tpot_p90_s))
+            # named by the TPOT it inverts: the p50 in the card beside it
+            splits[2] = tr("prefill_decode.decode_rate", rate=f"{1 / s.tpot_p50_s:.1f}", p50=ms(s.tpot_p50_s))
         m = st.columns(4)
         m[0].metric(tr("prefill_decode.ttft"), ms(s.ttft_s))
-        m[0].caption(tr("prefill_decode.ttft_split", queue=ms(s.queue_s), prefill=ms(s.prefill_s))
-                     + spread_text(metrics.spread([x.ttft_s for x in summaries])))
         m[1].metric(tr("prefill_decode.tpot_p50"), ms(s.tpot_p50_s))
-        if s.tpot_p50_s:
-            m[1].caption(tr("prefill_decode.tpot_split", mean=ms(s.tpot_s), p90=ms(s.tpot_p90_s))
-                         + spread_text(metrics.spread([x.tpot_p50_s for x in summaries])))
         m[2].metric(tr("prefill_decode.tokens_per_s"), "—" if s.tokens_per_s is None else f"{s.tokens_per_s:.1f}")
-        if s.tpot_p50_s:  # named by the TPOT it inverts: the p50 in the card beside it
-            m[2].caption(tr("prefill_decode.decode_rate", rate=f"{1 / s.tpot_p50_s:.1f}", p50=ms(s.tpot_p50_s)))
         m[3].metric(tr("prefill_decode.e2e"), ms(s.e2e_s))
-        m[3].caption(spread_text(metrics.spread([x.e2e_s for x in summaries])).strip(" ·")
-                     or tr("prefill_decode.one_run"))
+        for i, spread in enumerate((ttft, p50, None, e2e)):
+            text = " · ".join(t for t in ("" if lecture else splits.get(i, ""), spread_text(spread)) if t)
+            if text or i == 3:
+                m[i].caption(text or tr("prefill_decode.one_run"))
         st.caption(tr("prefill_decode.statistic", run=shown_run + 1, runs=len(runs)) if len(runs) > 1
                    else tr("prefill_decode.statistic_one"))
+        table = [{tr("prefill_decode.col_run"): i + 1, "TTFT (ms)": round(x.ttft_s * 1e3, 3),
+                  "TPOT p50 (ms)": round(x.tpot_p50_s * 1e3, 3) if x.tpot_p50_s else None,
+                  "TPOT p90 (ms)": round(x.tpot_p90_s * 1e3, 3) if x.tpot_p90_s else None,
+                  "T (ms)": round(x.e2e_s * 1e3, 3)} for i, x in enumerate(summaries)]
+        if lecture:  # one fold for the splits, the runs and the text
+            with st.expander(tr("prefill_decode.details")):
+                st.markdown("\n".join(f"- {splits[i]}" for i in sorted(splits)))
+                st.dataframe(table, hide_index=True)
+                st.code(gen.text or " ", language=None, wrap_lines=True)
+        else:
+            with st.expander(tr("prefill_decode.runs_table")):
+                st.dataframe(table, hide_index=True)
+            with st.expander(tr("prefill_decode.text")):
+                st.code(gen.text or " ", language=None, wrap_lines=True)
+    if 2 in shown:
         totals = [x.e2e_s for x in summaries]  # T of every whole run: the machine's own repeatability
         check = metrics.formula_check(s, gaps, totals)
         if check is not None:
@@ -173,13 +201,6 @@ def show(request: RepeatedRequest) -> None:
             noise = s.tpot_p90_s / s.tpot_p50_s
             st.caption(tr("prefill_decode.step_noise", ratio=f"{noise:.2f}", slowest=ms(max(gaps)),
                           verdict=tr("prefill_decode.steady" if noise < 1.25 else "prefill_decode.unsteady")))
-        with st.expander(tr("prefill_decode.runs_table")):
-            st.dataframe([{tr("prefill_decode.col_run"): i + 1, "TTFT (ms)": round(x.ttft_s * 1e3, 3),
-                           "TPOT p50 (ms)": round(x.tpot_p50_s * 1e3, 3) if x.tpot_p50_s else None,
-                           "TPOT p90 (ms)": round(x.tpot_p90_s * 1e3, 3) if x.tpot_p90_s else None,
-                           "T (ms)": round(x.e2e_s * 1e3, 3)} for i, x in enumerate(summaries)], hide_index=True)
-        with st.expander(tr("prefill_decode.text")):
-            st.code(gen.text or " ", language=None, wrap_lines=True)
 
 
 def live() -> None:
@@ -196,6 +217,8 @@ def live() -> None:
                     text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
                             passes=request.passes_done, total=request.passes_total, prompt=len(request.prompt_ids)))
         return
+    if shown == [3]:
+        return  # the table of phases: nothing measured belongs on it
     if ss.get("pd_error"):
         ui.show_error(ss.pd_error)
     if request is None:
@@ -214,17 +237,19 @@ def live() -> None:
     show(request)
 
 
-if shown != [2]:
-    st.fragment(live, run_every=TICK_S if running else None)()
+st.fragment(live, run_every=TICK_S if running else None)()  # on every idea: measuring never waits on the stepper
 
-if 2 in shown:
+if 3 in shown:
     if not lecture:
-        st.subheader(titles[2])
-    cols = ("inputs", "computation", "stored", "latency")
-    header = "| | " + " | ".join(tr(f"prefill_decode.col_{c}") for c in cols) + " |"
-    lines = [header, "|---" * (len(cols) + 1) + "|"]
-    for phase in ("training", "prefill", "decode"):
-        lines.append(f"| **{tr(f'prefill_decode.row_{phase}')}** | "
-                     + " | ".join(tr(f"prefill_decode.{phase}_{c}") for c in cols) + " |")
-    st.markdown("\n".join(lines))
+        st.subheader(tr("prefill_decode.table_title"))
+    # One column per phase, one row per aspect: three wide columns read in two or three lines per cell.
+    phases = ("training", "prefill", "decode")
+    lines = ["| | " + " | ".join(f"**{tr(f'prefill_decode.row_{p}')}**" for p in phases) + " |",
+             "|---" * (len(phases) + 1) + "|"]
+    for aspect in ("inputs", "computation", "stored", "latency"):
+        lines.append(f"| **{tr(f'prefill_decode.col_{aspect}')}** | "
+                     + " | ".join(tr(f"prefill_decode.{p}_{aspect}") for p in phases) + " |")
+    if lecture:  # twelve cells of prose on one projected screen: a smaller type than the page's, still large
+        st.html("<style>.st-key-pd_phases :is(th, td) { font-size: 0.8rem; padding: 0.3rem 0.6rem; }</style>")
+    st.container(key="pd_phases").markdown("\n".join(lines))
 ui.preload_engine()  # the page is drawn: torch and the engine load in the background for the first run

@@ -19,7 +19,7 @@ from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
 from kvviz.errors import InputError
-from kvviz.kv.capacity import plan_capacity
+from kvviz.kv.capacity import CapacityPlan, plan_capacity
 from kvviz.kv.formula import KV_DTYPES
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.kv.presets import PRESETS
@@ -50,7 +50,8 @@ def load() -> Backend | None:
     return ui.get_backend(settings)
 
 
-with ui.intro_box():
+head = ui.lecture_head((2, 3))  # in lecture mode the introduction and the idea's controls share one row
+with head[0], ui.intro_box():
     st.write(tr("latency.intro"))
     ui.model_caption(spec)
     ui.noise_indicator(load, "lc")
@@ -145,7 +146,8 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
     run: SweepRun | None = ss.get(key)
     running = run is not None and not run.finished
     if lecture:
-        where, b1, b2 = st.columns([2, 2, 2], vertical_alignment="bottom")
+        with head[1]:
+            where, b1, b2 = st.columns([3, 3, 2], vertical_alignment="center")
         with where, ui.settings_box():
             st.write(tr(f"latency.{name}_intro"))
             values = controls()
@@ -189,8 +191,9 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
             # an older script thread (a Cancel's rerun starts while the last tick is still measuring).
             st.rerun()
         state = "cancelled" if run.cancelled else "done" if run.finished else "running"
-        st.progress(run.progress, text=tr(f"latency.progress_{state}", done=run.done, total=run.sweep.total,
-                                          settings=run.sweep.settings, kept=len(run.rows)))
+        if not lecture or state != "done":  # on a projector a finished sweep's chart says it
+            st.progress(run.progress, text=tr(f"latency.progress_{state}", done=run.done, total=run.sweep.total,
+                                              settings=run.sweep.settings, kept=len(run.rows)))
         if run.error:
             ui.show_error(run.error)
         if not run.finished:
@@ -198,10 +201,11 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
         if not run.rows:
             st.info(tr("latency.nothing_kept"))
             return
-        st.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")
         verdict, details = describe(run.rows)
-        st.markdown(verdict)
-        with st.expander(tr("latency.details")) if lecture else st.container():
+        chart, text = st.columns([2, 1]) if lecture else (st.container(), st.container())  # one screen: side by side
+        chart.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")
+        text.markdown(verdict)
+        with text, st.expander(tr("latency.details")) if lecture else st.container():
             st.markdown(details)
             with st.expander(tr("latency.table")):
                 table(kind, run.rows)
@@ -395,11 +399,18 @@ PANELS = {"prompt": (prompt_controls, make_prompt, draw_prompt, describe_prompt)
 
 
 # ---- roofline ----------------------------------------------------------------------------------------------
-def roofline() -> None:
-    st.write(tr("latency.roof_intro"))
+ROOF_PARTS = ("bounds", "chart", "kv")
+
+
+def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
+    """The bounds and their two charts (in lecture mode `parts` says which one is on screen)."""
+    if not lecture:
+        st.write(tr("latency.roof_intro"))
     # The Memory page's presets (experts excepted: a token reads only its experts) and the model in use.
     models = {**{n: s for n, s in PRESETS.items() if not s.is_moe}, spec.name: spec}
-    with ui.settings_box(tr("latency.roof_settings")):
+    with head[1], ui.settings_box(tr("latency.roof_settings")):
+        if lecture:
+            st.write(tr("latency.roof_intro"))
         c1, c2 = st.columns(2)
         hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="lc_r_hw")
         names = list(models)
@@ -438,8 +449,6 @@ def roofline() -> None:
         ui.show_error(exc)
         return
 
-    decode = roof.decode_bound(batch=batch, n_context=n_context)
-    prefill = roof.prefill_bound(n_prompt=n_context)
     b_star = roof.compute_bound_batch(n_context=n_context)
     crossing = roof.kv_equals_weights_tokens(batch=batch)
     weights, kv_req = roof.weight_bytes, roof.kv_bytes(n_context)
@@ -447,6 +456,36 @@ def roofline() -> None:
     plan = None if hw.memory_bytes is None else plan_capacity(
         roof.spec, hw.memory_bytes, max_model_len=n_context, kv_dtype_name=kv_dtype, weight_dtype=weight_dtype)
 
+    if "bounds" in parts:
+        bounds(roof, hw, plan, batch, n_context)
+    fits = plan.max_requests if plan is not None else 0
+    if "chart" in parts:
+        top = max(1024, 2 * fits, int(2 * (b_star or 0)))
+        batches = sorted({int(round(b)) for b in [2**i for i in range(0, top.bit_length() + 1)] + [batch]})
+        curve = roof.decode_curve(batches=batches, n_context=n_context)
+        names = labels("rchart", "title", "x", "y", "y2", "memory", "compute", "bound", "tokens_per_s",
+                       "compute_batch", "max_batch", "kv_weights")
+        st.plotly_chart(charts.roofline_chart(curve, names, compute_batch=b_star, max_batch=fits,
+                                              kv_weights_batch=weights / kv_req, lecture=lecture),
+                        key="lc_roofline", width="stretch")
+    if "kv" in parts:
+        tokens = sorted({2**i for i in range(7, 21)} | {n_context})
+        kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
+        kv_labels["title"] = tr("latency.kchart_title", batch=batch)
+        st.plotly_chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens],
+                                                   weights, crossing, kv_labels, lecture=lecture),
+                        key="lc_kv_weights", width="stretch")
+    if not lecture or "kv" in parts:
+        st.caption(tr("latency.roof_note"))
+
+
+def bounds(roof: Roofline, hw: Hardware, plan: CapacityPlan | None, batch: int, n_context: int) -> None:
+    """The decode bound in words and four cards: TPOT and prefill bounds, where compute takes over, what fits."""
+    decode = roof.decode_bound(batch=batch, n_context=n_context)
+    prefill = roof.prefill_bound(n_prompt=n_context)
+    b_star = roof.compute_bound_batch(n_context=n_context)
+    crossing = roof.kv_equals_weights_tokens(batch=batch)
+    weights, kv_req = roof.weight_bytes, roof.kv_bytes(n_context)
     st.markdown(tr("latency.roof_decode", weights=format_binary(weights), batch=batch, kv=format_binary(kv_req),
                    bw=f"{hw.bandwidth_bytes_per_s / 1e12:.3f}", tpot=fmt_duration(decode.memory_s),
                    compute=fmt_duration(decode.compute_s), bound=fmt_duration(decode.seconds),
@@ -479,37 +518,22 @@ def roofline() -> None:
                             reserve=format_binary(plan.reserve_bytes)))
     m[3].caption(tr("latency.crossing", tokens=fmt_count(crossing), batch=batch) if crossing is not None
                  else tr("latency.crossing_never", batch=batch))
-    fits = plan.max_requests if plan is not None else 0
-
-    top = max(1024, 2 * fits, int(2 * (b_star or 0)))
-    batches = sorted({int(round(b)) for b in [2**i for i in range(0, top.bit_length() + 1)] + [batch]})
-    curve = roof.decode_curve(batches=batches, n_context=n_context)
-    st.plotly_chart(charts.roofline_chart(curve, labels("rchart", "title", "x", "y", "y2", "memory", "compute", "bound",
-                                                         "tokens_per_s", "compute_batch", "max_batch", "kv_weights"),
-                                          compute_batch=b_star, max_batch=fits,
-                                          kv_weights_batch=weights / kv_req, lecture=lecture),
-                    key="lc_roofline", width="stretch")
-    tokens = sorted({2**i for i in range(7, 21)} | {n_context})
-    kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
-    kv_labels["title"] = tr("latency.kchart_title", batch=batch)
-    st.plotly_chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens],
-                                               weights, crossing, kv_labels, lecture=lecture),
-                    key="lc_kv_weights", width="stretch")
-    st.caption(tr("latency.roof_note"))
 
 
-# ---- the page: five tabs, or in lecture mode one of them per screen ------------------------------------------
-NAMES = (*SWEEPS, "roofline")
-titles = [tr(f"latency.tab_{n}") for n in NAMES]
+# ---- the page: five tabs, or in lecture mode one idea per screen (the roofline's three parts apart) ------------
 if lecture:
-    shown = ui.ideas(titles, "latency")
-    places = {NAMES[i]: st.container() for i in shown}
-else:
-    places = dict(zip(NAMES, st.tabs(titles), strict=True))
-for name, place in places.items():
-    with place:
-        if name == "roofline":
-            roofline()
+    ideas = (*SWEEPS, *(f"roof_{p}" for p in ROOF_PARTS))
+    for i in ui.ideas([tr(f"latency.idea_{n}") for n in ideas], "latency"):
+        if ideas[i] in SWEEPS:
+            sweep_panel(ideas[i], *PANELS[ideas[i]])
         else:
-            sweep_panel(name, *PANELS[name])
+            roofline((ideas[i].removeprefix("roof_"),))
+else:
+    names = (*SWEEPS, "roofline")
+    for name, tab in zip(names, st.tabs([tr(f"latency.tab_{n}") for n in names]), strict=True):
+        with tab:
+            if name == "roofline":
+                roofline()
+            else:
+                sweep_panel(name, *PANELS[name])
 ui.preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

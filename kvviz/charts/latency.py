@@ -15,6 +15,16 @@ from kvviz.charts.base import style
 PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
 MS = 1e3
 MIN_BARS = 10  # the timeline's x axis spans at least this many tokens: one bar never fills the width
+# In lecture mode a chart shares one 1280×720 screen with the page's title, the idea stepper, the controls and a
+# line under it: at this height (× 1.4 for lecture type, so 294 px) the idea stays whole on screen.
+LECTURE_HEIGHT = 210
+
+
+def _style(fig: go.Figure, title: str, lecture: bool, height: int = 360) -> go.Figure:
+    style(fig, title=title, lecture=lecture, height=LECTURE_HEIGHT if lecture else height)
+    if lecture:  # the title on the left, Plotly's toolbar on the right: no need to stack them
+        fig.update_layout(title_pad_t=12, margin_t=70)
+    return fig
 
 
 def log_ticks(low: float, high: float) -> tuple[list[float], list[str]] | None:
@@ -72,13 +82,18 @@ def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str
     fig.update_xaxes(title_text=labels["x"], range=[0.5, max(n, MIN_BARS) + 0.5])
     fig.update_yaxes(title_text=labels["y"], secondary_y=False, rangemode="tozero")
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, rangemode="tozero", showgrid=False)
-    style(fig, title=labels["title"], lecture=lecture)
+    _style(fig, labels["title"], lecture)
     return _room_below(fig, lecture)
 
 
 def _room_below(fig: go.Figure, lecture: bool) -> go.Figure:
-    """Bottom margin for the x-axis title and, under it, a one-line legend (anchored to the container's foot)."""
-    fig.update_layout(margin=dict(b=130 if lecture else 95))
+    """Bottom margin for the x-axis title and, under it, a one-line legend (anchored to the container's foot); in
+    lecture mode, where height is scarce, the legend stands right of the plot, clear of the second y axis."""
+    if lecture:
+        fig.update_layout(legend=dict(orientation="v", yref="paper", y=1, yanchor="top", x=1.1, xanchor="left"),
+                          margin=dict(b=60))
+    else:
+        fig.update_layout(margin=dict(b=95))
     return fig
 
 
@@ -141,7 +156,7 @@ def _loglog_with_fits(series: Mapping[str, tuple[list, ...]], colors: Mapping[st
                             name=labels[f"fit_{key}"])
     _log_axis(fig, "x", all_x, title_text=labels["x"])
     _log_axis(fig, "y", all_y, title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
 
 
 def batch_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
@@ -159,7 +174,7 @@ def batch_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
                      **(dict(tickmode="array", tickvals=ticks[0], ticktext=ticks[1]) if ticks else {}))
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(showlegend=False)
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
 
 
 def dtype_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
@@ -171,7 +186,7 @@ def dtype_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
     fig.add_bar(x=x, y=[r["tpot_s"] * MS for r in ok], name=labels["tpot_s"], marker_color=DECODE)
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
 
 
 def _marker(fig: go.Figure, x: float, span: tuple[float, float], name: str, color: str, dash: str) -> None:
@@ -205,11 +220,10 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
     _log_axis(fig, "x", x, title_text=labels["x"])
     _log_axis(fig, "y", times, title_text=labels["y"], secondary_y=False)
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
-    style(fig, title=labels["title"], lecture=lecture, height=520)
+    _style(fig, labels["title"], lecture, height=520)
     # Legend at the foot of the figure, under the x-axis title (never over it), in as many rows as it needs.
-    fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
-                      margin=dict(b=190 if lecture else 150))
-    return fig
+    fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"), margin=dict(b=150))
+    return _room_below(fig, lecture) if lecture else fig
 
 
 def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight_bytes: float,
@@ -227,4 +241,4 @@ def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight
         _marker(fig, crossing_tokens, span, labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"), FIT, "dash")
     _log_axis(fig, "x", list(tokens), title_text=labels["x"])
     _log_axis(fig, "y", [b / 1e9 for b in kv_bytes] + [weight_bytes / 1e9], title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
