@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 TICK_S = 0.3  # the fragment's period while a sweep runs
 BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
 SWEEPS = ("prompt", "cache", "batch", "dtype")
+ROOF_PARTS = ("bounds", "chart", "kv")
 KIND = {"prompt": "prompt-length", "cache": "cache", "batch": "batch", "dtype": "dtype"}
 
 settings = ui.page_setup("latency.title")
@@ -50,7 +51,11 @@ def load() -> Backend | None:
     return ui.get_backend(settings)
 
 
-head = ui.lecture_head((2, 3))  # in lecture mode the introduction and the idea's controls share one row
+IDEAS = (*SWEEPS, "roof_bounds", "roof_chart", "roof_kv")
+# In lecture mode one idea per screen: the stepper under the title, then the introduction and the idea's controls
+# in one row.
+shown = [IDEAS[i] for i in ui.ideas([tr(f"latency.idea_{n}") for n in IDEAS], "latency")] if lecture else []
+head = ui.lecture_head((2, 3))
 with head[0], ui.intro_box():
     st.write(tr("latency.intro"))
     ui.model_caption(spec)
@@ -202,7 +207,7 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
             st.info(tr("latency.nothing_kept"))
             return
         verdict, details = describe(run.rows)
-        chart, text = st.columns([2, 1]) if lecture else (st.container(), st.container())  # one screen: side by side
+        chart, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
         chart.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")
         text.markdown(verdict)
         with text, st.expander(tr("latency.details")) if lecture else st.container():
@@ -297,8 +302,9 @@ def describe_cache(rows: list[dict]) -> tuple[str, str]:
     c, u = s["cache"], s["no_cache"]
     trends = {m: tr(f"latency.trend_{s[m]['verdict']}") for m in ("cache", "no_cache")}
     verdict = tr(f"latency.cache_{s['verdict']}", cache=trends["cache"], no_cache=trends["no_cache"])
-    if "falling" in (c["verdict"], u["verdict"]):
-        verdict += " " + tr("latency.cache_falling")
+    falling = tr("latency.cache_falling") if "falling" in (c["verdict"], u["verdict"]) else ""
+    if falling and not lecture:
+        verdict += " " + falling
     first, last = s["contexts"]
     details = tr("latency.cache_model", runs=c["n_runs"], first=first, last=last,
                  cache=fmt_cost(("fixed", c["step_fixed_s"], c["step_fixed_s_se"]),
@@ -308,6 +314,8 @@ def describe_cache(rows: list[dict]) -> tuple[str, str]:
                                    ("per_pair", u["step_s_per_token_pair"], u["step_s_per_token_pair_se"])),
                  c_rise=fmt_time(c["rise_s"]), c_ci=fmt_interval(c["rise_ci95_s"]),
                  u_rise=fmt_time(u["rise_s"]), u_ci=fmt_interval(u["rise_ci95_s"]))
+    if falling and lecture:
+        details = falling + "\n\n" + details
     if c["total_s"] and u["total_s"]:
         details += "\n\n" + tr("latency.cache_total", first=first, last=last, cache=f"{c['total_s']:.2f} s",
                                no_cache=f"{u['total_s']:.2f} s", ratio=f"{u['total_s'] / c['total_s']:.1f}")
@@ -385,11 +393,15 @@ def draw_dtype(rows: list[dict]) -> go.Figure:
 
 
 def describe_dtype(rows: list[dict]) -> tuple[str, str]:
-    lines = [tr("latency.dtype_row", dtype=r["dtype"], ttft=fmt_ms(r["ttft_s"]), tpot=fmt_ms(r["tpot_s"]),
-                weights=format_binary(r["weight_bytes"]), kv=format_binary(r["kv_bytes"]))
-             if r["supported"] else tr("latency.dtype_unsupported", dtype=r["dtype"], error=r["error"])
-             for r in rows]
-    return "\n".join(f"- {line}" for line in lines), tr("latency.dtype_note")
+    def listed(key: str) -> str:
+        return "\n".join("- " + (tr(key, dtype=r["dtype"], ttft=fmt_ms(r["ttft_s"]), tpot=fmt_ms(r["tpot_s"]),
+                                     weights=format_binary(r["weight_bytes"]), kv=format_binary(r["kv_bytes"]))
+                                  if r["supported"] else tr("latency.dtype_unsupported", dtype=r["dtype"],
+                                                            error=r["error"])) for r in rows)
+
+    if lecture:  # the times beside the chart; the bytes folded under them
+        return listed("latency.dtype_times"), listed("latency.dtype_row") + "\n\n" + tr("latency.dtype_note")
+    return listed("latency.dtype_row"), tr("latency.dtype_note")
 
 
 PANELS = {"prompt": (prompt_controls, make_prompt, draw_prompt, describe_prompt),
@@ -399,9 +411,6 @@ PANELS = {"prompt": (prompt_controls, make_prompt, draw_prompt, describe_prompt)
 
 
 # ---- roofline ----------------------------------------------------------------------------------------------
-ROOF_PARTS = ("bounds", "chart", "kv")
-
-
 def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
     """The bounds and their two charts (in lecture mode `parts` says which one is on screen)."""
     if not lecture:
@@ -475,7 +484,7 @@ def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
         st.plotly_chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens],
                                                    weights, crossing, kv_labels, lecture=lecture),
                         key="lc_kv_weights", width="stretch")
-    if not lecture or "kv" in parts:
+    if not lecture:  # on a projector it is folded under the bounds
         st.caption(tr("latency.roof_note"))
 
 
@@ -491,43 +500,58 @@ def bounds(roof: Roofline, hw: Hardware, plan: CapacityPlan | None, batch: int, 
                    compute=fmt_duration(decode.compute_s), bound=fmt_duration(decode.seconds),
                    limit=tr(f"latency.limit_{decode.limited_by}")))
     m = st.columns(4)
-    m[0].metric(tr("latency.m_tpot"), fmt_duration(decode.seconds))
-    m[0].caption(tr(f"latency.limit_{decode.limited_by}"))
-    m[1].metric(tr("latency.m_prefill"), fmt_duration(prefill.seconds))
-    m[1].caption(tr("latency.prefill_of", n=f"{n_context:,}", limit=tr(f"latency.limit_{prefill.limited_by}")))
+    folded: list[str] = []  # in lecture mode the longer notes under the cards go into one fold below them
+
+    def note(i: int, text: str, *, short: bool = False) -> None:
+        if lecture and not short:
+            folded.append(f"- **{labels_m[i]}:** {text}")
+        else:
+            m[i].caption(text)
+
+    labels_m = [tr(f"latency.{k}") for k in ("m_tpot", "m_prefill", "m_compute_batch", "m_fits")]
+    m[0].metric(labels_m[0], fmt_duration(decode.seconds))
+    note(0, tr(f"latency.limit_{decode.limited_by}"), short=True)
+    m[1].metric(labels_m[1], fmt_duration(prefill.seconds))
+    note(1, tr("latency.prefill_of", n=f"{n_context:,}", limit=tr(f"latency.limit_{prefill.limited_by}")), short=True)
     # Below one request the batch is not a count: the ridge is so low that decode is compute-bound from B = 1.
-    m[2].metric(tr("latency.m_compute_batch"), "∞" if b_star is None else "1" if b_star <= 1 else fmt_count(b_star))
+    m[2].metric(labels_m[2], "∞" if b_star is None else "1" if b_star <= 1 else fmt_count(b_star))
     ridge = tr("latency.ridge", ridge=fmt_count(hw.ridge_flops_per_byte))
-    m[2].caption(tr("latency.never_compute") if b_star is None else
-                 tr("latency.compute_from_one", batch=f"{b_star:.2g}") + " " + ridge if b_star <= 1 else ridge)
+    if b_star is None:
+        note(2, tr("latency.never_compute"))
+    elif b_star <= 1:
+        note(2, tr("latency.compute_from_one", batch=f"{b_star:.2g}") + " " + ridge)
+    else:
+        note(2, ridge, short=True)
     weights_only = roof.compute_bound_batch(n_context=0)  # the textbook figure: no cache reads
     if weights_only is not None:
-        m[2].caption(tr("latency.weights_only_batch", batch=fmt_count(weights_only)))
+        note(2, tr("latency.weights_only_batch", batch=fmt_count(weights_only)))
     if plan is None:
-        m[3].metric(tr("latency.m_fits"), tr("latency.unknown"))
-        m[3].caption(tr("latency.memory_unknown"))
+        m[3].metric(labels_m[3], tr("latency.unknown"))
+        note(3, tr("latency.memory_unknown"), short=True)
     else:
-        m[3].metric(tr("latency.m_fits"), f"{plan.max_requests:,}")
+        m[3].metric(labels_m[3], f"{plan.max_requests:,}")
         if not plan.weights_fit:
             m[3].error(tr("latency.weights_no_fit", weights=format_binary(weights)))
         elif plan.max_requests == 0:
             m[3].warning(tr("latency.request_does_not_fit", kv=format_binary(kv_req),
                             free=format_binary(plan.kv_budget_bytes)))
         else:
-            m[3].caption(tr("latency.fits_how", util=plan.gpu_memory_utilization,
-                            reserve=format_binary(plan.reserve_bytes)))
-    m[3].caption(tr("latency.crossing", tokens=fmt_count(crossing), batch=batch) if crossing is not None
-                 else tr("latency.crossing_never", batch=batch))
+            note(3, tr("latency.fits_how", util=plan.gpu_memory_utilization,
+                       reserve=format_binary(plan.reserve_bytes)))
+    note(3, tr("latency.crossing", tokens=fmt_count(crossing), batch=batch) if crossing is not None
+         else tr("latency.crossing_never", batch=batch))
+    if folded:
+        with st.expander(tr("latency.roof_details")):
+            st.markdown("\n".join(folded) + "\n\n" + tr("latency.roof_note"))
 
 
-# ---- the page: five tabs, or in lecture mode one idea per screen (the roofline's three parts apart) ------------
+# ---- the page: five tabs, or in lecture mode the idea on screen (the roofline's three parts apart) ------------
 if lecture:
-    ideas = (*SWEEPS, *(f"roof_{p}" for p in ROOF_PARTS))
-    for i in ui.ideas([tr(f"latency.idea_{n}") for n in ideas], "latency"):
-        if ideas[i] in SWEEPS:
-            sweep_panel(ideas[i], *PANELS[ideas[i]])
+    for name in shown:
+        if name in SWEEPS:
+            sweep_panel(name, *PANELS[name])
         else:
-            roofline((ideas[i].removeprefix("roof_"),))
+            roofline((name.removeprefix("roof_"),))
 else:
     names = (*SWEEPS, "roofline")
     for name, tab in zip(names, st.tabs([tr(f"latency.tab_{n}") for n in names]), strict=True):

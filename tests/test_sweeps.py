@@ -242,6 +242,10 @@ def test_cache_verdicts_follow_the_intervals():
     s = stats.summary("cache", flat_then_linear)
     assert s["verdict"] == "consistent" and s["no_cache"]["verdict"] == "rising"
     assert s["cache"]["verdict"] in ("flat", "rising")
+    # A cached step too noisy to tell from flat still says the lesson when recomputing rises far more.
+    noisy_cache = _cache_rows(lambda n: 20e-3, _recompute, rel_noise=0.3, seed=3)
+    s = stats.summary("cache", noisy_cache)
+    assert s["cache"]["verdict"] == "too_noisy" and s["verdict"] == "consistent"
     lo, hi = s["no_cache"]["rise_ci95_s"]
     assert lo < _recompute(2047) - _recompute(8) < hi  # the interval holds the truth
     # 40% scatter per step hides a difference of 0.2 ms between the two rises: the page says it cannot tell.

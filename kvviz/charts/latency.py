@@ -220,10 +220,14 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
     _log_axis(fig, "x", x, title_text=labels["x"])
     _log_axis(fig, "y", times, title_text=labels["y"], secondary_y=False)
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
-    _style(fig, labels["title"], lecture, height=520)
+    if lecture:  # the chart is the idea on screen: all of the height left under the controls, a compact legend
+        style(fig, title=labels["title"], lecture=True, height=LECTURE_HEIGHT + 25)
+        fig.update_layout(title_pad_t=12, margin_t=70, legend_font_size=15)
+        return _room_below(fig, lecture)
+    style(fig, title=labels["title"], height=520)
     # Legend at the foot of the figure, under the x-axis title (never over it), in as many rows as it needs.
     fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"), margin=dict(b=150))
-    return _room_below(fig, lecture) if lecture else fig
+    return fig
 
 
 def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight_bytes: float,

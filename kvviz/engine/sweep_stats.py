@@ -92,17 +92,18 @@ def _trend(fit: PolyFit | None, x: Sequence[float], y: Sequence[float]) -> str:
 def cache_verdict(fits: dict[str, PolyFit | None], x_range: tuple[float, float], trends: dict[str, str]) -> str:
     """What the cache sweep says about its lesson, from the 95% intervals of each curve's rise over x_range:
 
-    consistent: recomputing the prefix rises, the cached step is flat or rises, and the cached step's rise is
-    below the recomputing step's (the two intervals apart); contradicts: the cached step rose more than
-    recomputing (the intervals apart the other way); too_noisy: anything else (the intervals overlap, or a
-    step got faster with more context to read, which the work cannot do: the machine's load changed).
+    consistent: recomputing the prefix rises, the cached step's rise is below it (the two intervals apart) and
+    the cached step did not fall (its own slope may be too small to tell from zero: flat-to-linear allows both);
+    contradicts: the cached step rose more than recomputing (the intervals apart the other way); too_noisy:
+    anything else (the intervals overlap, or a step got faster with more context to read, which the work cannot
+    do: the machine's load changed).
     """
     cached, uncached = (f.change_ci95(*x_range) if f is not None else None for f in (fits["cache"], fits["no_cache"]))
     if cached is None or uncached is None:
         return "too_noisy"
     if cached[0] > uncached[1]:
         return "contradicts"
-    if trends["no_cache"] == "rising" and trends["cache"] in ("flat", "rising") and uncached[0] > cached[1]:
+    if trends["no_cache"] == "rising" and trends["cache"] != "falling" and uncached[0] > cached[1]:
         return "consistent"
     return "too_noisy"
 
