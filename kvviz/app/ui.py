@@ -571,9 +571,9 @@ def number_in_range(where: Any, label: str, low: float, high: float, default: fl
     return st.session_state[valid_key]
 
 
-def noise_indicator(load: Callable[[], Backend | None], key: str) -> None:
+def noise_indicator(model: Callable[[], Backend | None], key: str) -> None:
     """How noisy this machine is right now: the CPU load always, and on request the spread of identical passes
-    (of the model `load` gives: it is loaded then, so the page draws this without torch)."""
+    (of the model `model()` gives: it is loaded then, so the page draws this without torch)."""
     from kvviz.engine.machine import cpu_load
 
     state = f"_noise_{key}"
@@ -581,7 +581,7 @@ def noise_indicator(load: Callable[[], Backend | None], key: str) -> None:
     def probe() -> None:  # in the callback: before anything of the rerun is drawn
         from kvviz.engine.timing import noise_probe
 
-        backend = load()
+        backend = model()
         if backend is not None:
             st.session_state[state] = noise_probe(backend)
 
