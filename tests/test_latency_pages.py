@@ -419,7 +419,8 @@ def test_opened_directly_the_first_screen_needs_no_torch(page, title):
     assert n_buttons >= 2 and n_numbers >= 3  # Run/Start, Stop/Cancel, Check noise; the request's numbers
 
 
-@pytest.mark.parametrize("page, key", [("pages/2_Prefill_and_Decode.py", "pd"), ("pages/4_Latency_and_Capacity.py", "lc")])
+@pytest.mark.parametrize("page, key", [("pages/2_Prefill_and_Decode.py", "pd"),
+                                       ("pages/4_Latency_and_Capacity.py", "lc")])
 def test_check_noise_loads_the_model_it_times(page, key):
     """The first screen draws without the model; Check noise loads it, then times 30 identical passes."""
     at = _open(page)
