@@ -2,7 +2,7 @@
 
 The model is timed in quiet (kvviz.engine.timing): while a chunk of passes runs nothing is drawn, the
 garbage collector is paused and torch's threads are fixed; the page draws after each chunk. The first screen
-needs no model (kvviz.app.first_screen): it loads when the request first runs. Every figure shown is one run's,
+needs no model (kvviz.app.models.model_spec): it loads when the request first runs. Every figure shown is one run's,
 the median run by T, the one drawn; the range over all runs stands beside it.
 """
 from __future__ import annotations
@@ -11,8 +11,13 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from kvviz.app import hosted, ui
-from kvviz.app.first_screen import model_spec
+from kvviz.app import hosted
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
+from kvviz.app.models import check_request, get_backend, limit, model_caption, model_spec, preload_engine
+from kvviz.app.shell import page_setup
+from kvviz.app.timing import noise_indicator
+from kvviz.app.widgets import number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
 from kvviz.errors import InputError
@@ -24,8 +29,8 @@ if TYPE_CHECKING:
 TICK_S = 0.25  # the fragment's period while measuring
 CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn between chunks
 
-settings = ui.page_setup("prefill_decode.title")
-tr, lecture, ss = ui.tr, settings.lecture, st.session_state
+settings = page_setup("prefill_decode.title")
+lecture, ss = settings.lecture, st.session_state
 st.title(tr("prefill_decode.title"))
 spec = model_spec(settings)
 if spec is None:
@@ -34,20 +39,20 @@ if spec is None:
 
 def load() -> Backend | None:
     """The model, loaded when the request or the noise check first needs it (None after showing why not)."""
-    return ui.get_backend(settings)
+    return get_backend(settings)
 
 
 # In lecture mode one idea per screen: the stepper under the title, then the introduction and the request's
 # controls in one row (none on the table of phases, which takes the whole screen).
 titles = [tr(f"prefill_decode.idea_{k}") for k in ("run", "numbers", "formula", "phases")]
-shown = ui.ideas(titles, "pd")  # all four, or in lecture mode one
+shown = ideas(titles, "pd")  # all four, or in lecture mode one
 measuring_idea = not lecture or shown != [3]
 if measuring_idea:
-    head = ui.lecture_head((2, 3))
-    with head[0], ui.intro_box():
+    head = lecture_head((2, 3))
+    with head[0], intro_box():
         st.write(tr("prefill_decode.intro"))
-        ui.model_caption(spec)
-        ui.noise_indicator(load, "pd")
+        model_caption(spec)
+        noise_indicator(load, "pd")
 
 # What the results were measured on: a different model (or dtype, device, shape) must not inherit them.
 model_key = (settings.model, settings.hf_model, settings.dtype, settings.device, spec.name,
@@ -55,7 +60,7 @@ model_key = (settings.model, settings.hf_model, settings.dtype, settings.device,
 model_label = f"{spec.name} ({settings.dtype}, {settings.device})"
 
 max_len = spec.max_context
-max_new = ui.limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
+max_new = limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
 default_new = min(64, max_len // 4, max_new)
 # A default request whose cache fits a hosted demo's KV budget: a first click on Run is never refused.
 default_prompt = max(1, min(max_len // 2, hosted.tokens_within(settings.hosted, spec, settings.dtype, max_len)
@@ -64,11 +69,11 @@ default_prompt = max(1, min(max_len // 2, hosted.tokens_within(settings.hosted, 
 
 def controls() -> tuple[int, int, int]:
     c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
-    n_prompt = ui.number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, default_prompt,
+    n_prompt = number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, default_prompt,
                                   f"pd_prompt_{max_len}")  # keyed by the context: another model starts from defaults
-    n_new = ui.number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, default_new,
+    n_new = number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, default_new,
                                f"pd_new_{max_len}_{max_new}")
-    repeats = ui.number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
+    repeats = number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
                                  help=tr("prefill_decode.repeats_help"))
     if n_prompt + n_new > max_len:
         c4.warning(tr("prefill_decode.clamped", n_new=max_len - n_prompt, max_len=max_len))
@@ -81,7 +86,7 @@ if not measuring_idea:  # the table of phases: no controls (each number box keep
 elif lecture:  # the settings behind one button beside Run and Stop: the idea keeps the screen
     with head[1]:
         where, b1, b2 = st.columns([3, 3, 2], vertical_alignment="center")
-    with where, ui.settings_box():
+    with where, settings_box():
         n_prompt, n_new, repeats = controls()
 else:
     n_prompt, n_new, repeats = controls()
@@ -103,7 +108,7 @@ if ss.pop("pd_start", False):
     try:
         backend = load()
         if backend is not None:
-            ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=n_new)
+            check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=n_new)
             from kvviz.engine.sweeps import prompt_ids  # the engine, imported with the model
             from kvviz.engine.timing import RepeatedRequest
 
@@ -220,7 +225,7 @@ def live() -> None:
     if shown == [3]:
         return  # the table of phases: nothing measured belongs on it
     if ss.get("pd_error"):
-        ui.show_error(ss.pd_error)
+        show_error(ss.pd_error)
     if request is None:
         st.info(tr("prefill_decode.idle"))
         return
@@ -252,4 +257,4 @@ if 3 in shown:
     if lecture:  # twelve cells of prose on one projected screen: a smaller type than the page's, still large
         st.html("<style>.st-key-pd_phases :is(th, td) { font-size: 0.8rem; padding: 0.3rem 0.6rem; }</style>")
     st.container(key="pd_phases").markdown("\n".join(lines))
-ui.preload_engine()  # the page is drawn: torch and the engine load in the background for the first run
+preload_engine()  # the page is drawn: torch and the engine load in the background for the first run

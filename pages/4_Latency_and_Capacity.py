@@ -1,7 +1,7 @@
 """Latency & Capacity: sweeps on the real engine (prompt length, cache, batch, dtype) and roofline bounds.
 
 The first screen needs no model: its settings come from the model's description, and the model loads when a
-sweep starts (kvviz.app.first_screen). In lecture mode each sweep, and the roofline, is one idea per screen.
+sweep starts (kvviz.app.models.model_spec). In lecture mode each sweep, and the roofline, is one idea per screen.
 """
 from __future__ import annotations
 
@@ -13,8 +13,13 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from kvviz.app import hosted, ui
-from kvviz.app.first_screen import model_spec
+from kvviz.app import hosted
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
+from kvviz.app.models import check_request, check_sweep, get_backend, limit, model_caption, model_spec, preload_engine
+from kvviz.app.shell import page_setup
+from kvviz.app.timing import noise_indicator
+from kvviz.app.widgets import number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
@@ -38,8 +43,8 @@ SWEEPS = ("prompt", "cache", "batch", "dtype")
 ROOF_PARTS = ("bounds", "chart", "kv")
 KIND = {"prompt": "prompt-length", "cache": "cache", "batch": "batch", "dtype": "dtype"}
 
-settings = ui.page_setup("latency.title")
-tr, lecture, ss = ui.tr, settings.lecture, st.session_state
+settings = page_setup("latency.title")
+lecture, ss = settings.lecture, st.session_state
 st.title(tr("latency.title"))
 spec = model_spec(settings)
 if spec is None:
@@ -48,18 +53,18 @@ if spec is None:
 
 def load() -> Backend | None:
     """The model, loaded when a sweep or the noise check first needs it (None after showing why not)."""
-    return ui.get_backend(settings)
+    return get_backend(settings)
 
 
 IDEAS = (*SWEEPS, "roof_bounds", "roof_chart", "roof_kv")
 # In lecture mode one idea per screen: the stepper under the title, then the introduction and the idea's controls
 # in one row.
-shown = [IDEAS[i] for i in ui.ideas([tr(f"latency.idea_{n}") for n in IDEAS], "latency")] if lecture else []
-head = ui.lecture_head((2, 3))
-with head[0], ui.intro_box():
+shown = [IDEAS[i] for i in ideas([tr(f"latency.idea_{n}") for n in IDEAS], "latency")] if lecture else []
+head = lecture_head((2, 3))
+with head[0], intro_box():
     st.write(tr("latency.intro"))
-    ui.model_caption(spec)
-    ui.noise_indicator(load, "lc")
+    model_caption(spec)
+    noise_indicator(load, "lc")
 max_len = spec.max_context
 caps = settings.hosted
 # The defaults fit a hosted demo's caps: contexts within its KV budget, as many points as it allows.
@@ -114,9 +119,9 @@ def fmt_count(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
 
-def sizes(text: str, limit: int) -> list[int]:
-    values = stats.parse_sizes(text, max_value=limit)
-    ui.check_sweep(settings, len(values))  # a hosted demo caps the points per sweep
+def sizes(text: str, max_value: int) -> list[int]:
+    values = stats.parse_sizes(text, max_value=max_value)
+    check_sweep(settings, len(values))  # a hosted demo caps the points per sweep
     return values
 
 
@@ -153,7 +158,7 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
     if lecture:
         with head[1]:
             where, b1, b2 = st.columns([3, 3, 2], vertical_alignment="center")
-        with where, ui.settings_box():
+        with where, settings_box():
             st.write(tr(f"latency.{name}_intro"))
             values = controls()
     else:
@@ -182,7 +187,7 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
     b1.button(tr("latency.start"), on_click=start, disabled=running, type="primary", key=f"lc_start_{kind}")
     b2.button(tr("latency.cancel"), on_click=cancel, disabled=not running or run.cancelled, key=f"lc_cancel_{kind}")
     if ss.get(key + "_error"):
-        ui.show_error(ss[key + "_error"])
+        show_error(ss[key + "_error"])
 
     def live() -> None:
         run: SweepRun | None = ss.get(key)
@@ -200,7 +205,7 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
             st.progress(run.progress, text=tr(f"latency.progress_{state}", done=run.done, total=run.sweep.total,
                                               settings=run.sweep.settings, kept=len(run.rows)))
         if run.error:
-            ui.show_error(run.error)
+            show_error(run.error)
         if not run.finished:
             return  # while measuring, only the progress bar: a chart redrawn in the browser competes with the model
         if not run.rows:
@@ -228,12 +233,12 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
 # ---- prompt length ---------------------------------------------------------------------------------
 def prompt_controls() -> dict:
     c1, c2, c3 = st.columns([3, 1, 1])
-    n_new = ui.number_in_range(c2, tr("latency.new_tokens"), 2, ui.limit(settings, "max_new_tokens", 64), 8,
+    n_new = number_in_range(c2, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 8,
                                "lc_p_new")
     default = stats.default_prompt_lengths(budget_len, 8, hosted.points_within(caps, 6))
     lengths = c1.text_input(tr("latency.prompt_lengths", max_len=max_len), ", ".join(map(str, default)),
                             key=f"lc_p_lengths_{max_len}")
-    repeats = ui.number_in_range(c3, tr("latency.repeats"), 1, 20, stats.DEFAULT_REPEATS["prompt-length"],
+    repeats = number_in_range(c3, tr("latency.repeats"), 1, 20, stats.DEFAULT_REPEATS["prompt-length"],
                                  "lc_p_repeats")
     return {"lengths": lengths, "n_new": n_new, "repeats": repeats}
 
@@ -243,7 +248,7 @@ def make_prompt(v: dict) -> Sweep | None:
     backend = load()
     if backend is None:
         return None
-    ui.check_request(settings, backend, batch=1, prompt_tokens=max(lengths), max_new_tokens=v["n_new"])
+    check_request(settings, backend, batch=1, prompt_tokens=max(lengths), max_new_tokens=v["n_new"])
     from kvviz.engine import sweeps
 
     return sweeps.prompt_length_sweep(backend, lengths, n_new=v["n_new"], repeats=v["repeats"])
@@ -273,7 +278,7 @@ def describe_prompt(rows: list[dict]) -> tuple[str, str]:
 # ---- cache vs no cache -------------------------------------------------------------------------------
 def cache_controls() -> dict:
     c1, c2 = st.columns([3, 1])
-    repeats = ui.number_in_range(c2, tr("latency.cache_repeats"), 1, 20, stats.DEFAULT_REPEATS["cache"],
+    repeats = number_in_range(c2, tr("latency.cache_repeats"), 1, 20, stats.DEFAULT_REPEATS["cache"],
                                  "lc_c_repeats")
     default = stats.default_contexts(budget_len, hosted.points_within(caps, 8))
     contexts = c1.text_input(tr("latency.contexts", max_len=max_len), ", ".join(map(str, default)),
@@ -286,7 +291,7 @@ def make_cache(v: dict) -> Sweep | None:
     backend = load()
     if backend is None:
         return None
-    ui.check_request(settings, backend, batch=1, prompt_tokens=max(contexts), max_new_tokens=1)
+    check_request(settings, backend, batch=1, prompt_tokens=max(contexts), max_new_tokens=1)
     from kvviz.engine import sweeps
 
     return sweeps.cache_sweep(backend, contexts, repeats=v["repeats"])
@@ -330,10 +335,10 @@ def batch_controls() -> dict:
     default = [b for b in hosted.batches_within(caps, (1, 2, 4, 8, 16))
                if hosted.tokens_within(caps, spec, settings.dtype, max_len, batch=b) > 16] or [1]
     batches = c1.text_input(tr("latency.batches"), ", ".join(map(str, default)), key="lc_b_batches")
-    n_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, ui.limit(settings, "max_new_tokens", 64), 16,
+    n_new = number_in_range(c3, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 16,
                                "lc_b_new")
     fits = hosted.tokens_within(caps, spec, settings.dtype, max_len, batch=max(default)) - 16
-    n_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2,
+    n_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2,
                                   max(1, min(64, max_len // 4, fits)), f"lc_b_prompt_{max_len}")
     return {"batches": batches, "n_prompt": n_prompt, "n_new": n_new}
 
@@ -343,7 +348,7 @@ def make_batch(v: dict) -> Sweep | None:
     backend = load()
     if backend is None:
         return None
-    ui.check_request(settings, backend, batch=max(batches), prompt_tokens=v["n_prompt"], max_new_tokens=v["n_new"])
+    check_request(settings, backend, batch=max(batches), prompt_tokens=v["n_prompt"], max_new_tokens=v["n_new"])
     from kvviz.engine import sweeps
 
     return sweeps.batch_sweep(backend, batches, n_prompt=v["n_prompt"], n_new=v["n_new"])
@@ -366,15 +371,15 @@ def describe_batch(rows: list[dict]) -> tuple[str, str]:
 def dtype_controls() -> dict:
     c1, c2, c3 = st.columns([3, 1, 1])
     dtypes = c1.multiselect(tr("latency.dtypes"), list(DTYPE_NAMES), list(DTYPE_NAMES), key="lc_d_dtypes")
-    n_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+    n_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
                                   f"lc_d_prompt_{max_len}")
-    n_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, ui.limit(settings, "max_new_tokens", 64), 16,
+    n_new = number_in_range(c3, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 16,
                                "lc_d_new")
     return {"dtypes": dtypes, "n_prompt": n_prompt, "n_new": n_new}
 
 
 def load_dtype(dtype: str) -> Backend:
-    loaded = ui.get_backend(replace(settings, dtype=dtype))
+    loaded = get_backend(replace(settings, dtype=dtype))
     if loaded is None:  # get_backend has shown why
         raise RuntimeError(tr("latency.dtype_unavailable", dtype=dtype))
     return loaded
@@ -417,7 +422,7 @@ def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
         st.write(tr("latency.roof_intro"))
     # The Memory page's presets (experts excepted: a token reads only its experts) and the model in use.
     models = {**{n: s for n, s in PRESETS.items() if not s.is_moe}, spec.name: spec}
-    with head[1], ui.settings_box(tr("latency.roof_settings")):
+    with head[1], settings_box(tr("latency.roof_settings")):
         if lecture:
             st.write(tr("latency.roof_intro"))
         c1, c2 = st.columns(2)
@@ -428,14 +433,14 @@ def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
         preset = HARDWARE[hw_name]
         h1, h2, h3 = st.columns(3)
         # Keyed by preset: choosing another accelerator reloads its numbers, which stay editable.
-        memory_gib = ui.number_in_range(
+        memory_gib = number_in_range(
             h1, tr("latency.memory_gib"), 0.1, 100_000.0,
             None if preset.memory_bytes is None else round(preset.memory_bytes / 2**30, 2), f"lc_r_mem_{hw_name}",
             whole=False, placeholder=tr("latency.unknown"))
-        bandwidth_tb = ui.number_in_range(h2, tr("latency.bandwidth_tb"), 0.001, 100.0,
+        bandwidth_tb = number_in_range(h2, tr("latency.bandwidth_tb"), 0.001, 100.0,
                                           preset.bandwidth_bytes_per_s / 1e12, f"lc_r_bw_{hw_name}", whole=False,
                                           format="%.3f")
-        peak_tf = ui.number_in_range(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
+        peak_tf = number_in_range(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
                                      f"lc_r_peak_{hw_name}", whole=False)
         # One short line names where the numbers come from; the sources themselves are one click away.
         st.caption(tr("latency.hw_sources", gpu=hw_name))
@@ -450,12 +455,12 @@ def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
         weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"],
                                     key="lc_r_wdtype")
         kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
-        n_context = ui.number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
-        batch = ui.number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
+        n_context = number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
+        batch = number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
     try:
         roof = Roofline(models[model_name], hw, weight_dtype, kv_dtype)
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         return
 
     b_star = roof.compute_bound_batch(n_context=n_context)
@@ -560,4 +565,4 @@ else:
                 roofline()
             else:
                 sweep_panel(name, *PANELS[name])
-ui.preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep
+preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep
