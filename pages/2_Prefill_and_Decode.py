@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from kvviz.app import hosted
+from kvviz.app.hosted import tokens_within
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption, model_spec, preload_engine
@@ -63,7 +63,7 @@ max_len = spec.max_context
 max_new = limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
 default_new = min(64, max_len // 4, max_new)
 # A default request whose cache fits a hosted demo's KV budget: a first click on Run is never refused.
-default_prompt = max(1, min(max_len // 2, hosted.tokens_within(settings.hosted, spec, settings.dtype, max_len)
+default_prompt = max(1, min(max_len // 2, tokens_within(settings.hosted, spec, settings.dtype, max_len)
                             - default_new))
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from kvviz.app import hosted
+from kvviz.app.hosted import batches_within, points_within, tokens_within
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit, model_caption, model_spec, preload_engine
@@ -68,7 +68,7 @@ with head[0], intro_box():
 max_len = spec.max_context
 caps = settings.hosted
 # The defaults fit a hosted demo's caps: contexts within its KV budget, as many points as it allows.
-budget_len = hosted.tokens_within(caps, spec, settings.dtype, max_len)
+budget_len = tokens_within(caps, spec, settings.dtype, max_len)
 
 
 def labels(prefix: str, *names: str) -> dict[str, str]:
@@ -235,7 +235,7 @@ def prompt_controls() -> dict:
     c1, c2, c3 = st.columns([3, 1, 1])
     n_new = number_in_range(c2, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 8,
                                "lc_p_new")
-    default = stats.default_prompt_lengths(budget_len, 8, hosted.points_within(caps, 6))
+    default = stats.default_prompt_lengths(budget_len, 8, points_within(caps, 6))
     lengths = c1.text_input(tr("latency.prompt_lengths", max_len=max_len), ", ".join(map(str, default)),
                             key=f"lc_p_lengths_{max_len}")
     repeats = number_in_range(c3, tr("latency.repeats"), 1, 20, stats.DEFAULT_REPEATS["prompt-length"],
@@ -280,7 +280,7 @@ def cache_controls() -> dict:
     c1, c2 = st.columns([3, 1])
     repeats = number_in_range(c2, tr("latency.cache_repeats"), 1, 20, stats.DEFAULT_REPEATS["cache"],
                                  "lc_c_repeats")
-    default = stats.default_contexts(budget_len, hosted.points_within(caps, 8))
+    default = stats.default_contexts(budget_len, points_within(caps, 8))
     contexts = c1.text_input(tr("latency.contexts", max_len=max_len), ", ".join(map(str, default)),
                              key=f"lc_c_contexts_{max_len}")
     return {"contexts": contexts, "repeats": repeats}
@@ -332,12 +332,12 @@ def batch_controls() -> dict:
     c1, c2, c3 = st.columns([3, 1, 1])
     # Default batches within a hosted demo's batch cap whose cache holds a prompt and the 16 new tokens, and a
     # default prompt that fits the largest of them.
-    default = [b for b in hosted.batches_within(caps, (1, 2, 4, 8, 16))
-               if hosted.tokens_within(caps, spec, settings.dtype, max_len, batch=b) > 16] or [1]
+    default = [b for b in batches_within(caps, (1, 2, 4, 8, 16))
+               if tokens_within(caps, spec, settings.dtype, max_len, batch=b) > 16] or [1]
     batches = c1.text_input(tr("latency.batches"), ", ".join(map(str, default)), key="lc_b_batches")
     n_new = number_in_range(c3, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 16,
                                "lc_b_new")
-    fits = hosted.tokens_within(caps, spec, settings.dtype, max_len, batch=max(default)) - 16
+    fits = tokens_within(caps, spec, settings.dtype, max_len, batch=max(default)) - 16
     n_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2,
                                   max(1, min(64, max_len // 4, fits)), f"lc_b_prompt_{max_len}")
     return {"batches": batches, "n_prompt": n_prompt, "n_new": n_new}

@@ -1,7 +1,8 @@
 """The model a page runs, and what a hosted demo allows it to run:
 
 - `get_backend()`: the shared model for the sidebar's settings (weights cached across sessions, read-only), or
-  None after saying why it could not load; `settings_spec()` describes a native model without loading it;
+  None after saying why it could not load; `settings_spec()` describes a native model without loading it, and
+  `model_spec()` gives any model's description for a page's first screen (loading only a Hugging Face model);
   `model_caption()` names it under a page's title; `preload_engine()` imports torch in the background;
 - `hosted_caps()`, `secrets_dict()`, `hf_policy()`: the deployment's limits, from the environment or
   .streamlit/secrets.toml;
