@@ -401,6 +401,7 @@ print("torch" in sys.modules, at.title[0].value, len(at.button), len(at.number_i
 
 
 @pytest.mark.parametrize("page, title", [("pages/2_Prefill_and_Decode.py", "Prefill & Decode"),
+                                         ("pages/3_Memory_Footprint.py", "Memory Footprint"),
                                          ("pages/4_Latency_and_Capacity.py", "Latency & Capacity")])
 def test_opened_directly_the_first_screen_needs_no_torch(page, title):
     """Issue 29.10: a page opened directly (a link shared in a lecture chat) took 5.6 s on a fresh server against
@@ -416,7 +417,7 @@ def test_opened_directly_the_first_screen_needs_no_torch(page, title):
     torch_loaded, rest = out.stdout.strip().split(" ", 1)
     assert torch_loaded == "False" and rest.startswith(title)
     n_buttons, n_numbers = map(int, rest.removeprefix(title).split())
-    assert n_buttons >= 2 and n_numbers >= 3  # Run/Start, Stop/Cancel, Check noise; the request's numbers
+    assert n_buttons >= 1 and n_numbers >= 3  # Run/Start (Run here); the request's or the scenario's numbers
 
 
 @pytest.mark.parametrize("page, key", [("pages/2_Prefill_and_Decode.py", "pd"),
