@@ -12,8 +12,9 @@ Runs the real app (`streamlit run app.py`) and the system Chromium through tests
 - every page opened directly (a link shared in a lecture chat): for each page its own fresh server, then the time
   from the request to the page drawn (title shown, script idle, charts drawn); goal <= 3 s each.
 
-    python bench/app_step_latency.py [--steps 20] [--rapid 30] [--play-steps 20] [--play-speed 4] [--threads N]
-    python bench/app_step_latency.py --direct-only      # only the pages opened directly
+    python bench/app_step_latency.py [--model tiny|smollm2] [--steps 20] [--rapid 30] [--play-steps 20]
+                                     [--play-speed 4] [--threads N]
+    python bench/app_step_latency.py --direct-only [--model smollm2]   # only the pages opened directly
 """
 from __future__ import annotations
 
@@ -126,13 +127,13 @@ def play_rate(page, n: int, speed: float) -> tuple[float, str]:  # noqa: ANN001
     return rate, " | ".join(t for t in note if "steps/s" in t)
 
 
-def direct_open(browser, env: dict, page_file: str) -> tuple[float, float]:  # noqa: ANN001 - a Playwright Browser
-    """A fresh server, then `page_file` opened at its own URL: seconds to its title, and to the page drawn (script
-    idle, every chart drawn)."""
+def direct_open(browser, env: dict, page_file: str, model: str) -> tuple[float, float]:  # noqa: ANN001 - a Browser
+    """A fresh server, then `page_file` opened at its own URL (with ?model=): seconds to its title, and to the page
+    drawn (script idle, every chart drawn)."""
     with app_server(env) as url:
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         t0 = time.perf_counter()
-        page.goto(f"{url}/{url_path(page_file)}")
+        page.goto(f"{url}/{url_path(page_file)}?model={model}")
         page.wait_for_selector("h1", timeout=120_000)
         title_s = time.perf_counter() - t0
         wait_idle(page, 120_000)
@@ -146,11 +147,11 @@ def page_files() -> list[str]:
     return ["app.py", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))]
 
 
-def print_direct(browser, env: dict) -> None:  # noqa: ANN001
-    print("every page opened directly on a fresh server (title shown / page drawn); goal <= 3 s:")
+def print_direct(browser, env: dict, model: str) -> None:  # noqa: ANN001
+    print(f"every page opened directly on a fresh server, model {model} (title shown / page drawn); goal <= 3 s:")
     slowest = 0.0
     for f in page_files():
-        title_s, drawn_s = direct_open(browser, env, f)
+        title_s, drawn_s = direct_open(browser, env, f, model)
         slowest = max(slowest, drawn_s)
         print(f"  {url_path(f) or 'Home':28s} {title_s:5.2f} s / {drawn_s:5.2f} s", flush=True)
     print(f"  slowest page drawn: {slowest:.2f} s")
@@ -158,6 +159,7 @@ def print_direct(browser, env: dict) -> None:  # noqa: ANN001
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", help="the sidebar's model, as a link's ?model= gives it")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rapid", type=int, default=30)
     ap.add_argument("--play-steps", type=int, default=20)
@@ -169,7 +171,7 @@ def main() -> None:
     env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
     if args.direct_only:
         with chromium() as browser:
-            print_direct(browser, env)
+            print_direct(browser, env, args.model)
         return
     env["KVVIZ_TIMING_LOG"] = log  # the page appends the server's own time for each run that served steps
     with chromium() as browser:
@@ -178,7 +180,7 @@ def main() -> None:
             up_s = time.perf_counter() - t_up
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             t0 = time.perf_counter()
-            home_s = open_decode_page(page, url)
+            home_s = open_decode_page(page, f"{url}/?model={args.model}")
             decode_s = time.perf_counter() - t0
             total = args.steps + args.rapid + args.play_steps + 8
             prefill(page, total)
@@ -189,7 +191,7 @@ def main() -> None:
             got, rapid_s = rapid(page, args.rapid) if args.rapid else (0, 0.0)
             if args.play_steps:
                 rate, note = play_rate(page, args.play_steps, args.play_speed)
-        print_direct(browser, env)
+        print_direct(browser, env, args.model)
     wall = lat["wall"]
     print(f"model: {model}")
     print(f"OMP_NUM_THREADS: {args.threads or 'inherited'}")
