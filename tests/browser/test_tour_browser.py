@@ -280,28 +280,26 @@ def _each_idea_fits(pg, stepper: str, n: int, name: str, shots) -> None:  # noqa
             expect(pg.locator("[data-testid='stException']")).to_have_count(0)
 
 
-@pytest.mark.parametrize("lang", ["en", "ko"])
-def test_prefill_decode_lecture_one_idea_per_screen(browser, app_url, shots, lang):
-    """Issue 29.7: in lecture mode all of Prefill & Decode's results sat below the fold. Each of its four ideas
-    (the timeline, the figures, the formula, the phases) is whole on one 1280×720 screen."""
-    pg = _lecture_page(browser, app_url, "Prefill_and_Decode", lang)
-    _fill_setting(pg, "Prompt length" if lang == "en" else "프롬프트 길이", "256")
-    pg.locator(f"{key('pd_run')} button").first.click()
-    _wait_measured(pg, "pd_run")
-    expect(pg.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
-    _each_idea_fits(pg, "pd", 4, f"prefill_decode_lecture_{lang}", shots)
-    pg.context.close()
+LECTURE_PAGES = {
+    # page: (its setting to shorten, en and ko labels, the value; the button that measures; stepper key, ideas)
+    "Prefill_and_Decode": (("Prompt length", "프롬프트 길이"), "256", "pd_run", "pd", 4),
+    "Latency_and_Capacity": (("Prompt lengths", "프롬프트 길이"), "16, 64, 256", "lc_start_prompt-length",
+                             "latency", 7),
+}
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
-def test_latency_lecture_one_idea_per_screen(browser, app_url, shots, lang):
-    """Issue 29.7: Latency & Capacity had no one-idea-per-screen stepper. Its seven ideas (four sweeps, the bounds,
-    the bound against batch, the cache against the weights) each fit one 1280×720 screen, a finished sweep's chart
-    and verdict side by side."""
-    pg = _lecture_page(browser, app_url, "Latency_and_Capacity", lang)
-    _fill_setting(pg, "Prompt lengths" if lang == "en" else "프롬프트 길이", "16, 64, 256")
-    pg.locator(f"{key('lc_start_prompt-length')} button").first.click()
-    _wait_measured(pg, "lc_start_prompt-length")
+@pytest.mark.parametrize("path", list(LECTURE_PAGES))
+def test_latency_pages_lecture_one_idea_per_screen(browser, app_url, shots, path, lang):
+    """Issue 29.7: in lecture mode all of Prefill & Decode's results sat below the fold, and Latency & Capacity had
+    no one-idea-per-screen stepper. Each idea (Prefill & Decode: the timeline, the figures, the formula, the phases;
+    Latency: four sweeps, the bounds, the bound against batch, the cache against the weights) is whole on one
+    1280×720 screen, measured results included."""
+    labels, value, button, stepper, n = LECTURE_PAGES[path]
+    pg = _lecture_page(browser, app_url, path, lang)
+    _fill_setting(pg, labels[lang == "ko"], value)
+    pg.locator(f"{key(button)} button").first.click()
+    _wait_measured(pg, button)
     expect(pg.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
-    _each_idea_fits(pg, "latency", 7, f"latency_lecture_{lang}", shots)
+    _each_idea_fits(pg, stepper, n, f"{path.lower()}_lecture_{lang}", shots)
     pg.context.close()
