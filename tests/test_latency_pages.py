@@ -428,3 +428,14 @@ def test_check_noise_loads_the_model_it_times(page, key):
     at.button(key=f"_noise_{key}_button").click().run()
     assert not at.exception
     assert any(re.match(r"Machine now: \*\*(quiet|busy|noisy)\*\* — 30 identical passes", c.value) for c in at.caption)
+
+
+def test_a_budget_that_holds_almost_nothing_still_opens(monkeypatch):
+    """A hosted KV budget of 1,000 bytes (one token of SMALL): the defaults shrink to settings that exist, and
+    Start says why they are refused instead of the page failing (a geometric range cannot start at zero)."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", "1000")
+    at = _open("pages/4_Latency_and_Capacity.py")
+    assert not at.exception and at.text_input(key="lc_c_contexts_128").value == "2"
+    at.button(key="lc_start_cache").click().run()
+    assert not at.exception and any("KV cache needs" in e.value for e in at.error)

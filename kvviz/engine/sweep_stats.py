@@ -33,14 +33,16 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 
 # ---- settings ----------------------------------------------------------------------------------------------
 def default_prompt_lengths(max_seq_len: int, n_new: int, points: int = 6) -> list[int]:
-    """Geometric steps from 16 tokens to the longest prompt that leaves room for n_new tokens."""
-    top = max_seq_len - n_new
+    """Geometric steps from 16 tokens to the longest prompt that leaves room for n_new tokens (at least 1 token:
+    where nothing fits, e.g. a hosted demo's tiny KV budget, the one default is refused with its reason)."""
+    top = max(1, max_seq_len - n_new)
     return sorted({int(round(v)) for v in np.geomspace(min(16, top), top, points)})
 
 
 def default_contexts(max_seq_len: int, points: int = 8) -> list[int]:
-    """Geometric steps from 8 positions to the longest step the context allows (it emits one more token)."""
-    top = max_seq_len - 1
+    """Geometric steps from 8 positions to the longest step the context allows (it emits one more token); at
+    least 2, the shortest step there is."""
+    top = max(2, max_seq_len - 1)
     return sorted({int(round(v)) for v in np.geomspace(min(8, top), top, points)})
 
 
