@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--prompt-tokens", type=_positive_int, default=64, help="batch, dtype: prompt length")
     w.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens generated per run")
     w.add_argument("--repeats", type=_positive_int, default=3,
-                   help="whole runs (steps for cache) per setting; the median and range are kept")
+                   help="whole runs (steps for cache) per setting, one per round over every setting after a warm-up "
+                        "round; the median and range are kept")
     w.add_argument("--json", action="store_true")
     _add_shape_flags(w)
 
