@@ -3,7 +3,7 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas
-from kvviz.app.models import get_backend, model_caption, preload_engine, settings_spec
+from kvviz.app.models import model_caption, model_spec, preload_engine
 from kvviz.app.navigation import page_map
 from kvviz.app.shell import page_setup
 from kvviz.charts.decode import decode_loop_dot
@@ -24,10 +24,7 @@ if 1 in show:
     st.subheader(titles[1])
     # The shipped model and a custom shape are described from their config alone: the first page a visitor
     # opens loads no weights and imports no torch. A Hugging Face model's description comes with loading it.
-    spec = settings_spec(settings)
-    if spec is None:
-        backend = get_backend(settings)
-        spec = backend.spec if backend is not None else None
+    spec = model_spec(settings)
     if spec is not None:
         model_caption(spec)
 

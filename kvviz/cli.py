@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--prompt-tokens", type=_positive_int, default=64, help="batch, dtype: prompt length")
     w.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens generated per run")
     w.add_argument("--repeats", type=_positive_int, default=3,
-                   help="whole runs (steps for cache) per setting; the median and range are kept")
+                   help="whole runs (steps for cache) per setting, one per round over every setting after a warm-up "
+                        "round; the median and range are kept")
     w.add_argument("--json", action="store_true")
     _add_shape_flags(w)
 
@@ -399,6 +400,7 @@ def cmd_generate(args: argparse.Namespace) -> dict:
 
 
 def cmd_sweep(args: argparse.Namespace) -> dict:
+    from kvviz.engine import sweep_stats as stats
     from kvviz.engine import sweeps
     from kvviz.engine.loading import load_backend
 
@@ -410,10 +412,10 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     backend = load(args.dtype)
     max_len = backend.spec.max_context
     if args.kind == "prompt-length":
-        lengths = args.lengths or sweeps.default_prompt_lengths(max_len, args.new_tokens)
+        lengths = args.lengths or stats.default_prompt_lengths(max_len, args.new_tokens)
         sweep = sweeps.prompt_length_sweep(backend, lengths, n_new=args.new_tokens, repeats=args.repeats)
     elif args.kind == "cache":
-        contexts = args.contexts or sweeps.default_contexts(max_len, args.repeats)
+        contexts = args.contexts or stats.default_contexts(max_len)
         sweep = sweeps.cache_sweep(backend, contexts, repeats=args.repeats)
     elif args.kind == "batch":
         sweep = sweeps.batch_sweep(backend, args.batches, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
@@ -421,7 +423,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         sweep = sweeps.dtype_sweep(load, args.dtypes, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
     rows = sweeps.SweepRun(sweep).run()
     return {"sweep": args.kind, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype,
-            "columns": list(sweeps.COLUMNS[args.kind]), "rows": rows, "summary": sweeps.summary(args.kind, rows)}
+            "columns": list(stats.COLUMNS[args.kind]), "rows": rows, "summary": stats.summary(args.kind, rows)}
 
 
 def _model_spec(args: argparse.Namespace, command: str):  # noqa: ANN202 - a KVSpec

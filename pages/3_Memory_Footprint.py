@@ -7,7 +7,7 @@ import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import intro_box
-from kvviz.app.models import check_request, get_backend
+from kvviz.app.models import check_request, get_backend, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, read_query, scenario_query
@@ -19,7 +19,6 @@ from kvviz.charts.memory import (
     cache_vs_weights_figure,
     residual_figure,
 )
-from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
 from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
 from kvviz.kv.formula import (
@@ -44,7 +43,6 @@ ss, lecture = st.session_state, settings.lecture
 st.title(tr("memory.title"))
 with intro_box():
     st.write(tr("memory.intro"))
-backend = get_backend(settings)
 LOG_CHECKS = check_all()  # pure arithmetic over kvviz/kv/startup_logs.json, cached once per process
 
 # ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----
@@ -510,7 +508,11 @@ with tab_cap:
 
 with tab_live:
     st.write(tr("memory.live_intro"))
-    if st.button(tr("memory.run_here"), key="mem_run_here", disabled=backend is None):
+    # The model loads when asked for (get_backend says why when it cannot): the page's arithmetic needs none, so a
+    # link to this page draws without torch.
+    if st.button(tr("memory.run_here"), key="mem_run_here") and (backend := get_backend(settings)) is not None:
+        from kvviz.engine.generation import Generation
+
         try:
             prompt = tr("memory.run_prompt")
             check_request(settings, backend, batch=1, prompt_tokens=len(backend.tokenizer.encode(prompt)),
@@ -523,7 +525,12 @@ with tab_live:
         except InputError as exc:
             show_error(exc)
     # The decode page's generation, and one run here.
-    shown = [(key, ss[key]) for key in ("reuse_gen", "memory_generation") if isinstance(ss.get(key), Generation)]
+    keys = [key for key in ("reuse_gen", "memory_generation") if ss.get(key) is not None]
+    if keys:  # a generation in this session: the engine is imported already
+        from kvviz.engine.generation import Generation
+
+        keys = [key for key in keys if isinstance(ss[key], Generation)]
+    shown = [(key, ss[key]) for key in keys]
     if not shown:
         st.info(tr("memory.live_none"))
     for key, gen in shown:
@@ -579,3 +586,4 @@ for key, value in scenario_query(saved).items():
         st.query_params[key] = value
 for key in set(st.query_params) - set(scenario_query(saved)) - {"lang", "lecture"}:
     del st.query_params[key]
+preload_engine()  # the page is drawn: torch and the engine load in the background for Run here

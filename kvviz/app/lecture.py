@@ -29,12 +29,12 @@ html { font-size: 22px; }
 # a label wraps onto a second line rather than being cut short (Streamlit ends a long one with "…")
 
 
-def lecture_head() -> tuple[Any, Any]:
-    """Where the introduction and the settings go: in lecture mode one row of two columns (so the demo's controls
-    and the idea fit one screen); otherwise wherever the page is when each is entered."""
+def lecture_head(widths: tuple[int, int] = (3, 1)) -> tuple[Any, Any]:
+    """Where the introduction and the settings go: in lecture mode one row of two columns of these widths (so the
+    demo's controls and the idea fit one screen); otherwise wherever the page is when each is entered."""
     if not st.session_state.get("kv_lecture"):
         return contextlib.nullcontext(), contextlib.nullcontext()
-    intro, settings = st.columns([3, 1], vertical_alignment="center")
+    intro, settings = st.columns(list(widths), vertical_alignment="center")
     return intro, settings
 
 

@@ -181,3 +181,125 @@ def test_hosted_caps_on_memory_run_here(hosted):
     wait_idle(hosted)
     expect(hosted.get_by_text(BUDGET).first).to_be_visible(timeout=5_000)
     no_exception(hosted)
+
+
+# ---- issue 29: Cancel that cancels; the latency pages one idea per 1280×720 screen ------------------------------
+# The lowest edge of anything drawn in the page's main block (a folded expander's content is not drawn).
+LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
+  "[data-testid='stMainBlockContainer'] [data-testid='stElementContainer']"))
+  .filter(e => e.offsetHeight > 0 && e.checkVisibility({visibilityProperty: true}))
+  .map(e => e.getBoundingClientRect().bottom))"""
+
+
+def progress_text(page) -> str:  # noqa: ANN001
+    bar = page.locator("[data-testid='stProgress']")
+    return bar.first.inner_text() if bar.count() else ""
+
+
+def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
+    """Issue 29.1: after 'Cancelled: kept the 14 of 16 settings', measuring went on (14 → 15), Start stayed disabled
+    and no chart came for more than 90 s, nor after leaving the page and coming back. Cancel now stops within one
+    run, re-enables Start and draws every setting measured in the rounds already complete."""
+    import re
+    import time
+
+    page.goto_app("Latency_and_Capacity")
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    panel = page.get_by_role("tabpanel")
+    contexts = panel.get_by_label(re.compile("Context lengths"))
+    contexts.fill("8, 18, 39, 86, 190, 420, 927, 2047")  # the shipped model's defaults: 16 settings
+    contexts.press("Enter")
+    wait_idle(page)
+    panel.locator(f"{key('lc_start_cache')} button").click()
+    # The first round warms up, the second is the first measured: cancel once both are done (32 of 96 runs).
+    page.wait_for_function("""() => { const m = /Measuring… (\\d+) \\/ 96 runs/.exec(document.body.innerText);
+                                      return m && Number(m[1]) >= 34; }""", timeout=240_000)
+    panel.locator(f"{key('lc_cancel_cache')} button").click()
+    clicked = time.monotonic()
+    cancelled = re.compile(r"Cancelled after (\d+) of 96 runs: the 16 settings below are kept")
+    expect(panel.get_by_text(cancelled)).to_be_visible(timeout=60_000)
+    expect(panel.locator(f"{key('lc_start_cache')} button")).to_be_enabled(timeout=30_000)
+    expect(panel.locator(f"{key('lc_cancel_cache')} button")).to_be_disabled()
+    expect(panel.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
+    stopped_s = time.monotonic() - clicked
+    done = int(cancelled.search(progress_text(panel)).group(1))
+    page.wait_for_timeout(3000)
+    assert int(cancelled.search(progress_text(panel)).group(1)) == done  # nothing measured after the Cancel
+    points = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .flatMap(g => g.data.filter(d => d.mode === 'lines+markers').map(d => d.x.length))""")
+    assert points == [8, 8]  # every context, with and without the cache
+    print(f"\nCancel → Start enabled and the chart drawn: {stopped_s:.1f} s; {done} of 96 runs measured")
+    page.screenshot(path=shots / "latency_after_cancel_en.png", full_page=True)
+    sidebar_link(page, "Home")  # leave and come back: the kept rows are still drawn
+    sidebar_link(page, "Latency & Capacity")
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    expect(page.get_by_role("tabpanel").locator("[data-testid='stPlotlyChart']")).to_have_count(1)
+    expect(page.get_by_role("tabpanel").get_by_text(cancelled)).to_be_visible()
+    no_exception(page)
+
+
+def _lecture_page(browser, app_url, path: str, lang: str):  # noqa: ANN001, ANN202
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    pg = context.new_page()
+    pg.goto(f"{app_url}/{path}?lecture=1&lang={lang}")
+    wait_idle(pg, 90_000)
+    settle(pg)
+    return pg
+
+
+def _fill_setting(pg, label: str, value: str) -> None:  # noqa: ANN001
+    import re
+
+    pg.locator("[data-testid='stPopover'] button").first.click()
+    box = pg.get_by_label(re.compile(label))
+    box.fill(value)
+    box.press("Enter")
+    wait_idle(pg)
+    pg.keyboard.press("Escape")
+    settle(pg)
+
+
+def _wait_measured(pg, button_key: str) -> None:  # noqa: ANN001
+    """The click's rerun began (the button disabled), then measuring ended (every copy of it enabled again)."""
+    buttons = f"Array.from(document.querySelectorAll('{key(button_key)} button'))"
+    pg.wait_for_function(f"() => {buttons}.some(b => b.disabled)", timeout=120_000)
+    measuring = "/Measuring|측정 중/.test(document.body.innerText)"
+    pg.wait_for_function(f"() => {buttons}.every(b => !b.disabled) && !{measuring}", timeout=300_000)
+    settle(pg)
+
+
+def _each_idea_fits(pg, stepper: str, n: int, name: str, shots) -> None:  # noqa: ANN001
+    for i in range(1, n + 1):
+        lowest = pg.evaluate(LOWEST)
+        pg.screenshot(path=shots / f"{name}_idea{i}.png")
+        assert lowest <= 720, f"{name}: idea {i} ends at {lowest:.0f} px, below the 720 px screen"
+        if i < n:
+            pg.locator(f"{key(f'kv_idea_next_{stepper}')} button").first.click()
+            pg.wait_for_timeout(500)
+            settle(pg)
+            expect(pg.locator("[data-testid='stException']")).to_have_count(0)
+
+
+LECTURE_PAGES = {
+    # page: (its setting to shorten, en and ko labels, the value; the button that measures; stepper key, ideas)
+    "Prefill_and_Decode": (("Prompt length", "프롬프트 길이"), "256", "pd_run", "pd", 4),
+    "Latency_and_Capacity": (("Prompt lengths", "프롬프트 길이"), "16, 64, 256", "lc_start_prompt-length",
+                             "latency", 7),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+@pytest.mark.parametrize("path", list(LECTURE_PAGES))
+def test_latency_pages_lecture_one_idea_per_screen(browser, app_url, shots, path, lang):
+    """Issue 29.7: in lecture mode all of Prefill & Decode's results sat below the fold, and Latency & Capacity had
+    no one-idea-per-screen stepper. Each idea (Prefill & Decode: the timeline, the figures, the formula, the phases;
+    Latency: four sweeps, the bounds, the bound against batch, the cache against the weights) is whole on one
+    1280×720 screen, measured results included."""
+    labels, value, button, stepper, n = LECTURE_PAGES[path]
+    pg = _lecture_page(browser, app_url, path, lang)
+    _fill_setting(pg, labels[lang == "ko"], value)
+    pg.locator(f"{key(button)} button").first.click()
+    _wait_measured(pg, button)
+    expect(pg.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
+    _each_idea_fits(pg, stepper, n, f"{path.lower()}_lecture_{lang}", shots)
+    pg.context.close()
