@@ -8,7 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import chart, persisted, stepper
+from kvviz.app.widgets import chart, current_number, number_in_range, persisted, stepper
 from kvviz.charts import decode as charts
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
@@ -39,10 +39,8 @@ presets = [t(f"reuse.preset_{i}", language) for language in sorted(LANGS, key=la
            for i in (1, 2, 3)]
 # Kept under non-widget keys, so they survive a visit to another page (as the generation does).
 state.setdefault("reuse_prompt", presets[0])
-state.setdefault("reuse_max_new", 24)
 state.setdefault("reuse_speed", 4.0)
 max_new_limit = limit(settings, "max_new_tokens", 512)  # a hosted demo caps it
-state.reuse_max_new = min(int(state.reuse_max_new), max_new_limit)
 
 
 def use_preset() -> None:
@@ -53,7 +51,7 @@ def prefill() -> None:
     state.reuse_playing = False
     if backend is None:
         return
-    prompt, max_new = state["_w_reuse_prompt"], int(state["_w_reuse_max_new"])
+    prompt, max_new = state["_w_reuse_prompt"], current_number("_w_reuse_max_new")  # never a refused value
     try:
         if settings.hosted is not None:
             n_prompt = len(backend.tokenizer.encode(prompt))
@@ -98,8 +96,7 @@ with head[1], settings_box(tr("reuse.settings"), border=True):
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)
-    persisted(c2.number_input, "reuse_max_new", tr("reuse.max_new"), min_value=1, max_value=max_new_limit,
-              help=tr("reuse.max_new_help"))
+    number_in_range(c2, tr("reuse.max_new"), 1, max_new_limit, 24, "_w_reuse_max_new", help=tr("reuse.max_new_help"))
     persisted(c3.slider, "reuse_speed", tr("reuse.speed"), min_value=0.5, max_value=8.0, step=0.5,
               help=tr("reuse.speed_help"))
     persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)

@@ -11,6 +11,7 @@ from kvviz.app.lecture import intro_box
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
+from kvviz.app.widgets import number_in_range
 from kvviz.charts.memory import CacheCurve, allocation_figure, attention_comparison_figure, cache_vs_weights_figure
 from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
@@ -75,7 +76,7 @@ with left:
         ["preset", "custom", "upload"],
         key="mem_src",
         horizontal=True,
-        format_func=lambda s: tr(f"memory.source_{s}"),
+        format_func={s: tr(f"memory.source_{s}") for s in ("preset", "custom", "upload")}.get,
     )
     spec: KVSpec | None = None
     try:
@@ -85,14 +86,15 @@ with left:
             st.caption(tr("memory.preset_source", repo=HF_REPOS[name]))
         elif src == "custom":
             a, b = st.columns(2)
-            layers = a.number_input(tr("memory.layers"), 1, 1000, key="mem_layers")
-            heads = b.number_input(tr("memory.heads"), 1, 1024, key="mem_heads")
-            kv_heads = a.number_input(tr("memory.kv_heads"), 1, 1024, key="mem_kv_heads")
-            d_head = b.number_input(tr("memory.d_head"), 1, 4096, key="mem_d_head")
-            st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f")
-            spec = KVSpec(n_layers=int(layers), n_heads=int(heads), n_kv_heads=int(kv_heads), d_head=int(d_head),
-                          name=tr("memory.source_custom"), d_model=int(heads) * int(d_head),
-                          n_params=round(ss.mem_params_b * 1e9), params_source="given")
+            layers = number_in_range(a, tr("memory.layers"), 1, 1000, DEFAULTS["layers"], "mem_layers")
+            heads = number_in_range(b, tr("memory.heads"), 1, 1024, DEFAULTS["heads"], "mem_heads")
+            kv_heads = number_in_range(a, tr("memory.kv_heads"), 1, 1024, DEFAULTS["kv_heads"], "mem_kv_heads")
+            d_head = number_in_range(b, tr("memory.d_head"), 1, 4096, DEFAULTS["d_head"], "mem_d_head")
+            params_b = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, DEFAULTS["params_b"],
+                                       "mem_params_b", whole=False, format="%.3f")
+            spec = KVSpec(n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, d_head=d_head,
+                          name=tr("memory.source_custom"), d_model=heads * d_head,
+                          n_params=round(params_b * 1e9), params_source="given")
         else:
             # A fresh, empty uploader after every file read: choosing another file is then a new upload, never a
             # replace (Streamlit's replace, a DELETE and a PUT, can lose the new file when the two overlap).
@@ -118,8 +120,8 @@ with left:
                 st.info(tr("memory.upload_hint"))
             else:
                 st.caption(tr("memory.upload_loaded", name=spec.name))
-                given = st.number_input(tr("memory.params_b"), 0.001, 10_000.0, value=None, format="%.3f",
-                                        key="mem_upload_params_b", placeholder=tr("memory.params_placeholder"),
+                given = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, None, "mem_upload_params_b",
+                                        whole=False, format="%.3f", placeholder=tr("memory.params_placeholder"),
                                         help=tr("memory.params_help"))
                 if given is None:
                     st.warning(tr("memory.params_unknown"))
@@ -133,8 +135,8 @@ with left:
         spec = ss.mem_last_spec  # keep the last valid result on screen
         st.caption(tr("memory.kept_last", name=spec.name))
     a, b = st.columns(2)
-    tokens = a.number_input(tr("memory.tokens"), 1, 10_000_000, key="mem_tokens", step=1024)
-    batch = b.number_input(tr("memory.batch"), 1, 100_000, key="mem_batch")
+    tokens = number_in_range(a, tr("memory.tokens"), 1, 10_000_000, DEFAULTS["tokens"], "mem_tokens", step=1024)
+    batch = number_in_range(b, tr("memory.batch"), 1, 100_000, DEFAULTS["batch"], "mem_batch")
     kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="mem_kv_dtype")
     w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="mem_w_dtype")
     fmt = KV_DTYPES[kv_dtype_name]
@@ -298,18 +300,19 @@ with tab_growth:
 with tab_cap:
     a, b, c = st.columns(3)
     gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="mem_gpu")
-    n_gpus = b.number_input(tr("memory.n_gpus"), 1, 64, key="mem_n_gpus")
+    n_gpus = number_in_range(b, tr("memory.n_gpus"), 1, 64, DEFAULTS["n_gpus"], "mem_n_gpus")
     fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
     gpu = HARDWARE[gpu_name]
     st.caption(tr("memory.gpu_source", kind=tr(f"memory.gpu_kind_{gpu.memory_kind}"),
                   source=gpu.memory_source or "—"))
     d, e = st.columns(2)
-    total_gib = d.number_input(tr("memory.gpu_total"), 0.1, 100_000.0,
-                               None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
-                               key=f"mem_total_{gpu_name}", placeholder=tr("memory.unknown"))
-    reserve_gib = e.number_input(tr("memory.reserve"), 0.0, 1000.0, value=None, format="%.2f",
-                                 key=f"mem_reserve_{spec.name}_{n_gpus}", placeholder=tr("memory.reserve_estimated"),
-                                 help=tr("memory.reserve_help"))
+    # optional: emptied, the device's total is unknown (never a guessed default) and the reserve is estimated
+    total_gib = number_in_range(d, tr("memory.gpu_total"), 0.1, 100_000.0,
+                                None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
+                                f"mem_total_{gpu_name}", whole=False, optional=True, placeholder=tr("memory.unknown"))
+    reserve_gib = number_in_range(e, tr("memory.reserve"), 0.0, 1000.0, None, f"mem_reserve_{spec.name}_{n_gpus}",
+                                  whole=False, format="%.2f", placeholder=tr("memory.reserve_estimated"),
+                                  help=tr("memory.reserve_help"))
     plan = None
     if weights is None:
         st.warning(tr("memory.cap_params_unknown"))
@@ -356,7 +359,7 @@ with tab_cap:
     st.subheader(tr("memory.paged_title"))
     a, b = st.columns([3, 1])
     lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
-    block = b.number_input(tr("memory.block"), 1, 4096, key="mem_block")
+    block = number_in_range(b, tr("memory.block"), 1, 4096, DEFAULTS["block"], "mem_block")
     try:
         lengths = parse_lengths(lengths_text)
         if longer := [n for n in lengths if n > tokens]:  # the request mix follows the context set above
@@ -470,7 +473,8 @@ with tab_live:
             st.error(tr("memory.live_differ", diff=f"{event.live_bytes - formula:,}"))
 
 # ---- the scenario back into the URL, so the link reproduces it ---------------------------------------------
-saved = {k[4:]: ss[k] for k in (f"mem_{name}" for name in DEFAULTS) if k in ss}
+# a number box's last valid value, never one it refused
+saved = {k[4:]: ss.get(f"_valid_{k}", ss[k]) for k in (f"mem_{name}" for name in DEFAULTS) if k in ss}
 ss.mem_saved = saved
 for key, value in scenario_query(saved).items():
     if st.query_params.get(key) != value:

@@ -9,7 +9,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, table
+from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import paged as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -46,13 +46,13 @@ with head[1]:
 c = box.columns(5)
 block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,
                             help=tr("paged.block_size_help"))
-n_blocks = int(c[1].number_input(tr("paged.pool_blocks"), 2, 1024, 20, key="pg_blocks", on_change=reset,
-                                 help=tr("paged.pool_blocks_help")))
-n_system = int(c[2].number_input(tr("paged.system_tokens"), 1, max_len - 2, min(48, max_len // 4),
-                                 key=f"pg_system_{max_len}"))
-n_own = int(c[3].number_input(tr("paged.own_tokens"), 1, max_len - 2, min(20, max_len // 8), key=f"pg_own_{max_len}"))
-n_new = int(c[4].number_input(tr("paged.new_tokens"), 1, limit(settings, "max_new_tokens", max_len - 2),
-                              min(40, max_len // 8), key=f"pg_new_{max_len}"))
+# (a new pool size or block size builds a new engine below: no on_change reset, which a refused value would trigger)
+n_blocks = number_in_range(c[1], tr("paged.pool_blocks"), 2, 1024, 20, "pg_blocks", help=tr("paged.pool_blocks_help"))
+n_system = number_in_range(c[2], tr("paged.system_tokens"), 1, max_len - 2, min(48, max_len // 4),
+                           f"pg_system_{max_len}")
+n_own = number_in_range(c[3], tr("paged.own_tokens"), 1, max_len - 2, min(20, max_len // 8), f"pg_own_{max_len}")
+n_new = number_in_range(c[4], tr("paged.new_tokens"), 1, limit(settings, "max_new_tokens", max_len - 2),
+                        min(40, max_len // 8), f"pg_new_{max_len}")
 
 if settings.hosted is not None:  # the pool is allocated whole: its token slots count against the session's KV budget
     try:

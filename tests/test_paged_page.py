@@ -75,7 +75,7 @@ def test_hosted_pool_past_the_kv_budget_is_refused(monkeypatch):
     at.number_input(key="pg_blocks").set_value(64).run()  # 1024 slots do not
     assert not at.exception
     assert any("hosted demo" in e.value for e in at.error)
-    assert at.session_state["pg_engine"] is None
+    assert at.session_state["pg_key"][2] == 20  # the larger pool is never allocated; the one before is kept
 
 
 def test_hugging_face_choice_says_why_and_runs_the_shipped_model():

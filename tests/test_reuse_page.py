@@ -197,8 +197,7 @@ def test_rapid_clicks_each_give_one_token():
 
 def test_clicks_past_the_end_are_dropped():
     at = _page()
-    at.session_state["reuse_max_new"] = 3
-    at.run()
+    at.number_input(key="_w_reuse_max_new").set_value(3).run()
     _prefill_and_step(at, 0)
     click_step(at, 10)
     gen = at.session_state["reuse_gen"]
@@ -255,13 +254,12 @@ def hosted(monkeypatch):
 
 def test_hosted_new_token_cap(hosted):
     at = _page()
-    assert at.number_input(key="_w_reuse_max_new").max == 16
-    at.session_state["reuse_max_new"] = 100  # e.g. kept from before the cap
-    at.run()
+    at.number_input(key="_w_reuse_max_new").set_value(100).run()  # past the cap: refused, with the cap named
+    assert any("1 … 16" in e.value for e in at.error)
     at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
     assert not at.exception
-    assert at.session_state["reuse_gen"].max_new_tokens <= 16
+    assert at.session_state["reuse_gen"].max_new_tokens == 16  # the default, 24, lowered to the cap
 
 
 def test_hosted_kv_budget_refuses_before_prefill(hosted, monkeypatch):

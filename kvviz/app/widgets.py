@@ -2,7 +2,8 @@
 
 - `persisted()`: a widget whose value survives a switch to another page (seeded from, and saved to, a session key);
 - `number_in_range()`: a number box whose range is checked here, so a value outside it is refused with a message
-  naming the range while the last valid value stays in use (`number_text()` writes the numbers it names);
+  naming the range while the last valid value stays in use (`number_text()` writes the numbers it names;
+  `current_number()` is its value as a callback sees it);
 - `chart()` and `table()`: a Plotly figure with its toolbar, a table with its CSV download;
 - `stepper()`: a Step button that counts every click and the → / Space / R keys, so no click is lost.
 """
@@ -33,40 +34,71 @@ def persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 -
 
 
 def number_text(x: float) -> str:
-    """1,000 or 2.5 (never 1e+03 or 1000.0)."""
+    """1,000 or 2.5 (never 1e+03 or 1000.0); a number too long to read whole (1e99) in scientific notation."""
+    if abs(x) >= 1e15:
+        return f"{x:.3g}"
     return f"{int(x):,}" if float(x).is_integer() else f"{x:,.6g}"
 
 
+def _in_range(value: float, low: float, high: float, whole: bool) -> bool:
+    return low <= value <= high and (not whole or value == int(value))
+
+
 def number_in_range(where: Any, label: str, low: float, high: float, default: float | None, key: str, *,
-                    whole: bool = True, **kwargs: Any) -> Any:
+                    whole: bool = True, optional: bool | None = None, **kwargs: Any) -> Any:
     """A number box whose bounds are checked here, not by the widget: a value outside [low, high] is refused with a
     message that names the box and the range, and the last valid value (`default` before any) is used.
 
     Streamlit's own min/max are left off on purpose: with them the browser keeps an out-of-range entry in the box
-    while the app silently goes on with the previous value. An emptied box keeps the last valid value; with
-    `default=None` (an optional number, such as a prediction or an unknown memory size) it returns None until a
-    valid value is entered. Other keyword arguments go to st.number_input.
+    while the app silently goes on with the previous value. An emptied box keeps the last valid value, and says so.
+    An `optional` number (the default when `default` is None: a prediction, a memory size to estimate) starts empty
+    and returns None while it is empty. Other keyword arguments go to st.number_input. A callback, which runs before
+    the page draws the box, reads its value with `current_number(key)`.
     """
+    optional = default is None if optional is None else optional
     valid_key = f"_valid_{key}"
     valid = st.session_state.get(valid_key, default)
     if valid is not None and not low <= valid <= high:  # the range itself changed (another model): start again
         valid = None if default is None else min(max(default, low), high)
+    st.session_state[f"_range_{key}"] = (low, high, whole, optional)
     if valid is not None:
-        st.session_state.setdefault(key, int(valid) if whole else float(valid))
+        st.session_state.setdefault(key, float(valid))
     elif key not in st.session_state:
         kwargs["value"] = None  # an optional number starts empty
-    kwargs.setdefault("step", 1 if whole else None)
+    # A float box even for whole numbers: Streamlit reads an integer box with parseInt, so "1e3" became 1 and
+    # "2.5" became 2 without a word; as a float each reaches the checks below and is refused or taken whole.
+    kwargs.setdefault("step", 1.0 if whole else None)
+    if whole:
+        kwargs.setdefault("format", "%.0f")
     value = where.number_input(label, key=key, **kwargs)
+    if value is None and optional:
+        st.session_state.pop(valid_key, None)  # emptied on purpose: unknown, or estimated
+        return None
     if value is None:
+        if valid is not None:
+            where.warning(tr("common.number_empty", name=label, kept=number_text(valid)))
         return valid
-    if not low <= value <= high or (whole and value != int(value)):
+    if not _in_range(value, low, high, whole):
         kept = "" if valid is None else tr("common.out_of_range_kept", kept=number_text(valid))
-        where.error(tr("common.out_of_range", name=label, value=number_text(value), low=number_text(low),
-                       high=number_text(high), kept=kept))
+        why = "common.not_whole" if low <= value <= high else "common.out_of_range"
+        where.error(tr(why, name=label, value=number_text(value), low=number_text(low), high=number_text(high),
+                       kept=kept))
         return valid
     st.session_state[valid_key] = int(value) if whole else float(value)
     return st.session_state[valid_key]
 
+
+def current_number(key: str, before: Any = None) -> Any:
+    """A number box's value as a callback sees it (before the page draws the box again): what was just entered when
+    number_in_range would accept it, else the last valid value (None for an emptied optional box); `before` while the
+    box has not been drawn yet."""
+    if f"_range_{key}" not in st.session_state:
+        return before
+    low, high, whole, optional = st.session_state[f"_range_{key}"]
+    value = st.session_state.get(key)
+    if value is not None and _in_range(value, low, high, whole):
+        return int(value) if whole else float(value)
+    return None if value is None and optional else st.session_state.get(f"_valid_{key}")
 
 
 def chart(fig: go.Figure, key: str) -> None:

@@ -6,6 +6,8 @@
   elsewhere; a sidebar change (dtype) under the Training page redraws with verdicts that agree with their numbers.
 - Hosted mode (`KVVIZ_HOSTED=1`, a 20,000-byte KV budget): every cap on the pages that run the model.
 - Screenshots of Home, Training and Check, English and Korean at 1400 px and lecture mode at 1280×720.
+- Issue 29 #3: every number box (decode page, Memory page) refuses 0, -1, 1e3 and 99999999999 with its range,
+  keeps the previous value in use and says so; Prefill then runs with that value.
 """
 import pytest
 from harness import app_server, settle, wait_idle
@@ -70,6 +72,53 @@ def test_out_of_range_numbers_are_refused_with_their_range(page):
     type_number(page, "predict_cache_size", "-5")
     expect(page.get_by_text("is outside the allowed range 0 … 1,000,000")).to_be_visible()
     expect(page.locator(f"{key('reveal_cache_size')} button")).to_be_disabled()
+    no_exception(page)
+
+
+def test_number_boxes_refuse_with_their_range_and_keep_the_previous_value(page):
+    page.goto_app("Reusing_Past_KV")
+    kept = "so it was not used. The previous value, 24, stays."
+    for typed, shown in (("0", "0"), ("1e3", "1,000"), ("-1", "-1"), ("99999999999", "99,999,999,999")):
+        type_number(page, "_w_reuse_max_new", typed)
+        message = f"Max new tokens: {shown} is outside the allowed range 1 … 512, {kept}"
+        expect(page.get_by_text(message)).to_be_visible()
+    type_number(page, "_w_reuse_max_new", "2.5")
+    expect(page.get_by_text(f"Max new tokens: 2.5 is not a whole number, {kept}")).to_be_visible()
+    box = page.locator(f"{key('_w_reuse_max_new')} input")
+    for typed in ("", "abc"):  # the browser takes no letters; emptied, the box shows its last entry again
+        box.fill("")
+        box.press_sequentially(typed)
+        box.press("Enter")
+        wait_idle(page)
+        assert box.input_value() != ""
+        expect(page.get_by_text(kept)).to_be_visible()
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    wait_idle(page)
+    expect(page.get_by_text("1 tokens generated").or_(page.get_by_text("1 token generated"))).to_be_visible()
+    expect(page.get_by_text("Generation finished")).to_have_count(0)  # 24 new tokens to go, not 1
+    page.locator("button.kv-step").click()
+    wait_idle(page)
+    expect(page.get_by_text("Generation finished")).to_have_count(0)
+
+    page.goto_app("Memory_Footprint", "?src=custom")
+    results = page.locator("[data-testid='stMetricValue']")
+    before = results.all_inner_texts()
+    for widget_key, label, bounds in (("mem_layers", "Layers L", "1 … 1,000"),
+                                      ("mem_tokens", "Context length n (tokens)", "1 … 10,000,000"),
+                                      ("mem_batch", "Concurrent requests B", "1 … 100,000"),
+                                      ("mem_block", "Block size (tokens)", "1 … 4,096")):
+        if widget_key == "mem_block":
+            page.get_by_role("tab", name="Capacity planner").click()
+        for typed in ("0", "-1", "99999999999"):
+            type_number(page, widget_key, typed)
+            shown = f"{int(typed):,}"
+            expect(page.get_by_text(f"{label}: {shown} is outside the allowed range {bounds}")).to_be_visible()
+            assert results.all_inner_texts() == before  # nothing was computed from the refused value
+        box = page.locator(f"{key(widget_key)} input")
+        previous = {"mem_layers": "32", "mem_tokens": "4096", "mem_batch": "1", "mem_block": "16"}[widget_key]
+        type_number(page, widget_key, previous)
+        expect(page.get_by_text("is outside the allowed range")).to_have_count(0)  # no earlier error stays
+        assert box.input_value() == previous
     no_exception(page)
 
 
