@@ -8,7 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import chart, current_number, number_in_range, persisted, stepper
+from kvviz.app.widgets import chart, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.charts import decode as charts
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
@@ -28,7 +28,7 @@ state = st.session_state
 state.setdefault("reuse_gen", None)
 state.setdefault("reuse_playing", False)
 state.setdefault("reuse_checks", {})
-state.setdefault("reuse_served", 0)  # Step clicks served so far (the stepper counts clicks, never resets)
+state.setdefault("reuse_served", 0)  # the number of the last press applied (the stepper's log only grows)
 state.setdefault("reuse_play_times", [])  # when Play's recent steps ran: the rate it really keeps
 # The settings a generation was started with: a later sidebar change must not be applied to it silently.
 model_key = decode_view.ModelKey(settings.model, settings.dtype, settings.device, settings.hf_model,
@@ -85,8 +85,13 @@ def reset() -> None:
     state.reuse_clamped = None
 
 
+def is_stale(gen: Generation | None) -> list[str]:
+    """What changed in the sidebar since `gen` started (its settings are never applied to it silently)."""
+    return decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+
+
 gen: Generation | None = state.reuse_gen
-changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+changed = is_stale(gen)
 stale = bool(changed)
 if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
@@ -110,45 +115,67 @@ state.reuse_timer_on = bool(state.reuse_playing and can_step)
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
+def apply(action: str) -> None:
+    """One press from the stepper's log, in the order it was made (Prefill, R, Prefill, R, Space ends with none)."""
+    gen: Generation | None = state.reuse_gen
+    can_step = gen is not None and not gen.done and gen.cache is not None and not is_stale(gen)
+    if action == "prefill" and not state.reuse_playing:  # the button is disabled while playing
+        prefill()
+    elif action == "reset":
+        reset()
+    elif action in ("play", "pause", "toggle_play"):
+        on = not state.reuse_playing if action == "toggle_play" else action == "play"
+        if can_step or not on:
+            play(on)
+    elif action == "step" and can_step and not state.reuse_playing:
+        step_once(gen)
+
+
+ORDERED_BUTTONS = {"reuse_btn_prefill": "prefill", "reuse_btn_play": "play", "reuse_btn_pause": "pause",
+                   "reuse_btn_reset": "reset"}
+
+
 @st.fragment(run_every=period if state.reuse_timer_on else None)
 def live_view() -> None:
     """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
     run_start = time.perf_counter()
+    n_before = len(state.reuse_gen.events) if state.reuse_gen is not None else 0
+    # Every press since the last run, in order, before the controls are drawn (so they show its result).
+    for number, action in pending_actions("reuse_stepper", state.reuse_served):
+        apply(action)
+        state.reuse_served = number
     gen: Generation | None = state.reuse_gen
     playing = state.reuse_playing
-    # Read again here: a Prefill in this fragment starts a generation on the current settings.
-    changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+    changed = is_stale(gen)  # read again here: a Prefill in this run starts a generation on the current settings
     stale = bool(changed)
     can_step = gen is not None and not gen.done and not stale and gen.cache is not None
-    n_events = len(gen.events) if gen is not None else 0
+    n_events = n_before if gen is state.reuse_gen else 0
     b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
+    # Streamlit's buttons for the look (and for AppTest); in the browser the stepper catches their clicks into its log.
     b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
                 key="reuse_btn_prefill")
     with b[1]:
-        clicks = stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served,
-                         disabled=not can_step or playing, help=tr("reuse.step_help"), reset_key="reuse_btn_reset")
+        stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served, disabled=not can_step or playing,
+                help=tr("reuse.step_help"), buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
+                shown=len(gen.token_ids) if gen is not None else 0, playing=playing, behind=tr("reuse.play_jump"))
     if playing:
-        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", shortcut="P",
-                    icon=":material/pause:")
+        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", icon=":material/pause:")
     else:
         b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play",
-                    shortcut="P", icon=":material/play_arrow:")
+                    icon=":material/play_arrow:")
     b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
     b[4].caption(tr("reuse.keys_help"))
 
-    # Serve every Step click not served yet, one token each (clicks that arrive together are all kept).
-    pending = max(0, clicks - state.reuse_served)
-    if can_step and not playing:
-        while pending and step_once(gen):
-            pending -= 1
-    state.reuse_served = clicks  # clicks past the end of the generation (or while playing) are dropped
     if playing and gen is not None and not stale:
         # Play keeps a schedule (one step every period from its start), not "a period since the last step":
         # a timer tick that comes late or early still lands on its beat, so jitter does not lose beats.
+        # At most one step per redraw: a late tick shows its step late (and says so), never several at once.
         now = time.monotonic()
         before = state.get("reuse_play_next")
         due, state.reuse_play_next = decode_view.play_beats(before, now, period)
         record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
+        if before is not None and now - before > period:  # a whole beat late: the machine is behind right now
+            state.reuse_play_late = now
         for _ in range(due):
             if step_once(gen):
                 state.reuse_play_times.append(now)
@@ -170,6 +197,8 @@ def live_view() -> None:
         rate = decode_view.achieved_rate(state.reuse_play_times)
         if rate is not None and rate < 0.9 / period:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
+        elif time.monotonic() - state.get("reuse_play_late", -1e9) < 3.0:  # before the rate says it
+            st.warning(tr("reuse.play_late", asked=f"{1 / period:g}"))
     draw(gen)
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
         record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,

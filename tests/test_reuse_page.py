@@ -33,8 +33,9 @@ def _chart(at: AppTest, key: str) -> dict:
 
 
 def click_step(at: AppTest, clicks: int = 1) -> AppTest:
-    """The Step button sends its running click count (a browser sends the same): `clicks` more clicks at once."""
-    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + clicks}
+    """The stepper sends its log of presses (a browser sends the same): `clicks` more Step presses at once."""
+    served = at.session_state["reuse_served"]
+    at.session_state["reuse_stepper"] = {"events": [[served + i + 1, "step"] for i in range(clicks)]}
     return at.run()
 
 
@@ -202,7 +203,7 @@ def test_clicks_past_the_end_are_dropped():
     click_step(at, 10)
     gen = at.session_state["reuse_gen"]
     assert gen.done and gen.n_generated == 3
-    assert at.session_state["reuse_served"] == at.session_state["reuse_stepper"]["clicks"]
+    assert at.session_state["reuse_served"] == at.session_state["reuse_stepper"]["events"][-1][0]
 
 
 def test_prompt_length_and_speed_survive_another_page():
@@ -282,3 +283,52 @@ def test_lecture_mode_keeps_settings_behind_one_button():
     _prefill_and_step(at, 2)
     assert not at.exception
     assert at.session_state["reuse_gen"].n_generated == 3
+
+
+def press(at: AppTest, *actions: str) -> AppTest:
+    """Presses that reached the server together, in the order they were made (the stepper's log)."""
+    served = at.session_state["reuse_served"]
+    at.session_state["reuse_stepper"] = {"events": [[served + i + 1, a] for i, a in enumerate(actions)]}
+    return at.run()
+
+
+@pytest.mark.parametrize("presses, generated", [
+    (("prefill", "reset", "prefill", "reset", "step"), None),  # issue 29 #6: ended with a fresh generation
+    (("prefill", "step", "step"), 3),
+    (("prefill", "reset", "prefill", "step"), 2),
+    (("reset", "prefill", "step", "reset", "prefill"), 1),
+])
+def test_fast_presses_are_applied_once_each_in_order(presses, generated):
+    at = _page()
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT).run()
+    press(at, *presses)
+    assert not at.exception
+    gen = at.session_state["reuse_gen"]
+    assert (gen.n_generated if gen is not None else None) == generated
+    at.run()  # a rerun without a press (a widget change, a timer) applies nothing again
+    gen = at.session_state["reuse_gen"]
+    assert (gen.n_generated if gen is not None else None) == generated
+
+
+def test_play_and_pause_keys_in_order():
+    at = _prefill_and_step(_page(), 0)
+    press(at, "toggle_play", "toggle_play", "step")  # P, P, Space: played, paused, then one step
+    assert not at.session_state["reuse_playing"] and at.session_state["reuse_gen"].n_generated == 2
+    press(at, "play")
+    assert at.session_state["reuse_playing"] and at.session_state["reuse_gen"].n_generated == 3  # Play's first beat
+    at.session_state["reuse_play_next"] = float("inf")  # no beat due in the next run
+    press(at, "step")  # Step is off while playing
+    assert at.session_state["reuse_gen"].n_generated == 3
+
+
+def test_a_late_play_tick_shows_one_token_and_says_it_is_behind():
+    """Issue 29 #6: Play under load jumped 7 tokens in one redraw with no notice."""
+    import time
+
+    at = _prefill_and_step(_page(), 0)
+    press(at, "play")
+    assert at.session_state["reuse_gen"].n_generated == 2  # Play's first beat
+    at.session_state["reuse_play_next"] = time.monotonic() - 2.0  # ticks stalled for 2 s (8 beats at 4/s)
+    at.run()
+    assert at.session_state["reuse_gen"].n_generated == 3  # one token, not a burst
+    assert any("falling behind" in w.value for w in at.warning)

@@ -123,12 +123,12 @@ def achieved_rate(times: Sequence[float], window: int = 17) -> float | None:
     return (len(recent) - 1) / (recent[-1] - recent[0])
 
 
-def play_beats(next_due: float | None, now: float, period: float, max_catch_up: int = 2) -> tuple[int, float]:
+def play_beats(next_due: float | None, now: float, period: float, max_catch_up: int = 1) -> tuple[int, float]:
     """Play's schedule: how many steps are due at `now`, and when the next one is.
 
-    A beat counts as due up to 0.3 period early (timer ticks jitter). When ticks were merged, up to
-    `max_catch_up` steps run at once so the rate holds; further behind than that, the schedule restarts
-    from now instead of bursting (the page then says the machine keeps a lower rate).
+    A beat counts as due up to 0.3 period early (timer ticks jitter). At most `max_catch_up` steps run at once: one,
+    so that every redraw shows one new token (a late tick shows its step late, and the page says it is behind, rather
+    than several tokens appearing at once); further behind than that, the schedule restarts from now.
     """
     nxt = now if next_due is None else next_due
     due = 0
