@@ -196,15 +196,15 @@ with right:
         per_layer_factors += f" + {fp.scale_bytes_per_token_per_layer} B ({tr('memory.scales_unit')})"
     steps = [
         ("per_token_per_layer", per_layer_factors, fp.per_token_per_layer),
-        ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit')}", fp.per_token),
+        ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit', n=shape.n_layers)}", fp.per_token),
         (
             "per_request",
-            f"· {tokens:,} {tr('memory.tokens_unit')}"
+            f"· {tokens:,} {tr('memory.tokens_unit', n=tokens)}"
             if not shape.n_sliding_layers
             else f"· Σ {fp.cached_token_layers:,} {tr('memory.token_layers_unit')}",
             fp.per_request,
         ),
-        ("total", f"· {batch} {tr('memory.requests_unit')}", fp.total),
+        ("total", f"· {batch} {tr('memory.requests_unit', n=batch)}", fp.total),
     ]
     cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
     for col, (key, _, value) in zip(cols, steps, strict=True):
@@ -303,8 +303,11 @@ with tab_cap:
     n_gpus = number_in_range(b, tr("memory.n_gpus"), 1, 64, DEFAULTS["n_gpus"], "mem_n_gpus")
     fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
     gpu = HARDWARE[gpu_name]
-    st.caption(tr("memory.gpu_source", kind=tr(f"memory.gpu_kind_{gpu.memory_kind}"),
-                  source=gpu.memory_source or "—"))
+    st.caption(tr(f"memory.gpu_said_{gpu.memory_kind}"))  # one line; where the number comes from, folded
+    if gpu.memory_source:
+        with st.expander(tr("memory.gpu_source_title")):
+            st.caption(tr(f"memory.gpu_kind_{gpu.memory_kind}"))
+            st.caption(gpu.memory_source)
     d, e = st.columns(2)
     # optional: emptied, the device's total is unknown (never a guessed default) and the reserve is estimated
     total_gib = number_in_range(d, tr("memory.gpu_total"), 0.1, 100_000.0,
@@ -379,7 +382,7 @@ with tab_cap:
                 title=tr("memory.paged_chart", max_len=f"{alloc.max_len:,}"),
                 live_label=tr("memory.live"),
                 waste_label=tr("memory.waste"),
-                y_title=tr("memory.mib_axis"),
+                y_title=tr("memory.bytes_axis"),
                 lecture=lecture,
             ),
             key="mem_alloc_chart",

@@ -175,7 +175,9 @@ def native_sections() -> None:
         y_max = max(max(x.k_max_diff + x.v_max_diff) for x in both)
         m = st.columns(3)
         m[0].metric(tr("training.layer1_change"), fmt(max(d.k_max_diff[0], d.v_max_diff[0])))
-        m[1].metric(tr("training.upper_change"), fmt(max(d.k_max_diff[1:] + d.v_max_diff[1:], default=0.0)))
+        first = 1  # every layer after the first (0-based, as the model's own tensor names count them)
+        m[1].metric(tr("training.upper_change", first=first),
+                    fmt(max(d.k_max_diff[first:] + d.v_max_diff[first:], default=0.0)))
         m[2].metric(tr("training.past_logits_change"), fmt(d.logits_max_diff))
         changed = [a for a in verdicts if not a.within]
         mode_name = tr(f"training.mode_{mode}")

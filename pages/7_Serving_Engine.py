@@ -23,7 +23,7 @@ from kvviz.serving import policy
 from kvviz.serving.bench import SweepJob, check_plan
 from kvviz.serving.prefix import run_prefix_experiment
 from kvviz.serving.report import detect_engine, known_shape
-from kvviz.units import format_binary
+from kvviz.units import format_exact
 
 TICK_S = 0.5  # the fragment's period while a sweep runs
 
@@ -35,6 +35,17 @@ with intro_box():
 caps = settings.hosted
 secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
+
+
+def localized(rows: list[dict]) -> pd.DataFrame:
+    """Rows as a table in the user's language: its headers, the prefix experiment's request kinds, yes/no as ✓/✗."""
+    df = pd.DataFrame(rows)
+    if "request" in df.columns:
+        df["request"] = df["request"].map(lambda kind: tr(f"serving.pc_{kind}"))
+    for col in df.columns:
+        if df[col].map(lambda v: isinstance(v, bool)).all():
+            df[col] = df[col].map({True: "✓", False: "✗"})
+    return df.rename(columns=lambda col: tr(f"serving.col_{col}"))
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -103,7 +114,7 @@ if picked is None:
 else:
     per_token = kv_footprint(shapes[picked], 1, 1, "bfloat16").per_token
     source = "kv_known" if found is not None and picked == found[0] else "kv_picked"
-    k2.caption(tr(f"serving.{source}", shape=picked, bytes=f"{per_token:,}", human=format_binary(per_token)))
+    k2.caption(tr(f"serving.{source}", shape=picked, size=format_exact(per_token)))
     # kvviz's own bound for the same shape on the GPU the user names: one request, mid-way through a sweep request
     g1, g2 = st.columns([1, 3])
     gpu = g1.selectbox(tr("serving.gpu"), list(HARDWARE), key="sv_gpu")
@@ -206,9 +217,9 @@ with tab_sweep:
                 "title", "cache", "requests", "kv_usage", "prefix_hit_rate", "running", "waiting", "preemptions",
                 "x", "y_pct", "y_count")}, lecture=settings.lecture), "serving_metrics")
             st.caption(tr("serving.metrics_names", names=", ".join(job.metrics[-1].recognized) or "—"))
-        table(pd.DataFrame(rows), "serving_sweep")
+        table(localized(rows), "serving_sweep")
         with st.expander(tr("serving.per_request")):
-            table(pd.DataFrame(requests), "serving_requests")
+            table(localized(requests), "serving_requests")
 
     st.fragment(live, run_every=TICK_S if running else None)()
 
@@ -243,7 +254,7 @@ with tab_prefix:
             lecture=settings.lecture), "serving_prefix")
         st.markdown(tr("serving.prefix_result", cold=fmt_ms(s["ttft_cold_p50_s"]), warm=fmt_ms(s["ttft_warm_p50_s"]),
                        control=fmt_ms(s["ttft_control_p50_s"]), saved=fmt_ms(s["ttft_saved_s"])))
-        table(pd.DataFrame(rows), "serving_prefix")
+        table(localized(rows), "serving_prefix")
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

@@ -75,7 +75,15 @@ if stored is None or stored[0] != request:
     st.stop()
 rows = stored[1]
 full_row, rows = rows[0], rows[1:]
-data = [r.to_dict() for r in rows]
+
+
+def method_name(r: quality.Quality) -> str:
+    """A method's name in the user's language, with its budget or head count ("window (64)" → "슬라이딩 윈도 (64)")."""
+    return tr(f"compression.method_{r.method}") + r.label.removeprefix(r.method)
+
+
+names = [method_name(r) for r in rows]  # read now: a widget may format its options after this run
+data = [r.to_dict() | {"label": name} for r, name in zip(rows, names, strict=True)]
 
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
@@ -114,20 +122,20 @@ if 1 in show or 2 in show:
     if 1 in show:
         st.header(tr("compression.s2_title"))
         st.caption(tr("compression.s2_caption", step=step, position=position))
-        labels = [tr("compression.full")] + [r.label for r in rows]
+        labels = [tr("compression.full"), *names]
         shares_ = [charts.kept_share(r.views[step].kept[layer], position + 1) for r in [full_row, *rows]]
         chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
                                        title=tr("compression.chart_strip_title", layer=layer, step=step),
                                        lecture=lecture), "compression_strip")
     if 2 in show:
         st.header(tr("compression.s3_title"))
-        pick = d3.selectbox(tr("compression.s3_method"), range(len(rows)), format_func=lambda i: rows[i].label,
+        pick = d3.selectbox(tr("compression.s3_method"), range(len(rows)), format_func=names.__getitem__,
                             key="cc_attn_method")
         st.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
         chart(charts.attention_row_figure(
             charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
             charts.attention_by_position(v.kept[layer], v.attention[layer]),
-            full_name=tr("compression.full"), comp_name=rows[pick].label, x_title=tr("compression.chart_strip_x"),
+            full_name=tr("compression.full"), comp_name=names[pick], x_title=tr("compression.chart_strip_x"),
             y_title=tr("compression.chart_attn_y"), title=tr("compression.chart_attn_title", layer=layer, step=step),
             lecture=lecture), "compression_attention")

@@ -15,12 +15,13 @@ from kvviz.lessons.work import CumulativeWork, PassWork
 
 PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
 MAX_TICKS = 48
+LABEL_LINE = 1.4  # a tick label's height, in font sizes: closer labels overlap
 
 
-def _position_axis(labels: Sequence[str]) -> dict:
-    """Numeric positions with token labels (a categorical axis would merge repeated tokens)."""
+def _position_axis(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
+    """Numeric positions with token labels (a categorical axis would merge repeated tokens), at most `max_ticks`."""
     n = len(labels)
-    every = max(1, -(-n // MAX_TICKS))
+    every = max(1, -(-n // max(1, max_ticks)))
     vals = list(range(0, n, every))
     return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
 
@@ -184,7 +185,7 @@ def cache_bytes_figure(
     ])
     fig.update_xaxes(title=x_title, dtick=1 if len(passes) <= 20 else None)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=380), y=-0.3)
+    return _legend_below(style(fig, title=title, lecture=lecture, height=380))
 
 
 def kv_values_figure(
@@ -198,8 +199,13 @@ def kv_values_figure(
         colorscale="RdBu_r", hovertemplate="%{y} · d%{x}: %{z:.4f}<extra></extra>",
     ))
     fig.update_xaxes(title=x_title)
-    fig.update_yaxes(autorange="reversed", **_position_axis(labels[:n]))
-    return style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n)))
+    fig = style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n)))
+    # One label per row only while rows are a line of text apart; past that, every k-th row (13 rows of labels at
+    # 10 px each overlapped).
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    fits = int(plot_px // (LABEL_LINE * fig.layout.font.size))
+    fig.update_yaxes(autorange="reversed", **_position_axis(labels[:n], fits))
+    return fig
 
 
 def attention_figure(
@@ -274,7 +280,11 @@ def cumulative_work_figure(
     return _legend_below(style(fig, title=title, lecture=lecture, height=380))
 
 
-def _legend_below(fig: go.Figure, y: float = -0.22) -> go.Figure:
-    """A horizontal legend under the plot (below the x-axis title), clear of the title and the bar labels."""
-    fig.update_layout(legend=dict(orientation="h", x=0, y=y, yanchor="top"), margin_b=130)
+def _legend_below(fig: go.Figure) -> go.Figure:
+    """A horizontal legend at the figure's bottom edge, under the x-axis title (placed against the plot, at -0.22 of
+    its height, it sat on the title once the plot was short): the bottom margin holds the tick labels, the axis title
+    and two rows of legend at the figure's font size."""
+    font = fig.layout.font.size
+    fig.update_layout(legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+                      margin_b=int(8 * font))
     return fig

@@ -122,13 +122,14 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
 
 
 def pool_usage(history: Sequence[Any], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
-    """Blocks in use, cached-but-free and free after each step; a red mark where a request was preempted."""
+    """Blocks in use, cached-but-free and free after each step, one stacked bar per step (a filled area needs two
+    steps before it shows anything: at step 1 the chart was empty); a red mark where a request was preempted."""
     x = [h.step for h in history]
     fig = go.Figure()
     for key, attr, color in (("used", "used", COLORS[4]), ("cached", "cached_free", COLORS[1]),
                              ("free", "free", "#cccccc")):
-        fig.add_scatter(x=x, y=[getattr(h, attr) for h in history], name=labels[key], stackgroup="blocks",
-                        mode="lines", line=dict(color=color, width=0.5), fillcolor=color)
+        fig.add_bar(x=x, y=[getattr(h, attr) for h in history], name=labels[key], marker_color=color)
+    fig.update_layout(barmode="stack", bargap=0.05)
     marks = [(h.step, h.used + h.cached_free + h.free, ", ".join(f"R{i}" for i in h.preempted))
              for h in history if h.preempted]
     if marks:
