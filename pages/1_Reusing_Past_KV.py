@@ -10,6 +10,7 @@ from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
 from kvviz.app.widgets import chart, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.charts import decode as charts
+from kvviz.engine.chat import chat_prompt
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
@@ -32,7 +33,7 @@ state.setdefault("reuse_served", 0)  # the number of the last press applied (the
 state.setdefault("reuse_play_times", [])  # when Play's recent steps ran: the rate it really keeps
 # The settings a generation was started with: a later sidebar change must not be applied to it silently.
 model_key = decode_view.ModelKey(settings.model, settings.dtype, settings.device, settings.hf_model,
-                                 settings.shape if settings.model == "random" else None)
+                                 settings.shape if settings.model == "random" else None, settings.engine)
 
 # Presets in the UI's language first, then the other language's.
 presets = [t(f"reuse.preset_{i}", language) for language in sorted(LANGS, key=lambda x: x != lang())
@@ -52,7 +53,10 @@ def prefill() -> None:
     if backend is None:
         return
     prompt, max_new = state["_w_reuse_prompt"], current_number("_w_reuse_max_new")  # never a refused value
+    template = getattr(backend.tokenizer, "chat_template", None)
     try:
+        if state.get("_w_reuse_chat") and template:
+            prompt = chat_prompt(template, prompt)  # the model's own turn markers, shown as tokens in the strip
         if settings.hosted is not None:
             n_prompt = len(backend.tokenizer.encode(prompt))
             check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=max_new)
@@ -105,6 +109,10 @@ with head[1], settings_box(tr("reuse.settings"), border=True):
     persisted(c3.slider, "reuse_speed", tr("reuse.speed"), min_value=0.5, max_value=8.0, step=0.5,
               help=tr("reuse.speed_help"))
     persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
+    has_template = backend is not None and bool(getattr(backend.tokenizer, "chat_template", None))
+    state.setdefault("reuse_chat", False)
+    persisted(st.toggle, "reuse_chat", tr("reuse.chat"), disabled=not has_template,
+              help=tr("reuse.chat_help" if has_template else "reuse.chat_none"))
 
 if backend is not None:
     model_caption(backend.spec)

@@ -132,7 +132,7 @@ def test_hf_choice_is_the_allow_list_not_a_text_box(hosted_app):
     at.selectbox(key="_w_kv_model").set_value("hf").run()
     assert not at.exception
     assert not at.sidebar.text_input  # nowhere to type a path
-    assert at.selectbox(key="_w_kv_hf_model").options == list(HostedCaps().hf_allow)
+    assert at.selectbox(key="_w_kv_hf_model").options == list(hosted.hub_ids(HostedCaps()))
 
 
 def test_a_path_in_session_state_never_loads(monkeypatch):

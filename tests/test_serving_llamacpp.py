@@ -29,7 +29,7 @@ def backend():
 
 @pytest.fixture(scope="module")
 def gguf_file(backend, tmp_path_factory):
-    return export_gguf(backend.model, backend.tokenizer.path, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
+    return export_gguf(backend.model, backend.tokenizer, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
                        name="kvviz-tiny")
 
 

@@ -42,7 +42,15 @@ class HostedCaps:
     max_sweep_points: int = 8
     kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
     idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
-    hf_allow: tuple[str, ...] = ("HuggingFaceTB/SmolLM2-135M",)
+    # Models a visitor may choose: names fetch-model knows (offered when the deployment fetched them) and hub ids.
+    hf_allow: tuple[str, ...] = ("smollm2", "HuggingFaceTB/SmolLM2-135M")
+
+
+def hub_ids(caps: HostedCaps) -> tuple[str, ...]:
+    """The allow-list's Hugging Face hub ids (a fetched model's name is its own sidebar choice)."""
+    from kvviz.engine.fetch import MODELS
+
+    return tuple(m for m in caps.hf_allow if m not in MODELS)
 
 
 def _flag(name: str, value: object) -> bool:

@@ -19,9 +19,10 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from kvviz.app import hosted
 from kvviz.app.hosted import HostedCaps
 from kvviz.app.language import lang, show_error, tr
+from kvviz.engine import fetch
 from kvviz.engine.backends.hf_policy import SECRET_ALLOWLIST, SECRET_MAX_PARAMS, HFPolicy, policy_from
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.shape import native_spec, random_name, shipped_spec
+from kvviz.engine.shape import fetched_spec, native_spec, random_name, shipped_spec
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec
 
@@ -50,19 +51,16 @@ def hosted_caps() -> HostedCaps | None:
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _cached_backend(
-    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None
+    model: str, dtype: str, device: str, shape: DecoderConfig | None, hf_policy: HFPolicy | None = None,
+    engine: str = "auto",
 ) -> Backend:
     # Weights are shared and read-only across sessions; each session keeps its own cache.
     import torch
 
     torch.set_num_threads(SERVER_TORCH_THREADS)
-    if hf_policy is not None:  # the sidebar's Hugging Face choice: always the transformers backend
-        from kvviz.engine.backends.hf import load_hf_backend
-
-        return load_hf_backend(model, dtype=dtype, device=device, policy=hf_policy)
     from kvviz.engine.loading import load_backend
 
-    return load_backend(model, dtype=dtype, device=device, shape=shape)
+    return load_backend(model, dtype=dtype, device=device, shape=shape, hf_policy=hf_policy, engine=engine)
 
 
 def secrets_dict() -> dict[str, Any]:
@@ -105,7 +103,8 @@ def get_backend(settings: Settings) -> Backend | None:
         _check_hosted_model(settings)
         if settings.model == "hf":
             backend = _cached_backend(settings.hf_model.strip(), settings.dtype, settings.device, None,
-                                      hf_policy(settings.hosted))
+                                      hf_policy(settings.hosted), settings.engine)
+            _engine_caption(backend)
         else:
             backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
@@ -118,16 +117,27 @@ def get_backend(settings: Settings) -> Backend | None:
         return None
 
 
+def _engine_caption(backend: Backend) -> None:
+    """Which engine runs a Hugging Face choice, and why transformers does when kvviz's decoder cannot."""
+    note = getattr(backend, "native_note", None)
+    if backend.kind == "native":
+        st.sidebar.caption(tr("common.engine_native_caption"))
+    elif note is not None:
+        st.sidebar.caption(tr("common.engine_hf_caption", reason=note.message(lang())))
+
+
 def _load_error(exc: Exception) -> None:
     st.error(tr("common.load_error", error=exc.message(lang()) if isinstance(exc, InputError) else exc))
 
 
 def _check_hosted_model(settings: Settings) -> None:
-    """On a hosted demo, refuse a model before loading it: allow-listed hub ids, shapes within the caps."""
+    """On a hosted demo, refuse a model before loading it: allow-listed models, shapes within the caps."""
     if settings.hosted is None:
         return
     if settings.model == "hf":
         hosted.check_hf_model(settings.hf_model, settings.hosted)
+    elif settings.model in fetch.MODELS:
+        hosted.check_hf_model(settings.model, settings.hosted)
     elif settings.model == "random":
         hosted.check_shape(settings.shape, settings.hosted)
 
@@ -158,6 +168,8 @@ def settings_spec(settings: Settings) -> KVSpec | None:
         return shipped_spec()
     if settings.model == "random":
         return native_spec(settings.shape, random_name(settings.shape))
+    if settings.model in fetch.MODELS and fetch.is_fetched(settings.model):
+        return fetched_spec(settings.model)
     return None
 
 

