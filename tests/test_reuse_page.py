@@ -315,10 +315,11 @@ def test_play_and_pause_keys_in_order():
     press(at, "toggle_play", "toggle_play", "step")  # P, P, Space: played, paused, then one step
     assert not at.session_state["reuse_playing"] and at.session_state["reuse_gen"].n_generated == 2
     press(at, "play")
-    assert at.session_state["reuse_playing"] and at.session_state["reuse_gen"].n_generated == 3  # Play's first beat
+    playing_at = at.session_state["reuse_gen"].n_generated
+    assert at.session_state["reuse_playing"] and playing_at >= 3  # Play's first beat
     at.session_state["reuse_play_next"] = float("inf")  # no beat due in the next run
     press(at, "step")  # Step is off while playing
-    assert at.session_state["reuse_gen"].n_generated == 3
+    assert at.session_state["reuse_gen"].n_generated == playing_at
 
 
 def test_a_late_play_tick_shows_one_token_and_says_it_is_behind():
@@ -327,8 +328,8 @@ def test_a_late_play_tick_shows_one_token_and_says_it_is_behind():
 
     at = _prefill_and_step(_page(), 0)
     press(at, "play")
-    assert at.session_state["reuse_gen"].n_generated == 2  # Play's first beat
+    before = at.session_state["reuse_gen"].n_generated  # Play's first beat (a slow machine may add one more)
     at.session_state["reuse_play_next"] = time.monotonic() - 2.0  # ticks stalled for 2 s (8 beats at 4/s)
     at.run()
-    assert at.session_state["reuse_gen"].n_generated == 3  # one token, not a burst
+    assert at.session_state["reuse_gen"].n_generated == before + 1  # one token, not a burst
     assert any("falling behind" in w.value for w in at.warning)
