@@ -19,8 +19,7 @@ from kvviz.lessons import decode_view, tolerance, work
 
 settings = page_setup("reuse.title")
 lecture = settings.lecture
-st.title(tr("reuse.title"))
-head = lecture_head()
+head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 backend = get_backend(settings)

@@ -7,11 +7,11 @@ from dataclasses import replace
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import intro_box
+from kvviz.app.lecture import intro_box, lecture_head, lecture_tabs, settings_box
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
-from kvviz.app.widgets import number_in_range
+from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts.memory import CacheCurve, allocation_figure, attention_comparison_figure, cache_vs_weights_figure
 from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
@@ -32,8 +32,8 @@ from kvviz.units import format_binary, format_decimal
 
 settings = page_setup("memory.title")
 ss, lecture = st.session_state, settings.lecture
-st.title(tr("memory.title"))
-with intro_box():
+head = lecture_head(tr("memory.title"))
+with head[0], intro_box():
     st.write(tr("memory.intro"))
 backend = get_backend(settings)
 
@@ -65,11 +65,25 @@ def load_seed(kv_heads: int) -> None:
     )
 
 
-c1, c2 = st.columns([3, 2])
-c1.button(tr("memory.seed_mha"), on_click=load_seed, args=(32,), key="mem_seed_mha")
-c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gqa")
-
-left, right = st.columns([1, 2])
+# The formula, then the tabs; in lecture mode one of them per screen, the scenario's inputs behind one button.
+# (the capacity tab's paged blocks are a screen of their own in lecture mode)
+sections = ["idea_formula", "tab_compare", "tab_growth", "tab_capacity", *(["paged_title"] if lecture else []),
+            "tab_live"]
+top, tab_cmp, tab_growth, tab_cap, *tab_paged, tab_live = lecture_tabs([tr(f"memory.{s}") for s in sections],
+                                                                       "memory", first_on_page=True)
+tab_paged = tab_paged[0] if tab_paged else tab_cap
+if lecture:
+    with head[1]:
+        left = settings_box(tr("memory.settings"))
+    seeds, right = left, top
+else:
+    with top:
+        seeds = st.container()
+        left, right = st.columns([1, 2])
+with seeds:
+    c1, c2 = st.columns([3, 2])
+    c1.button(tr("memory.seed_mha"), on_click=load_seed, args=(32,), key="mem_seed_mha")
+    c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gqa")
 with left:
     src = st.radio(
         tr("memory.source"),
@@ -150,12 +164,12 @@ ss.mem_last_spec = spec
 shape = spec
 fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
 weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
-if spec.max_context is not None and tokens > spec.max_context:
-    st.warning(tr("memory.past_context", tokens=f"{int(tokens):,}", max_context=f"{spec.max_context:,}",
-                  name=spec.name))
 
 
 with right:
+    if spec.max_context is not None and tokens > spec.max_context:
+        st.warning(tr("memory.past_context", tokens=f"{int(tokens):,}", max_context=f"{spec.max_context:,}",
+                      name=spec.name))
     st.subheader(tr("memory.formula_title", name=spec.name, kind=shape.attention_kind))
     elem = f"{fmt.data_bytes:g}"
     if shape.is_mla:
@@ -206,9 +220,10 @@ with right:
         ),
         ("total", f"· {batch} {tr('memory.requests_unit', n=batch)}", fp.total),
     ]
-    cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
-    for col, (key, _, value) in zip(cols, steps, strict=True):
-        col.metric(tr(f"memory.step_{key}"), format_binary(value), help=f"{value:,} B")
+    if not lecture:  # on a projector the table below gives the same four sizes, in bold
+        cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
+        for col, (key, _, value) in zip(cols, steps, strict=True):
+            col.metric(tr(f"memory.step_{key}"), format_binary(value), help=f"{value:,} B")
     rows = [
         f"| {tr('memory.col_step')} | {tr('memory.col_factors')} | {tr('memory.col_bytes')} | "
         f"{tr('memory.col_binary')} | {tr('memory.col_decimal')} |",
@@ -220,7 +235,8 @@ with right:
         for key, factors, value in steps
     ]
     st.markdown("\n".join(rows))
-    st.caption(tr("memory.units_note"))
+    if not lecture:
+        st.caption(tr("memory.units_note"))
     if weights is not None:
         st.write(
             tr(
@@ -233,9 +249,6 @@ with right:
             )
         )
 
-tab_cmp, tab_growth, tab_cap, tab_live = st.tabs(
-    [tr("memory.tab_compare"), tr("memory.tab_growth"), tr("memory.tab_capacity"), tr("memory.tab_live")]
-)
 
 with tab_cmp:
     variants = attention_variants(shape)
@@ -243,7 +256,7 @@ with tab_cmp:
     mla = variants["MLA"]
     labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]  # MHA/GQA/MQA
     labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
-    st.plotly_chart(
+    chart(
         attention_comparison_figure(
             labels,
             list(variants),
@@ -275,7 +288,7 @@ with tab_growth:
             CacheCurve(b, grid, [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid], crossings[b])
             for b in batches
         ]
-        st.plotly_chart(
+        chart(
             cache_vs_weights_figure(
                 curves,
                 weights,
@@ -359,7 +372,9 @@ with tab_cap:
         if not plan.weights_fit:
             st.warning(tr("memory.cap_no_fit"))
 
-    st.subheader(tr("memory.paged_title"))
+with tab_paged:
+    if not lecture:
+        st.subheader(tr("memory.paged_title"))
     a, b = st.columns([3, 1])
     lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
     block = number_in_range(b, tr("memory.block"), 1, 4096, DEFAULTS["block"], "mem_block")
@@ -374,7 +389,7 @@ with tab_cap:
         show_error(exc)
         alloc = ss.get("mem_last_alloc")
     if alloc is not None:
-        st.plotly_chart(
+        chart(
             allocation_figure(
                 [tr("memory.contiguous"), tr("memory.paged", block=alloc.block_size)],
                 alloc.live_bytes,
@@ -399,18 +414,20 @@ with tab_cap:
                     max_len=f"{alloc.max_len:,}",
                 )
             )
-        st.markdown(
-            "\n".join(
-                [
-                    f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |",
-                    "|---|--:|--:|--:|",
-                    f"| {tr('memory.contiguous')} | {format_binary(alloc.contiguous_bytes)} | {live} | "
-                    f"{format_binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
-                    f"| {tr('memory.paged', block=alloc.block_size)} | {format_binary(alloc.paged_bytes)} | {live} | "
-                    f"{format_binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
-                ]
+        if not lecture:  # on a projector the bars carry the waste
+            st.markdown(
+                "\n".join(
+                    [
+                        f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |",
+                        "|---|--:|--:|--:|",
+                        f"| {tr('memory.contiguous')} | {format_binary(alloc.contiguous_bytes)} | {live} | "
+                        f"{format_binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
+                        f"| {tr('memory.paged', block=alloc.block_size)} | {format_binary(alloc.paged_bytes)} | "
+                        f"{live} | "
+                        f"{format_binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
+                    ]
+                )
             )
-        )
 
 with tab_live:
     st.write(tr("memory.live_intro"))

@@ -21,8 +21,7 @@ TICK_S = 0.4  # one scheduler step per tick while playing
 BLOCK_SIZES = (4, 8, 16, 32)
 
 settings = page_setup("paged.title")
-st.title(tr("paged.title"))
-head = lecture_head()
+head = lecture_head(tr("paged.title"))
 with head[0], intro_box():
     st.write(tr("paged.intro"))
 if settings.model == "hf":

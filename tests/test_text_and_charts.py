@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.app.widgets import number_text
 from kvviz.charts import decode as decode_charts
+from kvviz.charts.base import LABEL_LINE
 from kvviz.charts.compression import tradeoff_figure
 from kvviz.charts.memory import allocation_figure
 from kvviz.charts.paged import pool_usage
@@ -104,7 +105,7 @@ def test_cached_values_labels_never_overlap(lecture):
         plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
         ticks = fig.layout.yaxis.tickvals
         spacing = plot_px / n * (ticks[1] - ticks[0] if len(ticks) > 1 else n)
-        assert spacing >= decode_charts.LABEL_LINE * fig.layout.font.size, (n, spacing)
+        assert spacing >= LABEL_LINE * fig.layout.font.size, (n, spacing)
 
 
 def test_legends_below_sit_under_the_axis_title():

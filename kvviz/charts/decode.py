@@ -10,12 +10,11 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from kvviz.charts.base import style
+from kvviz.charts.base import fit_labels, legend_below, style
 from kvviz.lessons.work import CumulativeWork, PassWork
 
 PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
 MAX_TICKS = 48
-LABEL_LINE = 1.4  # a tick label's height, in font sizes: closer labels overlap
 
 
 def _position_axis(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
@@ -185,7 +184,7 @@ def cache_bytes_figure(
     ])
     fig.update_xaxes(title=x_title, dtick=1 if len(passes) <= 20 else None)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=380))
+    return legend_below(style(fig, title=title, lecture=lecture, height=380))
 
 
 def kv_values_figure(
@@ -199,13 +198,8 @@ def kv_values_figure(
         colorscale="RdBu_r", hovertemplate="%{y} · d%{x}: %{z:.4f}<extra></extra>",
     ))
     fig.update_xaxes(title=x_title)
-    fig = style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n)))
-    # One label per row only while rows are a line of text apart; past that, every k-th row (13 rows of labels at
-    # 10 px each overlapped).
-    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
-    fits = int(plot_px // (LABEL_LINE * fig.layout.font.size))
-    fig.update_yaxes(autorange="reversed", **_position_axis(labels[:n], fits))
-    return fig
+    fig.update_yaxes(autorange="reversed")
+    return fit_labels(style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n))), labels[:n])
 
 
 def attention_figure(
@@ -249,7 +243,7 @@ def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str],
     ])
     fig.update_yaxes(type="log", title=y_title, dtick=1)  # one tick per decade
     fig.update_layout(barmode="group")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=340))
+    return legend_below(style(fig, title=title, lecture=lecture, height=340))
 
 
 def cumulative_work_figure(
@@ -277,14 +271,6 @@ def cumulative_work_figure(
     ])
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=380))
+    return legend_below(style(fig, title=title, lecture=lecture, height=380))
 
 
-def _legend_below(fig: go.Figure) -> go.Figure:
-    """A horizontal legend at the figure's bottom edge, under the x-axis title (placed against the plot, at -0.22 of
-    its height, it sat on the title once the plot was short): the bottom margin holds the tick labels, the axis title
-    and two rows of legend at the figure's font size."""
-    font = fig.layout.font.size
-    fig.update_layout(legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
-                      margin_b=int(8 * font))
-    return fig
