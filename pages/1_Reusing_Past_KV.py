@@ -112,8 +112,10 @@ with head[1], settings_box(tr("reuse.settings"), border=True):
     state.setdefault("reuse_chat", False)
     persisted(st.toggle, "reuse_chat", tr("reuse.chat"), disabled=not has_template,
               help=tr("reuse.chat_help" if has_template else "reuse.chat_none"))
+    if backend is not None and lecture:  # on a projector behind the settings button, with the prompt
+        model_caption(backend.spec)
 
-if backend is not None:
+if backend is not None and not lecture:
     model_caption(backend.spec)
 period = 1.0 / float(state.reuse_speed)
 # Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
@@ -171,7 +173,10 @@ def live_view() -> None:
         b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play",
                     icon=":material/play_arrow:")
     b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
-    b[4].caption(tr("reuse.keys_help"))
+    # On a projector the status line takes the keys' place (Step's tooltip names them): one row, not two.
+    state.reuse_status_slot = b[4].empty() if lecture else None
+    if not lecture:
+        b[4].caption(tr("reuse.keys_help"))
 
     if playing and gen is not None and not stale:
         # Play keeps a schedule (one step every period from its start), not "a period since the last step":
@@ -218,13 +223,14 @@ def draw(gen: Generation) -> None:
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
 
-    st.caption(tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
-                  ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
-               + (" " + tr("reuse.done") if gen.done else ""))
+    (state.get("reuse_status_slot") or st).caption(
+        tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
+           ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
+        + (" " + tr("reuse.done") if gen.done else ""))
     if state.get("reuse_clamped"):
         n_fit, max_len = state.reuse_clamped
         st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
-    top_caption = tr("reuse.top_caption", token=decode_view.visible(texts[-1]))
+    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
     st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
 
     # Only the open tab is drawn (Streamlit tells the server which one): a step redraws one lesson, not six charts.
@@ -244,8 +250,9 @@ def growth_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
         legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
     last = gen.events[-1]
-    st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
-                  allocated=f"{last.allocated_bytes:,}"))
+    if not lecture:  # on a projector the Cache bytes tab shows them
+        st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
+                      allocated=f"{last.allocated_bytes:,}"))
 
 
 def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
@@ -256,42 +263,56 @@ def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
         lecture=lecture), key="reuse_bytes")
 
 
+def beside() -> tuple:
+    """Where a tab's selectors and its chart go: on a projector side by side (the chart keeps the height), else one
+    above the other."""
+    return st.columns([1, 4]) if lecture else (st.container(), st.container())
+
+
 def values_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     be, arch = gen.backend, gen.backend.spec
-    st.subheader(tr("reuse.kv_title"))
-    s1, s2, s3 = st.columns(3)
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.kv_title"))
+    pick, view = beside()
+    s1, s2, s3 = (pick, pick, pick) if lecture else st.columns(3)
     layer = s1.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_kv_layer")
     head = s2.selectbox(tr("reuse.kv_head"), range(arch.n_kv_heads), key="reuse_kv_head")
     kind = s3.radio(tr("reuse.k_or_v"), ("K", "V"), horizontal=True, key="reuse_kv_kind")
     k, v = be.layer_kv(gen.cache, layer)
     values = (k if kind == "K" else v)[0, head].float().cpu().numpy()
-    chart(charts.kv_values_figure(
-        values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
-        x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
+    with view:
+        chart(charts.kv_values_figure(
+            values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
+            x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
 
 
 def attention_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     arch, last = gen.backend.spec, gen.events[-1]
-    st.subheader(tr("reuse.attn_title"))
-    attn_layer = st.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.attn_title"))
+    pick, view = beside()
+    attn_layer = pick.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
     rows = last.attention[attn_layer]
-    chart(charts.attention_figure(
-        rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
-        decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
-        title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
-        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
-    st.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
+    with view:
+        chart(charts.attention_figure(
+            rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
+            decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
+            title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
+            x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
+    pick.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
 
 
 def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     arch, last, n_prompt = gen.backend.spec, gen.events[-1], len(gen.prompt_ids)
-    st.subheader(tr("reuse.work_title"))
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.work_title"))
     pw = work.pass_work(arch, last)
-    m = st.columns(4)
-    m[0].metric(tr("reuse.positions_cached"), pw.cached_positions)
-    m[1].metric(tr("reuse.positions_recompute"), pw.recompute_positions)
-    m[2].metric(tr("reuse.scores_cached"), f"{pw.cached_scores:,}")
-    m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
+    if not lecture:  # on a projector the two charts carry the counts (their bars are labelled)
+        m = st.columns(4)
+        m[0].metric(tr("reuse.positions_cached"), pw.cached_positions)
+        m[1].metric(tr("reuse.positions_recompute"), pw.recompute_positions)
+        m[2].metric(tr("reuse.scores_cached"), f"{pw.cached_scores:,}")
+        m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
     w1, w2 = st.columns(2)
     with w1:
         chart(charts.step_work_figure(
@@ -301,19 +322,24 @@ def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
             lecture=lecture), key="reuse_step_work")
     cw = work.cumulative_work(arch, gen.events)
     n_axis = list(range(n_prompt, n_prompt + gen.max_new_tokens))
+    ratio = f"{cw.recompute[-1] / cw.cached[-1]:.1f}"
+    # On a projector the chart's title carries the ratio the caption below gives on the page.
+    cum_title = tr("reuse.cum_chart_ratio", ratio=ratio) if lecture else tr("reuse.cum_chart")
     with w2:
         chart(charts.cumulative_work_figure(
             cw, n_axis, [work.analytic_cached(arch, n) for n in n_axis],
-            [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=tr("reuse.cum_chart"),
+            [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=cum_title,
             x_title=tr("reuse.seq_len"), y_title=tr("reuse.scores"),
             names=(tr("reuse.measured_cached"), tr("reuse.measured_recompute"), tr("reuse.analytic_cached"),
                    tr("reuse.analytic_recompute")), lecture=lecture), key="reuse_cum_work")
-    st.caption(tr("reuse.work_help", ratio=f"{cw.recompute[-1] / cw.cached[-1]:.1f}"))
+    if not lecture:
+        st.caption(tr("reuse.work_help", ratio=ratio))
 
 
 def check_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     be = gen.backend
-    st.subheader(tr("reuse.check_title"))
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.check_title"))
     if gen.cache is None:  # freed after idling on a hosted demo: nothing to compare
         st.info(tr("reuse.empty"))
         return

@@ -117,8 +117,11 @@ def test_legends_below_sit_under_the_axis_title():
         fig = decode_charts.cumulative_work_figure(CumulativeWork([3, 4], [9, 13], [9, 25]), [3, 4], [9, 13], [9, 25],
                                                    title="t", x_title="n", y_title="s", names=("a", "b", "c", "d"),
                                                    lecture=lecture)
-        assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0
-        assert fig.layout.margin.b >= 8 * fig.layout.font.size
+        if lecture:  # a short figure on a projector: the legend in the plot's empty top left, never under the axis
+            assert fig.layout.legend.y > 0.5 and fig.layout.legend.yanchor == "top"
+        else:
+            assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0
+            assert fig.layout.margin.b >= 8 * fig.layout.font.size
 
 
 def test_pool_chart_shows_its_first_step():

@@ -59,5 +59,5 @@ def test_drift_chart_shows_rounding_sized_bars_on_a_log_axis():
     low, high = fig.layout.yaxis.range
     assert low <= math.log10(2e-7) - 2 and high >= math.log10(1.3)  # ~1e-7 bars stand well above the axis floor
     assert list(k.customdata) == [0.0, 6e-7, 2e-7] and k.y[0] == charts.FLOOR and list(k.text) == ["0", "", ""]
-    assert fig.layout.legend.y < 0  # under the plot, never over the title
+    assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # under the plot and its axis title
     assert list(tol.y) == [5e-6] * 3

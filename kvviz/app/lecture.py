@@ -47,7 +47,7 @@ def lecture_head(title: str) -> tuple[Any, Any]:
     if not st.session_state.get("kv_lecture"):
         st.title(title)
         return contextlib.nullcontext(), contextlib.nullcontext()
-    heading, intro, settings = st.columns([4, 3, 3], vertical_alignment="center")
+    heading, intro, settings = st.columns([5, 2.5, 2.5], vertical_alignment="center")
     heading.title(title)
     return intro, settings
 

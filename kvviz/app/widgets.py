@@ -109,6 +109,8 @@ def chart(fig: go.Figure, key: str) -> None:
     shows; Streamlit's theme would override its fonts and margins.
     """
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
+    if st.session_state.get("kv_lecture"):
+        config["displayModeBar"] = "hover"  # on a projector the toolbar would sit on a wrapped title
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
 
 

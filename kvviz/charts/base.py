@@ -37,9 +37,11 @@ def wrap_title(text: str, width: int = LECTURE_TITLE_WIDTH) -> str:
     return "<br>".join(lines)
 
 
-def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, height: int = 360) -> go.Figure:
-    """Apply the shared look. `lecture` enlarges type for projection, keeps a chart within one screen's room and
-    breaks a long title into lines (charts stand two abreast there)."""
+def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, height: int = 360,
+          lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
+    """Apply the shared look. `lecture` enlarges type for projection, keeps a chart within one screen's room (at most
+    `lecture_height`, less where the page shows more above it) and breaks a long title into lines (charts stand two
+    abreast there)."""
     size = 18 if lecture else 13
     if title and lecture:
         title = wrap_title(title)
@@ -49,19 +51,37 @@ def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, he
         title=dict(text=title, y=1, yref="container", yanchor="top", pad=dict(t=34), font=dict(size=size + 3))
         if title else None,
         uirevision="kvviz",  # keeps the user's zoom/pan when the data changes
-        height=min(int(height * 1.15), LECTURE_MAX_HEIGHT) + 24 * extra_lines if lecture else height,
+        height=min(int(height * 1.15), lecture_height) + 24 * extra_lines if lecture else height,
         font=dict(size=size),
         margin=dict(l=50, r=20, t=((100 if lecture else 90) + 26 * extra_lines) if title else 30, b=40),
         template=_template(),
     )
+    if lecture:
+        _wrap_axis_titles(fig, size)
     return fig
 
 
-def legend_below(fig: go.Figure) -> go.Figure:
+def _wrap_axis_titles(fig: go.Figure, size: int) -> None:
+    """A y-axis title longer than its plot is tall runs off the figure: break it into lines (≈ 0.55 font size
+    per character)."""
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    for name in [k for k in fig.layout.to_plotly_json() if k.startswith("yaxis")]:
+        axis = fig.layout[name]
+        text = axis.title.text if axis.title else None
+        if text and "<br>" not in text and _display_width(text) * 0.55 * size > plot_px:
+            axis.title.text = wrap_title(text, max(12, int(plot_px / (0.55 * size))))
+
+
+def legend_below(fig: go.Figure, *, lecture: bool = False) -> go.Figure:
     """A horizontal legend at the figure's bottom edge, under the x-axis title (placed against the plot, at −0.22 of
     its height, it sat on the title once the plot was short): the bottom margin holds the tick labels, the axis title
-    and two rows of legend at the figure's font size."""
+    and two rows of legend at the figure's font size. In lecture mode, where the figure is short, one row between the
+    title and the plot instead."""
     font = fig.layout.font.size
+    if lecture:
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
+                          margin_t=fig.layout.margin.t + int(1.8 * font))
+        return fig
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
                       margin_b=int(8 * font))
     return fig

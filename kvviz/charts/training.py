@@ -153,7 +153,7 @@ def drift_figure(
     fig.update_xaxes(title=x_title, type="category")
     fig.update_layout(barmode="group")
     # The legend under the axis title: above the plot its three entries wrapped onto the chart's title.
-    return legend_below(style(fig, title=title, lecture=lecture, height=400))
+    return legend_below(style(fig, title=title, lecture=lecture, height=400), lecture=lecture)
 
 
 def attention_figure(
