@@ -22,7 +22,9 @@ BLOCK_SIZES = (4, 8, 16, 32)
 
 settings = page_setup("paged.title")
 head = lecture_head(tr("paged.title"))
-with head[0], intro_box():
+with head[0]:
+    about = intro_box()
+with about:
     st.write(tr("paged.intro"))
 if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
@@ -30,7 +32,8 @@ if settings.model == "hf":
 backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
-model_caption(backend.spec)
+if not settings.lecture:  # on a projector behind the settings button
+    model_caption(backend.spec)
 model, max_len = backend.model, backend.spec.max_context
 
 
@@ -69,6 +72,9 @@ if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") !
 engine: PagedEngine = st.session_state.pg_engine
 box.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_blocks * block_size,
                kib=f"{engine.kv.allocated_bytes() / 1024:,.0f}", per_block=f"{engine.kv.bytes_per_block():,}"))
+if settings.lecture:
+    with box:
+        model_caption(backend.spec)
 
 
 def add(shared: bool, count: int = 1) -> None:
@@ -95,7 +101,7 @@ def play(on: bool) -> None:
 
 
 playing = st.session_state.get("pg_playing", False)
-b = st.columns([3, 3, 2, 2, 2, 2])
+b = st.columns([4, 3, 2, 2, 2, 2])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
@@ -125,7 +131,7 @@ def savings() -> dict[int, HitSaving]:
     return out
 
 
-IDEAS = ("tables", "requests", "memory")
+IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
 shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 
 
@@ -159,9 +165,11 @@ def show() -> None:
     labels = {k: tr(f"paged.c_{k}") for k in keys}
     if "tables" in shown:
         chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
-        st.caption(tr("paged.tables_caption", size=block_size))
+        if not lecture:  # said aloud on a projector
+            st.caption(tr("paged.tables_caption", size=block_size))
+    if "pool" in shown:
         chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
-    if "requests" in shown:
+    if shown & {"requests", "savings"}:
         requests_and_hits(requests)
     if "memory" in shown:
         memory()
@@ -186,12 +194,14 @@ def requests_and_hits(requests: list) -> None:
             tr("paged.col_saved"): "—" if hit is None else f"{hit.saved_s * 1e3:.1f}" if hit.measurable
             else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
         })
-    table(pd.DataFrame(rows), "pg_requests")
-    st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
-    if saved:
+    if "requests" in shown:
+        table(pd.DataFrame(rows), "pg_requests")
+        st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
+    if saved and "savings" in shown:
         slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
         chart(charts.hit_savings(list(saved.items()), slabels, lecture=settings.lecture), "pg_savings")
-        st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
+        if not settings.lecture:  # said aloud on a projector
+            st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
 
 
 def memory() -> None:
@@ -209,7 +219,8 @@ def memory() -> None:
             flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
                                                          "bar_text", "frag_title")}
             chart(charts.fragmentation_bars(frag, flabels, lecture=settings.lecture), "pg_frag")
-            st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
+            if not settings.lecture:  # said aloud on a projector
+                st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
 
 
 def live() -> None:
@@ -223,7 +234,13 @@ def live() -> None:
 
 st.fragment(live, run_every=TICK_S if playing else None)()
 
-with st.expander(tr("paged.rules_title")):
-    st.markdown(tr("paged.rules", size=block_size))
-with st.expander(tr("paged.backends_title")):
-    st.markdown(tr("paged.backends"))
+if settings.lecture:  # on a projector the rules sit with the introduction, folded away
+    with about:
+        for title, text in ((tr("paged.rules_title"), tr("paged.rules", size=block_size)),
+                            (tr("paged.backends_title"), tr("paged.backends"))):
+            st.markdown(f"**{title}**\n\n{text}")
+else:
+    with st.expander(tr("paged.rules_title")):
+        st.markdown(tr("paged.rules", size=block_size))
+    with st.expander(tr("paged.backends_title")):
+        st.markdown(tr("paged.backends"))

@@ -30,6 +30,8 @@ header[data-testid='stHeader'] { height: 2.6rem !important; min-height: 0 !impor
 [data-testid='stMainBlockContainer'] h3 { font-size: 1.3rem; padding: 0; }
 [data-testid='stMainBlockContainer'] [data-testid='stVerticalBlock'] { gap: 0.6rem; }
 [data-testid='stMain'] [data-testid='stAlert'] > div { padding: 0.45rem 0.8rem; }
+[data-testid='stMain'] [data-testid='stMetricValue'] { font-size: 1.6rem; }
+[data-testid='stMain'] [data-testid^='stBaseButton'] p { white-space: normal; }
 [data-testid='stMain'] [data-testid='stPageLink-NavLink'] span { white-space: normal; }
 [data-testid='stMain'] :is([data-testid='stWidgetLabel'], [data-testid='stMetricLabel']) * { white-space: normal; }
 [data-testid='stMain'] :is(summary, [data-testid='stPopover'] button) :is(p, span) { white-space: normal; }

@@ -115,7 +115,8 @@ def chart(fig: go.Figure, key: str) -> None:
 
 
 def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
-    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean).
+    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean; not in lecture
+    mode).
 
     `prose`: cells of sentences, shown as a static table that wraps them instead of a scrolling grid.
     """
@@ -123,8 +124,9 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
         st.table(df, hide_index=True)
     else:
         st.dataframe(df, hide_index=True, width="stretch")
-    st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
-                       file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
+    if not st.session_state.get("kv_lecture"):  # nobody downloads from a projector: the table keeps the screen
+        st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
+                           file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
 
 
 # ---- one ordered channel for a page's controls: no click or key is lost or reordered --------------------------
