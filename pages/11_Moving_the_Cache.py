@@ -27,8 +27,7 @@ TIER_REPEATS = 5
 ss = st.session_state
 
 settings = page_setup("moving.title")
-st.title(tr("moving.title"))
-head = lecture_head()
+head = lecture_head(tr("moving.title"))
 with head[0], intro_box():
     st.write(tr("moving.intro"))
 if settings.model == "hf":

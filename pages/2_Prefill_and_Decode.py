@@ -48,7 +48,7 @@ titles = [tr(f"prefill_decode.idea_{k}") for k in ("run", "numbers", "formula", 
 shown = ideas(titles, "pd")  # all four, or in lecture mode one
 measuring_idea = not lecture or shown != [3]
 if measuring_idea:
-    head = lecture_head((2, 3))
+    head = lecture_head(widths=(2, 3))
     with head[0], intro_box():
         st.write(tr("prefill_decode.intro"))
         model_caption(spec)

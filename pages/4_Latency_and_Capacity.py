@@ -60,7 +60,7 @@ IDEAS = (*SWEEPS, "roof_bounds", "roof_chart", "roof_kv")
 # In lecture mode one idea per screen: the stepper under the title, then the introduction and the idea's controls
 # in one row.
 shown = [IDEAS[i] for i in ideas([tr(f"latency.idea_{n}") for n in IDEAS], "latency")] if lecture else []
-head = lecture_head((2, 3))
+head = lecture_head(widths=(2, 3))
 with head[0], intro_box():
     st.write(tr("latency.intro"))
     model_caption(spec)

@@ -6,9 +6,13 @@
   elsewhere; a sidebar change (dtype) under the Training page redraws with verdicts that agree with their numbers.
 - Hosted mode (`KVVIZ_HOSTED=1`, a 20,000-byte KV budget): every cap on the pages that run the model.
 - Screenshots of Home, Training and Check, English and Korean at 1400 px and lecture mode at 1280×720.
+- Issue 29 #3: every number box (decode page, Memory page) refuses 0, -1, 1e3 and 99999999999 with its range,
+  keeps the previous value in use and says so; Prefill then runs with that value.
+- Issue 29 #6: Prefill, R, Prefill, R, Space pressed faster than the server redraws, six times over, end with no
+  generation (every press applied, in order); Play on a slowed browser never jumps several tokens unannounced.
 """
 import pytest
-from harness import app_server, settle, wait_idle
+from harness import TOKENS_JS, app_server, settle, wait_idle
 from playwright.sync_api import expect
 
 HOSTED = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "2000"}  # about one token of the shipped model
@@ -70,6 +74,133 @@ def test_out_of_range_numbers_are_refused_with_their_range(page):
     type_number(page, "predict_cache_size", "-5")
     expect(page.get_by_text("is outside the allowed range 0 … 1,000,000")).to_be_visible()
     expect(page.locator(f"{key('reveal_cache_size')} button")).to_be_disabled()
+    no_exception(page)
+
+
+def test_number_boxes_refuse_with_their_range_and_keep_the_previous_value(page):
+    page.goto_app("Reusing_Past_KV")
+    kept = "so it was not used. The previous value, 24, stays."
+    for typed, shown in (("0", "0"), ("1e3", "1,000"), ("-1", "-1"), ("99999999999", "99,999,999,999")):
+        type_number(page, "_w_reuse_max_new", typed)
+        message = f"Max new tokens: {shown} is outside the allowed range 1 … 512, {kept}"
+        expect(page.get_by_text(message)).to_be_visible()
+    type_number(page, "_w_reuse_max_new", "2.5")
+    expect(page.get_by_text(f"Max new tokens: 2.5 is not a whole number, {kept}")).to_be_visible()
+    box = page.locator(f"{key('_w_reuse_max_new')} input")
+    for typed in ("", "abc"):  # the browser takes no letters; emptied, the box shows its last entry again
+        box.fill("")
+        box.press_sequentially(typed)
+        box.press("Enter")
+        wait_idle(page)
+        assert box.input_value() != ""
+        expect(page.get_by_text(kept)).to_be_visible()
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    wait_idle(page)
+    expect(page.get_by_text("1 tokens generated").or_(page.get_by_text("1 token generated"))).to_be_visible()
+    expect(page.get_by_text("Generation finished")).to_have_count(0)  # 24 new tokens to go, not 1
+    page.locator("button.kv-step").click()
+    wait_idle(page)
+    expect(page.get_by_text("Generation finished")).to_have_count(0)
+
+    page.goto_app("Memory_Footprint", "?src=custom")
+    results = page.locator("[data-testid='stMetricValue']")
+    before = results.all_inner_texts()
+    for widget_key, label, bounds in (("mem_layers", "Layers L", "1 … 1,000"),
+                                      ("mem_tokens", "Context length n (tokens)", "1 … 10,000,000"),
+                                      ("mem_batch", "Concurrent requests B", "1 … 100,000"),
+                                      ("mem_block", "Block size (tokens)", "1 … 4,096")):
+        if widget_key == "mem_block":
+            page.get_by_role("tab", name="Capacity planner").click()
+        for typed in ("0", "-1", "99999999999"):
+            type_number(page, widget_key, typed)
+            shown = f"{int(typed):,}"
+            expect(page.get_by_text(f"{label}: {shown} is outside the allowed range {bounds}")).to_be_visible()
+            assert results.all_inner_texts() == before  # nothing was computed from the refused value
+        box = page.locator(f"{key(widget_key)} input")
+        previous = {"mem_layers": "32", "mem_tokens": "4096", "mem_batch": "1", "mem_block": "16"}[widget_key]
+        type_number(page, widget_key, previous)
+        expect(page.get_by_text("is outside the allowed range")).to_have_count(0)  # no earlier error stays
+        assert box.input_value() == previous
+    no_exception(page)
+
+
+# The stepper draws inside a shadow root: find its elements there.
+DEEP = """const deep = (sel) => { const roots = [document];
+  while (roots.length) { const r = roots.shift(); const e = r.querySelector(sel); if (e) return e;
+    for (const h of r.querySelectorAll('*')) if (h.shadowRoot) roots.push(h.shadowRoot); }
+  return null; };"""
+FAST_PRESSES = """(presses) => { DEEP
+  const prefill = document.querySelector('.st-key-reuse_btn_prefill button');
+  const key = (k) => window.dispatchEvent(new KeyboardEvent('keydown', {key: k, bubbles: true, cancelable: true}));
+  for (const p of presses) { if (p === 'prefill') prefill.click(); else key(p); }
+  return Number(deep('button.kv-step').dataset.sent);
+}""".replace("DEEP", DEEP)
+
+
+# Each animation frame: its time, the tokens shown, and whether a falling-behind notice is on screen.
+FRAMES = r"""() => { DEEP window.__kvFrames = []; let note = null; const seen = () => {
+  if (!note || !note.isConnected) note = deep('div.kv-behind');
+  const alert = Array.from(document.querySelectorAll("[data-testid='stAlert']"))
+    .some(a => /falling behind|keeps .* steps\/s/i.test(a.textContent));
+  window.__kvFrames.push([performance.now(), TOKENS, !!(note && !note.hidden) || alert]);
+  if (window.__kvFrames.length < 100000) requestAnimationFrame(seen); };
+  requestAnimationFrame(seen); }"""
+
+
+def _all_served(page, sent: int) -> None:  # noqa: ANN001
+    page.wait_for_selector(f"button.kv-step[data-served='{sent}']", timeout=60_000)
+    wait_idle(page)
+
+
+def test_fast_presses_on_the_decode_page_are_applied_in_order(page):
+    page.goto_app("Reusing_Past_KV")
+    for _ in range(6):  # issue 29 #6: 5 of 6 tries ended with a fresh generation (the last R and Space lost)
+        sent = page.evaluate(FAST_PRESSES, ["prefill", "r", "prefill", "r", " "])
+        _all_served(page, sent)
+        assert page.evaluate(TOKENS_JS) == 0
+        expect(page.get_by_text("press Prefill")).to_be_visible()  # the empty page's hint: no generation
+    sent = page.evaluate(FAST_PRESSES, ["prefill", " ", "ArrowRight", "r", "prefill", " "])
+    _all_served(page, sent)
+    n_prompt = page.evaluate(TOKENS_JS) - 2  # the prompt, the prefill's token and one step
+    # The same with real key presses and a real click (Playwright's), as a hand would.
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    for k in ("r", "p", "p"):
+        page.keyboard.press(k)
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    for k in (" ", " ", "ArrowRight"):
+        page.keyboard.press(k)
+    _all_served(page, int(page.locator("button.kv-step").get_attribute("data-sent")))
+    assert page.evaluate(TOKENS_JS) == n_prompt + 1 + 3
+    no_exception(page)
+
+
+def test_play_under_load_says_when_a_redraw_jumps(page):
+    """On a browser slowed fourfold, Play at 8 steps/s: every redraw that shows more than one new token is
+    announced ("falling behind") at once, and the server itself never steps more than one token per redraw."""
+    page.goto_app("Reusing_Past_KV")
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    wait_idle(page)
+    page.locator(f"{key('_w_reuse_speed')} input[type='range']").focus()
+    page.keyboard.press("End")  # the fastest speed
+    wait_idle(page)
+    page.locator("h1").first.click()  # focus outside the slider, so P is Play
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
+    try:
+        page.evaluate(FRAMES.replace("TOKENS", TOKENS_JS).replace("DEEP", DEEP))
+        page.keyboard.press("p")
+        page.wait_for_timeout(8_000)
+        page.keyboard.press("p")
+        frames = page.evaluate("window.__kvFrames")
+    finally:
+        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
+    jumps = [i for i in range(1, len(frames)) if frames[i][1] - frames[i - 1][1] > 1]
+    unannounced = [i for i in jumps if not any(f[2] for f in frames[i:] if f[0] - frames[i][0] < 1500)]
+    print(f"{len(frames)} frames, {frames[-1][1] - frames[0][1]} tokens, {len(jumps)} jumps, "
+          f"{len(unannounced)} unannounced")
+    assert frames[-1][1] > frames[0][1]  # it played
+    assert unannounced == []
+    wait_idle(page)
     no_exception(page)
 
 
