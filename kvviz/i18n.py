@@ -46,7 +46,12 @@ def plural(text: str, values: dict[str, object]) -> str:
     return PLURAL.sub(pick, text)
 
 
+def fill(template: str, **values: object) -> str:
+    """A locale string taken whole (a chart's label) filled in later: its plurals resolved, then its values."""
+    return plural(template, values).format(**values)
+
+
 def t(key: str, lang: str = "en", **values: object) -> str:
     """The string for `key` in `lang`, formatted with `values`; a missing key shows as itself."""
     text = catalog(lang).get(key) or catalog("en").get(key) or key
-    return plural(text, values).format(**values) if values else text
+    return fill(text, **values) if values else text

@@ -9,7 +9,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, persisted, stepper, table
+from kvviz.app.widgets import chart, current_number, number_in_range, pending_actions, persisted, stepper, table
 from kvviz.charts import decode as decode_charts
 from kvviz.charts import speculative as charts
 from kvviz.engine.backends.native import NativeBackend
@@ -44,13 +44,17 @@ MEASURE_REPEATS = 3
 presets = [t(f"spec.preset_{i}", lang) for lang in sorted(LANGS, key=lambda x: x != lang()) for i in (1, 2, 3)]
 n_layers = backend.spec.n_layers
 for key, value in {"spec_gen": None, "spec_playing": False, "spec_served": 0, "spec_prompt": presets[0],
-                   "spec_method": "ngram", "spec_k": 4, "spec_max_new": 32, "spec_temperature": 0.0,
-                   "spec_lookup_min": 2, "spec_lookup_max": 5, "spec_draft_model": "layers",
+                   "spec_method": "ngram", "spec_temperature": 0.0, "spec_draft_model": "layers",
                    "spec_measured": None}.items():
     state.setdefault(key, value)
-state.setdefault(f"spec_exit_{n_layers}", drafts.default_exit_layer(n_layers))
 max_new_limit = limit(settings, "max_new_tokens", 256)
-state.spec_max_new = min(int(state.spec_max_new), max_new_limit)
+# The number boxes' defaults; a callback reads a box with current_number (the value it would accept, else the last).
+NUMBERS = {"spec_k": 4, "spec_max_new": min(32, max_new_limit), "spec_lookup_min": 2, "spec_lookup_max": 5,
+           f"spec_exit_{n_layers}": drafts.default_exit_layer(n_layers)}
+
+
+def number(key: str) -> int:
+    return int(current_number(key, NUMBERS[key]))
 LANG = lang()  # read now: a widget calls format_func later
 
 
@@ -60,9 +64,9 @@ def use_preset() -> None:
 
 def make_draft_factory():  # noqa: ANN202 - a () -> Draft
     """The draft the settings describe; a draft model is built once per prefill and shared by its measurements."""
-    method, m = state.spec_method, int(state[f"spec_exit_{n_layers}"])
+    method, m = state.spec_method, number(f"spec_exit_{n_layers}")
     if method == "ngram":
-        cfg = NgramConfig(int(state.spec_lookup_min), int(state.spec_lookup_max))
+        cfg = NgramConfig(number("spec_lookup_min"), number("spec_lookup_max"))
         return lambda: drafts.NgramDraft(cfg)
     if method == "early-exit":
         return lambda: drafts.EarlyExitDraft(m)
@@ -77,8 +81,8 @@ def prefill() -> None:
     try:
         factory = make_draft_factory()
         n_prompt = len(backend.tokenizer.encode(prompt))
-        check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=int(state.spec_max_new))
-        gen = SpeculativeGeneration(backend, factory(), k=int(state.spec_k), max_new_tokens=int(state.spec_max_new),
+        check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=number("spec_max_new"))
+        gen = SpeculativeGeneration(backend, factory(), k=number("spec_k"), max_new_tokens=number("spec_max_new"),
                                     temperature=float(state.spec_temperature), seed=demo_seed(0))
         gen.prefill(prompt)
     except InputError as exc:
@@ -119,18 +123,17 @@ with head[1], settings_box(tr("spec.settings"), border=True):
                  on_change=use_preset)
     persisted(c2.radio, "spec_method", tr("spec.method"), options=METHODS, horizontal=True,
                  format_func=lambda m: t(f"spec.method_{m}", LANG), help=tr("spec.method_help"))
-    persisted(c3.number_input, "spec_k", tr("spec.k"), min_value=1, max_value=8, help=tr("spec.k_help"))
-    persisted(c4.number_input, "spec_max_new", tr("spec.max_new"), min_value=1, max_value=max_new_limit)
+    number_in_range(c3, tr("spec.k"), 1, 8, NUMBERS["spec_k"], "spec_k", help=tr("spec.k_help"))
+    number_in_range(c4, tr("spec.max_new"), 1, max_new_limit, NUMBERS["spec_max_new"], "spec_max_new")
     persisted(st.text_area, "spec_prompt", tr("spec.prompt"), height=90)
     o1, o2, o3 = st.columns(3)
     if state.spec_method == "ngram":
-        persisted(o1.number_input, "spec_lookup_min", tr("spec.lookup_min"), min_value=1, max_value=16,
-                     help=tr("spec.lookup_help"))
-        persisted(o2.number_input, "spec_lookup_max", tr("spec.lookup_max"), min_value=1, max_value=16,
-                     help=tr("spec.lookup_help"))
+        for box, key in ((o1, "spec_lookup_min"), (o2, "spec_lookup_max")):
+            number_in_range(box, tr(f"spec.{key.removeprefix('spec_')}"), 1, 16, NUMBERS[key], key,
+                            help=tr("spec.lookup_help"))
     else:
-        persisted(o1.number_input, f"spec_exit_{n_layers}", tr("spec.exit_layer", n_layers=n_layers), min_value=1,
-                     max_value=max(1, n_layers - 1), help=tr("spec.exit_layer_help"))
+        number_in_range(o1, tr("spec.exit_layer", n_layers=n_layers), 1, max(1, n_layers - 1),
+                        NUMBERS[f"spec_exit_{n_layers}"], f"spec_exit_{n_layers}", help=tr("spec.exit_layer_help"))
         if state.spec_method == "draft":
             persisted(o2.radio, "spec_draft_model", tr("spec.draft_model"), options=DRAFT_MODELS,
                          format_func=lambda d: t(f"spec.draft_{d}", LANG), help=tr("spec.draft_help"))
@@ -144,30 +147,49 @@ IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 
 
+def apply(action: str) -> None:
+    """One press from the stepper's log, in the order it was made (as on Reusing Past K/V)."""
+    gen: SpeculativeGeneration | None = state.spec_gen
+    can_step = gen is not None and not gen.done and gen.backend is backend
+    if action == "prefill" and not state.spec_playing:  # the button is disabled while playing
+        prefill()
+    elif action == "reset":
+        reset()
+    elif action in ("play", "pause", "toggle_play"):
+        on = not state.spec_playing if action == "toggle_play" else action == "play"
+        if can_step or not on:
+            play(on)
+    elif action == "step" and can_step and not state.spec_playing:
+        step_once(gen)
+
+
+ORDERED_BUTTONS = {"spec_btn_prefill": "prefill", "spec_btn_play": "play", "spec_btn_pause": "pause",
+                   "spec_btn_reset": "reset"}
+
+
 @st.fragment(run_every=PLAY_PERIOD_S if state.spec_timer_on else None)
 def live_view() -> None:
     """Controls and the view: a Step or a Play tick reruns only this."""
+    # Every press since the last run, in order, before the controls are drawn (so they show its result).
+    for number, action in pending_actions("spec_stepper", state.spec_served):
+        apply(action)
+        state.spec_served = number
     gen: SpeculativeGeneration | None = state.spec_gen
     playing = state.spec_playing
     can_step = gen is not None and not gen.done and gen.backend is backend
     b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
     b[0].button(tr("spec.prefill"), on_click=prefill, disabled=playing, type="primary", key="spec_btn_prefill")
     with b[1]:
-        clicks = stepper(tr("spec.step"), key="spec_stepper", served=state.spec_served,
-                            disabled=not can_step or playing, help=tr("spec.step_help"), reset_key="spec_btn_reset")
+        stepper(tr("spec.step"), key="spec_stepper", served=state.spec_served, disabled=not can_step or playing,
+                help=tr("spec.step_help"), buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
+                shown=len(gen.events) if gen is not None else 0, playing=playing, behind=tr("spec.play_jump"))
     if playing:
-        b[2].button(tr("spec.pause"), on_click=play, args=(False,), key="spec_btn_pause", shortcut="P",
-                    icon=":material/pause:")
+        b[2].button(tr("spec.pause"), on_click=play, args=(False,), key="spec_btn_pause", icon=":material/pause:")
     else:
         b[2].button(tr("spec.play"), on_click=play, args=(True,), disabled=not can_step, key="spec_btn_play",
-                    shortcut="P", icon=":material/play_arrow:")
+                    icon=":material/play_arrow:")
     b[3].button(tr("spec.reset"), on_click=reset, key="spec_btn_reset")
     b[4].caption(tr("spec.keys_help"))
-    pending = max(0, clicks - state.spec_served)
-    if can_step and not playing:
-        while pending and step_once(gen):
-            pending -= 1
-    state.spec_served = clicks  # clicks past the end are dropped
     if playing and can_step:
         step_once(gen)
     if state.spec_playing and (gen is None or gen.done):

@@ -5,7 +5,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import hosted
+from kvviz.app.hosted import check_offload_store
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, model_caption
@@ -68,7 +68,7 @@ def store_section() -> OffloadDemo | None:
                    memory=format_binary(mem * chunk_bytes), disk=format_binary(disk * chunk_bytes)))
     if settings.hosted is not None:  # both tiers, before anything is written
         try:
-            hosted.check_offload_store(settings.hosted, mem * chunk_bytes, (disk + 1) * chunk_bytes)
+            check_offload_store(settings.hosted, mem * chunk_bytes, (disk + 1) * chunk_bytes)
         except InputError as exc:
             show_error(exc)
             return None

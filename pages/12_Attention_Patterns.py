@@ -56,7 +56,7 @@ if 0 in show:
     c1, c2 = inputs.columns([1, 2])
     with c1:
         source = persisted(st.radio, url_state("text", "en", one_of(TEXTS)), tr("heads.text"),
-                              options=TEXTS, format_func=lambda s: tr(f"heads.text_{s}"), horizontal=True)
+                              options=TEXTS, format_func={s: tr(f"heads.text_{s}") for s in TEXTS}.get, horizontal=True)
         cap = min(1024, (backend.spec.max_context or 1024) - 1)
         n_max = int(number_in_range(st, tr("heads.max_tokens"), 16, cap, min(512, cap), "heads_max_tokens",
                                        help=tr("heads.max_tokens_help")))

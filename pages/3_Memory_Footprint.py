@@ -306,7 +306,7 @@ with tab_growth:
 
 with tab_cap:
     engine = st.radio(tr("memory.engine"), ["vllm", "sglang"], key="mem_engine", horizontal=True,
-                      format_func=lambda e: tr(f"memory.engine_{e}"))
+                      format_func={e: tr(f"memory.engine_{e}") for e in ("vllm", "sglang")}.get)
     a, b, c = st.columns(3)
     gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="mem_gpu")
     n_gpus = number_in_range(b, tr("memory.n_gpus"), 1, 64, DEFAULTS["n_gpus"], "mem_n_gpus")
@@ -332,10 +332,11 @@ with tab_cap:
                                       f"mem_reserve_{spec.name}_{n_gpus}", whole=False, format="%.2f",
                                       placeholder=tr("memory.reserve_estimated"), help=tr("memory.reserve_help"))
         f1, f2, f3 = st.columns([2, 2, 1])
-        version = f1.selectbox(tr("memory.vllm_version"), VLLM_VERSIONS, key="mem_vllm",
-                               format_func=lambda v: tr("memory.any_version") if v == "any" else v)
+        # the names are formatted now, in this run's language (a test harness may format options later)
+        versions = {v: tr("memory.any_version") if v == "any" else v for v in VLLM_VERSIONS}
+        version = f1.selectbox(tr("memory.vllm_version"), VLLM_VERSIONS, key="mem_vllm", format_func=versions.get)
         entry = f2.selectbox(tr("memory.entry"), ["any", "serve", "llm"], key="mem_entry",
-                             format_func=lambda v: tr(f"memory.entry_{v}"))
+                             format_func={v: tr(f"memory.entry_{v}") for v in ("any", "serve", "llm")}.get)
         eager = f3.checkbox(tr("memory.eager"), key="mem_eager")
         g1, g2 = st.columns(2)
         mbt = number_in_range(g1, tr("memory.mbt"), 0, 1_000_000, DEFAULTS["mbt"], "mem_mbt", step=1024.0,

@@ -40,6 +40,11 @@ def measured(lang: str) -> AppTest:
     return at.run()
 
 
+def named(method: str, settings: str, lang: str) -> str:
+    """A method as the page names it: in the user's language, with its settings ("FP8 (scale=1.0)")."""
+    return t(f"compression.method_{method}", lang) + settings
+
+
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_page_measures_every_method(lang):
     at = measured(lang)
@@ -52,7 +57,8 @@ def test_page_measures_every_method(lang):
     # full cache: 2 layers · 127 positions · K and V · 2 KV heads · d_head 32 · 4 bytes
     assert measured_bytes.iloc[0] == 2 * 127 * 2 * 2 * 32 * 4
     saved = dict(zip(table.iloc[:, 0], table[t("compression.table_saved", lang, dtype="bfloat16")], strict=True))
-    assert saved["fp8 (scale=1.0)"] == saved["fp8 (--calculate-kv-scales)"] == "50.0%"  # against bfloat16, not 75%
+    fp8_default, fp8_calculated = named("fp8", " (scale=1.0)", lang), named("fp8", " (--calculate-kv-scales)", lang)
+    assert saved[fp8_default] == saved[fp8_calculated] == "50.0%"  # against bfloat16, not 75%
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     tradeoff, strip, attention = charts
     assert sum(len(t_["x"]) for t_ in tradeoff["data"]) == len(table) - 1  # every method on one chart
@@ -61,8 +67,8 @@ def test_page_measures_every_method(lang):
     title = tradeoff["layout"]["title"]["text"]
     assert ("캐시" in title or "방법" in title) if lang == "ko" else "Memory saved" in title
     # SnapKV at 50% of a 128-token chunk: the 64-token prompt is within its budget, so nothing was dropped
-    assert any("snapkv (64)" in i.value for i in at.info)
-    hollow = [d for d in tradeoff["data"] if d["name"] == "snapkv (64)"]
+    assert any(named("snapkv", " (64)", lang) in i.value for i in at.info)
+    hollow = [d for d in tradeoff["data"] if d["name"] == named("snapkv", " (64)", lang)]
     assert hollow[0]["marker"]["symbol"].endswith("-open") and hollow[0]["x"] == [0.0]
 
 
@@ -79,6 +85,6 @@ def test_savings_follow_the_chosen_kv_dtype_and_survive_a_language_switch():
     assert at.selectbox(key="_w_kv_url_kvdtype").value == "float32"
     table = at.dataframe[0].value
     saved = dict(zip(table.iloc[:, 0], table[t("compression.table_saved", "ko", dtype="float32")], strict=True))
-    assert saved["fp8 (scale=1.0)"] == "75.0%"
+    assert saved[named("fp8", " (scale=1.0)", "ko")] == "75.0%"
     assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["title"]["text"] == t(
         "compression.chart_top1", "ko")

@@ -81,7 +81,7 @@ def test_per_rank_calculator_line():
     at.number_input(key="mv_tp").set_value(16).run()
     line = next(m.value for m in at.markdown if m.value.startswith("**Llama-3.1-70B**"))
     # 64 tokens · 80 layers · 2 · 1 KV head · 128 · 2 bytes per rank; 16 ranks, each a copy of one of 8 heads.
-    assert "2.50 MiB per rank (1 KV heads each), 40.00 MiB in all" in line and "own copy" in line
+    assert "2.50 MiB per rank (1 KV head each), 40.00 MiB in all" in line and "own copy" in line
 
 
 def test_hosted_mode_bounds_the_store_and_runs_no_handoff(monkeypatch):

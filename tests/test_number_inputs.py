@@ -75,6 +75,7 @@ def _open(page: str, **query: str) -> AppTest:
     ("app.py", {"model": "random"}), ("pages/1_Reusing_Past_KV.py", {}), ("pages/2_Prefill_and_Decode.py", {}),
     ("pages/3_Memory_Footprint.py", {"src": "custom"}), ("pages/4_Latency_and_Capacity.py", {}),
     ("pages/6_Check.py", {"model": "random"}), ("pages/7_Serving_Engine.py", {}), ("pages/9_Paged_Blocks.py", {}),
+    ("pages/10_Speculative_Decoding.py", {}), ("pages/11_Moving_the_Cache.py", {}),
 ])
 def test_no_number_box_has_a_range_the_browser_clamps_silently(page, query):
     """A box with Streamlit's own min/max keeps a refused entry red in the browser while the app goes on with

@@ -29,7 +29,8 @@ def _page(lang: str = "en", lecture: bool = False, **state) -> AppTest:
 
 
 def _step(at: AppTest, clicks: int = 1) -> AppTest:
-    at.session_state["spec_stepper"] = {"clicks": at.session_state["spec_served"] + clicks}
+    served = at.session_state["spec_served"]
+    at.session_state["spec_stepper"] = {"events": [[served + i + 1, "step"] for i in range(clicks)]}
     return at.run()
 
 

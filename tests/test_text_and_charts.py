@@ -137,7 +137,7 @@ def test_compression_legend_is_never_scrolled():
     entries in 295 px); the figure now grows to hold them (Chromium: 16 rows at 12 px take ≤ 330 px)."""
     methods = ["window", "streaming", "h2o", "snapkv"] * 2 + ["int8", "int4", "fp8", "gqa", "mqa"]
     rows = [dict(method=m, label=m, memory_saved=0.5, kl_divergence=0.1, top1_agreement=0.9, perplexity=3.0,
-                 kv_bytes=1) for m in methods]
+                 kv_bytes=1, n_cached=8) for m in methods]
     for lecture in (False, True):
         fig = tradeoff_figure(rows, metric="kl", family_names={"evict": "e", "quantize": "q", "share": "s"},
                               x_title="x", y_title="y", title="t", lecture=lecture)

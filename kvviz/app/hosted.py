@@ -10,7 +10,7 @@ secrets in, so every check is a pure function that raises InputError("hosted....
 - `check_shape()`, `check_hf_model()`, `check_params()`: what model a visitor may load; `check_weights_fit()` with
   `available_memory_bytes()`: whether this machine can hold a custom shape's weights at all;
 - `check_request()` (`check_batch()`, `check_new_tokens()`, `check_kv_budget()`) and `check_sweep()`: what one
-  request or sweep may ask for;
+  request or sweep may ask for; `check_offload_store()`: the offload tiers one session may hold;
 - `points_within()`, `batches_within()`, `tokens_within()`: the pages' defaults cut to fit the caps, so a
   visitor's first click on a default is never refused.
 """

@@ -1,6 +1,7 @@
-"""A config.json uploader that survives Streamlit's replace: a fresh, empty uploader after every file read, so
-choosing another file is a new upload, never a replace (a DELETE and a PUT that can lose the new file when the two
-overlap). The last valid config stays in session state; a bad file is an error in the user's language."""
+"""`config_upload()`: a config.json uploader that survives Streamlit's replace: a fresh, empty uploader after every
+file read, so choosing another file is a new upload, never a replace (a DELETE and a PUT that can lose the new file
+when the two overlap). The last valid config stays in session state; a bad file is an error in the user's
+language."""
 from __future__ import annotations
 
 from collections.abc import Callable

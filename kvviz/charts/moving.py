@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
+from kvviz.i18n import fill
 
 TIER_COLORS = {"memory": "#3182bd", "disk": "#e6550d", "computed": "#bdbdbd", "empty": "#f4f4f4"}
 DOC_COLORS = {"A": "#6baed6", "A*": "#9e9ac8", "B": "#74c476", "C": "#fd8d3c"}
@@ -28,7 +29,7 @@ def tier_boxes(device: Sequence[tuple[str, str]], computed: int, contents: Mappi
     columns = [labels["device"], labels["memory"], labels["disk"]]
     cells: list[list[tuple[str, str, str]]] = [  # per column: (text, colour, hover)
         [(lab, TIER_COLORS[tier], labels[f"from_{tier}"].format(chunk=lab)) for lab, tier in device]
-        + ([(labels["computed_cell"].format(n=computed), TIER_COLORS["computed"], labels["computed_hover"])]
+        + ([(fill(labels["computed_cell"], n=computed), TIER_COLORS["computed"], labels["computed_hover"])]
            if computed else []),
     ]
     for tier in ("memory", "disk"):
@@ -84,7 +85,7 @@ def break_even_chart(curves: Mapping[str, Sequence[Mapping]], break_even: Mappin
         n = break_even.get(name)
         if n is not None and n > 1:
             fig.add_scatter(x=[n], y=[1], mode="markers", showlegend=False, hoverinfo="text",
-                            hovertext=labels["break_even_at"].format(link=name, n=f"{n:,}"),
+                            hovertext=fill(labels["break_even_at"], link=name, n=f"{n:,}"),
                             marker=dict(size=12, symbol="diamond", color="#2ca02c", line=dict(color="black", width=1)))
     for m in measured:
         fig.add_scatter(x=[m["tokens"]], y=[m["ratio"]], mode="markers+text", name=m["label"], text=[m["label"]],
