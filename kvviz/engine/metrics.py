@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.generation import StepEvent
+if TYPE_CHECKING:  # a type only: the serving client's percentiles must not import torch
+    from kvviz.engine.generation import StepEvent
 
 
 def ttft(request_s: float, token_times_s: Sequence[float]) -> float:
