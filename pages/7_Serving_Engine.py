@@ -158,8 +158,9 @@ def parse_list(text: str, kind: type) -> list:
 # ---- load: concurrency or request rate -------------------------------------------------------------------
 with tab_load:
     st.write(tr("serving.sweep_intro"))
-    mode = st.radio(tr("serving.mode"), ("closed", "open"), key="sv_mode", horizontal=True,
-                    format_func=lambda m: tr(f"serving.mode_{m}"), help=tr("serving.mode_help"))
+    mode_names = {m: tr(f"serving.mode_{m}") for m in ("closed", "open")}  # bound now, not at each format call
+    mode = st.radio(tr("serving.mode"), tuple(mode_names), key="sv_mode", horizontal=True,
+                    format_func=mode_names.__getitem__, help=tr("serving.mode_help"))
     s1, s2, s3 = st.columns(3)
     if mode == "closed":
         s1.text_input(tr("serving.concurrency"), "1, 2, 4", key="sv_conc")

@@ -9,8 +9,18 @@ import torch
 from kvviz.engine.export import permute_rotary
 from kvviz.errors import InputError
 from kvviz.serving import policy
-from kvviz.serving.bench import (BenchPlan, Limits, Point, calculate_metrics, check_plan, closed_loop, open_loop,
-                                 parse_goodput, result_filename, vllm_result)
+from kvviz.serving.bench import (
+    BenchPlan,
+    Limits,
+    Point,
+    calculate_metrics,
+    check_plan,
+    closed_loop,
+    open_loop,
+    parse_goodput,
+    result_filename,
+    vllm_result,
+)
 from kvviz.serving.client import RequestResult, Server, normalize_base_url
 from kvviz.serving.prefix import common_prefix, predicted_cached_tokens, saving_verdict
 from kvviz.serving.prom import parse_metrics, window
