@@ -217,16 +217,22 @@ def test_every_request_failing_stops_and_exits_nonzero(bos_server, capsys):
     assert "no request succeeded" in captured.err and "context" in captured.err.lower()
 
 
-def test_cancel_keeps_measured_requests(server):
-    plan = BenchPlan(server.base_url, "kvviz-tiny", closed_loop((1, 2)), 40, Workload(32, 64), num_warmups=0)
-    run = BenchRun(plan, api.Server(server.base_url), model="kvviz-tiny")
+def _run_until(url: str, plan: BenchPlan, n_done: int, then, timeout_s: float = 10.0) -> BenchRun:  # noqa: ANN001
+    """Run the plan in a thread; once n_done requests are measured, call then() and let the run finish."""
+    run = BenchRun(plan, api.Server(url, timeout_s=timeout_s), model="kvviz-tiny")
     thread = threading.Thread(target=run.run)
     thread.start()
     deadline = time.monotonic() + 120
-    while run.done < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    run.cancel()
+    while run.done < n_done and time.monotonic() < deadline:
+        time.sleep(0.02)
+    then(run)
     thread.join(60)
+    return run
+
+
+def test_cancel_keeps_measured_requests(server):
+    plan = BenchPlan(server.base_url, "kvviz-tiny", closed_loop((1, 2)), 40, Workload(32, 64), num_warmups=0)
+    run = _run_until(server.base_url, plan, 2, lambda r: r.cancel(), timeout_s=60)
     assert run.status == "cancelled" and len(run.points) == 1
     p = run.points[0]
     assert 2 <= p["completed"] == p["sent"] < 40 and p["cancelled"]  # what was measured before Cancel is kept
@@ -236,14 +242,7 @@ def test_cancel_keeps_measured_requests(server):
 def test_a_server_killed_mid_run_stops_the_run(backend, gguf_file):
     with LlamaServer(gguf_file, n_parallel=1, ctx_size=512) as srv:
         plan = BenchPlan(srv.base_url, "kvviz-tiny", closed_loop((1, 1)), 30, Workload(16, 32), num_warmups=0)
-        run = BenchRun(plan, api.Server(srv.base_url, timeout_s=10), model="kvviz-tiny")
-        thread = threading.Thread(target=run.run)
-        thread.start()
-        deadline = time.monotonic() + 120
-        while run.done < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        srv.stop()
-        thread.join(60)
+        run = _run_until(srv.base_url, plan, 3, lambda r: srv.stop())
     assert len(run.points) == 1  # the next point was never sent to a dead server
     p = run.points[0]
     assert p["completed"] >= 3 and p["sent"] < 30  # and neither was the rest of this one

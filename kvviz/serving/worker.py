@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kvviz.errors import InputError
 from kvviz.serving.bench import BenchPlan, Limits, error_dict
+from kvviz.serving.llamacpp import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]  # the kvviz checkout this code runs from
 ENV_KEY = "KVVIZ_WORKER_API_KEY"
@@ -152,13 +153,7 @@ class Worker:
 
     def close(self) -> None:
         """Stop the process if it still runs and delete its files."""
-        if self.running:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
