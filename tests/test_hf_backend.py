@@ -208,7 +208,8 @@ def test_native_decoder_saved_as_hf_llama_matches_native_backend(tmp_path):
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
     hf_cfg.save_pretrained(tmp_path)
     byte_bpe().save_pretrained(tmp_path)
-    hf = load_backend(str(tmp_path), device="cpu")
+    hf = load_backend(str(tmp_path), device="cpu", engine="hf")
+    assert hf.kind == "hf"
 
     prompt = [5, 17, 200, 3, 99, 42]
     a = Generation(native, max_new_tokens=16, capture_attention=True, stop_at_eos=False)

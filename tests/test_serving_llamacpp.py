@@ -34,7 +34,7 @@ def backend():
 
 @pytest.fixture(scope="module")
 def gguf_file(backend, tmp_path_factory):
-    return export_gguf(backend.model, backend.tokenizer.path, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
+    return export_gguf(backend.model, backend.tokenizer, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
                        name="kvviz-tiny")
 
 
@@ -175,7 +175,7 @@ def test_prefix_cache_matches_prediction(server):
 @pytest.fixture(scope="module")
 def bos_server(backend, tmp_path_factory):
     """The shipped model marked to get a BOS token prepended, as Llama models do; one slot, no --metrics."""
-    gguf = export_gguf(backend.model, backend.tokenizer.path, tmp_path_factory.mktemp("bos") / "kvviz-bos.gguf",
+    gguf = export_gguf(backend.model, backend.tokenizer, tmp_path_factory.mktemp("bos") / "kvviz-bos.gguf",
                        name="kvviz-tiny", add_bos=True)
     with LlamaServer(gguf, metrics=False, n_parallel=1, ctx_size=512) as srv:
         yield srv

@@ -30,7 +30,7 @@ def backend():
 @pytest.fixture(scope="module")
 def server(backend, tmp_path_factory):
     out = tmp_path_factory.mktemp("hf") / "tiny-hf"
-    export_hf(backend.model, backend.tokenizer.path, out)
+    export_hf(backend.model, backend.tokenizer, out)
     port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "serve.log", "wb")
     proc = subprocess.Popen(["transformers", "serve", str(out), "--device", "cpu", "--host", "127.0.0.1",

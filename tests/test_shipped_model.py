@@ -185,10 +185,10 @@ def tiny_tokens(text):
 
 
 def test_attention_patterns_in_the_card(tiny):
-    """The card's reading of the heads (`python -m kvviz.training.heads`), in both languages."""
-    from kvviz.training.heads import language_scores
+    """The card's reading of the heads (`python -m kvviz.lessons.heads`), in both languages."""
+    from kvviz.lessons.heads import language_scores
 
-    scores = language_scores(tiny.model, tiny.tokenizer, {lang: "\n\n".join(p) for lang, p in PROSE.items()})
+    scores = language_scores(tiny, {lang: "\n\n".join(p) for lang, p in PROSE.items()})
     for lang in ("en", "ko"):
         by = {(s.layer, s.head): s for s in scores[lang]}
         assert len(by) == 32

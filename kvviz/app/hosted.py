@@ -2,8 +2,14 @@
 
 On when the environment sets KVVIZ_HOSTED=1, or `.streamlit/secrets.toml` has `hosted = true` or a
 `[hosted]` table (whose keys override the caps). Each cap can also be set by an environment variable,
-KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: ui.py passes the
+KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: kvviz.app.models passes the
 secrets in, so every check is a pure function that raises InputError("hosted....").
+
+- `HostedCaps` and `load_caps()`: the caps in force, or None when the app is not hosted;
+- `check_shape()`, `check_hf_model()`, `check_params()`: what model a visitor may load; `check_weights_fit()` with
+  `available_memory_bytes()`: whether this machine can hold a custom shape's weights at all;
+- `check_request()` (`check_batch()`, `check_new_tokens()`, `check_kv_budget()`) and `check_sweep()`: what one
+  request or sweep may ask for.
 """
 from __future__ import annotations
 
@@ -36,7 +42,15 @@ class HostedCaps:
     max_sweep_points: int = 8
     kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
     idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
-    hf_allow: tuple[str, ...] = ("HuggingFaceTB/SmolLM2-135M",)
+    # Models a visitor may choose: names fetch-model knows (offered when the deployment fetched them) and hub ids.
+    hf_allow: tuple[str, ...] = ("smollm2", "HuggingFaceTB/SmolLM2-135M")
+
+
+def hub_ids(caps: HostedCaps) -> tuple[str, ...]:
+    """The allow-list's Hugging Face hub ids (a fetched model's name is its own sidebar choice)."""
+    from kvviz.engine.fetch import MODELS
+
+    return tuple(m for m in caps.hf_allow if m not in MODELS)
 
 
 def _flag(name: str, value: object) -> bool:

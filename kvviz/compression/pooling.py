@@ -31,8 +31,12 @@ def pool_kv_heads(model: Decoder, n_kv_heads: int) -> Decoder:
                 w = old.weight.view(n_kv_heads, factor, d, cfg.d_model)
                 # factor 1 keeps the very same numbers (a mean of one row is that row): bit-identical logits
                 new_w = w[:, 0] if factor == 1 else w.float().mean(1).to(w.dtype)
-                new = torch.nn.Linear(cfg.d_model, n_kv_heads * d, bias=False, dtype=w.dtype, device=w.device)
+                new = torch.nn.Linear(cfg.d_model, n_kv_heads * d, bias=old.bias is not None, dtype=w.dtype,
+                                      device=w.device)
                 new.weight.copy_(new_w.reshape(n_kv_heads * d, cfg.d_model))
+                if old.bias is not None:  # Qwen2's K/V biases pool with their rows
+                    b = old.bias.view(n_kv_heads, factor, d)
+                    new.bias.copy_((b[:, 0] if factor == 1 else b.float().mean(1).to(b.dtype)).reshape(-1))
                 setattr(attn, name, new)
             attn.n_kv_heads = n_kv_heads
     return pooled.eval().fuse()

@@ -6,11 +6,10 @@ are written unchanged; AutoModelForCausalLM and AutoTokenizer load the directory
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from kvviz.engine.model import Decoder
-from kvviz.engine.tokenizer import EOS_TOKEN
+from kvviz.engine.tokenizer import EOS_TOKEN, BPETokenizer
 from kvviz.errors import InputError
 
 HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -20,7 +19,7 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def export_hf(model: Decoder, tokenizer_path: str | Path, out_dir: str | Path) -> list[Path]:
+def export_hf(model: Decoder, tokenizer: BPETokenizer, out_dir: str | Path) -> list[Path]:
     """Write the five files of a transformers Llama checkpoint into out_dir; return their paths."""
     from safetensors.torch import save_file
 
@@ -41,7 +40,7 @@ def export_hf(model: Decoder, tokenizer_path: str | Path, out_dir: str | Path) -
         state.pop("lm_head.weight")  # one tensor stored once; transformers ties it back
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
 
-    shutil.copyfile(tokenizer_path, out / "tokenizer.json")
+    (out / "tokenizer.json").write_text(tokenizer.to_json(), encoding="utf-8")
     _write_json(out / "tokenizer_config.json", {
         # The generic fast tokenizer reads tokenizer.json as is (byte-level BPE, no added BOS).
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -67,11 +66,11 @@ def permute_rotary(weight, n_heads: int):  # noqa: ANN001, ANN201 - a torch/nump
             .reshape(weight.shape))
 
 
-def _gguf_vocab(tokenizer_path: Path, vocab_size: int) -> tuple[list[str], list[int], list[str], dict[int, bool]]:
+def _gguf_vocab(tokenizer_json: str, vocab_size: int) -> tuple[list[str], list[int], list[str], dict[int, bool]]:
     """tokens (byte-level strings, padded to vocab_size), token types, merges, and which ids are special."""
     import gguf
 
-    data = json.loads(Path(tokenizer_path).read_text(encoding="utf-8"))
+    data = json.loads(tokenizer_json)
     model = data.get("model") or {}
     pre = data.get("pre_tokenizer") or {}
     pre_types = [p.get("type") for p in pre.get("pretokenizers", [pre])]
@@ -100,7 +99,7 @@ def _gguf_vocab(tokenizer_path: Path, vocab_size: int) -> tuple[list[str], list[
     return tokens, types, merges, special
 
 
-def export_gguf(model: Decoder, tokenizer_path: str | Path, out_file: str | Path, name: str = "kvviz", *,
+def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, name: str = "kvviz", *,
                 add_bos: bool = False) -> Path:
     """Write a native Decoder as a float32 GGUF file that llama.cpp loads as a LLAMA model.
 
@@ -135,7 +134,7 @@ def export_gguf(model: Decoder, tokenizer_path: str | Path, out_file: str | Path
     w.add_layer_norm_rms_eps(cfg.norm_eps)
     w.add_vocab_size(cfg.vocab_size)
 
-    tokens, types, merges, _ = _gguf_vocab(Path(tokenizer_path), cfg.vocab_size)
+    tokens, types, merges, _ = _gguf_vocab(tokenizer.to_json(), cfg.vocab_size)
     w.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
     w.add_tokenizer_pre("gpt-2")  # GPT-2's split regex, the one `ByteLevel(use_regex=True)` applies
     w.add_token_list(tokens)

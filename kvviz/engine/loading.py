@@ -6,6 +6,7 @@ import os
 from functools import cache
 from pathlib import Path
 
+from kvviz.engine import fetch
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.backends.hf_policy import HFPolicy, policy_from
 from kvviz.engine.backends.native import NativeBackend
@@ -17,6 +18,10 @@ from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer
 from kvviz.errors import InputError
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+# A transformers directory the native decoder cannot read goes to the Hugging Face backend for these reasons:
+# an architecture it does not implement, or weights/tokenizer in a form it does not read (e.g. .bin, no
+# tokenizer.json). A damaged file is an error either way.
+NATIVE_FALLBACK = ("model.native_unsupported", "model.missing_file")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -41,14 +46,28 @@ def read_config(path: Path) -> DecoderConfig:
         raise InputError("model.corrupt_file", path=path, reason=_one_line(exc)) from None
 
 
+def _weight_files(path: Path) -> list[Path]:
+    """model.safetensors, or the shards a model.safetensors.index.json names (a large transformers save)."""
+    index = path.with_name(path.name + ".index.json")
+    if path.is_file() or not index.is_file():
+        return [_require(path)]
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError("model.corrupt_file", path=index, reason=_one_line(exc)) from None
+    return [_require(path.with_name(s)) for s in shards]
+
+
 def read_weights(path: Path, cfg: DecoderConfig) -> Decoder:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    try:
-        state = load_file(str(_require(path)))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise InputError("model.corrupt_file", path=path, reason=_one_line(exc)) from None
+    state = {}
+    for file in _weight_files(path):
+        try:
+            state.update(load_file(str(file)))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise InputError("model.corrupt_file", path=file, reason=_one_line(exc)) from None
     if cfg.tie_embeddings:
         state.setdefault("lm_head.weight", state.get("model.embed_tokens.weight"))  # HF omits the tied copy
     # Built on the CPU (a meta-device build would import torch._dynamo: seconds on first use).
@@ -62,9 +81,19 @@ def read_weights(path: Path, cfg: DecoderConfig) -> Decoder:
     return model
 
 
-def read_tokenizer(path: Path) -> BPETokenizer:
+def read_tokenizer(path: Path, *, eos_id: int | None = None) -> BPETokenizer:
+    """tokenizer.json, with the chat template of a tokenizer_config.json beside it when there is one."""
+    template = None
+    side = path.with_name("tokenizer_config.json")
+    if side.is_file():
+        try:
+            template = json.loads(side.read_text(encoding="utf-8")).get("chat_template")
+        except (ValueError, AttributeError) as exc:
+            raise InputError("model.corrupt_file", path=side, reason=_one_line(exc)) from None
+    if not isinstance(template, str):
+        template = None  # absent, or a list of named templates, which kvviz does not choose between
     try:
-        return BPETokenizer(_require(path))
+        return BPETokenizer(_require(path), eos_id=eos_id, chat_template=template)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception on a bad file
@@ -78,7 +107,7 @@ def load_directory(
     directory = Path(directory)
     torch_dtype, torch_device = parse_dtype(dtype), resolve_device(device)
     cfg = read_config(directory / "config.json")
-    tokenizer = read_tokenizer(directory / "tokenizer.json")
+    tokenizer = read_tokenizer(directory / "tokenizer.json", eos_id=cfg.eos_id)
     model = read_weights(directory / "model.safetensors", cfg).to(device=torch_device, dtype=torch_dtype)
     return NativeBackend(model, tokenizer, name or directory.name)
 
@@ -102,6 +131,24 @@ def random_backend(cfg: DecoderConfig, *, seed: int = 0, dtype: str = "float32",
     return NativeBackend(model, tokenizer_for(cfg), name)
 
 
+def load_gguf(path: str | Path, *, dtype: str = "float32", device: str = "auto") -> NativeBackend:
+    """A llama GGUF file straight into the native decoder (dequantized in memory; fetch-model caches this)."""
+    from kvviz.engine.gguf_import import read_gguf
+
+    torch_dtype, torch_device = parse_dtype(dtype), resolve_device(device)
+    ckpt = read_gguf(path)
+    model = Decoder(ckpt.cfg)
+    model.load_state_dict(ckpt.state | ({"lm_head.weight": ckpt.state["model.embed_tokens.weight"]}
+                                        if ckpt.cfg.tie_embeddings else {}), strict=True, assign=True)
+    if ckpt.cfg.tie_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    tokenizer = BPETokenizer(ckpt.tokenizer, eos_id=ckpt.cfg.eos_id, chat_template=ckpt.chat_template)
+    return NativeBackend(model.to(device=torch_device, dtype=torch_dtype), tokenizer, ckpt.name)
+
+
+ENGINES = ("auto", "native", "hf")
+
+
 def load_backend(
     model: str = "tiny",
     *,
@@ -110,15 +157,36 @@ def load_backend(
     shape: DecoderConfig | None = None,
     seed: int = 0,
     hf_policy: HFPolicy | None = None,
+    engine: str = "auto",
 ) -> Backend:
-    """tiny (shipped), random (custom shape), a kvviz directory (native), or a transformers directory or
-    hub id (the Hugging Face backend)."""
+    """tiny (shipped), random (custom shape), a fetched model (smollm2), a kvviz directory or GGUF file (native),
+    or a transformers directory or hub id: on kvviz's decoder when it implements the architecture (engine
+    "auto" or "native"), else on the Hugging Face backend, which then says why (backend.native_note)."""
+    if engine not in ENGINES:
+        raise InputError("model.bad_engine", engine=engine, choices=", ".join(ENGINES))
     if model == "tiny":
         return load_directory(TINY_DIR, dtype=dtype, device=device, name=TINY_NAME)
     if model == "random":
         return random_backend(shape or DecoderConfig(), seed=seed, dtype=dtype, device=device)
-    if Path(model).is_dir() and not _is_transformers_dir(Path(model)):
-        return load_directory(model, dtype=dtype, device=device)
+    if model in fetch.MODELS:
+        if not fetch.is_fetched(model):
+            raise InputError("fetch.not_fetched", name=model)
+        return load_directory(fetch.model_dir(model), dtype=dtype, device=device, name=fetch.MODELS[model].title)
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return load_gguf(path, dtype=dtype, device=device)
+    if path.is_dir() and not _is_transformers_dir(path):
+        return load_directory(path, dtype=dtype, device=device)
+    note = None
+    if path.is_dir() and engine != "hf":
+        try:
+            return load_directory(path, dtype=dtype, device=device, name=f"{path.name} (kvviz decoder)")
+        except InputError as exc:
+            if engine == "native" or exc.key not in NATIVE_FALLBACK:
+                raise
+            note = exc  # the Hugging Face backend runs it, and says why
+    elif engine == "native":
+        raise InputError("model.native_needs_directory", name=model)
     if model.strip():
         from kvviz.engine.backends.hf import (
             load_hf_backend,  # transformers is imported only when an HF model is asked for
@@ -126,7 +194,9 @@ def load_backend(
 
         # The web UI passes its policy (env + secrets); the CLI reads the environment.
         policy = hf_policy if hf_policy is not None else policy_from(os.environ)
-        return load_hf_backend(model, dtype=dtype, device=device, policy=policy)
+        backend = load_hf_backend(model, dtype=dtype, device=device, policy=policy)
+        backend.native_note = note
+        return backend
     raise InputError("unknown_model", name=model)
 
 

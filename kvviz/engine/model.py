@@ -42,9 +42,25 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
+    """RoPE's inverse frequencies, scaled as transformers' modeling_rope_utils does for each rope_type."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.d_head, 2, dtype=torch.int64).float() / cfg.d_head))
+    if cfg.rope_type == "linear":  # _compute_linear_scaling_rope_parameters: positions / factor
+        return inv_freq / cfg.rope_factor
+    if cfg.rope_type == "llama3":  # _compute_llama3_parameters: long wavelengths slowed, short kept, smooth between
+        old, low, high = cfg.rope_original_max_len, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / low, inv_freq / cfg.rope_factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
+        medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+        return torch.where(medium, smoothed, scaled)
+    return inv_freq
+
+
 def rotary_tables(cfg: DecoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin for every position up to max_seq_len, in HF's non-interleaved (rotate_half) layout."""
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.d_head, 2, dtype=torch.int64).float() / cfg.d_head))
+    inv_freq = rope_inv_freq(cfg)
     freqs = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -60,11 +76,18 @@ class Attention(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.d_head, bias=False)
-        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
-        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=False)
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.d_head, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=cfg.o_bias)
         self.qkv_weight: torch.Tensor | None = None  # fused copy for inference, see Decoder.fuse()
+        self.qkv_bias: torch.Tensor | None = None
+
+    def qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """Q, K and V projections side by side: one matmul when fused (a decode step is bound by op count)."""
+        if self.qkv_weight is not None:
+            return F.linear(x, self.qkv_weight, self.qkv_bias)
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
 
     def forward(
         self,
@@ -79,12 +102,7 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, _ = x.shape
         d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
-        if self.qkv_weight is not None:
-            # One matmul instead of three: a decode step is bound by op count, not FLOPs.
-            qkv = F.linear(x, self.qkv_weight)
-        else:
-            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-        qkv = qkv.view(b, t, hq + 2 * hkv, d)
+        qkv = self.qkv(x).view(b, t, hq + 2 * hkv, d)
         qk = apply_rotary(qkv[:, :, : hq + hkv], cos, sin)  # Q and K heads rotated together, in one pass
         q, k = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)
         v = qkv[:, :, hq + hkv :].transpose(1, 2)
@@ -114,7 +132,7 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq)
         out = out.transpose(1, 2).reshape(b, t, hq * d)
-        return F.linear(out, self.o_proj.weight), probs
+        return F.linear(out, self.o_proj.weight, self.o_proj.bias), probs
 
     def forward_paged(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: PagedKV, layer: int,
                       batch: PagedBatch) -> torch.Tensor:
@@ -122,9 +140,7 @@ class Attention(nn.Module):
         queries attend to its own keys, gathered through its block table (as PagedAttention)."""
         _, t, _ = x.shape
         d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
-        qkv = F.linear(x, self.qkv_weight) if self.qkv_weight is not None else torch.cat(
-            [self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-        qkv = qkv.view(t, hq + 2 * hkv, d)
+        qkv = self.qkv(x).view(t, hq + 2 * hkv, d)
         qk = apply_rotary(qkv[:, : hq + hkv], cos, sin)
         q, k_new, v_new = qk[:, :hq], qk[:, hq:], qkv[:, hq + hkv :]
         kv.k[layer][batch.slots] = k_new
@@ -204,12 +220,15 @@ class Decoder(nn.Module):
             for layer in self.model.layers:
                 a, m = layer.self_attn, layer.mlp
                 a.qkv_weight = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                if a.q_proj.bias is not None:
+                    a.qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
                 m.gate_up_weight = torch.cat([m.gate_proj.weight, m.up_proj.weight])
         return self
 
     def _unfuse(self) -> None:
         for layer in self.model.layers:
             layer.self_attn.qkv_weight = None
+            layer.self_attn.qkv_bias = None
             layer.mlp.gate_up_weight = None
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature

@@ -43,6 +43,13 @@ def shipped_spec() -> KVSpec:
     return native_spec(DecoderConfig.load(TINY_DIR / "config.json"), TINY_NAME)
 
 
+def fetched_spec(name: str) -> KVSpec:
+    """A fetched model's description from its converted config.json alone (no weights read, no torch)."""
+    from kvviz.engine import fetch
+
+    return native_spec(DecoderConfig.load(fetch.model_dir(name) / "config.json"), fetch.model_info(name).title)
+
+
 def random_name(cfg: DecoderConfig) -> str:
     """A custom shape's model name, as captions and the checks show it."""
     return f"random L{cfg.n_layers} H{cfg.n_heads}/{cfg.n_kv_heads} d{cfg.d_head}"

@@ -73,6 +73,7 @@ def _byte_level_decoding() -> dict[str, int]:
 
 
 _BYTE_OF_CHAR = _byte_level_decoding()
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def _hex_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
@@ -91,18 +92,32 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 class BPETokenizer:
     """A byte-level BPE from a `tokenizers` tokenizer.json: any UTF-8 text round-trips exactly."""
 
-    def __init__(self, path: str | Path, eos_token: str = EOS_TOKEN) -> None:
+    def __init__(self, source: str | Path | object, eos_token: str = EOS_TOKEN, *, eos_id: int | None = None,
+                 chat_template: str | None = None) -> None:
+        """source: a tokenizer.json path, or a tokenizers.Tokenizer built in memory (from a GGUF's vocabulary)."""
         from tokenizers import Tokenizer as HFTokenizer
 
-        self.path = Path(path)
-        self._tok = HFTokenizer.from_file(str(self.path))
+        self._tok = source if isinstance(source, HFTokenizer) else HFTokenizer.from_file(str(Path(source)))
         self.vocab_size = self._tok.get_vocab_size()
-        self.eos_id = self._tok.token_to_id(eos_token)
+        # The model's own stop token where its config names one (SmolLM2-Instruct ends a turn with <|im_end|>).
+        self.eos_id = eos_id if eos_id is not None else self._tok.token_to_id(eos_token)
+        self.chat_template = chat_template  # Jinja, as transformers' tokenizer_config.json holds it
         self._special = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()}
         self._texts: dict[int, str] = {}
+        # BOS goes in front only where the tokenizer's own post-processor puts it (Llama 2 style), as
+        # HFTokenizer decides; a byte-level vocabulary keeps its raw bytes, a sentencepiece one its ▁ pieces.
+        with_special = self._tok.encode("a", add_special_tokens=True).ids
+        self._bos = with_special[0] if with_special[:1] != self._tok.encode("a", add_special_tokens=False).ids[:1] \
+            else None
+        self._byte_level = "ByteLevel" in self._tok.to_str()
+
+    def to_json(self) -> str:
+        """The tokenizer as a tokenizer.json text (what the exports write)."""
+        return self._tok.to_str()
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        ids = self._tok.encode(text, add_special_tokens=False).ids
+        return [self._bos, *ids] if self._bos is not None else ids
 
     def decode(self, ids: list[int]) -> str:
         # Special tokens stay in the text, so decode(encode(s)) == s even when s contains them.
@@ -113,7 +128,11 @@ class BPETokenizer:
         piece = self._tok.id_to_token(token_id)
         if piece is None or token_id in self._special:
             return None
-        return bytes(_BYTE_OF_CHAR[c] for c in piece)
+        if self._byte_level:
+            return bytes(_BYTE_OF_CHAR[c] for c in piece)
+        if m := _BYTE_PIECE.fullmatch(piece):  # sentencepiece's byte fallback
+            return bytes([int(m.group(1), 16)])
+        return piece.replace("\u2581", " ").encode("utf-8")
 
     def token_text(self, token_id: int) -> str:
         if token_id not in self._texts:

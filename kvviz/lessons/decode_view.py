@@ -106,6 +106,7 @@ class ModelKey(NamedTuple):
     device: str
     hf_model: str
     shape: object  # the custom shape (model "random"), else None
+    engine: str = "auto"  # which engine runs a Hugging Face choice
 
 
 def changed_settings(started: ModelKey | None, now: ModelKey) -> list[str]:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     backend = load_backend("tiny", device="cpu")
-    gguf = export_gguf(backend.model, backend.tokenizer.path, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
+    gguf = export_gguf(backend.model, backend.tokenizer, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
                        name="kvviz-tiny")
     with LlamaServer(gguf, n_parallel=4, ctx_size=2048) as srv:
         yield srv

@@ -1,0 +1,126 @@
+"""Attention patterns: attention sinks (why StreamingLLM keeps the first tokens) and induction heads (copying)."""
+import numpy as np
+import streamlit as st
+
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import demo_seed, ideas, intro_box
+from kvviz.app.models import get_backend, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.url_state import one_of, url_state
+from kvviz.app.widgets import chart, number_in_range, persisted
+from kvviz.charts import heads as charts
+from kvviz.errors import InputError
+from kvviz.lessons import heads
+from kvviz.training.prose import PROSE
+
+settings = page_setup("heads.title")
+lecture = settings.lecture
+st.title(tr("heads.title"))
+backend = get_backend(settings)
+TEXTS = ("en", "ko", "custom")
+THRESHOLD = 0.3  # prefix matching above this names a head an induction head here (a stated cut, not a law)
+
+
+def model_key() -> tuple:
+    return backend.spec, str(backend.dtype), str(backend.device), backend.kind
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def scores(_backend, key: tuple, ids: tuple[int, ...], repeat: tuple[int, ...]) -> list[heads.HeadScores]:
+    return heads.head_scores(_backend, list(ids), repeat=list(repeat))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def study(_backend, key: tuple, repeat: tuple[int, ...]) -> heads.RepeatStudy:
+    return heads.repeat_study(_backend, list(repeat))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def copying(_backend, key: tuple) -> np.ndarray | None:
+    model = getattr(_backend, "model", None)
+    return heads.copying_scores(model) if _backend.kind == "native" else None  # reads the decoder's weights
+
+
+titles = [tr("heads.sinks_title"), tr("heads.induction_title")]
+show = ideas(titles, "heads")
+if 0 in show:
+    with intro_box():
+        st.write(tr("heads.intro"))
+if backend is None:
+    st.stop()
+model_caption(backend.spec)
+
+if 0 in show:
+    st.subheader(titles[0])
+    c1, c2 = st.columns([1, 2])
+    with c1:
+        source = persisted(st.radio, url_state("text", "en", one_of(TEXTS)), tr("heads.text"),
+                              options=TEXTS, format_func=lambda s: tr(f"heads.text_{s}"), horizontal=True)
+        cap = min(1024, (backend.spec.max_context or 1024) - 1)
+        n_max = int(number_in_range(st, tr("heads.max_tokens"), 16, cap, min(512, cap), "heads_max_tokens",
+                                       help=tr("heads.max_tokens_help")))
+    with c2:
+        if source == "custom":
+            text = persisted(st.text_area, "heads_custom_text", tr("heads.custom_text"), height=120,
+                                max_chars=8000)
+        else:
+            text = "\n\n".join(PROSE[source])
+            st.caption(tr("heads.prose_caption"))
+    ids = backend.tokenizer.encode(text)[:n_max]
+    if len(ids) < 16:
+        show_error(InputError("heads.too_short", n_tokens=len(ids), min_len=16))
+    else:
+        rows = scores(backend, model_key(), tuple(ids), tuple(heads.random_tokens(backend, 50, 0)))
+        share = heads.grid(rows, "first")
+        uniform = heads.uniform_first_share(len(ids))
+        n_sinks = int((share > 0.5).sum())
+        m1, m2, m3 = st.columns(3)
+        m1.metric(tr("heads.metric_sink_heads"), f"{n_sinks} / {share.size}", help=tr("heads.metric_sink_heads_help"))
+        m2.metric(tr("heads.metric_mean_share"), f"{share.mean():.1%}",
+                  help=tr("heads.metric_mean_share_help", uniform=f"{uniform:.1%}", n=len(ids)))
+        m3.metric(tr("heads.metric_uniform"), f"{uniform:.1%}", help=tr("heads.metric_uniform_help", n=len(ids)))
+        left, right = (st.container(), st.container()) if lecture else st.columns([3, 2])
+        with left:
+            chart(charts.sink_heatmap(
+                share, title=tr("heads.sink_heatmap_title", n=len(ids)), x_title=tr("heads.axis_head"),
+                y_title=tr("heads.axis_layer"), hover=tr("heads.sink_hover"), lecture=lecture), "heads_sinks")
+        with right:
+            chart(charts.layer_profile(
+                share, uniform, title=tr("heads.profile_title"), x_title=tr("heads.axis_layer"),
+                y_title=tr("heads.axis_share"), mean_name=tr("heads.profile_mean"), max_name=tr("heads.profile_max"),
+                uniform_name=tr("heads.profile_uniform"), lecture=lecture), "heads_profile")
+        st.caption(tr("heads.sinks_reading_strong" if n_sinks else "heads.sinks_reading_none", n_sinks=n_sinks,
+                      share=f"{share.mean():.1%}", uniform=f"{uniform:.1%}"))
+
+if 1 in show:
+    st.subheader(titles[1])
+    c1, c2 = st.columns(2)
+    n_random = int(number_in_range(c1, tr("heads.n_random"), 10, min(200, (backend.spec.max_context or 400) // 2),
+                                      50, "heads_n_random", help=tr("heads.n_random_help")))
+    seed = int(number_in_range(c2, tr("heads.seed"), 0, 10**6, 0, "heads_seed"))
+    repeat = heads.random_tokens(backend, n_random, demo_seed(seed))
+    rl = study(backend, model_key(), tuple(repeat))
+    prefix = rl.prefix_matching
+    ov = copying(backend, model_key())
+    named = int(((prefix > THRESHOLD) & ((ov > 0) if ov is not None else True)).sum())
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric(tr("heads.metric_first_copy"), f"{rl.first_copy:.2f}", help=tr("heads.metric_loss_help"))
+    m2.metric(tr("heads.metric_second_copy"), f"{rl.second_copy:.2f}", delta=f"{-rl.drop:+.2f}",
+              delta_color="inverse")
+    m3.metric(tr("heads.metric_induction_heads"), f"{named} / {prefix.size}",
+              help=tr("heads.metric_induction_heads_help", threshold=THRESHOLD))
+    m4.metric(tr("heads.metric_best_prefix"), f"{prefix.max():.2f}",
+              help=tr("heads.metric_best_prefix_help", layer=int(prefix.argmax() // prefix.shape[1]),
+                      head=int(prefix.argmax() % prefix.shape[1])))
+    left, right = (st.container(), st.container()) if lecture else st.columns(2)
+    with left:
+        chart(charts.repeat_loss_chart(rl.losses, n_random, title=tr("heads.loss_title", n=n_random),
+                                          x_title=tr("heads.axis_position"), y_title=tr("heads.axis_loss"),
+                                          boundary=tr("heads.second_copy"), lecture=lecture), "heads_loss")
+    with right:
+        chart(charts.induction_scatter(prefix, ov, title=tr("heads.scatter_title"), x_title=tr("heads.axis_prefix"),
+                                          y_title=tr("heads.axis_copying"), threshold=THRESHOLD,
+                                          hover=tr("heads.scatter_hover"), lecture=lecture), "heads_induction")
+    if ov is None:
+        st.caption(tr("heads.copying_unknown"))
+    st.caption(tr("heads.induction_reading", drop=f"{rl.drop:.2f}", named=named, threshold=THRESHOLD))
