@@ -401,3 +401,16 @@ def test_kv_dtype_as_vllm_reports_it(label, expected):
 
     text = f'# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size="16",cache_dtype="{label}"}} 1.0\n'
     assert server_kv_dtype(parse_metrics(text)) == expected
+
+
+def test_kv_bytes_of_a_fetched_model_served_by_its_name():
+    """SmolLM2 served by llama-server (its GGUF from `fetch-model smollm2`) is known by its name: 2 (K, V) · 30 layers
+    · 3 KV heads · d_head 64 · 2 bytes (f16) per token."""
+    from kvviz.engine.fetch import is_fetched
+    from kvviz.serving.report import kv_per_token
+
+    if not is_fetched("smollm2"):
+        pytest.skip("SmolLM2 is not fetched here: python -m kvviz fetch-model smollm2")
+    for model_id in ("SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2"):
+        out = kv_per_token(model_id, "float16")
+        assert (out["shape_name"], out["kv_bytes_per_token"]) == ("SmolLM2-135M-Instruct", 2 * 30 * 3 * 64 * 2)

@@ -50,6 +50,14 @@ def known_shape(model_id: str) -> tuple[str, KVSpec] | None:
         except (InputError, ValueError, OSError):
             return None
     base = wanted.rsplit("/", 1)[-1].removesuffix(".gguf")
+    from kvviz.engine.fetch import MODELS, is_fetched
+
+    for m in MODELS.values():  # a model kvviz fetched (e.g. SmolLM2), served by its name or its repository's
+        names = {m.name, m.title.lower(), m.homepage.lower().removeprefix("https://huggingface.co/")}
+        if (wanted in names or base in names) and is_fetched(m.name):
+            from kvviz.engine.shape import fetched_spec
+
+            return m.title, fetched_spec(m.name)
     if base in ("kvviz-tiny", "tiny"):
         from kvviz.engine.shape import shipped_spec
 
