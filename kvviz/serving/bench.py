@@ -284,6 +284,8 @@ class BenchRun:
         self._lock = threading.Lock()
         self._last_update = 0.0
         self._t0 = time.perf_counter()
+        # Each request's leading tokens: new every run, so no prompt finds an earlier run's in the cache.
+        self._lead_rng = np.random.default_rng(time.time_ns())
 
     # ---- what the caller reads ----------------------------------------------------------------------
     @property
@@ -347,10 +349,8 @@ class BenchRun:
             reqs = dataset_requests(self.server, self.model, n, self.plan.workload, client=http)
             self.exact_prompts = all(r.prompt_len is not None for r in reqs)
             return reqs
-        # A fresh tag per point and run: nothing measured can find an earlier run's prompt in the cache.
-        tag = f"{time.time_ns() % 10**6}-{index}-"
         reqs, exact = random_requests(self.server, self.model, n, self.plan.workload, self.plan.endpoint,
-                                      tag=tag, rng=rng, client=http)
+                                      rng=rng, lead_rng=self._lead_rng, client=http)
         self.exact_prompts = exact
         return reqs
 

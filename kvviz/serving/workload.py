@@ -34,6 +34,24 @@ FILLER = ("The keys and values of earlier tokens never change under a causal mas
           "keeps them in a paged cache and each new token only computes its own. ")
 SYSTEM_PROMPT = ("You are the assistant of a serving benchmark. Every request in this run begins with these same "
                  "instructions, so an engine with a prefix cache computes their keys and values once. ")
+# Each request's first tokens, drawn from these (most are one token each in a byte-level BPE vocabulary).
+LEAD_WORDS = (
+    "apple river stone cloud garden window candle forest silver harbor meadow lantern pepper violin desert "
+    "island marble orchid pilot rocket saddle temple umbrella valley wagon anchor basket cactus dolphin engine "
+    "feather glacier hammer igloo jacket kettle ladder magnet needle oyster parrot quartz ribbon scarf tiger "
+    "tunnel velvet walnut yogurt zebra arrow bubble copper dragon ember falcon ginger helmet ivory jungle koala "
+    "lemon mango nickel olive panda quilt radish salmon tomato urchin vapor wizard yacht acorn beacon cobalt "
+    "dune eagle fossil gravel hazel indigo jasmine kayak lotus maple nectar onyx pebble quiver raven sapphire "
+    "thistle tulip vessel willow amber bison cedar daisy emerald fern goblet heron iris juniper kelp lilac "
+    "mist nutmeg otter plum quill reef sparrow thunder vanilla whale badger canyon comet crystal dagger "
+    "elbow fabric galaxy hollow insect jigsaw kernel lagoon mirror nomad orbit puzzle rabbit shadow timber "
+    "vortex winter blossom castle circus cobweb cricket crown diamond donkey empire fiddle flame frost "
+    "goose harvest hornet jelly kitten lobster mammoth monkey muffin napkin ocean palace pearl pigeon "
+    "pocket pumpkin rainbow saturn shovel spider statue summit tractor trumpet turtle volcano waffle beetle "
+    "biscuit blanket bronze button camel cherry cotton coyote crater cushion dinner dragonfly feast forge "
+    "gecko glove gorilla granite hamster hedgehog honey iceberg jaguar lizard llama meteor mushroom orange "
+    "penguin pirate planet prism raccoon robin sailor sandal scorpion sheep spinach squirrel stallion "
+    "sunflower tadpole teapot thimble toffee tornado trolley tundra unicorn vulture walrus yarn zeppelin")
 # vllm/benchmarks/dataset_utils.py is_valid_sequence defaults
 MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
 
@@ -102,24 +120,39 @@ def arrival_times(n: int, request_rate: float, burstiness: float, rng: np.random
     return times.tolist()
 
 
-def random_requests(server: api.Server, model: str, n: int, workload: Workload, endpoint: str, *, tag: str,
-                    rng: np.random.Generator, client: httpx.Client | None = None) -> tuple[list[SampleRequest], bool]:
-    """n requests of the drawn lengths; each starts (after the shared prefix) with its own number, so no two
-    share more than the prefix. The second value: exact token ids (True) or text of about that many words."""
+def random_requests(server: api.Server, model: str, n: int, workload: Workload, endpoint: str, *,
+                    rng: np.random.Generator, lead_rng: np.random.Generator | None = None,
+                    client: httpx.Client | None = None) -> tuple[list[SampleRequest], bool]:
+    """n requests of the drawn lengths. After the shared prefix, each begins with two tokens of its own (the
+    first different for every request of the point, both drawn by `lead_rng`, fresh each run), so no two share
+    more than that prefix, nor with anything an earlier run left cached: prefix caches reuse a common prefix
+    only, so the text after them may be the same. The second value: exact token ids (True) or text of about
+    that many words (False)."""
     input_lens, output_lens = sample_lengths(n, workload, rng)
-    texts = [f"{tag}{i}. " + FILLER * (input_lens[i] // 10 + 2) for i in range(n)]
+    lead_rng = lead_rng or np.random.default_rng()
+    body = FILLER * (max(input_lens) // 10 + 2)
     system = SYSTEM_PROMPT + FILLER * (workload.prefix_len // 10 + 2)
     if endpoint == "completions":
-        prefix = api.tokenize(server, model, system, client) if workload.prefix_len else []
-        ids = [api.tokenize(server, model, text, client) for text in texts]
-        if prefix is not None and len(prefix) >= workload.prefix_len and all(
-                x is not None and len(x) >= k for x, k in zip(ids, input_lens, strict=True)):
-            head = prefix[:workload.prefix_len]
-            return [SampleRequest(head + x[:k], workload.prefix_len + k, o)  # type: ignore[index]
-                    for x, k, o in zip(ids, input_lens, output_lens, strict=True)], True
-    head_words = system.split()[:workload.prefix_len]
-    return [SampleRequest(" ".join(head_words + text.split()[:k]), None, o)
-            for text, k, o in zip(texts, input_lens, output_lens, strict=True)], False
+        head = api.tokenize(server, model, system, client) if workload.prefix_len else []
+        pool = list(dict.fromkeys(api.tokenize(server, model, LEAD_WORDS, client) or []))
+        body_ids = api.tokenize(server, model, body, client)
+        if head is not None and len(head) >= workload.prefix_len and body_ids is not None and len(pool) >= 2:
+            first, second = _leads(len(pool), n, lead_rng)
+            return [SampleRequest((head[:workload.prefix_len] + [pool[a], pool[b]] + body_ids)[
+                        :workload.prefix_len + k], workload.prefix_len + k, o)
+                    for a, b, k, o in zip(first, second, input_lens, output_lens, strict=True)], True
+    words, body_words, head_words = LEAD_WORDS.split(), body.split(), system.split()[:workload.prefix_len]
+    first, second = _leads(len(words), n, lead_rng)
+    return [SampleRequest(" ".join(head_words + ([words[a], words[b]] + body_words)[:k]), None, o)
+            for a, b, k, o in zip(first, second, input_lens, output_lens, strict=True)], False
+
+
+def _leads(pool: int, n: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """Indices of each request's two leading tokens: the first distinct across requests (while the pool lasts)."""
+    first = rng.permutation(pool)[:n].tolist()
+    while len(first) < n:
+        first += rng.permutation(pool)[:n - len(first)].tolist()
+    return first, rng.integers(0, pool, size=n).tolist()
 
 
 def read_dataset(path: str | Path) -> list[tuple[str, str | None]]:
