@@ -3,11 +3,12 @@
 Starts llama-server on a GGUF (the shipped model exported, or --gguf FILE), the app with `streamlit run`, and the
 system Chromium; drives the page through a closed-loop sweep as a user would (the page draws its charts every
 half second while its worker process measures), downloads the page's results, then runs `serve-bench` with the
-same settings and prints, per point, the median and range of TTFT and TPOT from both and whether they agree
-within their spread (kvviz.engine.metrics.within_spread). Repeat with --order cli-first to rule out an order effect.
+same settings once before the page and once after, and prints, per point, the median and range of TTFT and TPOT
+from the page and from both serve-bench runs, and whether the page agrees with serve-bench within their spread:
+the larger of each run's range and how far the two serve-bench runs moved (kvviz.engine.metrics.within_spread).
 
     python bench/serving_page_vs_cli.py [--concurrency 1,2,4] [--requests 12] [--prompt-len 128] [--max-tokens 64]
-                                        [--gguf FILE --alias NAME] [--order page-first|cli-first] [--json]
+                                        [--gguf FILE --alias NAME] [--json]
 """
 from __future__ import annotations
 
@@ -87,7 +88,6 @@ def main() -> None:
     ap.add_argument("--gguf", default=None, help="a GGUF to serve (default: the shipped model, exported)")
     ap.add_argument("--alias", default="kvviz-tiny")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--order", choices=["page-first", "cli-first"], default="page-first")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,36 +100,39 @@ def main() -> None:
             gguf = export_gguf(backend.model, backend.tokenizer, Path(tmp) / "kvviz-tiny.gguf", name="kvviz-tiny")
         with LlamaServer(gguf, alias=args.alias, n_parallel=4, ctx_size=4096, threads=args.threads) as srv, \
                 app_server() as app:
-            if args.order == "cli-first":
-                cli_points, page_points = run_cli(srv.base_url, args), run_page(app, srv.base_url, args)
-            else:
-                page_points, cli_points = run_page(app, srv.base_url, args), run_cli(srv.base_url, args)
+            before = run_cli(srv.base_url, args)
+            page_points = run_page(app, srv.base_url, args)
+            after = run_cli(srv.base_url, args)
     rows = []
-    for i, c in enumerate(cli_points):
+    for i, (c1, c2) in enumerate(zip(before, after, strict=True)):
         p = page_points[f"point{i + 1}"]
-        cli_ttft, cli_tpot = [r["ttft_s"] for r in c["requests"]], [r["tpot_s"] for r in c["requests"]]
-        row = {"concurrency": c["max_concurrency"]}
-        for name, page_v, cli_v in (("ttft", p["ttfts"], cli_ttft), ("tpot", tpots(p), cli_tpot)):
-            sp, sc = spread(page_v), spread(cli_v)
+        row = {"concurrency": c1["max_concurrency"]}
+        for name, page_v in (("ttft", p["ttfts"]), ("tpot", tpots(p))):
+            runs = [[r[f"{name}_s"] for r in c["requests"]] for c in (c1, c2)]
+            sp, s1, s2, sc = spread(page_v), spread(runs[0]), spread(runs[1]), spread(runs[0] + runs[1])
+            moved = abs(s1.median - s2.median)
             row |= {f"page_{name}_median_ms": sp.median * 1e3, f"page_{name}_range_ms": (sp.low * 1e3, sp.high * 1e3),
                     f"cli_{name}_median_ms": sc.median * 1e3, f"cli_{name}_range_ms": (sc.low * 1e3, sc.high * 1e3),
-                    f"{name}_agree": within_spread(page_v, cli_v), f"{name}_ratio_page_over_cli": sp.median / sc.median}
+                    f"cli_{name}_moved_ms": moved * 1e3,
+                    f"{name}_agree": within_spread(page_v, runs[0] + runs[1], moved),
+                    f"{name}_ratio_page_over_cli": sp.median / sc.median}
         rows.append(row)
     if args.json:
-        print(json.dumps({"order": args.order, "rows": rows}))
+        print(json.dumps({"rows": rows}))
         return
-    print(f"order: {args.order}; {args.requests} requests per point, {args.prompt_len} prompt / "
-          f"{args.max_tokens} output tokens")
-    print(f"{'conc':>4} | {'TTFT page':>22} {'TTFT cli':>22} {'agree':>5} {'ratio':>5} | "
-          f"{'TPOT page':>20} {'TPOT cli':>20} {'agree':>5} {'ratio':>5}")
+    print(f"{args.requests} requests per point, {args.prompt_len} prompt / {args.max_tokens} output tokens; "
+          f"serve-bench ran before and after the page (its two runs pooled; 'moved': how far their medians moved)")
+    print(f"{'conc':>4} | {'TTFT page':>22} {'TTFT serve-bench':>22} {'moved':>6} {'agree':>5} {'ratio':>5} | "
+          f"{'TPOT page':>20} {'TPOT serve-bench':>20} {'moved':>6} {'agree':>5} {'ratio':>5}")
     def cell(r: dict, who: str, name: str) -> str:
         lo, hi = r[f"{who}_{name}_range_ms"]
         return f"{r[f'{who}_{name}_median_ms']:.1f} [{lo:.1f}–{hi:.1f}]"
 
     for r in rows:
         print(f"{r['concurrency']:>4} | {cell(r, 'page', 'ttft'):>22} {cell(r, 'cli', 'ttft'):>22} "
-              f"{str(r['ttft_agree']):>5} {r['ttft_ratio_page_over_cli']:>5.2f} | {cell(r, 'page', 'tpot'):>20} "
-              f"{cell(r, 'cli', 'tpot'):>20} {str(r['tpot_agree']):>5} {r['tpot_ratio_page_over_cli']:>5.2f}")
+              f"{r['cli_ttft_moved_ms']:>6.1f} {str(r['ttft_agree']):>5} {r['ttft_ratio_page_over_cli']:>5.2f} | "
+              f"{cell(r, 'page', 'tpot'):>20} {cell(r, 'cli', 'tpot'):>20} {r['cli_tpot_moved_ms']:>6.1f} "
+              f"{str(r['tpot_agree']):>5} {r['tpot_ratio_page_over_cli']:>5.2f}")
 
 
 if __name__ == "__main__":

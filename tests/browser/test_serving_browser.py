@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from kvviz.cli import main
 from kvviz.engine.export import export_gguf
 from kvviz.engine.loading import load_backend
-from kvviz.engine.metrics import within_spread
+from kvviz.engine.metrics import spread, within_spread
 from kvviz.serving.llamacpp import LlamaServer, binary
 
 pytestmark = pytest.mark.skipif(
@@ -123,22 +123,31 @@ def test_open_loop_ko(page, shots, llama):
 
 
 def test_sweep_ko_agrees_with_serve_bench(page, shots, llama, capsys):
+    """The page's downloaded numbers beside serve-bench's, run before and after it on the same server: TTFT and TPOT
+    agree within the larger of each run's range and how far the two serve-bench runs moved."""
+    flags = ["--prompt-len", "128", "--max-tokens", "64", "--concurrency", "1,2,4", "--requests", "12", "--json"]
+
+    def bench() -> list[dict]:
+        assert main(["serve-bench", "--url", llama.base_url, *flags]) == 0
+        return json.loads(capsys.readouterr().out)["points"]
+
+    before = bench()
     _open(page, "서빙 엔진", "?lang=ko")
     _connect(page, KO, llama.base_url)
     _sweep(page, shots, "ko", KO)
     with page.expect_download() as download:
         page.get_by_role("button", name=re.compile("결과 내려받기")).click()
     points = json.loads(open(download.value.path(), encoding="utf-8").read())
-    assert main(["serve-bench", "--url", llama.base_url, "--prompt-len", "128", "--max-tokens", "64",
-                 "--concurrency", "1,2,4", "--requests", "12", "--json"]) == 0
-    cli = json.loads(capsys.readouterr().out)["points"]
-    for i, point in enumerate(cli):
+    after = bench()
+
+    def tpots(d):
+        return [(lat - ttft) / (n - 1) for lat, ttft, n in zip(d["latencies"], d["ttfts"], d["output_lens"],
+                                                               strict=True) if n > 1]
+
+    for i in range(3):
         mine = points[f"point{i + 1}"]
-
-        def tpots(d):
-            return [(lat - ttft) / (n - 1) for lat, ttft, n in zip(d["latencies"], d["ttfts"], d["output_lens"],
-                                                                   strict=True) if n > 1]
-
-        assert within_spread(mine["ttfts"], [r["ttft_s"] for r in point["requests"]])
-        assert within_spread(tpots(mine), [r["tpot_s"] for r in point["requests"]])
+        for key, page_values in (("ttft_s", mine["ttfts"]), ("tpot_s", tpots(mine))):
+            runs = [[r[key] for r in run[i]["requests"]] for run in (before, after)]
+            moved = abs(spread(runs[0]).median - spread(runs[1]).median)
+            assert within_spread(page_values, runs[0] + runs[1], moved), (i, key)
     assert page.console_errors == []
