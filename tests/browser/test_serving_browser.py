@@ -50,13 +50,13 @@ def _connect(page, words, url) -> None:
 
 def _sweep(page, shots, lang, words):
     _fill(page, words["conc"], "1, 2, 4")
-    _fill(page, words["requests"], 12)
-    _fill(page, words["out"], 64)
+    _fill(page, words["requests"], 6)
+    _fill(page, words["out"], 16)
     page.get_by_role("button", name=words["start"], exact=True).click()
     expect(page.get_by_text(re.compile(words["running"]))).to_be_visible(timeout=60_000)
-    expect(page.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=90_000)
+    expect(page.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=300_000)
     page.screenshot(path=shots / f"serving_sweep_running_{lang}.png", full_page=True)
-    expect(page.get_by_text(re.compile(words["done"]))).to_be_visible(timeout=240_000)
+    expect(page.get_by_text(re.compile(words["done"]))).to_be_visible(timeout=600_000)
     wait_idle(page)
     settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
@@ -69,10 +69,10 @@ def _sweep(page, shots, lang, words):
 
 EN = {"url": "Base URL", "connect": "Connect", "connected": "Connected to .*engine llama.cpp",
       "conc": "Concurrency (comma-separated)", "requests": "Requests per point", "out": "Output tokens",
-      "start": "Start", "running": r"Measuring: \d+ of 36 requests", "done": "Done: 36 of 36 requests"}
+      "start": "Start", "running": r"Measuring: \d+ of 18 requests", "done": "Done: 18 of 18 requests"}
 KO = {"url": "기본 URL", "connect": "연결", "connected": "연결됨: 엔진 llama.cpp",
       "conc": "동시성 (쉼표로 구분)", "requests": "지점당 요청 수", "out": "출력 토큰",
-      "start": "시작", "running": r"측정 중: 요청 36개 중 \d+개", "done": "완료: 요청 36개 중 36개"}
+      "start": "시작", "running": r"측정 중: 요청 18개 중 \d+개", "done": "완료: 요청 18개 중 18개"}
 
 
 def test_sweep_and_prefix_en(page, shots, llama):
@@ -82,7 +82,7 @@ def test_sweep_and_prefix_en(page, shots, llama):
     page.get_by_role("tab", name="Prefix cache").click()
     _fill(page, "Shared prefix (words)", 200)
     page.get_by_role("button", name="Run the prefix experiment").click()
-    expect(page.get_by_text(re.compile("The shared prefix saved"))).to_be_visible(timeout=180_000)
+    expect(page.get_by_text(re.compile("The shared prefix saved"))).to_be_visible(timeout=600_000)
     wait_idle(page)
     settle(page)
     page.screenshot(path=shots / "serving_prefix_en.png", full_page=True)
@@ -95,7 +95,7 @@ def test_sweep_and_prefix_en(page, shots, llama):
     wait_idle(page)
     expect(page.get_by_text(re.compile("cannot reach http://127.0.0.1:9"))).to_be_visible()
     page.get_by_role("tab", name="Load sweep").click()
-    expect(page.get_by_text("Done: 36 of 36 requests")).to_be_visible()
+    expect(page.get_by_text("Done: 18 of 18 requests")).to_be_visible()
     assert page.locator("[data-testid='stPlotlyChart']:visible").count() >= 3
     page.screenshot(path=shots / "serving_unreachable_keeps_results_en.png", full_page=True)
     assert page.console_errors == []
@@ -106,12 +106,12 @@ def test_open_loop_ko(page, shots, llama):
     _connect(page, KO, llama.base_url)
     page.get_by_text("요청 속도 (열린 루프)").click()
     wait_idle(page)
-    _fill(page, "초당 요청 속도 (쉼표로 구분)", "2, 4, 8")
-    _fill(page, KO["requests"], 12)
-    _fill(page, KO["out"], 32)
-    _fill(page, "굿풋 SLO: TTFT (ms, 0: 없음)", 500)
+    _fill(page, "초당 요청 속도 (쉼표로 구분)", "0.5, 1, 2")
+    _fill(page, KO["requests"], 6)
+    _fill(page, KO["out"], 16)
+    _fill(page, "굿풋 SLO: TTFT (ms, 0: 없음)", 2000)
     page.get_by_role("button", name="시작", exact=True).click()
-    expect(page.get_by_text(re.compile("완료: 요청 36개 중 36개"))).to_be_visible(timeout=240_000)
+    expect(page.get_by_text(re.compile("완료: 요청 18개 중 18개"))).to_be_visible(timeout=600_000)
     wait_idle(page)
     settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
@@ -125,7 +125,7 @@ def test_open_loop_ko(page, shots, llama):
 def test_sweep_ko_agrees_with_serve_bench(page, shots, llama, capsys):
     """The page's downloaded numbers beside serve-bench's, run before and after it on the same server: TTFT and TPOT
     agree within the larger of each run's range and how far the two serve-bench runs moved."""
-    flags = ["--prompt-len", "128", "--max-tokens", "64", "--concurrency", "1,2,4", "--requests", "12", "--json"]
+    flags = ["--prompt-len", "128", "--max-tokens", "16", "--concurrency", "1,2,4", "--requests", "6", "--json"]
 
     def bench() -> list[dict]:
         assert main(["serve-bench", "--url", llama.base_url, *flags]) == 0
