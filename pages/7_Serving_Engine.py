@@ -281,7 +281,7 @@ with tab_load:
         if state is None:
             st.info(tr("serving.idle"))
             return
-        if state["status"] in FINAL and ss.get("sv_was_running"):
+        if not is_running("sv_worker") and ss.get("sv_was_running"):  # its final state read, its process gone
             ss.sv_was_running = False
             st.rerun()  # the whole page: the fragment stops ticking and the buttons flip
         run = state.get("result") or {}
@@ -344,7 +344,8 @@ with tab_load:
         samples = [g for p in [*points, *([current] if current else [])] for g in p.get("gauges", [])]
         if samples:
             chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
-                "title", "cache", "requests", "kv_usage", "running", "waiting", "x", "y_pct", "y_count")},
+                "title", "cache", "requests", "kv_usage", "running", "waiting", "not_exported", "x", "y_pct",
+                "y_count")},
                 lecture=settings.lecture), "serving_metrics")
         if points and state["status"] in FINAL:
             files = {f"point{i + 1}": vllm_result(run, p, "kvviz") for i, p in enumerate(points)}
@@ -391,7 +392,7 @@ with tab_prefix:
         state = poll("sv_prefix_worker", "sv_prefix_state")
         if state is None:
             return
-        if state["status"] in FINAL and ss.get("sv_prefix_was_running"):
+        if not is_running("sv_prefix_worker") and ss.get("sv_prefix_was_running"):
             ss.sv_prefix_was_running = False
             st.rerun()
         if state["status"] not in FINAL:

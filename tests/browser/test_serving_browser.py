@@ -60,6 +60,8 @@ def _sweep(page, shots, lang, words):
     wait_idle(page)
     settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
+    expect(page.get_by_role("button", name=words["start"], exact=True)).to_be_enabled()  # the buttons flipped back
+    page.get_by_text(re.compile(words["done"])).scroll_into_view_if_needed()
     page.screenshot(path=shots / f"serving_sweep_done_{lang}.png", full_page=True)
     for i, name in enumerate(("load", "timeline", "metrics")):
         chart = page.locator("[data-testid='stPlotlyChart']:visible").nth(i)
@@ -83,8 +85,10 @@ def test_sweep_and_prefix_en(page, shots, llama):
     _fill(page, "Shared prefix (words)", 200)
     page.get_by_role("button", name="Run the prefix experiment").click()
     expect(page.get_by_text(re.compile("The shared prefix saved"))).to_be_visible(timeout=600_000)
+    expect(page.get_by_role("button", name="Run the prefix experiment")).to_be_enabled(timeout=600_000)  # all trials
     wait_idle(page)
     settle(page)
+    page.get_by_text(re.compile("The shared prefix saved")).scroll_into_view_if_needed()
     page.screenshot(path=shots / "serving_prefix_en.png", full_page=True)
     chart = page.locator("[data-testid='stPlotlyChart']:visible").first
     chart.scroll_into_view_if_needed()
@@ -115,6 +119,7 @@ def test_open_loop_ko(page, shots, llama):
     wait_idle(page)
     settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
+    page.get_by_text(re.compile("완료: 요청 18개 중 18개")).scroll_into_view_if_needed()
     page.screenshot(path=shots / "serving_open_loop_ko.png", full_page=True)
     chart = page.locator("[data-testid='stPlotlyChart']:visible").first
     chart.scroll_into_view_if_needed()
