@@ -5,10 +5,13 @@ system Chromium; drives the page through a closed-loop sweep as a user would (th
 half second while its worker process measures), downloads the page's results, then runs `serve-bench` with the
 same settings once before the page and once after, and prints, per point, the median and range of TTFT and TPOT
 from the page and from both serve-bench runs, and whether the page agrees with serve-bench within their spread:
-the larger of each run's range and how far the two serve-bench runs moved (kvviz.engine.metrics.within_spread).
+the larger of each run's range and how far the two serve-bench runs moved (kvviz.engine.metrics.within_spread);
+and llama.cpp's own decode time per token during each, which tells a slower client from a slower server.
+--live-charts ticks the page's "Draw the charts while measuring": on a machine that also runs the server, the
+redrawing takes CPU from it.
 
     python bench/serving_page_vs_cli.py [--concurrency 1,2,4] [--requests 12] [--prompt-len 128] [--max-tokens 64]
-                                        [--gguf FILE --alias NAME] [--json]
+                                        [--gguf FILE --alias NAME] [--live-charts] [--json]
 """
 from __future__ import annotations
 
@@ -60,6 +63,9 @@ def run_page(app: str, llama_url: str, args: argparse.Namespace) -> dict:
         fill("Requests per point", args.requests)
         fill("Prompt tokens", args.prompt_len)
         fill("Output tokens", args.max_tokens)
+        if args.live_charts:
+            page.get_by_text("Draw the charts while measuring").click()
+            wait_idle(page)
         page.get_by_role("button", name="Start", exact=True).click()
         expect(page.get_by_text(re.compile(r"Done: \d+ of \d+ requests"))).to_be_visible(timeout=600_000)
         settle(page)
@@ -88,6 +94,8 @@ def main() -> None:
     ap.add_argument("--gguf", default=None, help="a GGUF to serve (default: the shipped model, exported)")
     ap.add_argument("--alias", default="kvviz-tiny")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--live-charts", action="store_true",
+                    help="tick the page's 'Draw the charts while measuring' (off by default on the page)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,6 +124,9 @@ def main() -> None:
                     f"cli_{name}_moved_ms": moved * 1e3,
                     f"{name}_agree": within_spread(page_v, runs[0] + runs[1], moved),
                     f"{name}_ratio_page_over_cli": sp.median / sc.median}
+        # llama.cpp's own decode time per token, mean over the point: what the server did, whoever watched it
+        row |= {"page_server_tpot_ms": p["kvviz"]["server_timings"]["server_mean_tpot_ms"],
+                "cli_server_tpot_ms": [c["server_timings"]["server_mean_tpot_ms"] for c in (c1, c2)]}
         rows.append(row)
     if args.json:
         print(json.dumps({"rows": rows}))
@@ -132,7 +143,9 @@ def main() -> None:
         print(f"{r['concurrency']:>4} | {cell(r, 'page', 'ttft'):>22} {cell(r, 'cli', 'ttft'):>22} "
               f"{r['cli_ttft_moved_ms']:>6.1f} {str(r['ttft_agree']):>5} {r['ttft_ratio_page_over_cli']:>5.2f} | "
               f"{cell(r, 'page', 'tpot'):>20} {cell(r, 'cli', 'tpot'):>20} {r['cli_tpot_moved_ms']:>6.1f} "
-              f"{str(r['tpot_agree']):>5} {r['tpot_ratio_page_over_cli']:>5.2f}")
+              f"{str(r['tpot_agree']):>5} {r['tpot_ratio_page_over_cli']:>5.2f} | server's own TPOT: during the page "
+              f"{r['page_server_tpot_ms']:.1f} ms, during serve-bench "
+              f"{' / '.join(f'{v:.1f}' for v in r['cli_server_tpot_ms'])} ms")
 
 
 if __name__ == "__main__":

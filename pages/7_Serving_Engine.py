@@ -30,7 +30,7 @@ from kvviz.serving.worker import FINAL, Worker
 from kvviz.serving.workload import Workload, read_dataset
 from kvviz.units import format_binary
 
-TICK_S = 0.5  # how often the page reads the worker's state while it runs
+TICK_S = 1.0  # how often the page reads the worker's state while it runs
 
 settings = page_setup("serving.title")
 ss = st.session_state
@@ -247,6 +247,7 @@ with tab_load:
             ss.sv_worker.cancel()
 
     running = is_running("sv_worker")
+    st.checkbox(tr("serving.live_charts"), key="sv_live_charts", help=tr("serving.live_charts_help"))
     b1, b2, _ = st.columns([1, 1, 4])
     b1.button(tr("serving.start"), on_click=start, disabled=running, type="primary", key="sv_start")
     b2.button(tr("serving.cancel"), on_click=cancel, disabled=not running, key="sv_cancel")
@@ -302,6 +303,11 @@ with tab_load:
         current = run.get("current")
         if run.get("exact_prompts") is not None:
             st.caption(tr("serving.prompts_exact" if run["exact_prompts"] else "serving.prompts_text"))
+        if state["status"] not in FINAL and not ss.get("sv_live_charts"):
+            # Drawing charts costs CPU, in this process and in the browser: on a machine that also runs the
+            # server, that CPU is the server's, and the numbers would describe a slower server.
+            st.caption(tr("serving.quiet_while_measuring"))
+            return
         if points:
             xs = [x_label(p) for p in points]
             closed = all(p["request_rate"] == "inf" for p in points)

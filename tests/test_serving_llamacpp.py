@@ -139,6 +139,27 @@ def test_open_loop_at_three_rates(server, tmp_path, capsys):
     assert saved["p99_ttft_ms"] == out["points"][0]["p99_ttft_ms"]
 
 
+def test_sharegpt_dataset(server, tmp_path, capsys):
+    """Prompts from a ShareGPT file as vLLM reads one: the first turn the prompt, the reply's token count the output
+    length, pairs outside vLLM's bounds skipped, oversampled (with the seed) to the requests asked for."""
+    convs = [("What does a KV cache store for each token?", "Its keys and values, one pair per layer and head."),
+             ("Why is decode memory-bound?", "Each step reads every weight and the whole cache to make one token."),
+             ("Hi", "A prompt of one token is skipped by vLLM's rule.")]
+    data = [{"id": str(i), "conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]}
+            for i, (q, a) in enumerate(convs)]
+    (tmp_path / "share.json").write_text(json.dumps(data))
+    assert main(["serve-bench", "--url", server.base_url, "--dataset-path", str(tmp_path / "share.json"),
+                 "--concurrency", "2", "--requests", "4", "--num-warmups", "0", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["points"][0]
+    srv = api.Server(server.base_url)
+    counts = {len(api.tokenize(srv, "kvviz-tiny", q, add_special=True)): len(api.tokenize(srv, "kvviz-tiny", a,
+                                                                                         add_special=True))
+              for q, a in convs[:2]}
+    assert p["completed"] == 4
+    for r in p["requests"]:
+        assert counts[r["prompt_tokens"]] == r["n_tokens"] == r["expected_output_len"]  # its reply's length
+
+
 def test_metrics_of_the_real_server(backend, server):
     srv = api.Server(server.base_url)
     before = scrape(srv)

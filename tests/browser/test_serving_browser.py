@@ -54,7 +54,9 @@ def _sweep(page, shots, lang, words):
     _fill(page, words["out"], 16)
     page.get_by_role("button", name=words["start"], exact=True).click()
     expect(page.get_by_text(re.compile(words["running"]))).to_be_visible(timeout=60_000)
-    expect(page.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=300_000)
+    expect(page.get_by_text(words["quiet"])).to_be_visible()  # nothing drawn while it measures
+    assert page.locator("[data-testid='stPlotlyChart']:visible").count() == 0
+    page.get_by_text(re.compile(words["running"])).scroll_into_view_if_needed()
     page.screenshot(path=shots / f"serving_sweep_running_{lang}.png", full_page=True)
     expect(page.get_by_text(re.compile(words["done"]))).to_be_visible(timeout=600_000)
     wait_idle(page)
@@ -71,10 +73,12 @@ def _sweep(page, shots, lang, words):
 
 EN = {"url": "Base URL", "connect": "Connect", "connected": "Connected to .*engine llama.cpp",
       "conc": "Concurrency (comma-separated)", "requests": "Requests per point", "out": "Output tokens",
-      "start": "Start", "running": r"Measuring: \d+ of 18 requests", "done": "Done: 18 of 18 requests"}
+      "start": "Start", "running": r"Measuring: \d+ of 18 requests",
+      "quiet": re.compile("The results are drawn when the run ends"), "done": "Done: 18 of 18 requests"}
 KO = {"url": "기본 URL", "connect": "연결", "connected": "연결됨: 엔진 llama.cpp",
       "conc": "동시성 (쉼표로 구분)", "requests": "지점당 요청 수", "out": "출력 토큰",
-      "start": "시작", "running": r"측정 중: 요청 18개 중 \d+개", "done": "완료: 요청 18개 중 18개"}
+      "start": "시작", "running": r"측정 중: 요청 18개 중 \d+개",
+      "quiet": re.compile("결과는 실행이 끝나면 그립니다"), "done": "완료: 요청 18개 중 18개"}
 
 
 def test_sweep_and_prefix_en(page, shots, llama):
