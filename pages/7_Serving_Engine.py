@@ -30,7 +30,9 @@ from kvviz.serving.worker import FINAL, Worker
 from kvviz.serving.workload import Workload, read_dataset
 from kvviz.units import format_binary
 
-TICK_S = 1.0  # how often the page reads the worker's state while it runs
+# How often the page reads the worker's state while it runs, drawing live or not: each rerun costs CPU that a
+# server on this machine would use (~0.1 s of it per rerun on a busy 2-core machine).
+TICK_S = {True: 1.0, False: 5.0}
 
 settings = page_setup("serving.title")
 ss = st.session_state
@@ -339,6 +341,9 @@ with tab_load:
             checks = [{**p["server_timings"], "x": x} for p, x in zip(points, xs, strict=True)]
             if any(c["server_mean_prefill_ms"] is not None or c["server_mean_ttft_ms"] is not None for c in checks):
                 st.markdown(tr("serving.crosscheck_header"))
+                agree = [c.get("tpot_agree") for c in checks if c.get("tpot_agree") is not None]
+                if agree:
+                    st.caption(tr("serving.clocks_agree" if all(agree) else "serving.clocks_disagree"))
                 show_table(checks, {k: tr(f"serving.xc_{k}") for k in (
                     "x", "client_mean_ttft_ms", "server_mean_ttft_ms", "server_mean_prefill_ms", "client_mean_tpot_ms",
                     "server_mean_tpot_ms", "server_mean_itl_ms")}, "serving_crosscheck")
@@ -364,7 +369,7 @@ with tab_load:
                 show_table([{**r, "point": x_label(p)} for p in points for r in p["requests"]], req_cols,
                            "serving_requests")
 
-    st.fragment(live, run_every=TICK_S if running else None)()
+    st.fragment(live, run_every=TICK_S[bool(ss.get("sv_live_charts"))] if running else None)()
 
 # ---- prefix cache ----------------------------------------------------------------------------------------
 with tab_prefix:
@@ -431,7 +436,7 @@ with tab_prefix:
         table(pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in show]).dropna(axis=1, how="all"),
                  "serving_prefix")
 
-    st.fragment(prefix_live, run_every=TICK_S if prefix_running else None)()
+    st.fragment(prefix_live, run_every=TICK_S[False] if prefix_running else None)()
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

