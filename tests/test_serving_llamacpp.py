@@ -111,7 +111,7 @@ def test_serve_bench_cli(server, capsys):
         # Its own clock beside the client's: prefill alone is part of TTFT (which adds queue and HTTP).
         x = p["server_timings"]
         assert x["n_with_server_timings"] == 4 and 0 < x["server_mean_prefill_ms"] <= x["client_mean_ttft_ms"]
-        assert x["server_mean_tpot_ms"] > 0
+        assert x["server_mean_tpot_ms"] > 0 and x["tpot_agree"] is True  # the client's TPOT is the server's own
     # kvviz's formula for the shipped shape: llama-server does not report its KV dtype, so the bytes stay unknown
     assert out["shape_name"] == "kvviz-tiny" and out["server_kv_dtype"] is None and out["kv_bytes_per_token"] is None
     assert out["points"][0]["gauges"] and "running" in out["points"][0]["gauges"][0]["gauges"]
