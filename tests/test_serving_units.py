@@ -92,6 +92,22 @@ def test_gauges_of_several_engines_are_never_summed():
     assert s.counters["prompt_tokens"] == 150  # a counter's total over engines is the server's total
 
 
+def test_gauge_chart_one_line_per_label_set_and_unknown_said_where_it_is():
+    from kvviz.charts.serving import metrics_chart
+
+    s = parse_metrics(VLLM_DP)
+    labels = {k: k for k in ("cache", "requests", "not_exported", "x", "y_pct", "y_count", "title", "kv_usage",
+                             "running", "waiting")}
+    fig = metrics_chart([{"t_s": 0.0, "gauges": s.gauges}], labels)
+    kv = [t for t in fig.data if t.name.startswith("kv_usage")]
+    assert sorted(t.y[0] for t in kv) == [25.0, 75.0]  # two lines, not one at 100%
+    # llama.cpp without a KV-use gauge: "not exported" in the middle of the left subplot, in paper coordinates
+    fig = metrics_chart([{"t_s": 0.0, "gauges": {"running": {"": 1.0}, "waiting": {"": 0.0}}}], labels)
+    (note,) = [a for a in fig.layout.annotations if a.text == "not_exported"]
+    assert (note.xref, note.yref) == ("paper", "paper")
+    assert note.x == sum(fig.layout.xaxis.domain) / 2 and note.y == sum(fig.layout.yaxis.domain) / 2
+
+
 def _snap(engine_text: str, **values: float) -> str:
     """Prometheus text for counters (name_total) and histograms (name_sum with name_count), as engines write it."""
     out = []

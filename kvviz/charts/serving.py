@@ -89,10 +89,13 @@ def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture
         text = labels[name] + (f" · {label}" if per_field[name] > 1 else "")
         fig.add_scatter(x=xs, y=ys, mode="lines", name=text, line=dict(color=GAUGE_COLORS[name], shape="hv"),
                         row=1, col=1 if name == "kv_usage" else 2)
-    for col, names in ((1, ("kv_usage",)), (2, ("running", "waiting"))):
+    for (xaxis, yaxis), names in (((fig.layout.xaxis, fig.layout.yaxis), ("kv_usage",)),
+                                  ((fig.layout.xaxis2, fig.layout.yaxis2), ("running", "waiting"))):
         if not any(name in names for name, _ in series):
-            fig.add_annotation(text=labels["not_exported"], showarrow=False, xref="x domain" if col == 1 else
-                               "x2 domain", yref="y domain" if col == 1 else "y2 domain", x=0.5, y=0.5)
+            # in paper coordinates: plotly.js draws no axes for a subplot without traces, so an "x domain"
+            # reference to one lands elsewhere in the browser
+            fig.add_annotation(text=labels["not_exported"], showarrow=False, xref="paper", yref="paper",
+                               x=sum(xaxis.domain) / 2, y=sum(yaxis.domain) / 2)
     fig.update_xaxes(title_text=labels["x"])
     fig.update_yaxes(title_text=labels["y_pct"], rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=labels["y_count"], rangemode="tozero", row=1, col=2)
