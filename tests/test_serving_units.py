@@ -104,7 +104,7 @@ def test_gauge_chart_one_line_per_label_set_and_unknown_said_where_it_is():
     # llama.cpp without a KV-use gauge: "not exported" in the middle of the left subplot, in paper coordinates
     fig = metrics_chart([{"t_s": 0.0, "gauges": {"running": {"": 1.0}, "waiting": {"": 0.0}}}], labels)
     (note,) = [a for a in fig.layout.annotations if a.text == "not_exported"]
-    assert (note.xref, note.yref) == ("paper", "paper")
+    assert (note.xref, note.yref, note.xanchor) == ("paper", "paper", "center")  # 'auto' anchors left below 1/3
     assert note.x == sum(fig.layout.xaxis.domain) / 2 and note.y == sum(fig.layout.yaxis.domain) / 2
 
 

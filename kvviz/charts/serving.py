@@ -95,6 +95,7 @@ def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture
             # in paper coordinates: plotly.js draws no axes for a subplot without traces, so an "x domain"
             # reference to one lands elsewhere in the browser
             fig.add_annotation(text=labels["not_exported"], showarrow=False, xref="paper", yref="paper",
+                               xanchor="center", yanchor="middle",
                                x=sum(xaxis.domain) / 2, y=sum(yaxis.domain) / 2)
     fig.update_xaxes(title_text=labels["x"])
     fig.update_yaxes(title_text=labels["y_pct"], rangemode="tozero", row=1, col=1)
