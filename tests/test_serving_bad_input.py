@@ -41,6 +41,27 @@ class _CutStream(BaseHTTPRequestHandler):
         self.close_connection = True  # gone before finish_reason or [DONE]
 
 
+class _HeldBackBytes(_CutStream):
+    """Streams as an engine holding back the bytes of a character does: a token message with empty text first,
+    an SSE comment (a ping), a message with text, the usage summary with empty choices, then [DONE]."""
+
+    def do_POST(self):  # noqa: N802
+        import time
+
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        events = [{"choices": [{"index": 0, "text": "", "finish_reason": None}]}, ": ping",
+                  {"choices": [{"index": 0, "text": "é", "finish_reason": "length"}]},
+                  {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}, "[DONE]"]
+        for event in events:
+            time.sleep(0.05)
+            line = event if event == ": ping" else f"data: {event if event == '[DONE]' else json.dumps(event)}"
+            self.wfile.write(f"{line}\n\n".encode())
+            self.wfile.flush()
+
+
 def _serve(handler):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -96,6 +117,27 @@ def test_stream_stopping_halfway_keeps_what_arrived(cut_server):
     assert r.error is not None and r.error.key == "serving.stream_cut"
     assert r.n_chunks == 2 and r.text == "Hello world" and r.ttft_s is not None  # measured, kept
     assert not r.ok
+
+
+def test_ttft_counts_a_token_message_with_empty_text():
+    """vLLM's definition (endpoint_request_func.py): the first message with non-empty `choices` is the first
+    token even when its text is empty; every later one adds an ITL; the usage message (empty choices) times
+    nothing; an SSE comment is skipped."""
+    httpd, url = _serve(_HeldBackBytes)
+    try:
+        r = api.stream_request(api.Server(url), "m", "hi", 2)
+    finally:
+        httpd.shutdown()
+    assert r.ok and r.text == "é" and r.n_chunks == 2 and r.completion_tokens == 2
+    assert 0.04 <= r.ttft_s < r.e2e_s  # the empty message, not the one with text, set TTFT
+    assert len(r.itl_s) == 1 and r.itl_s[0] >= 0.08  # the ping and nothing else in between: one gap of ~0.1 s
+    assert r.e2e_s < 0.2  # the usage message after it did not move the end
+
+
+def test_metrics_warning_names_an_unreachable_server():
+    with pytest.raises(InputError) as e:
+        scrape(api.Server(f"http://127.0.0.1:{free_port()}", timeout_s=5))
+    assert e.value.key == "serving.unreachable"  # not "no metrics": the server is not there at all
 
 
 def test_api_key_never_in_messages(cut_server):

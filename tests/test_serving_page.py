@@ -108,9 +108,11 @@ def test_roofline_bound_beside_a_known_shape():
                                    "block_size": None}  # what a connection to the exported model leaves behind
     at.run()
     assert not at.exception, at.exception
+    assert all(s.key != "sv_gpu" for s in at.selectbox)  # llama-server does not report its KV dtype: no bound yet
+    at.selectbox(key="sv_kv_dtype_kvviz-tiny").set_value("float16").run()
     at.selectbox(key="sv_gpu").set_value("L4").run()
     n = int(at.number_input(key="sv_prompt").value + at.number_input(key="sv_max_tokens").value // 2)
-    bound = Roofline(load_backend("tiny").spec, HARDWARE["L4"]).decode_bound(batch=1, n_context=n)
+    bound = Roofline(load_backend("tiny").spec, HARDWARE["L4"], kv_dtype="float16").decode_bound(batch=1, n_context=n)
     assert any(f"TPOT ≥ **{bound.seconds * 1e3:.3g} ms**" in c.value and "on L4" in c.value for c in at.caption)
 
 
@@ -123,8 +125,8 @@ def test_an_unknown_model_shape_is_unknown_until_picked(lang):
     from kvviz.kv.presets import PRESETS
 
     at = _page(lang)
-    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["my-finetune"], "engine": "vLLM",
-                                   "block_size": 16}
+    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["my-finetune"], "engine": "vllm",
+                                   "block_size": 16, "kv_dtype": None}  # vLLM with --kv-cache-dtype auto
     at.run()
     assert not at.exception, at.exception
     shape = at.selectbox(key="sv_shape_my-finetune")
@@ -132,6 +134,8 @@ def test_an_unknown_model_shape_is_unknown_until_picked(lang):
     assert all(s.key != "sv_gpu" for s in at.selectbox)  # no bound for an unknown shape
     assert any(t("serving.kv_unknown", lang, model="my-finetune") == c.value for c in at.caption)
     shape.set_value("Mistral-7B").run()
+    assert any(t("serving.kv_dtype_unknown", lang, shape="Mistral-7B") == c.value for c in at.caption)
+    at.selectbox(key="sv_kv_dtype_my-finetune").set_value("bfloat16").run()
     per_token = kv_footprint(PRESETS["Mistral-7B"], 1, 1, "bfloat16").per_token
     assert per_token == 2 * 32 * 8 * 128 * 2  # 2 (K, V) · 32 layers · 8 KV heads · d_head 128 · 2 bytes
     assert any(f"{per_token:,} B" in c.value and "Mistral-7B" in c.value for c in at.caption)

@@ -74,5 +74,6 @@ def test_serve_bench_without_tokenize_or_metrics(server, capsys):
                  "--requests", "2", "--timeout", "120", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == model and out["exact_prompts"] is False and out["tokens_from_usage"] is True
-    assert [(r["ok"], r["output_tokens"]) for r in out["rows"]] == [(2, 12), (2, 12)]
-    assert out["metrics"] == [] and any("no Prometheus metrics" in n for n in out["notes"])
+    assert [(p["completed"], p["total_output_tokens"]) for p in out["points"]] == [(2, 12), (2, 12)]
+    assert all(p["server"] is None and p["gauges"] == [] for p in out["points"])  # no /metrics: no window
+    assert [n["key"] for n in out["notes"]] == ["serving.no_metrics"]  # it answers, but has no metrics

@@ -18,9 +18,6 @@ from kvviz.charts.memory import allocation_figure
 from kvviz.charts.paged import pool_usage
 from kvviz.i18n import LANGS, t
 from kvviz.lessons import quiz
-from kvviz.serving import client as api
-from kvviz.serving.bench import summarize
-from kvviz.serving.prefix import PrefixResult, PrefixTrial
 from kvviz.units import format_exact
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,38 +156,6 @@ def test_serving_page_says_768_bytes_once():
     assert not at.exception
     caption = next(c.value for c in at.caption if "per token" in c.value)
     assert "**768 B per token**" in caption and "(768 B)" not in caption
-
-
-def _finished_sweep() -> object:
-    from kvviz.serving.bench import SweepJob
-
-    job = SweepJob(api.Server("http://127.0.0.1:1"), "kvviz-tiny", [1], 1, 8, 4)
-    job.results = {1: [api.RequestResult(start_s=0.0, prompt_tokens=8, completion_tokens=4, n_chunks=4,
-                                         chunk_times_s=[0.1, 0.2, 0.3, 0.4], finish_reason="length")]}
-    job.finished = True
-    return job
-
-
-def test_every_serving_table_column_has_a_name_in_both_languages():
-    result = api.RequestResult(start_s=0.0, n_chunks=1, chunk_times_s=[0.1])
-    prefix = PrefixResult("vllm", 16, 64, [PrefixTrial(result, result, result, {"cold": 0, "warm": 64, "control": 0})])
-    columns = set(summarize(1, [result])) | set(result.to_dict()) | {"concurrency"} | set(prefix.rows()[0])
-    for lang in LANGS:
-        missing = [c for c in sorted(columns) if t(f"serving.col_{c}", lang) == f"serving.col_{c}"]
-        assert missing == [], lang
-
-
-def test_serving_tables_speak_korean():
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["lang"] = "ko"
-    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:1", "models": ["kvviz-tiny"], "engine": "llama.cpp",
-                                   "block_size": None}
-    at.session_state["sv_job"] = _finished_sweep()
-    at.switch_page("pages/7_Serving_Engine.py").run()
-    assert not at.exception, at.exception
-    headers = [c for df in at.dataframe for c in df.value.columns]
-    assert "동시성" in headers and "TTFT p50 (초)" in headers
-    assert not [h for h in headers if re.fullmatch(r"[a-z0-9_]+", h)]  # no snake_case left
 
 
 def test_gpu_memory_source_is_one_short_line_and_the_rest_folded():

@@ -99,12 +99,15 @@ def _gguf_vocab(tokenizer_json: str, vocab_size: int) -> tuple[list[str], list[i
     return tokens, types, merges, special
 
 
-def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, name: str = "kvviz") -> Path:
+def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, name: str = "kvviz", *,
+                add_bos: bool = False) -> Path:
     """Write a native Decoder as a float32 GGUF file that llama.cpp loads as a LLAMA model.
 
     Everything is read from the model's config and its tokenizer.json, so any shape this engine runs
     (and any byte-level BPE tokenizer) exports; llama.cpp then gives the same greedy tokens for the
     same prompt token ids (tests/test_serving_llamacpp.py checks it against a real llama-server).
+    add_bos: mark the file so llama.cpp prepends the BOS token to text prompts, as Llama models do (kvviz's
+    engine prepends none; the serving tests use it to check predictions that count the server's BOS).
     """
     import gguf
     import numpy as np
@@ -143,7 +146,7 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
     if cfg.eos_id is not None:
         w.add_eos_token_id(cfg.eos_id)
         w.add_pad_token_id(cfg.eos_id)
-    w.add_add_bos_token(False)  # kvviz's engine feeds the prompt ids as given, no BOS prepended
+    w.add_add_bos_token(add_bos)  # kvviz's engine feeds the prompt ids as given, no BOS prepended
     w.add_add_eos_token(False)
 
     names = gguf.get_tensor_name_map(arch, cfg.n_layers)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the events' type only: the metrics themselves need no torch (a page draws them without it)
+if TYPE_CHECKING:  # a type only: the metrics need no torch (a page and the serving client use them)
     from kvviz.engine.generation import StepEvent
 
 
@@ -285,3 +285,13 @@ def spread(values: Sequence[float | None]) -> Spread | None:
     if not vals:
         return None
     return Spread(float(np.median(vals)), float(min(vals)), float(max(vals)), len(vals))
+
+
+def within_spread(a: Sequence[float | None], b: Sequence[float | None], run_to_run: float = 0.0) -> bool | None:
+    """Do two runs of the same measurement agree? Their medians differ by no more than the largest of the two runs'
+    own ranges (max − min: what the machine's noise alone produced within a run) and `run_to_run` (how far the
+    medians of identical runs moved between them, where that was measured). None if either is empty."""
+    sa, sb = spread(a), spread(b)
+    if sa is None or sb is None:
+        return None
+    return abs(sa.median - sb.median) <= max(sa.high - sa.low, sb.high - sb.low, run_to_run)

@@ -1,231 +1,519 @@
-"""A bounded concurrency sweep against a live server, with Cancel, and its summary per concurrency.
+"""A load test against a live server, point by point, each point run as `vllm bench serve` runs one.
 
-Each point sends `requests` streamed requests with at most `concurrency` in flight (as
-`vllm bench serve --max-concurrency`), while a thread reads /metrics every `scrape_every_s`. It runs
-in background threads so a page can draw progress between ticks; cancel() stops at the next chunk and
-keeps every request already measured.
+A point is a request rate (∞: all at once) and an optional cap on requests in flight (--max-concurrency):
+concurrency 1, 2, 4 at rate ∞ is a closed-loop sweep; rates 1, 2, 4 req/s an open-loop one. Each point sends
+warm-up requests (left out of its numbers), reads /metrics, sends its requests at their arrival times
+(kvviz.serving.workload.arrival_times), waits for every one of them, reads /metrics again, and summarizes
+with vLLM's definitions (vllm/benchmarks/serve.py @009e6d4a, calculate_metrics and benchmark()):
+
+- duration: from just before the first request is sent until every request, failed ones included, finished;
+- request_throughput = completed / duration; output_throughput = output tokens / duration;
+  total_token_throughput = (input + output tokens) / duration;
+- TPOT per request = (E2E − TTFT) / (N − 1) for N > 1; ITL = every gap between token messages, pooled;
+- mean, median, std (population) and the chosen percentiles (numpy's linear interpolation) of TTFT, TPOT, ITL
+  and E2E, in ms, under vLLM's key names (mean_ttft_ms, median_tpot_ms, p99_itl_ms, …);
+- request_goodput = requests meeting every SLO of --goodput (ttft, tpot, e2el in ms; a request with N ≤ 1 has
+  TPOT 0 for this) / duration (the DistServe definition vLLM cites).
+Where vLLM writes 0 for a metric with no samples, kvviz writes None (unknown).
+
+Between the two scrapes the server's counters give the point's window (kvviz.serving.prom.window), and a thread
+reads its gauges every `scrape_every_s`. A point whose requests all failed stops the run with the reason; so
+does a server that can no longer be reached, before the rest of its point is sent. Cancel stops at the next
+chunk and keeps every request already measured.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
+import numpy as np
 
-from kvviz.engine.metrics import percentile
+from kvviz.engine.metrics import within_spread
 from kvviz.errors import InputError
 from kvviz.serving import client as api
-from kvviz.serving.prom import MetricsSnapshot, scrape
+from kvviz.serving.prom import MetricsSnapshot, scrape, window
+from kvviz.serving.workload import (
+    SampleRequest,
+    Workload,
+    arrival_times,
+    dataset_requests,
+    length_bounds,
+    random_requests,
+)
 
-FILLER = ("The keys and values of earlier tokens never change under a causal mask, so a serving engine "
-          "keeps them in a paged cache and each new token only computes its own. ")
-
-SUMMARY_COLUMNS = ("concurrency", "requests", "ok", "failed", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s",
-                   "tpot_p90_s", "itl_p50_s", "e2e_p50_s", "output_tokens", "duration_s", "output_tokens_per_s",
-                   "requests_per_s", "tokens_from_usage", "prompt_tokens_mean")
+INF = math.inf
+PERCENTILES = (90.0, 99.0)  # with the median, which is always reported
+METRICS = ("ttft", "tpot", "itl", "e2el")
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # vllm/benchmarks/serve.py check_goodput_args VALID_NAMES
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on what one sweep may ask of a server (a hosted demo lowers them)."""
+    """Caps on what one run may ask of a server (a hosted demo lowers them)."""
 
     max_points: int = 8
     max_requests: int = 64  # per point
-    max_concurrency: int = 64
+    max_concurrency: int = 64  # requests in flight
     max_tokens: int = 1024
     max_prompt_tokens: int = 8192
+    max_warmups: int = 8
 
 
-def check_plan(concurrency: list[int], requests: int, max_tokens: int, prompt_tokens: int, limits: Limits) -> None:
-    if not concurrency:
+@dataclass(frozen=True)
+class Point:
+    """One load: a request rate (requests/s, ∞ = all at time 0) and an optional cap on requests in flight."""
+
+    request_rate: float = INF
+    max_concurrency: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
+                "max_concurrency": self.max_concurrency}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Point:
+        return cls(float(d["request_rate"]), d.get("max_concurrency"))
+
+
+def closed_loop(concurrency: Sequence[int]) -> tuple[Point, ...]:
+    """Requests sent all at once with at most c in flight: a new one starts when one finishes."""
+    return tuple(Point(INF, c) for c in concurrency)
+
+
+def open_loop(rates: Sequence[float], max_concurrency: int | None = None) -> tuple[Point, ...]:
+    """Requests arriving at each rate whatever the server's pace (optionally capped in flight)."""
+    return tuple(Point(r, max_concurrency) for r in rates)
+
+
+def parse_goodput(pairs: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """`ttft:500 tpot:50` -> (("ttft", 500.0), ("tpot", 50.0)), checked as vLLM's parse_goodput and
+    check_goodput_args check them (names ttft, tpot, e2el; values ≥ 0 ms)."""
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition(":")
+        try:
+            ms = float(value) if sep else None
+        except ValueError:
+            ms = None
+        if name not in GOODPUT_METRICS or ms is None or not ms >= 0 or math.isinf(ms):
+            raise InputError("serving.bad_goodput", pair=pair)
+        out.append((name, ms))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Everything a run needs except the API key (which travels apart from it, never written down)."""
+
+    url: str
+    model: str = ""
+    points: tuple[Point, ...] = closed_loop((1, 2, 4))
+    num_prompts: int = 8  # per point
+    workload: Workload = field(default_factory=Workload)
+    endpoint: str = "completions"
+    timeout_s: float = 60.0
+    burstiness: float = 1.0
+    num_warmups: int = 1
+    goodput: tuple[tuple[str, float], ...] = ()  # (metric, ms)
+    percentiles: tuple[float, ...] = PERCENTILES
+    ignore_eos: bool = True
+    scrape_every_s: float = 0.5
+
+    def to_dict(self) -> dict:
+        return {"url": self.url, "model": self.model, "points": [p.to_dict() for p in self.points],
+                "num_prompts": self.num_prompts, "workload": self.workload.to_dict(), "endpoint": self.endpoint,
+                "timeout_s": self.timeout_s, "burstiness": "inf" if math.isinf(self.burstiness) else self.burstiness,
+                "num_warmups": self.num_warmups, "goodput": dict(self.goodput),
+                "percentiles": list(self.percentiles), "ignore_eos": self.ignore_eos,
+                "scrape_every_s": self.scrape_every_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BenchPlan:
+        return cls(url=d["url"], model=d.get("model", ""), points=tuple(Point.from_dict(p) for p in d["points"]),
+                   num_prompts=int(d["num_prompts"]), workload=Workload(**d.get("workload", {})),
+                   endpoint=d.get("endpoint", "completions"), timeout_s=float(d.get("timeout_s", 60.0)),
+                   burstiness=float(d.get("burstiness", 1.0)), num_warmups=int(d.get("num_warmups", 1)),
+                   goodput=tuple((k, float(v)) for k, v in (d.get("goodput") or {}).items()),
+                   percentiles=tuple(float(p) for p in d.get("percentiles", PERCENTILES)),
+                   ignore_eos=bool(d.get("ignore_eos", True)), scrape_every_s=float(d.get("scrape_every_s", 0.5)))
+
+
+def check_plan(plan: BenchPlan, limits: Limits) -> None:
+    """Every setting in range and under the caps, before anything is sent."""
+    if not plan.points:
         raise InputError("serving.no_points")
-    if len(concurrency) > limits.max_points:
-        raise InputError("serving.too_many_points", n=len(concurrency), cap=limits.max_points)
-    for name, value, cap in (("concurrency", max(concurrency), limits.max_concurrency),
-                             ("requests", requests, limits.max_requests), ("max_tokens", max_tokens, limits.max_tokens),
-                             ("prompt_tokens", prompt_tokens, limits.max_prompt_tokens)):
+    if len(plan.points) > limits.max_points:
+        raise InputError("serving.too_many_points", n=len(plan.points), cap=limits.max_points)
+    plan.workload.check()
+    if plan.burstiness <= 0:
+        raise InputError("serving.bad_burstiness", value=plan.burstiness)
+    _, out_high = length_bounds(plan.workload.output_len, plan.workload.range_ratio, at_least=1)
+    _, in_high = length_bounds(plan.workload.input_len, plan.workload.range_ratio, at_least=1)
+    in_flight = max(p.max_concurrency or plan.num_prompts for p in plan.points)
+    for name, value, cap in (("requests", plan.num_prompts, limits.max_requests),
+                             ("concurrency", in_flight, limits.max_concurrency),
+                             ("max_tokens", out_high, limits.max_tokens),
+                             ("prompt_tokens", in_high + plan.workload.prefix_len, limits.max_prompt_tokens)):
         if value < 1:
             raise InputError("positive_int", name=name, value=value)
         if value > cap:
             raise InputError("serving.over_cap", name=name, value=value, cap=cap)
+    if not 0 <= plan.num_warmups <= limits.max_warmups:
+        raise InputError("serving.over_cap", name="num_warmups", value=plan.num_warmups, cap=limits.max_warmups)
+    for p in plan.points:
+        if not p.request_rate > 0:
+            raise InputError("serving.bad_rate", value=p.request_rate)
+        if p.max_concurrency is not None and p.max_concurrency < 1:
+            raise InputError("positive_int", name="max_concurrency", value=p.max_concurrency)
 
 
-def make_prompts(server: api.Server, model: str, n: int, prompt_tokens: int, endpoint: str, *,
-                 tag: str = "", client: httpx.Client | None = None) -> tuple[list[str | list[int]], bool]:
-    """n distinct prompts of prompt_tokens tokens (each starts with its own number, so no two share a
-    cached prefix). Exact token ids where the server tokenizes for us, else text of about that many words;
-    the second value says which."""
-    texts = [f"{tag}{i}. " + (FILLER * (prompt_tokens // 10 + 2)) for i in range(n)]
-    if endpoint == "completions":
-        ids = [api.tokenize(server, model, text, client) for text in texts]
-        if all(x is not None and len(x) >= prompt_tokens for x in ids):
-            return [x[:prompt_tokens] for x in ids], True  # type: ignore[index]
-    words = [" ".join(text.split()[:prompt_tokens]) for text in texts]
-    return words, False
+def _stats(values: Sequence[float], percentiles: Sequence[float], name: str) -> dict:
+    """mean/median/std and percentiles in ms under vLLM's keys (serve.py process_one_metric); None when empty."""
+    arr = np.asarray(values, dtype=float) * 1e3
+    empty = arr.size == 0
+    out = {f"mean_{name}_ms": None if empty else float(arr.mean()),
+           f"median_{name}_ms": None if empty else float(np.median(arr)),
+           f"std_{name}_ms": None if empty else float(arr.std())}
+    for p in percentiles:
+        word = str(int(p)) if int(p) == p else str(p)
+        out[f"p{word}_{name}_ms"] = None if empty else float(np.percentile(arr, p))
+    return out
 
 
-def summarize(concurrency: int, results: list[api.RequestResult]) -> dict:
-    """The point's row: p50/p90 of TTFT, TPOT, ITL and E2E over the requests that finished, and throughput
-    = output tokens / (last chunk − first send), as vllm bench serve reports it."""
-    ok = [r for r in results if r.ok]
-    row: dict = {"concurrency": concurrency, "requests": len(results), "ok": len(ok), "failed": len(results) - len(ok)}
-    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
-    itl = [x for r in ok for x in r.itl_s]
-    e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
-    row |= {"ttft_p50_s": percentile(ttft, 50), "ttft_p90_s": percentile(ttft, 90),
-            "tpot_p50_s": percentile(tpot, 50), "tpot_p90_s": percentile(tpot, 90),
-            "itl_p50_s": percentile(itl, 50), "e2e_p50_s": percentile(e2e, 50)}
-    out_tokens = sum(r.n_tokens for r in ok)
-    if ok:
-        duration = max(r.start_s + r.e2e_s for r in ok) - min(r.start_s for r in ok)  # type: ignore[operator]
-    else:
-        duration = None
-    row |= {"output_tokens": out_tokens, "duration_s": duration,
-            "output_tokens_per_s": out_tokens / duration if duration else None,
-            "requests_per_s": len(ok) / duration if duration else None,
-            "tokens_from_usage": all(r.tokens_from_usage for r in ok) if ok else None,
-            "prompt_tokens_mean": (sum(r.prompt_tokens for r in ok if r.prompt_tokens is not None) /
-                                   max(1, sum(r.prompt_tokens is not None for r in ok))) if ok else None}
-    return row
+def _peaks(ok: Sequence[api.RequestResult]) -> tuple[float, int]:
+    """vLLM's max_output_tokens_per_s (token messages per one-second bucket from the first send) and
+    max_concurrent_requests (a sweep over [start, end) intervals), from calculate_metrics."""
+    if not ok:
+        return 0.0, 0
+    t0 = min(r.start_s for r in ok)
+    end = max(r.start_s + r.e2e_s for r in ok)  # type: ignore[operator]
+    buckets = np.zeros(int(np.ceil(end - t0)) + 1)
+    for r in ok:
+        for t in r.chunk_times_s:
+            b = int(r.start_s + t - t0)
+            if 0 <= b < buckets.size:
+                buckets[b] += 1
+    events = sorted([(r.start_s, 1) for r in ok] + [(r.start_s + r.e2e_s, -1) for r in ok])  # type: ignore[operator]
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return float(buckets.max()), peak
 
 
-@dataclass
-class SweepJob:
-    """A concurrency sweep running in background threads; read its fields between ticks."""
+def calculate_metrics(results: Sequence[api.RequestResult], duration_s: float,
+                      percentiles: Sequence[float] = PERCENTILES,
+                      goodput: Sequence[tuple[str, float]] = ()) -> dict:
+    """A point's numbers from its sent requests, as vllm/benchmarks/serve.py calculate_metrics computes them."""
+    sent = [r for r in results if not r.cancelled]
+    ok = [r for r in sent if r.ok]
+    output_lens = [r.n_tokens for r in ok]
+    total_input = sum(r.prompt_tokens or 0 for r in ok)
+    ttfts = [r.ttft_s for r in ok]
+    e2els = [r.e2e_s for r in ok]
+    tpots = [r.tpot_s for r in ok if r.n_tokens > 1]
+    all_tpots = [r.tpot_s if r.n_tokens > 1 else 0.0 for r in ok]
+    itls = [x for r in ok for x in r.itl_s]
+    good = None
+    if goodput:
+        slo = dict(goodput)
+        per_metric = {"ttft": ttfts, "tpot": all_tpots, "e2el": e2els}
+        good = sum(all(per_metric[m][i] <= slo[m] / 1e3 for m in slo) for i in range(len(ok)))
+    peak_tps, peak_conc = _peaks(ok)
+    total_output = sum(output_lens)
+    per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: None)  # noqa: E731
+    out = {"duration": duration_s, "completed": len(ok), "failed": len(sent) - len(ok),
+           "total_input_tokens": total_input, "total_output_tokens": total_output,
+           "request_throughput": per_s(len(ok)), "request_goodput": None if good is None else per_s(good),
+           "output_throughput": per_s(total_output), "total_token_throughput": per_s(total_input + total_output),
+           "max_output_tokens_per_s": peak_tps, "max_concurrent_requests": peak_conc}
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        out |= _stats(values, percentiles, name)
+    return out
 
-    server: api.Server
-    model: str
-    concurrency: list[int]
-    requests: int
-    prompt_tokens: int
-    max_tokens: int
-    endpoint: str = "completions"
-    include_usage: bool = True
-    scrape_every_s: float = 0.5
-    results: dict[int, list[api.RequestResult]] = field(default_factory=dict)
-    metrics: list[MetricsSnapshot] = field(default_factory=list)
-    metrics_error: InputError | None = None
-    error: InputError | None = None
-    exact_prompts: bool | None = None
-    finished: bool = False
-    cancelled: bool = False
-    usage_fallback: bool = False  # the server refused stream_options: N counted from chunks
-    ignore_eos: bool = True
-    eos_may_stop: bool = False  # the server refused ignore_eos: requests may stop early at EOS
 
-    def __post_init__(self) -> None:
-        self._cancel = threading.Event()
+def server_crosscheck(ok: Sequence[api.RequestResult], metrics: dict, server_window: dict | None) -> dict:
+    """The client's mean TTFT and TPOT beside the server's own clock: llama.cpp's per-request timings
+    (prompt_ms: its prefill, without queue or HTTP; predicted_per_token_ms: its decode per token), and the
+    engine's TTFT/ITL histograms over the window (vLLM, SGLang)."""
+    prefill = [r.server_prefill_s for r in ok if r.server_prefill_s is not None]
+    tpot = [r.server_tpot_s for r in ok if r.server_tpot_s is not None]
+    both = [(r.tpot_s, r.server_tpot_s) for r in ok if r.tpot_s is not None and r.server_tpot_s is not None]
+    w = server_window or {}
+    return {"client_mean_ttft_ms": metrics.get("mean_ttft_ms"), "client_mean_tpot_ms": metrics.get("mean_tpot_ms"),
+            "client_mean_itl_ms": metrics.get("mean_itl_ms"),
+            "server_mean_prefill_ms": float(np.mean(prefill)) * 1e3 if prefill else None,
+            "server_mean_tpot_ms": float(np.mean(tpot)) * 1e3 if tpot else None,
+            "server_mean_ttft_ms": w.get("server_mean_ttft_ms"), "server_mean_itl_ms": w.get("server_mean_itl_ms"),
+            "n_with_server_timings": len(prefill),
+            # the client's TPOT against the server's own, request by request: equal within their spread means
+            # the time was the server's (a slow server, not a slow measurement)
+            "tpot_agree": within_spread([c for c, _ in both], [s for _, s in both]) if both else None}
+
+
+def error_dict(exc: InputError) -> dict:
+    return {"key": exc.key, "params": {k: v if isinstance(v, (int, float, str)) or v is None else str(v)
+                                       for k, v in exc.params.items()}}
+
+
+def error_from(d: dict | None) -> InputError | None:
+    return None if d is None else InputError(d["key"], **d["params"])
+
+
+class BenchRun:
+    """Runs a plan (in the calling thread: the CLI's process, or the page's worker process) and keeps a
+    JSON-ready picture of where it is, handed to `on_update` as it goes."""
+
+    def __init__(self, plan: BenchPlan, server: api.Server, *, model: str, engine: str | None = None,
+                 on_update: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+                 update_every_s: float = 1.0) -> None:
+        self.plan, self.server, self.model, self.engine = plan, server, model, engine
+        self.cancel_event = cancel or threading.Event()
+        self.on_update, self.update_every_s = on_update, update_every_s
+        self.points: list[dict] = []
+        self.current: dict | None = None
+        self.error: InputError | None = None
+        self.notes: dict[str, InputError] = {}  # distinct non-fatal problems, by English text
+        self.exact_prompts: bool | None = None
+        self.usage_fallback = self.eos_may_stop = False
+        self.status = "running"
+        self._include_usage, self._ignore_eos = True, plan.ignore_eos
+        self._metrics_ok = True
+        self._stop_point = False
         self._lock = threading.Lock()
+        self._last_update = 0.0
         self._t0 = time.perf_counter()
-        self._thread: threading.Thread | None = None
+        # Each request's leading tokens: new every run, so no prompt finds an earlier run's in the cache.
+        self._lead_rng = np.random.default_rng(time.time_ns())
 
-    # ---- control -------------------------------------------------------------------------------
-    def start(self) -> SweepJob:
-        self._thread = threading.Thread(target=self._run, daemon=True, name="kvviz-serve-sweep")
-        self._thread.start()
-        threading.Thread(target=self._poll_metrics, daemon=True, name="kvviz-metrics").start()
-        return self
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        self._cancel.set()
-
-    def wait(self, timeout_s: float | None = None) -> SweepJob:
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        return self
-
+    # ---- what the caller reads ----------------------------------------------------------------------
     @property
     def total(self) -> int:
-        return len(self.concurrency) * self.requests
+        return len(self.plan.points) * self.plan.num_prompts
 
     @property
     def done(self) -> int:
         with self._lock:
-            return sum(not r.cancelled for v in self.results.values() for r in v)  # sent and answered (or failed)
+            live = sum(1 for r in (self.current or {}).get("requests", []))
+        return sum(len(p["requests"]) for p in self.points) + live
 
-    @property
-    def progress(self) -> float:
-        return min(1.0, self.done / self.total) if self.total else 1.0
-
-    def rows(self) -> list[dict]:
+    def snapshot(self) -> dict:
         with self._lock:
-            kept = {c: [r for r in rs if not r.cancelled] for c, rs in self.results.items()}
-            return [summarize(c, rs) for c, rs in kept.items() if rs]
+            current = None if self.current is None else {**self.current, "requests": list(self.current["requests"]),
+                                                          "gauges": list(self.current["gauges"])}
+            return {"status": self.status, "plan": self.plan.to_dict(), "url": self.server.base_url,
+                    "model": self.model, "engine": self.engine, "exact_prompts": self.exact_prompts,
+                    "usage_fallback": self.usage_fallback, "eos_may_stop": self.eos_may_stop,
+                    "points": list(self.points), "current": current,
+                    "progress": {"done": sum(len(p["requests"]) for p in self.points)
+                                 + (len(current["requests"]) if current else 0), "total": self.total},
+                    "completed": sum(p["completed"] for p in self.points),
+                    "error": None if self.error is None else error_dict(self.error),
+                    "notes": [error_dict(e) for e in self.notes.values()]}
 
-    def request_rows(self) -> list[dict]:
+    def _update(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if self.on_update is not None and (force or now - self._last_update >= self.update_every_s):
+            self._last_update = now
+            self.on_update(self.snapshot())
+
+    def _note(self, exc: InputError) -> None:
         with self._lock:
-            return [{"concurrency": c, **r.to_dict()} for c, rs in self.results.items() for r in rs if not r.cancelled]
+            self.notes.setdefault(str(exc), exc)
 
-    def errors(self) -> list[InputError]:
-        """Distinct failures of individual requests, in the order they happened."""
-        seen, out = set(), []
-        with self._lock:
-            for rs in self.results.values():
-                for r in rs:
-                    if r.error is not None and str(r.error) not in seen:
-                        seen.add(str(r.error))
-                        out.append(r.error)
-        return out
-
-    # ---- work ----------------------------------------------------------------------------------
-    def _run(self) -> None:
+    # ---- the run ------------------------------------------------------------------------------------
+    def run(self) -> BenchRun:
         try:
-            with self.server.client() as http:
-                n_prompts = self.requests * len(self.concurrency)
-                prompts, self.exact_prompts = make_prompts(self.server, self.model, n_prompts,
-                                                           self.prompt_tokens, self.endpoint, client=http,
-                                                           tag=f"{time.time_ns() % 100000}-")
-                for i, c in enumerate(self.concurrency):
-                    if self._cancel.is_set():
+            in_flight = max(p.max_concurrency or self.plan.num_prompts for p in self.plan.points)
+            with self.server.client(max_connections=in_flight + 4) as http:
+                for index, point in enumerate(self.plan.points):
+                    if self.cancel_event.is_set():
                         break
-                    with self._lock:
-                        self.results[c] = []
-                    batch = prompts[i * self.requests:(i + 1) * self.requests]
-                    with ThreadPoolExecutor(max_workers=c) as pool:
-                        for fut in [pool.submit(self._one, http, p) for p in batch]:
-                            result = fut.result()
-                            with self._lock:
-                                self.results[c].append(result)
-                    if self._fatal():
+                    self._run_point(http, index, point)
+                    if self.error is not None:
                         break
         except InputError as exc:
             self.error = exc
         finally:
-            self.finished = True
+            self.status = "cancelled" if self.cancel_event.is_set() else "done"
+            self._update(force=True)
+        return self
 
-    def _fatal(self) -> bool:
-        """A point where every request failed the same way (server down, wrong model): stop, say why."""
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    def _requests(self, http: httpx.Client, index: int, n: int) -> list[SampleRequest]:
+        rng = np.random.default_rng(self.plan.workload.seed + index)  # each point its own, reproducible draw
+        if self.plan.workload.dataset_path:
+            reqs = dataset_requests(self.server, self.model, n, self.plan.workload, client=http)
+            self.exact_prompts = all(r.prompt_len is not None for r in reqs)
+            return reqs
+        reqs, exact = random_requests(self.server, self.model, n, self.plan.workload, self.plan.endpoint,
+                                      rng=rng, lead_rng=self._lead_rng, client=http)
+        self.exact_prompts = exact
+        return reqs
+
+    def _run_point(self, http: httpx.Client, index: int, point: Point) -> None:
+        plan = self.plan
+        n = plan.num_prompts
+        reqs = self._requests(http, index, n + plan.num_warmups)
+        measured, warmups = reqs[:n], reqs[n:]  # warm-ups have prompts of their own: nothing measured is cached
         with self._lock:
-            last = list(self.results.values())[-1] if self.results else []
-        if last and all(r.error is not None for r in last):
-            self.error = last[0].error
-            return True
-        return False
+            self.current = {"index": index, **point.to_dict(), "burstiness": plan.to_dict()["burstiness"],
+                            "phase": "warmup", "requests": [], "gauges": []}
+        self._update(force=True)
+        if warmups:
+            with ThreadPoolExecutor(max_workers=min(len(warmups), point.max_concurrency or len(warmups))) as pool:
+                list(pool.map(lambda r: self._send(http, r, cancel=self.cancel_event), warmups))
+        if self.cancel_event.is_set():
+            return
+        before = self._scrape(http)
+        stop_poll = threading.Event()
+        poller = threading.Thread(target=self._poll, args=(http, stop_poll), daemon=True, name="kvviz-metrics")
+        rng = np.random.default_rng(plan.workload.seed + 1000 + index)
+        arrivals = arrival_times(n, point.request_rate, plan.burstiness, rng)
+        results: list[api.RequestResult] = []
+        self._stop_point = False
+        with self._lock:
+            self.current["phase"] = "measuring"  # type: ignore[index]
+        poller.start()
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=point.max_concurrency or n) as pool:
+            futures = []
+            for req, at in zip(measured, arrivals, strict=True):
+                wait = start + at - time.perf_counter()
+                if wait > 0 and self.cancel_event.wait(wait):
+                    break
+                if self.cancel_event.is_set() or self._stop_point:
+                    break
+                futures.append(pool.submit(self._one, http, req, start + at, start, results))
+            for f in futures:
+                f.result()
+        duration = time.perf_counter() - start  # until every request, failed ones too, has finished
+        stop_poll.set()
+        poller.join(5)
+        after = self._scrape(http) if before is not None else None
+        sent = [r for r in results if not r.cancelled]
+        ok = [r for r in sent if r.ok]
+        metrics = calculate_metrics(results, duration, plan.percentiles, plan.goodput)
+        server_window = window(before, after, duration) if before is not None and after is not None else None
+        with self._lock:
+            gauges = list(self.current["gauges"])  # type: ignore[index]
+            rows = list(self.current["requests"])  # type: ignore[index]
+        result = {**point.to_dict(), "burstiness": plan.to_dict()["burstiness"], "num_prompts": n,
+                  "sent": len(sent), **metrics, "server": server_window,
+                  "server_timings": server_crosscheck(ok, metrics, server_window),
+                  "tokens_from_usage": all(r.tokens_from_usage for r in ok) if ok else None,
+                  "cancelled": self.cancel_event.is_set(), "requests": rows, "gauges": gauges}
+        with self._lock:
+            self.points.append(result)
+            self.current = None
+        if self._stop_point or (sent and not ok):
+            first = next((r.error for r in sent if r.error is not None), None)
+            self.error = first or InputError("serving.all_failed", reason="?")
+        self._update(force=True)
 
-    def _one(self, http: httpx.Client, prompt: str | list[int]) -> api.RequestResult:
-        if self._cancel.is_set():
-            return api.RequestResult(start_s=time.perf_counter() - self._t0, cancelled=True)
-        r = api.stream_request(self.server, self.model, prompt, self.max_tokens, endpoint=self.endpoint,
-                               include_usage=self.include_usage, ignore_eos=self.ignore_eos, client=http,
-                               cancel=self._cancel, clock_zero=self._t0)
+    def _send(self, http: httpx.Client, req: SampleRequest, *, cancel: threading.Event | None = None,
+              clock_zero: float | None = None) -> api.RequestResult:
+        r = api.stream_request(self.server, self.model, req.prompt, req.expected_output_len,
+                               endpoint=self.plan.endpoint, include_usage=self._include_usage,
+                               ignore_eos=self._ignore_eos, client=http, cancel=cancel,
+                               clock_zero=self._t0 if clock_zero is None else clock_zero)
         if "stream_options" in r.refused:
-            self.include_usage, self.usage_fallback = False, True  # N counted from chunks, and said so
+            self._include_usage, self.usage_fallback = False, True  # N counted from messages, and said so
         if "ignore_eos" in r.refused:
-            self.ignore_eos, self.eos_may_stop = False, True  # a request may end before max_tokens
+            self._ignore_eos, self.eos_may_stop = False, True  # a request may end before its output length
         return r
 
-    def _poll_metrics(self) -> None:
-        with self.server.client() as http:
-            while not self.finished:
-                try:
-                    snap = scrape(self.server, http, t_s=time.perf_counter() - self._t0)
-                except InputError as exc:
-                    self.metrics_error = exc  # no /metrics: the sweep goes on without it
-                    return
-                with self._lock:
-                    self.metrics.append(snap)
-                self._cancel.wait(self.scrape_every_s)
+    def _one(self, http: httpx.Client, req: SampleRequest, arrival: float, start: float,
+             results: list[api.RequestResult]) -> None:
+        if self.cancel_event.is_set() or self._stop_point:
+            return
+        sent_at = time.perf_counter()
+        r = self._send(http, req, cancel=self.cancel_event, clock_zero=start)
+        if r.cancelled:
+            return
+        if r.error is not None:
+            self._note(r.error)
+            if r.error.key in ("serving.unreachable", "serving.auth", "serving.unknown_model"):
+                self._stop_point = True  # the server is gone, or will refuse every request alike
+        row = {**r.to_dict(), "arrival_s": arrival - start, "queue_s": sent_at - arrival,
+               "expected_output_len": req.expected_output_len, "expected_prompt_len": req.prompt_len}
+        with self._lock:
+            results.append(r)
+            if self.current is not None:
+                self.current["requests"].append(row)
+        self._update()
+
+    def _scrape(self, http: httpx.Client) -> MetricsSnapshot | None:
+        if not self._metrics_ok:
+            return None
+        try:
+            return scrape(self.server, http, t_s=time.perf_counter() - self._t0)
+        except InputError as exc:
+            self._metrics_ok = False  # no /metrics: latency is still measured
+            self._note(exc)
+            return None
+
+    def _poll(self, http: httpx.Client, stop: threading.Event) -> None:
+        while not stop.is_set():
+            snap = self._scrape(http)
+            if snap is None:
+                return
+            with self._lock:
+                if self.current is not None:
+                    self.current["gauges"].append({"t_s": snap.t_s, "gauges": snap.gauges})
+            stop.wait(self.plan.scrape_every_s)
+
+
+
+def vllm_result(run: dict, point: dict, date: str) -> dict:
+    """One point as `vllm bench serve --save-result --save-detailed` writes its JSON (serve.py main_async:
+    setup keys, then the benchmark's), so files from both tools can be compared key by key. kvviz's own
+    additions (the server's window and clock) are under "kvviz"."""
+    rows = point["requests"]
+    plan = run["plan"]
+    backend = "openai-chat" if plan["endpoint"] == "chat" else "openai"
+    skip = {"requests", "gauges", "server", "server_timings", "sent", "cancelled", "tokens_from_usage"}
+    return {"date": date, "endpoint_type": backend, "backend": backend, "label": None, "model_id": run["model"],
+            "tokenizer_id": None, "num_prompts": point["num_prompts"], "request_rate": point["request_rate"],
+            "burstiness": point["burstiness"], "max_concurrency": point["max_concurrency"],
+            **{k: v for k, v in point.items() if k not in skip and k not in ("request_rate", "burstiness",
+                                                                              "max_concurrency", "num_prompts")},
+            "input_lens": [r["prompt_tokens"] for r in rows], "output_lens": [r["n_tokens"] if r["ok"] else 0
+                                                                              for r in rows],
+            "ttfts": [r["ttft_s"] for r in rows], "itls": [r.get("itl_s", []) for r in rows],
+            "latencies": [r["e2e_s"] for r in rows], "start_times": [r["start_s"] for r in rows],
+            "queue_times": [r["queue_s"] for r in rows], "errors": [r["error"] or "" for r in rows],
+            "kvviz": {"url": run["url"], "engine": run["engine"], "server": point["server"],
+                      "server_timings": point["server_timings"], "workload": plan["workload"]}}
+
+
+def result_filename(run: dict, point: dict, date: str) -> str:
+    """vLLM's compute_result_filename: {label}-{rate}qps[-concurrency{c}]-{model}-{date}.json, label = backend."""
+    backend = "openai-chat" if run["plan"]["endpoint"] == "chat" else "openai"
+    rate = point["request_rate"]
+    conc = f"-concurrency{point['max_concurrency']}" if point["max_concurrency"] is not None else ""
+    return f"{backend}-{rate}qps{conc}-{run['model'].rstrip('/').split('/')[-1]}-{date}.json"
+
+
+def write_results(run: dict, directory: str | Path) -> list[Path]:
+    """One vLLM-format result file per measured point, in `directory` (created if missing)."""
+    import json
+    from datetime import datetime
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    date = datetime.now().strftime("%Y%m%d-%H%M%S")
+    paths = []
+    for point in run["points"]:
+        path = out / result_filename(run, point, date)
+        path.write_text(json.dumps(vllm_result(run, point, date)), encoding="utf-8")
+        paths.append(path)
+    return paths

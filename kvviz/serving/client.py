@@ -1,12 +1,16 @@
 """An OpenAI-compatible streaming client that times every chunk (httpx; no server-specific code).
 
-Times follow `vllm bench serve` (vllm/benchmarks/lib/endpoint_request_func.py): the clock starts just
-before the request is sent; TTFT is the arrival of the first chunk that carries content; each later
-content chunk adds one inter-token latency (a chunk may hold several tokens); the token count N comes
-from the `usage` the server reports (asked for with `stream_options.include_usage`), else from counting
-content chunks, which the result says.
+Times follow `vllm bench serve` (vllm/benchmarks/lib/endpoint_request_func.py,
+async_request_openai_completions / _chat_completions, read at vllm-project/vllm@02cfb534): the clock starts
+just before the request is sent; TTFT is the arrival of the first SSE message whose `choices` is non-empty,
+even when its text is empty (held-back UTF-8 bytes, a special token); every later such message adds one
+inter-token latency (a message may hold several tokens) and moves the request's end (E2E); a message with
+empty `choices` (the usage summary) times nothing. N comes from the `usage` the server reports (asked for
+with `stream_options.include_usage`), else from counting those messages, which the result says.
+llama.cpp's own clock for the request (its `timings`: prompt_ms, predicted_per_token_ms) is kept beside.
 
-The API key goes only into the Authorization header: never into a URL, a message or a log.
+The API key goes only into the Authorization header, and credentials written into the URL
+(http://user:pass@host) only into basic auth: neither into a shown URL, a message or a log.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -24,16 +28,43 @@ from kvviz.errors import InputError
 DEFAULT_TIMEOUT_S = 30.0
 
 
+def _without_userinfo(parts: SplitResult) -> str:
+    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else (parts.hostname or "")
+    return host + (f":{parts.port}" if parts.port is not None else "")
+
+
 def normalize_base_url(url: str) -> str:
-    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` all name the same server."""
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` all name the same server. Credentials
+    in the URL are dropped: the result is what may be shown (`url_credentials` reads them for basic auth)."""
     text = (url or "").strip()
     parts = urlsplit(text)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise InputError("serving.bad_url", url=_without_userinfo_text(text)) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError("serving.bad_url", url=text or "—")
+        raise InputError("serving.bad_url", url=_without_userinfo_text(text) or "—")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    return urlunsplit((parts.scheme, _without_userinfo(parts), path, "", ""))
+
+
+def _without_userinfo_text(text: str) -> str:
+    """A URL as typed, with anything before an '@' in its authority removed (for messages about a bad URL)."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text.rpartition("@")[2] if "@" in text.split("/", 1)[0] else text
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
+def url_credentials(url: str) -> tuple[str, str] | None:
+    """(user, password) written into a URL as http://user:pass@host, else None."""
+    parts = urlsplit((url or "").strip())
+    if parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password or "")
 
 
 @dataclass(frozen=True)
@@ -43,9 +74,13 @@ class Server:
     base_url: str
     api_key: str | None = field(default=None, repr=False)  # never printed
     timeout_s: float = DEFAULT_TIMEOUT_S
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)  # from http://user:pass@host, never shown
 
     def __post_init__(self) -> None:
+        creds = url_credentials(self.base_url)
         object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
+        if creds is not None and self.basic_auth is None:
+            object.__setattr__(self, "basic_auth", creds)
         if not 0 < self.timeout_s <= 3600:
             raise InputError("serving.bad_timeout", value=self.timeout_s)
 
@@ -55,11 +90,13 @@ class Server:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(headers=self.headers(), timeout=httpx.Timeout(self.timeout_s), follow_redirects=False)
+    def client(self, max_connections: int = 100) -> httpx.Client:
+        auth = httpx.BasicAuth(*self.basic_auth) if self.basic_auth and not self.api_key else None
+        return httpx.Client(headers=self.headers(), auth=auth, timeout=httpx.Timeout(self.timeout_s),
+                            limits=httpx.Limits(max_connections=max_connections), follow_redirects=False)
 
 
-def _transport_error(server: Server, exc: httpx.HTTPError) -> InputError:
+def transport_error(server: Server, exc: httpx.HTTPError) -> InputError:
     """An httpx failure as the message a user can act on (no headers, so no key, in it)."""
     if isinstance(exc, httpx.TimeoutException):
         return InputError("serving.timeout", url=server.base_url, seconds=f"{server.timeout_s:g}")
@@ -70,10 +107,10 @@ def _transport_error(server: Server, exc: httpx.HTTPError) -> InputError:
     return InputError("serving.unreachable", url=server.base_url, reason=type(exc).__name__)
 
 
-def _status_error(server: Server, response: httpx.Response, model: str | None = None) -> InputError:
+def status_error(server: Server, response: httpx.Response, model: str | None = None) -> InputError:
     body = ""
     try:
-        body = response.read().decode("utf-8", "replace")[:300]
+        body = response.read().decode("utf-8", "replace")[:2000]
     except httpx.HTTPError:
         pass
     if response.status_code in (401, 403):
@@ -83,7 +120,21 @@ def _status_error(server: Server, response: httpx.Response, model: str | None = 
         return InputError("serving.unknown_model", model=model, available="?")
     if response.status_code == 404:
         return InputError("serving.not_openai", url=server.base_url, detail=f"HTTP 404 {response.request.url.path}")
-    return InputError("serving.http_error", status=response.status_code, detail=" ".join(body.split())[:200])
+    return InputError("serving.http_error", status=response.status_code, detail=_server_message(body))
+
+
+def _server_message(body: str) -> str:
+    """The message of an OpenAI-style error body ({"error": {"message": ...}}, or {"message": ...}), else the
+    body itself, on one line."""
+    try:
+        data = json.loads(body)
+        inner = data.get("error", data) if isinstance(data, dict) else None
+        message = inner.get("message") if isinstance(inner, dict) else inner if isinstance(inner, str) else None
+        if isinstance(message, str) and message.strip():
+            body = message
+    except ValueError:
+        pass
+    return " ".join(body.split())[:200]
 
 
 def list_models(server: Server, client: httpx.Client | None = None) -> list[dict]:
@@ -93,12 +144,12 @@ def list_models(server: Server, client: httpx.Client | None = None) -> list[dict
     try:
         response = client.get(server.url("/v1/models"))
     except httpx.HTTPError as exc:
-        raise _transport_error(server, exc) from None
+        raise transport_error(server, exc) from None
     finally:
         if own:
             client.close()
     if response.status_code != 200:
-        raise _status_error(server, response)
+        raise status_error(server, response)
     try:
         data = response.json()["data"]
         if not isinstance(data, list):
@@ -121,13 +172,19 @@ def check_model(models: list[dict], model: str) -> str:
     return model
 
 
-def tokenize(server: Server, model: str, text: str, client: httpx.Client | None = None) -> list[int] | None:
-    """Token ids from the server's own tokenizer (llama.cpp, vLLM and SGLang serve POST /tokenize); None if absent."""
+def tokenize(server: Server, model: str, text: str, client: httpx.Client | None = None, *,
+             add_special: bool = False) -> list[int] | None:
+    """Token ids from the server's own tokenizer (llama.cpp, vLLM and SGLang serve POST /tokenize); None if absent.
+
+    add_special: with the tokens the server adds to a prompt itself (a BOS for Llama-family models), i.e. the
+    ids its cache sees; without them, the ids to send as a prompt.
+    """
     own = client is None
     client = client or server.client()
     try:
         response = client.post(server.url("/tokenize"), json={"content": text, "prompt": text, "model": model,
-                                                              "add_special": False, "add_special_tokens": False})
+                                                              "add_special": add_special,
+                                                              "add_special_tokens": add_special})
         if response.status_code != 200:
             return None
         tokens = response.json().get("tokens")
@@ -149,13 +206,14 @@ class RequestResult:
     prompt_tokens: int | None = None  # from usage
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where reported
     completion_tokens: int | None = None  # N from usage; None when the server gave none
-    n_chunks: int = 0  # content chunks received
-    chunk_times_s: list[float] = field(default_factory=list)  # since start, one per content chunk
+    n_chunks: int = 0  # SSE messages with non-empty choices (vLLM's token messages)
+    chunk_times_s: list[float] = field(default_factory=list)  # since start, one per such message
     text: str = ""
     finish_reason: str | None = None
     error: InputError | None = None
     cancelled: bool = False
     refused: list[str] = field(default_factory=list)  # optional request fields the server refused
+    server_timings: dict | None = None  # llama.cpp's own `timings` for this request, where it sends them
 
     @property
     def ok(self) -> bool:
@@ -163,7 +221,7 @@ class RequestResult:
 
     @property
     def n_tokens(self) -> int:
-        """N for TPOT: the server's usage count, else the content chunks counted."""
+        """N for TPOT: the server's usage count, else the token messages counted."""
         return self.completion_tokens if self.completion_tokens is not None else self.n_chunks
 
     @property
@@ -180,9 +238,10 @@ class RequestResult:
 
     @property
     def itl_s(self) -> list[float]:
-        """Inter-token latency per chunk after the first (a chunk may carry several tokens)."""
-        t = self.chunk_times_s
-        return [b - a for a, b in zip(t, t[1:], strict=False)]
+        """Inter-token latency per message after the first (a message may carry several tokens)."""
+        from kvviz.engine.metrics import inter_token_latencies
+
+        return inter_token_latencies(self.chunk_times_s) if len(self.chunk_times_s) > 1 else []
 
     @property
     def tpot_s(self) -> float | None:
@@ -193,11 +252,26 @@ class RequestResult:
             return None
         return tpot(self.ttft_s, self.e2e_s, self.n_tokens)
 
+    @property
+    def server_prefill_s(self) -> float | None:
+        """The server's own prompt-processing time for this request (llama.cpp timings.prompt_ms)."""
+        ms = (self.server_timings or {}).get("prompt_ms")
+        return ms / 1e3 if isinstance(ms, (int, float)) else None
+
+    @property
+    def server_tpot_s(self) -> float | None:
+        """The server's own time per output token after the first (llama.cpp timings.predicted_per_token_ms)."""
+        ms = (self.server_timings or {}).get("predicted_per_token_ms")
+        return ms / 1e3 if isinstance(ms, (int, float)) and ms > 0 else None
+
     def to_dict(self) -> dict:
         return {"start_s": self.start_s, "ok": self.ok, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
-                "e2e_s": self.e2e_s, "n_tokens": self.n_tokens, "tokens_from_usage": self.tokens_from_usage,
+                "e2e_s": self.e2e_s, "itl_s": self.itl_s, "n_tokens": self.n_tokens,
+                "tokens_from_usage": self.tokens_from_usage,
                 "n_chunks": self.n_chunks, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
-                "finish_reason": self.finish_reason, "error": str(self.error) if self.error else None}
+                "server_prefill_s": self.server_prefill_s, "server_tpot_s": self.server_tpot_s,
+                "finish_reason": self.finish_reason, "error": str(self.error) if self.error else None,
+                "error_key": self.error.key if self.error else None}
 
 
 OPTIONAL_FIELDS = ("stream_options", "ignore_eos")  # extensions a strict server may refuse (HTTP 400/422)
@@ -218,14 +292,15 @@ def _payload(endpoint: str, model: str, prompt: str | list[int], max_tokens: int
 
 
 def _content(chunk: dict, endpoint: str) -> str | None:
+    """The text of a token message ("" when it carries none); None for a message with empty `choices`."""
     choices = chunk.get("choices") or []
-    if not choices:
+    if not choices or not isinstance(choices[0], dict):
         return None
     first = choices[0]
     if endpoint == "chat":
         delta = first.get("delta") or {}
-        return delta.get("content") or delta.get("reasoning_content") or None
-    return first.get("text") or None
+        return delta.get("content") or delta.get("reasoning_content") or ""
+    return first.get("text") or ""
 
 
 def stream_request(
@@ -288,14 +363,14 @@ def _stream_once(
         with client.stream("POST", server.url(path), json=_payload(endpoint, model, prompt, max_tokens,
                                                                     include_usage, ignore_eos, extra_body)) as response:
             if response.status_code != 200:
-                result.error = _status_error(server, response, model)
+                result.error = status_error(server, response, model)
                 return result
             for line in response.iter_lines():
                 if cancel is not None and cancel.is_set():
                     result.cancelled = True
                     return result
                 if not line.startswith("data:"):
-                    continue
+                    continue  # blank separators and SSE comments (": ping")
                 data = line[5:].strip()
                 if data == "[DONE]":
                     done = True
@@ -303,13 +378,15 @@ def _stream_once(
                 now = time.perf_counter() - t0
                 try:
                     chunk = json.loads(data)
+                    if not isinstance(chunk, dict):
+                        raise ValueError(data)
                 except ValueError:
                     result.error = InputError("serving.not_openai", url=server.base_url,
                                               detail=f"{path}: {data[:80]}")
                     return result
-                if isinstance(chunk, dict) and "error" in chunk:
+                if "error" in chunk:
                     result.error = InputError("serving.http_error", status=200,
-                                              detail=" ".join(str(chunk["error"]).split())[:200])
+                                              detail=_server_message(json.dumps({"error": chunk["error"]})))
                     return result
                 text = _content(chunk, endpoint)
                 if text is not None:
@@ -319,8 +396,10 @@ def _stream_once(
                     if on_chunk is not None:
                         on_chunk(result)
                 for choice in chunk.get("choices") or []:
-                    if choice.get("finish_reason"):
+                    if isinstance(choice, dict) and choice.get("finish_reason"):
                         result.finish_reason = choice["finish_reason"]
+                if isinstance(chunk.get("timings"), dict):
+                    result.server_timings = chunk["timings"]
                 usage = chunk.get("usage")
                 if isinstance(usage, dict):
                     result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
@@ -330,7 +409,7 @@ def _stream_once(
                         result.cached_tokens = details["cached_tokens"]
     except httpx.HTTPError as exc:
         if not result.n_chunks:
-            result.error = _transport_error(server, exc)
+            result.error = transport_error(server, exc)
             return result
         done = False  # the connection broke mid-stream: reported below as a stream cut
     finally:

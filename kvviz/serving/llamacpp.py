@@ -29,6 +29,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Terminate a child process, and kill it if it has not ended within timeout_s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class LlamaServer:
     """`with LlamaServer(gguf) as srv:` — srv.base_url is live inside, the process is gone after."""
 
@@ -64,13 +75,8 @@ class LlamaServer:
         raise TimeoutError(f"llama-server did not become healthy in {timeout_s} s")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def __enter__(self) -> LlamaServer:
         return self.start()
