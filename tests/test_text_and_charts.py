@@ -153,6 +153,7 @@ def test_serving_page_says_768_bytes_once():
     at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["kvviz-tiny"], "engine": "llama.cpp",
                                    "block_size": None}
     at.switch_page("pages/7_Serving_Engine.py").run()
+    at.selectbox(key="sv_kv_dtype_kvviz-tiny").set_value("bfloat16").run()  # llama-server does not report it
     assert not at.exception
     caption = next(c.value for c in at.caption if "per token" in c.value)
     assert "**768 B per token**" in caption and "(768 B)" not in caption
