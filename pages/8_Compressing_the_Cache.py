@@ -125,6 +125,11 @@ if 0 in show:
         tr("compression.table_saved", dtype=kv_dtype): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
     })
     table(results, "compression_table")
+    for v in quality.sink_values(rows):  # StreamingLLM's central finding, as a measured number
+        st.markdown(tr("compression.sink_value", budget=v.budget, sinks=STREAMING_SINKS,
+                       streaming=f"{v.streaming_perplexity:.2f}", window=f"{v.window_perplexity:.2f}",
+                       ratio=f"{v.ratio:.2f}",
+                       verdict=tr(f"compression.sink_{v.verdict}", tolerance=f"{quality.SINK_TOLERANCE:.0%}")))
     fp8 = [r for r in data if r["method"] == "fp8"]
     if fp8:
         st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",

@@ -382,3 +382,17 @@ def test_export_gguf_paths_are_checked(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "does not exist" in err and "\n" not in err.strip()
     assert not (tmp_path / "no").exists()
+
+
+def test_sink_values_pair_window_and_streaming_at_each_budget():
+    from kvviz.compression.quality import SINK_TOLERANCE, Quality, sink_values
+
+    def row(method: str, budget: int | None, ppl: float) -> Quality:
+        return Quality(method, method, ppl, 0.0, 1.0, 0, 0, 0, 10.0, 0, 0, 1, budget=budget)
+
+    rows = [row("window", 64, 30.0), row("streaming", 64, 10.0), row("window", 32, 10.0),
+            row("streaming", 32, 10.0 * (1 + SINK_TOLERANCE / 2)), row("streaming", 16, 5.0), row("int8", None, 9.0)]
+    values = sink_values(rows)
+    assert [(v.budget, v.ratio, v.verdict) for v in values] == [
+        (32, pytest.approx(1 / (1 + SINK_TOLERANCE / 2)), "same"), (64, 3.0, "helps")]
+    assert sink_values([row("window", 8, 10.0), row("streaming", 8, 20.0)])[0].verdict == "hurts"

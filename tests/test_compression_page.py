@@ -1,6 +1,7 @@
 """The Compressing the Cache page, headless: every method measured on the user's text, bytes equal to the formula,
 one chart with all methods, the kept-positions strip and the attention rows, in English and Korean."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,15 @@ def test_page_measures_every_method(lang):
     assert ("캐시" in title or "방법" in title) if lang == "ko" else "Memory saved" in title
     # SnapKV at 50% of a 128-token chunk: the 64-token prompt is within its budget, so nothing was dropped
     assert any(named("snapkv", " (64)", lang) in i.value for i in at.info)
+    # The sinks' value: StreamingLLM against the window at each budget, the same perplexities as the table's
+    ppl = dict(zip(table.iloc[:, 0], table[t("compression.table_ppl", lang)], strict=True))
+    lines = [m.value for m in at.markdown if m.value.startswith(t("compression.sink_value", lang).split("{")[0])]
+    assert len(lines) == 2, lines  # both budgets
+    for line in lines:
+        budget = int(re.search(r"\d+", line).group())
+        streaming, window = (float(x) for x in re.findall(r"\*\*([\d.]+)\*\*", line))
+        assert streaming == pytest.approx(ppl[named("streaming", f" ({budget})", lang)], abs=0.006)
+        assert window == pytest.approx(ppl[named("window", f" ({budget})", lang)], abs=0.006)
     hollow = [d for d in tradeoff["data"] if d["name"] == named("snapkv", " (64)", lang)]
     assert hollow[0]["marker"]["symbol"].endswith("-open") and hollow[0]["x"] == [0.0]
 

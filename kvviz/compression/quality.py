@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -170,6 +170,39 @@ def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int
             group=last.group, residual=last.residual, kv_scale=m.kv_scale if m.name == "fp8" else None,
             views=comp[0].views))
     return out
+
+
+# Perplexities within 10% of each other are called the same: a 512-token sample moves them by a few percent.
+SINK_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class SinkValue:
+    """StreamingLLM against the plain window at one budget: what keeping the first tokens is worth (Xiao et al.
+    2024, §3: without the sinks perplexity explodes once the first tokens leave the cache)."""
+
+    budget: int
+    window_perplexity: float
+    streaming_perplexity: float
+
+    @property
+    def ratio(self) -> float:
+        """How many times the window's perplexity is StreamingLLM's (above 1: the sinks help)."""
+        return self.window_perplexity / self.streaming_perplexity
+
+    @property
+    def verdict(self) -> str:
+        """"helps" (the window's perplexity more than SINK_TOLERANCE above), "same" (within it) or "hurts"."""
+        if self.ratio > 1 + SINK_TOLERANCE:
+            return "helps"
+        return "same" if self.ratio >= 1 / (1 + SINK_TOLERANCE) else "hurts"
+
+
+def sink_values(rows: Sequence[Quality]) -> list[SinkValue]:
+    """Every budget at which both the window and StreamingLLM were measured, in budget order."""
+    window = {r.budget: r.perplexity for r in rows if r.method == "window"}
+    return [SinkValue(r.budget, window[r.budget], r.perplexity) for r in sorted(
+        (r for r in rows if r.method == "streaming" and r.budget in window), key=lambda r: r.budget)]
 
 
 def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Method]:
