@@ -9,7 +9,16 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, current_number, number_in_range, pending_actions, persisted, stepper, table
+from kvviz.app.widgets import (
+    apply_press,
+    chart,
+    current_number,
+    number_in_range,
+    pending_actions,
+    persisted,
+    stepper,
+    table,
+)
 from kvviz.charts import decode as decode_charts
 from kvviz.charts import speculative as charts
 from kvviz.engine.backends.native import NativeBackend
@@ -151,16 +160,8 @@ def apply(action: str) -> None:
     """One press from the stepper's log, in the order it was made (as on Reusing Past K/V)."""
     gen: SpeculativeGeneration | None = state.spec_gen
     can_step = gen is not None and not gen.done and gen.backend is backend
-    if action == "prefill" and not state.spec_playing:  # the button is disabled while playing
-        prefill()
-    elif action == "reset":
-        reset()
-    elif action in ("play", "pause", "toggle_play"):
-        on = not state.spec_playing if action == "toggle_play" else action == "play"
-        if can_step or not on:
-            play(on)
-    elif action == "step" and can_step and not state.spec_playing:
-        step_once(gen)
+    apply_press(action, playing=state.spec_playing, can_step=can_step, prefill=prefill, reset=reset, play=play,
+                step=lambda: step_once(gen))
 
 
 ORDERED_BUTTONS = {"spec_btn_prefill": "prefill", "spec_btn_play": "play", "spec_btn_pause": "pause",

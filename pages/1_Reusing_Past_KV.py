@@ -8,7 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import chart, current_number, number_in_range, pending_actions, persisted, stepper
+from kvviz.app.widgets import apply_press, chart, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.charts import decode as charts
 from kvviz.engine.chat import chat_prompt
 from kvviz.engine.generation import Generation
@@ -128,16 +128,8 @@ def apply(action: str) -> None:
     """One press from the stepper's log, in the order it was made (Prefill, R, Prefill, R, Space ends with none)."""
     gen: Generation | None = state.reuse_gen
     can_step = gen is not None and not gen.done and gen.cache is not None and not is_stale(gen)
-    if action == "prefill" and not state.reuse_playing:  # the button is disabled while playing
-        prefill()
-    elif action == "reset":
-        reset()
-    elif action in ("play", "pause", "toggle_play"):
-        on = not state.reuse_playing if action == "toggle_play" else action == "play"
-        if can_step or not on:
-            play(on)
-    elif action == "step" and can_step and not state.reuse_playing:
-        step_once(gen)
+    apply_press(action, playing=state.reuse_playing, can_step=can_step, prefill=prefill, reset=reset, play=play,
+                step=lambda: step_once(gen))
 
 
 ORDERED_BUTTONS = {"reuse_btn_prefill": "prefill", "reuse_btn_play": "play", "reuse_btn_pause": "pause",

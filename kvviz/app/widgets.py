@@ -5,11 +5,13 @@
   naming the range while the last valid value stays in use (`number_text()` writes the numbers it names;
   `current_number()` is its value as a callback sees it);
 - `chart()` and `table()`: a Plotly figure with its toolbar, a table with its CSV download;
-- `stepper()` and `pending_actions()`: a Step button and one numbered log of a page's presses (its clicks, the
-  → / Space / P / R keys, the page's own buttons), applied once each and in order, so no press is lost or reordered.
+- `stepper()`, `pending_actions()` and `apply_press()`: a Step button and one numbered log of a page's presses (its
+  clicks, the → / Space / P / R keys, the page's own buttons), applied once each and in order, so no press is lost
+  or reordered.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
@@ -243,6 +245,22 @@ def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = ""
             "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})},
             "buttons": {f".st-key-{k} button": action for k, action in (buttons or {}).items()}}
     _stepper_component(key=key, data=data, default={"events": []}, width="content", on_events_change=_no_callback)
+
+
+def apply_press(action: str, *, playing: bool, can_step: bool, prefill: Callable[[], Any],
+                reset: Callable[[], Any], play: Callable[[bool], Any], step: Callable[[], Any]) -> None:
+    """One press from a stepper's log, in the order it was made (Prefill, R, Prefill, R, Space ends with none):
+    Prefill is disabled while playing, Play needs a step to take, a Step waits while playing."""
+    if action == "prefill" and not playing:
+        prefill()
+    elif action == "reset":
+        reset()
+    elif action in ("play", "pause", "toggle_play"):
+        on = not playing if action == "toggle_play" else action == "play"
+        if can_step or not on:
+            play(on)
+    elif action == "step" and can_step and not playing:
+        step()
 
 
 def pending_actions(key: str, served: int) -> list[tuple[int, str]]:
