@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
-def open_page(page: str, lang: str, **query: str) -> AppTest:
+def open_page(page: str, lang: str = "en", **query: str) -> AppTest:
     """The page run once through the app (its sidebar and navigation included), with no exception."""
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["lang"] = lang

@@ -6,6 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.config import DecoderConfig
+from tests.pagetest import open_page as _open
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SMALL = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=160, vocab_size=300, max_seq_len=128)
@@ -60,15 +61,6 @@ def _numbers_shown(at: AppTest) -> list[str]:
     """Every number the page draws outside its number boxes: metrics, formulas, tables, captions."""
     return [*(m.value for m in at.metric), *(x.value for x in at.latex), *(x.value for x in at.markdown),
             *(c.value for c in at.caption)]
-
-
-def _open(page: str, **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.switch_page(page).run()
-    assert not at.exception, at.exception
-    return at
 
 
 @pytest.mark.parametrize("page, query", [

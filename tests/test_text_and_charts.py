@@ -19,6 +19,7 @@ from kvviz.charts.paged import pool_usage
 from kvviz.i18n import LANGS, t
 from kvviz.lessons import quiz
 from kvviz.units import format_exact
+from tests.pagetest import open_page as _open
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -28,15 +29,6 @@ PLURAL_NOUNS = ("tokens", "steps", "requests", "positions", "layers", "blocks", 
 # "{n} tokens" with no {n|token|tokens}: "1 tokens" when n is 1 ("{a}/{b} heads" and rates per second excepted).
 BARE_COUNT = re.compile(r"(?<!}/)\{(\w+)\}\s+(?:(?:decode|new|prompt|KV|query|token|physical|logical|free|cached|"
                         r"shared)\s+)?(" + "|".join(PLURAL_NOUNS) + r")\b(?!/s)")
-
-
-def _open(page: str, **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.switch_page(page).run()
-    assert not at.exception, at.exception
-    return at
 
 
 # ---- plurals -----------------------------------------------------------------------------------------------
