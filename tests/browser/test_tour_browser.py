@@ -322,6 +322,13 @@ LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
   .map(e => e.getBoundingClientRect().bottom))"""
 
 
+# Text the browser ends with "…" because it does not fit its box.
+CUT_SHORT = """() => Array.from(document.querySelectorAll("[data-testid='stMainBlockContainer'] *"))
+  .filter(e => e.checkVisibility() && getComputedStyle(e).textOverflow === 'ellipsis'
+               && e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.innerText)"""
+
+
 def progress_text(page) -> str:  # noqa: ANN001
     bar = page.locator("[data-testid='stProgress']")
     return bar.first.inner_text() if bar.count() else ""
@@ -399,11 +406,17 @@ def _wait_measured(pg, button_key: str) -> None:  # noqa: ANN001
     settle(pg)
 
 
-def _each_idea_fits(pg, stepper: str, n: int, name: str, shots) -> None:  # noqa: ANN001
+def _each_idea_fits(pg, stepper: str, n: int, name: str, shots, each=None) -> None:  # noqa: ANN001
+    """Step through the page's n ideas (`each(pg)` first on each: what a lecture clicks there); each ends above 720 px
+    and shows no label cut short with "…"."""
     for i in range(1, n + 1):
+        if each is not None:
+            each(pg)
         lowest = pg.evaluate(LOWEST)
+        cut = pg.evaluate(CUT_SHORT)
         pg.screenshot(path=shots / f"{name}_idea{i}.png")
         assert lowest <= 720, f"{name}: idea {i} ends at {lowest:.0f} px, below the 720 px screen"
+        assert not cut, f"{name}: idea {i} cuts short {cut}"
         if i < n:
             pg.locator(f"{key(f'kv_idea_next_{stepper}')} button").first.click()
             pg.wait_for_timeout(500)
@@ -433,4 +446,37 @@ def test_latency_pages_lecture_one_idea_per_screen(browser, app_url, shots, path
     _wait_measured(pg, button)
     expect(pg.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
     _each_idea_fits(pg, stepper, n, f"{path.lower()}_lecture_{lang}", shots)
+    pg.context.close()
+
+
+def _reveal(pg) -> None:  # noqa: ANN001
+    """Check: answer the question on screen and reveal it (the explanation is the longest state of an idea)."""
+    question = pg.locator("[data-testid='stMainBlockContainer'] [class*='st-key-predict_']").first
+    if question.locator("input[type='number']").count():
+        question.locator("input").fill("1")
+        question.locator("input").press("Enter")
+    else:
+        question.locator("label").last.click()
+    wait_idle(pg)
+    pg.locator("[class*='st-key-reveal_'] button").first.click()
+    expect(pg.locator("[class*='st-key-again_'] button")).to_be_visible()  # revealed: the explanation drawn
+    wait_idle(pg)
+    settle(pg)
+
+
+LECTURE_IDEAS = {
+    # page: its stepper's key, how many ideas, what a lecture does on each before the screen is measured
+    "": ("home", 3, None),
+    "Check": ("check", 10, _reveal),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+@pytest.mark.parametrize("path", list(LECTURE_IDEAS), ids=lambda p: p or "Home")
+def test_every_idea_fits_a_lecture_screen(browser, app_url, shots, path, lang):
+    """Issue 29.7: on every page, in lecture mode, the idea on screen is whole on one 1280×720 screen, in English and
+    Korean, with what a lecture clicks there done (Check: a question answered and revealed)."""
+    stepper, n, each = LECTURE_IDEAS[path]
+    pg = _lecture_page(browser, app_url, path, lang)
+    _each_idea_fits(pg, stepper, n, f"{(path or 'home').lower()}_lecture_{lang}", shots, each)
     pg.context.close()
