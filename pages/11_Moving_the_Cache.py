@@ -7,7 +7,7 @@ import streamlit as st
 
 from kvviz.app.hosted import check_offload_store
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
+from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.uploads import config_upload
@@ -27,8 +27,11 @@ TIER_REPEATS = 5
 ss = st.session_state
 
 settings = page_setup("moving.title")
+lecture = settings.lecture
 head = lecture_head(tr("moving.title"))
-with head[0], intro_box():
+with head[0]:
+    about = intro_box()
+with about:
     st.write(tr("moving.intro"))
 if settings.model == "hf":
     st.info(tr("moving.hf_note"))  # the store copies into kvviz's own cache: the shipped model runs instead
@@ -36,7 +39,13 @@ if settings.model == "hf":
 backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
-model_caption(backend.spec)
+if not lecture:  # on a projector behind the settings button
+    model_caption(backend.spec)
+with head[1]:  # on a projector one button holds the store's settings, the deployment's and the links
+    box = settings_box()
+if lecture:
+    with box:
+        model_caption(backend.spec)
 dtype = str(backend.dtype).removeprefix("torch.")
 max_len = backend.spec.max_context
 
@@ -51,8 +60,6 @@ def reason_text(m: dict) -> str:
 
 # ---- the store and its requests ----------------------------------------------------------------------------
 def store_section() -> OffloadDemo | None:
-    with head[1]:
-        box = settings_box()
     c = box.columns(4)
     sizes = [s for s in CHUNK_SIZES if 2 * s + s // 4 + 4 < max_len] or [CHUNK_SIZES[0]]
     chunk = c[0].selectbox(tr("moving.chunk_size"), sizes, index=len(sizes) - 1, key="mv_chunk",
@@ -117,12 +124,15 @@ def requests_view(demo: OffloadDemo) -> None:
     keys = ("device", "memory", "disk", "from_memory", "from_disk", "computed_cell", "computed_hover", "held",
             "empty_slot", "chunks", "tiers_title")
     labels = {k: tr(f"moving.c_{k}") for k in keys}
-    chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
-                               last["after"], {"memory": demo.memory_chunks, "disk": demo.disk_chunks}, labels,
-                               lecture=settings.lecture), "mv_tiers")
-    st.caption(tr("moving.tiers_chart_caption"))
-    st.markdown(tr("moving.last_request", n=last["request"], what=tr(f"moving.kind_{last['kind']}"),
-                   why=reason_text(last["miss_reason"])))
+    # on a projector the chart, and beside it what the last request found and the table, folded
+    plot, side = st.columns([3, 2], vertical_alignment="center") if lecture else (st.container(), st.container())
+    with plot:
+        chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
+                                   last["after"], {"memory": demo.memory_chunks, "disk": demo.disk_chunks}, labels,
+                                   lecture=lecture), "mv_tiers")
+    side.caption(tr("moving.tiers_chart_caption"))
+    side.markdown(tr("moving.last_request", n=last["request"], what=tr(f"moving.kind_{last['kind']}"),
+                     why=reason_text(last["miss_reason"])))
     rows = [{
         tr("moving.col_request"): f"{r['request']}. {tr('moving.kind_' + r['kind'])}",
         tr("moving.col_prompt"): r["prompt_tokens"],
@@ -138,8 +148,9 @@ def requests_view(demo: OffloadDemo) -> None:
         tr("moving.col_logits"): tr("moving.equal" if r["logits_equal_up_to_rounding"] else "moving.not_equal",
                                     diff=f"{r['max_abs_logit_diff']:.1e}", tol=f"{r['logit_rounding_tolerance']:.1e}"),
     } for r in demo.results]
-    table(pd.DataFrame(rows), "mv_requests")
-    st.caption(tr("moving.table_caption", repeats=demo.repeats))
+    with side.expander(tr("moving.requests_table")) if lecture else st.container():  # the chart keeps the screen
+        table(pd.DataFrame(rows), "mv_requests")
+        st.caption(tr("moving.table_caption", repeats=demo.repeats))
 
 
 def measure_tiers() -> None:
@@ -155,35 +166,40 @@ def ttft_view(demo: OffloadDemo) -> None:
     if demo.results:
         keys = ("load_memory", "load_disk", "prefill_rest", "recompute", "ms", "ttft_title")
         labels = {k: tr(f"moving.c_{k}") for k in keys} | {f"kind_{k}": tr(f"moving.kind_{k}") for k, _, _ in SCRIPT}
-        chart(charts.ttft_bars(demo.results, labels, lecture=settings.lecture), "mv_ttft")
-        st.caption(tr("moving.ttft_caption"))
+        chart(charts.ttft_bars(demo.results, labels, lecture=lecture), "mv_ttft")
+    # on a projector the caption beside the button, and the tiers' table folded: the chart keeps the screen
+    words, press = st.columns([4, 1], vertical_alignment="center") if lecture else (st.container(), st.container())
+    if demo.results:
+        words.caption(tr("moving.ttft_caption"))
     else:
-        st.info(tr("moving.ttft_empty"))
-    st.button(tr("moving.measure_tiers"), on_click=measure_tiers, key="mv_measure", help=tr("moving.measure_help"))
+        words.info(tr("moving.ttft_empty"))
+    press.button(tr("moving.measure_tiers"), on_click=measure_tiers, key="mv_measure", help=tr("moving.measure_help"))
     if ss.get("mv_tiers"):
-        table(pd.DataFrame([{
-            tr("moving.col_tier"): tr(f"moving.tier_{t.tier}"), tr("moving.col_tokens"): t.tokens,
-            tr("moving.col_bytes"): f"{t.bytes:,}",
-            tr("moving.col_file_bytes"): f"{t.file_bytes:,}" if t.file_bytes else "—",
-            tr("moving.col_load"): f"{t.load_s.median * 1e3:.2f} ({t.load_s.low * 1e3:.2f}–{t.load_s.high * 1e3:.2f})",
-            tr("moving.col_recompute"): f"{t.recompute_s.median * 1e3:.1f} ({t.recompute_s.low * 1e3:.1f}–"
-                                        f"{t.recompute_s.high * 1e3:.1f})",
-            tr("moving.col_ratio"): f"{t.load_over_recompute:.3f}",
-        } for t in ss.mv_tiers]), "mv_tier_costs")
-        st.caption(tr("moving.tiers_caption", repeats=TIER_REPEATS, device=str(backend.device)))
+        with st.expander(tr("moving.tiers_table")) if lecture else st.container():
+            table(pd.DataFrame([{
+                tr("moving.col_tier"): tr(f"moving.tier_{t.tier}"), tr("moving.col_tokens"): t.tokens,
+                tr("moving.col_bytes"): f"{t.bytes:,}",
+                tr("moving.col_file_bytes"): f"{t.file_bytes:,}" if t.file_bytes else "—",
+                tr("moving.col_load"): f"{t.load_s.median * 1e3:.2f} ({t.load_s.low * 1e3:.2f}–"
+                                       f"{t.load_s.high * 1e3:.2f})",
+                tr("moving.col_recompute"): f"{t.recompute_s.median * 1e3:.1f} ({t.recompute_s.low * 1e3:.1f}–"
+                                            f"{t.recompute_s.high * 1e3:.1f})",
+                tr("moving.col_ratio"): f"{t.load_over_recompute:.3f}",
+            } for t in ss.mv_tiers]), "mv_tier_costs")
+            st.caption(tr("moving.tiers_caption", repeats=TIER_REPEATS, device=str(backend.device)))
 
 
 # ---- a real deployment: the calculator ------------------------------------------------------------------------
-def deployment() -> dict | None:
+def deployment(where) -> dict | None:  # noqa: ANN001 - the page, or the settings button on a projector
     """The model, GPU, KV format and tensor parallelism the calculator and the handoff's bytes use."""
-    st.subheader(tr("moving.deploy_title"))
-    c = st.columns([3, 2, 2, 1])
+    where.subheader(tr("moving.deploy_title"))
+    c = where.columns([3, 2, 2, 1])
     names = list(PRESETS) + [tr("moving.upload_choice")]
     choice = c[0].selectbox(tr("moving.model"), names, index=names.index("Llama-3.1-8B"), key="mv_model")
     if choice == names[-1]:
         spec = config_upload(c[0], tr("moving.upload"), "mv_upload")
         if spec is None:
-            st.info(tr("moving.upload_hint"))
+            where.info(tr("moving.upload_hint"))
             return None
     else:
         spec = PRESETS[choice]
@@ -191,7 +207,7 @@ def deployment() -> dict | None:
     kv_dtype = c[2].selectbox(tr("moving.kv_dtype"), list(KV_DTYPES), index=1, key="mv_kv_dtype")
     tp = int(number_in_range(c[3], tr("moving.tp"), 1, 64, 1, "mv_tp"))
     if spec.n_params is None:
-        billions = number_in_range(st, tr("moving.params_unknown", name=spec.name), 0.001, 10000.0, None,
+        billions = number_in_range(where, tr("moving.params_unknown", name=spec.name), 0.001, 10000.0, None,
                                       "mv_params_b", whole=False)
         if billions is None:
             return None
@@ -202,8 +218,9 @@ def deployment() -> dict | None:
 def break_even_view(dep: dict) -> None:
     spec, max_tokens = dep["spec"], dep["spec"].max_context
     if max_tokens is None:
-        max_tokens = int(number_in_range(st, tr("moving.max_tokens"), 16, 10**7, 131072, "mv_max_tokens"))
-    links = st.multiselect(tr("moving.links"), list(LINKS), default=list(LINKS), key="mv_links")
+        max_tokens = int(number_in_range(box if lecture else st, tr("moving.max_tokens"), 16, 10**7, 131072,
+                                         "mv_max_tokens"))
+    links = (box if lecture else st).multiselect(tr("moving.links"), list(LINKS), default=list(LINKS), key="mv_links")
     try:
         cases = {name: LoadVsRecompute(spec, dep["hw"], LINKS[name], dep["kv_dtype"], tp=dep["tp"]) for name in links}
     except InputError as exc:
@@ -215,7 +232,7 @@ def break_even_view(dep: dict) -> None:
     labels = {k: tr(f"moving.c_{k}") for k in ("break_even_at", "tokens", "ratio", "even_line", "hover",
                                                  "break_even_title")}
     chart(charts.break_even_chart({n: c.curve(max_tokens) for n, c in cases.items()}, even, measured, labels,
-                                     lecture=settings.lecture), "mv_break_even")
+                                     lecture=lecture), "mv_break_even")
     rows = []
     for name, n in even.items():
         verdict = (tr("moving.never", max=f"{max_tokens:,}") if n is None else tr("moving.always") if n == 1
@@ -223,10 +240,18 @@ def break_even_view(dep: dict) -> None:
         rows.append({tr("moving.col_link"): name,
                      tr("moving.col_bandwidth"): f"{LINKS[name].bandwidth_bytes_per_s / 1e9:g} GB/s",
                      tr("moving.col_break_even"): verdict})
-    table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
-    with st.expander(tr("moving.sources_title")):
-        st.markdown("\n".join(f"- **{name}**: {LINKS[name].bandwidth_source}" for name in even))
-    st.caption(tr("moving.break_even_caption", gpu=dep["hw"].name,
+    sources = "\n".join(f"- **{name}**: {LINKS[name].bandwidth_source}" for name in even)
+    if lecture:  # the chart keeps the screen: the table and its sources folded under it, in one box
+        links_box = st.expander(tr("moving.links_table"))
+        with links_box:
+            table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
+            st.markdown(f"**{tr('moving.sources_title')}**\n\n{sources}")
+    else:
+        table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
+        with st.expander(tr("moving.sources_title")):
+            st.markdown(sources)
+    # on a projector the caption (the rates and their sources) is folded with the table
+    (links_box if lecture else st).caption(tr("moving.break_even_caption", gpu=dep["hw"].name,
                   tflops=f"{dep['hw'].peak_flops / 1e12:,.1f}", source=dep["hw"].flops_source, tp=dep["tp"],
                   here=str(backend.device), model=backend.spec.name))
 
@@ -260,7 +285,7 @@ def run_handoff(engine: str, n_prompt: int, n_new: int) -> None:
 def handoff_view(dep: dict | None) -> None:
     from kvviz.serving.llamacpp import binary
 
-    c = st.columns(2)
+    c = (box if lecture else st).columns(2)  # on a projector behind the settings button
     n_prompt = int(number_in_range(c[0], tr("moving.prompt_tokens"), 2, max(2, min(max_len - 64, 2000)), 64,
                                       "mv_prompt"))
     n_new = int(number_in_range(c[1], tr("moving.new_tokens"), 2, 64, 16, "mv_new"))
@@ -291,46 +316,53 @@ def handoff_view(dep: dict | None) -> None:
                 steps.append({"engine": name, "phase": phase, "seconds": seconds or 0.0, "text": text})
         labels = {k: tr(f"moving.c_{k}") for k in ("ms", "handoff_title")} | {
             f"phase_{p}": tr(f"moving.phase_{p}") for p in ("prefill", "save", "transfer", "restore", "decode")}
-        chart(charts.handoff_timeline(steps, labels, lecture=settings.lecture), "mv_handoff")
-        table(pd.DataFrame([{
-            tr("moving.col_engine"): tr(f"moving.engine_{engine}"), tr("moving.col_prompt"): r["prompt_tokens"],
-            tr("moving.col_moved"): r["bytes"], tr("moving.col_bytes"): r["kv_bytes"],
-            tr("moving.col_formula"): r["formula_bytes"],
-            tr("moving.col_header"): r["header_bytes"], tr("moving.col_save"): f"{r['save_s'] * 1e3:.2f}",
-            tr("moving.col_transfer"): f"{r['transfer_s'] * 1e3:.2f}",
-            tr("moving.col_restore"): f"{r['restore_s'] * 1e3:.2f}",
-            tr("moving.col_tokens_equal"): tr("moving.yes" if r["tokens_equal_single"] else "moving.no"),
-        } for engine, r in results.items()]), "mv_handoff_table")
-        st.caption(tr("moving.handoff_caption"))
-        if "llamacpp" in results:
-            parts = results["llamacpp"]["file_parts"]
-            st.caption(tr("moving.file_parts", parts=", ".join(f"{k} {v:,} B" for k, v in parts.items())))
-    if dep is not None:
-        calc = handoff_bytes(dep["spec"], n_prompt, dep["kv_dtype"], dep["tp"])
-        st.markdown(tr("moving.calc_line", model=dep["spec"].name, n=n_prompt, tp=dep["tp"],
-                       per_rank=format_binary(calc.per_rank), total=format_binary(calc.total),
-                       heads=calc.kv_heads_per_rank)
-                    + (" " + tr("moving.replicated") if calc.replicated else ""))
-        table(pd.DataFrame([{
-            tr("moving.col_link"): name,
-            tr("moving.col_per_rank"): f"{calc.seconds(link) * 1e3:.3f}",
-            tr("moving.col_shared"): f"{calc.seconds(link, shared_link=True) * 1e3:.3f}",
-        } for name, link in LINKS.items()]), "mv_handoff_calc")
+        chart(charts.handoff_timeline(steps, labels, lecture=lecture), "mv_handoff")
+    # on a projector the timeline keeps the screen: its tables and the calculator folded under it, in one box
+    details = st.expander(tr("moving.handoff_details")) if lecture else st.container()
+    with details:
+        if results:
+            table(pd.DataFrame([{
+                tr("moving.col_engine"): tr(f"moving.engine_{engine}"), tr("moving.col_prompt"): r["prompt_tokens"],
+                tr("moving.col_moved"): r["bytes"], tr("moving.col_bytes"): r["kv_bytes"],
+                tr("moving.col_formula"): r["formula_bytes"],
+                tr("moving.col_header"): r["header_bytes"], tr("moving.col_save"): f"{r['save_s'] * 1e3:.2f}",
+                tr("moving.col_transfer"): f"{r['transfer_s'] * 1e3:.2f}",
+                tr("moving.col_restore"): f"{r['restore_s'] * 1e3:.2f}",
+                tr("moving.col_tokens_equal"): tr("moving.yes" if r["tokens_equal_single"] else "moving.no"),
+            } for engine, r in results.items()]), "mv_handoff_table")
+            st.caption(tr("moving.handoff_caption"))
+            if "llamacpp" in results:
+                parts = results["llamacpp"]["file_parts"]
+                st.caption(tr("moving.file_parts", parts=", ".join(f"{k} {v:,} B" for k, v in parts.items())))
+        if dep is not None:
+            calc = handoff_bytes(dep["spec"], n_prompt, dep["kv_dtype"], dep["tp"])
+            st.markdown(tr("moving.calc_line", model=dep["spec"].name, n=n_prompt, tp=dep["tp"],
+                           per_rank=format_binary(calc.per_rank), total=format_binary(calc.total),
+                           heads=calc.kv_heads_per_rank)
+                        + (" " + tr("moving.replicated") if calc.replicated else ""))
+            table(pd.DataFrame([{
+                tr("moving.col_link"): name,
+                tr("moving.col_per_rank"): f"{calc.seconds(link) * 1e3:.3f}",
+                tr("moving.col_shared"): f"{calc.seconds(link, shared_link=True) * 1e3:.3f}",
+            } for name, link in LINKS.items()]), "mv_handoff_calc")
 
 
 demo = store_section()
 if demo is not None and "tiers" in shown:
-    st.subheader(tr("moving.idea_tiers"))
+    idea_title(tr("moving.idea_tiers"), small=True)
     requests_view(demo)
 if demo is not None and "ttft" in shown:
-    st.subheader(tr("moving.idea_ttft"))
+    idea_title(tr("moving.idea_ttft"), small=True)
     ttft_view(demo)
-dep = deployment() if shown & {"break_even", "handoff"} else None
+# On a projector the deployment is chosen behind the settings button, whichever idea is on screen.
+dep = deployment(box) if lecture else deployment(st) if shown & {"break_even", "handoff"} else None
 if dep is not None and "break_even" in shown:
-    st.subheader(tr("moving.idea_break_even"))
+    idea_title(tr("moving.idea_break_even"), small=True)
     break_even_view(dep)
 if "handoff" in shown:
-    st.subheader(tr("moving.idea_handoff"))
+    idea_title(tr("moving.idea_handoff"), small=True)
     handoff_view(dep)
-with st.expander(tr("moving.rules_title")):
+with about if lecture else st.expander(tr("moving.rules_title")):  # on a projector with the introduction, folded
+    if lecture:
+        st.markdown(f"**{tr('moving.rules_title')}**")
     st.markdown(tr("moving.rules"))

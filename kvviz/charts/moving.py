@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from kvviz.charts.base import style
+from kvviz.charts.base import legend_below, style
 from kvviz.i18n import fill
 
 TIER_COLORS = {"memory": "#3182bd", "disk": "#e6550d", "computed": "#bdbdbd", "empty": "#f4f4f4"}
@@ -51,7 +51,8 @@ def tier_boxes(device: Sequence[tuple[str, str]], computed: int, contents: Mappi
 def ttft_bars(rows: Sequence[Mapping], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
     """Per request two bars: TTFT through the store (load from memory, load from disk, prefill of the rest,
     stacked) and TTFT recomputing the whole prompt; milliseconds."""
-    x = [f"{r['request']}. {labels['kind_' + r['kind']]}" for r in rows]
+    # on a projector each label upright on two lines: turned 45°, they ran into the legend and off the figure
+    x = [f"{r['request']}.{'<br>' if lecture else ' '}{labels['kind_' + r['kind']]}" for r in rows]
     mem = [r["load_s"]["memory"] * 1e3 for r in rows]
     disk = [r["load_s"]["disk"] * 1e3 for r in rows]
     rest = [max(r["ttft_s"] * 1e3 - m - d, 0.0) for r, m, d in zip(rows, mem, disk, strict=True)]
@@ -68,7 +69,10 @@ def ttft_bars(rows: Sequence[Mapping], labels: Mapping[str, str], *, lecture: bo
                 hovertemplate="%{y:.2f} ms<extra>" + labels["recompute"] + "</extra>")
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.25))
     fig.update_yaxes(title=labels["ms"], rangemode="tozero")
-    return style(fig, title=labels["ttft_title"], lecture=lecture, height=400)
+    if lecture:
+        fig.update_xaxes(tickangle=0, tickfont_size=14)
+    fig = style(fig, title=labels["ttft_title"], lecture=lecture, height=400)
+    return legend_below(fig, lecture=True) if lecture else fig
 
 
 def break_even_chart(curves: Mapping[str, Sequence[Mapping]], break_even: Mapping[str, int | None],

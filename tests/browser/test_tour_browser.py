@@ -464,10 +464,25 @@ def _reveal(pg) -> None:  # noqa: ANN001
     settle(pg)
 
 
+def _press(*keys: str):  # noqa: ANN202
+    """What a lecture clicks on an idea: each of these buttons that is on screen and enabled, once."""
+    def each(pg) -> None:  # noqa: ANN001
+        for k in keys:
+            button = pg.locator(f"{key(k)} button")
+            if button.count() and button.first.is_visible() and button.first.is_enabled():
+                button.first.click()
+                pg.wait_for_timeout(300)
+                wait_idle(pg, 120_000)
+                settle(pg)
+    return each
+
+
 LECTURE_IDEAS = {
     # page: its stepper's key, how many ideas, what a lecture does on each before the screen is measured
     "": ("home", 3, None),
     "Check": ("check", 10, _reveal),
+    # every request served, the tiers measured, the handoff run in kvviz's workers: each idea with its results
+    "Moving_the_Cache": ("moving", 4, _press("mv_all", "mv_measure", "mv_run_kvviz")),
 }
 
 
