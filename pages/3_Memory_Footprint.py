@@ -137,13 +137,17 @@ with left:
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
         st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
-                      scale=fmt.scale_bytes_per_group))
+                      scale=fmt.scale_bytes_per_group, block=fmt.vector_bytes(fmt.group_size)))
 
 if spec is None:
     st.stop()
 ss.mem_last_spec = spec
 shape = spec
-fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
+try:
+    fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
+except InputError as exc:  # a llama.cpp block format this head size is not whole blocks of (llama.cpp refuses it too)
+    ui.show_error(exc)
+    st.stop()
 weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
 if spec.max_context is not None and tokens > spec.max_context:
     st.warning(tr("memory.past_context", tokens=f"{int(tokens):,}", max_context=f"{spec.max_context:,}",
@@ -233,11 +237,17 @@ tab_cmp, tab_growth, tab_cap, tab_live = st.tabs(
 )
 
 with tab_cmp:
-    variants = attention_variants(shape)
-    per_token = [kv_footprint(s, 1, 1, kv_dtype_name).per_token for s in variants.values()]
-    mla = variants["MLA"]
+    variants, per_token, refused = {}, [], []
+    for kind, variant in attention_variants(shape).items():
+        try:
+            per_token.append(kv_footprint(variant, 1, 1, kv_dtype_name).per_token)
+            variants[kind] = variant
+        except InputError:  # e.g. an MLA latent that is not whole q8_0 blocks: that format cannot store it
+            refused.append(kind)
+    mla = attention_variants(shape)["MLA"]
     labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]  # MHA/GQA/MQA
-    labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
+    if "MLA" in variants:
+        labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
     st.plotly_chart(
         attention_comparison_figure(
             labels,
@@ -256,6 +266,8 @@ with tab_cmp:
         key="mem_compare_chart",
     )
     st.caption(tr("memory.compare_note", rank=mla.kv_lora_rank, rope=mla.qk_rope_head_dim))
+    if refused:
+        st.caption(tr("memory.compare_refused", kinds=", ".join(refused), dtype=kv_dtype_name))
 
 with tab_growth:
     if weights is None:

