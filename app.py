@@ -1,37 +1,38 @@
 """Home: the decode loop as a diagram, the model in use, and a link into every page."""
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import tr
+from kvviz.app.lecture import ideas
+from kvviz.app.models import get_backend, model_caption, preload_engine, settings_spec
+from kvviz.app.navigation import page_map
+from kvviz.app.shell import page_setup
 from kvviz.charts.decode import decode_loop_dot
 
-settings = ui.page_setup("home.title")
-st.title(ui.tr("home.title"))
-titles = [ui.tr("home.loop_title"), ui.tr("home.model_title"), ui.tr("home.pages_title")]
-show = ui.ideas(titles, "home")  # in lecture mode, one idea per screen
+settings = page_setup("home.title")
+st.title(tr("home.title"))
+titles = [tr("home.loop_title"), tr("home.model_title"), tr("home.pages_title")]
+show = ideas(titles, "home")  # in lecture mode, one idea per screen
 
 if 0 in show:
-    st.write(ui.tr("home.summary"))
+    st.write(tr("home.summary"))
     st.subheader(titles[0])
-    steps = [ui.tr(f"home.loop_{i}") for i in range(1, 7)]
-    st.graphviz_chart(decode_loop_dot(steps, ui.tr("home.loop_repeat"), lecture=settings.lecture), width="stretch")
-    st.caption(ui.tr("home.loop_caption"))
+    steps = [tr(f"home.loop_{i}") for i in range(1, 7)]
+    st.graphviz_chart(decode_loop_dot(steps, tr("home.loop_repeat"), lecture=settings.lecture), width="stretch")
+    st.caption(tr("home.loop_caption"))
 
 if 1 in show:
     st.subheader(titles[1])
     # The shipped model and a custom shape are described from their config alone: the first page a visitor
     # opens loads no weights and imports no torch. A Hugging Face model's description comes with loading it.
-    spec = ui.settings_spec(settings)
+    spec = settings_spec(settings)
     if spec is None:
-        backend = ui.get_backend(settings)
+        backend = get_backend(settings)
         spec = backend.spec if backend is not None else None
     if spec is not None:
-        ui.model_caption(spec)
+        model_caption(spec)
 
 if 2 in show:
     st.subheader(titles[2])
-    for path, key in ui.NAV[1:]:
-        if (ui.ROOT / path).exists():  # pages still being built are not linked yet
-            st.page_link(path, label=ui.tr(key))
-            st.caption(ui.tr("home.page_" + key.removeprefix("nav.")))
+    page_map(compact=settings.lecture)  # the sidebar's sections, each page with what it shows
 
-ui.preload_engine()  # the page is drawn: torch and the engine load in the background for the next one
+preload_engine()  # the page is drawn: torch and the engine load in the background for the next one

@@ -41,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "browser")]
 
 from harness import CHROMIUM, CHROMIUM_ARGS, IDLE, TOKENS_JS, app_server, url_path  # noqa: E402
 
-from kvviz.app import ui  # noqa: E402
+from kvviz.app.sidebar import DEFAULTS  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.tokenizer import byte_run_chips  # noqa: E402
@@ -94,7 +94,7 @@ class PeakSampler(threading.Thread):
 @functools.cache
 def default_backend():  # noqa: ANN201 - a Backend
     """The model the app loads with its default sidebar settings (seeded: the same weights)."""
-    d = ui.DEFAULTS
+    d = DEFAULTS
     shape = d["kv_shape"] if d["kv_model"] == "random" else None
     return load_backend(d["kv_model"], dtype=d["kv_dtype"], device=d["kv_device"], shape=shape)
 

@@ -2,17 +2,21 @@
 import numpy as np
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import demo_seed, ideas, intro_box
+from kvviz.app.models import get_backend, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.url_state import one_of, url_state
+from kvviz.app.widgets import chart, number_in_range, persisted
 from kvviz.charts import heads as charts
 from kvviz.errors import InputError
 from kvviz.lessons import heads
 from kvviz.training.prose import PROSE
 
-tr = ui.tr
-settings = ui.page_setup("heads.title")
+settings = page_setup("heads.title")
 lecture = settings.lecture
 st.title(tr("heads.title"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 TEXTS = ("en", "ko", "custom")
 THRESHOLD = 0.3  # prefix matching above this names a head an induction head here (a stated cut, not a law)
 
@@ -38,33 +42,33 @@ def copying(_backend, key: tuple) -> np.ndarray | None:
 
 
 titles = [tr("heads.sinks_title"), tr("heads.induction_title")]
-show = ui.ideas(titles, "heads")
+show = ideas(titles, "heads")
 if 0 in show:
-    with ui.intro_box():
+    with intro_box():
         st.write(tr("heads.intro"))
 if backend is None:
     st.stop()
-ui.model_caption(backend.spec)
+model_caption(backend.spec)
 
 if 0 in show:
     st.subheader(titles[0])
     c1, c2 = st.columns([1, 2])
     with c1:
-        source = ui.persisted(st.radio, ui.url_state("text", "en", ui.one_of(TEXTS)), tr("heads.text"),
+        source = persisted(st.radio, url_state("text", "en", one_of(TEXTS)), tr("heads.text"),
                               options=TEXTS, format_func=lambda s: tr(f"heads.text_{s}"), horizontal=True)
         cap = min(1024, (backend.spec.max_context or 1024) - 1)
-        n_max = int(ui.number_in_range(st, tr("heads.max_tokens"), 16, cap, min(512, cap), "heads_max_tokens",
+        n_max = int(number_in_range(st, tr("heads.max_tokens"), 16, cap, min(512, cap), "heads_max_tokens",
                                        help=tr("heads.max_tokens_help")))
     with c2:
         if source == "custom":
-            text = ui.persisted(st.text_area, "heads_custom_text", tr("heads.custom_text"), height=120,
+            text = persisted(st.text_area, "heads_custom_text", tr("heads.custom_text"), height=120,
                                 max_chars=8000)
         else:
             text = "\n\n".join(PROSE[source])
             st.caption(tr("heads.prose_caption"))
     ids = backend.tokenizer.encode(text)[:n_max]
     if len(ids) < 16:
-        ui.show_error(InputError("heads.too_short", n_tokens=len(ids), min_len=16))
+        show_error(InputError("heads.too_short", n_tokens=len(ids), min_len=16))
     else:
         rows = scores(backend, model_key(), tuple(ids), tuple(heads.random_tokens(backend, 50, 0)))
         share = heads.grid(rows, "first")
@@ -77,11 +81,11 @@ if 0 in show:
         m3.metric(tr("heads.metric_uniform"), f"{uniform:.1%}", help=tr("heads.metric_uniform_help", n=len(ids)))
         left, right = (st.container(), st.container()) if lecture else st.columns([3, 2])
         with left:
-            ui.chart(charts.sink_heatmap(
+            chart(charts.sink_heatmap(
                 share, title=tr("heads.sink_heatmap_title", n=len(ids)), x_title=tr("heads.axis_head"),
                 y_title=tr("heads.axis_layer"), hover=tr("heads.sink_hover"), lecture=lecture), "heads_sinks")
         with right:
-            ui.chart(charts.layer_profile(
+            chart(charts.layer_profile(
                 share, uniform, title=tr("heads.profile_title"), x_title=tr("heads.axis_layer"),
                 y_title=tr("heads.axis_share"), mean_name=tr("heads.profile_mean"), max_name=tr("heads.profile_max"),
                 uniform_name=tr("heads.profile_uniform"), lecture=lecture), "heads_profile")
@@ -91,10 +95,10 @@ if 0 in show:
 if 1 in show:
     st.subheader(titles[1])
     c1, c2 = st.columns(2)
-    n_random = int(ui.number_in_range(c1, tr("heads.n_random"), 10, min(200, (backend.spec.max_context or 400) // 2),
+    n_random = int(number_in_range(c1, tr("heads.n_random"), 10, min(200, (backend.spec.max_context or 400) // 2),
                                       50, "heads_n_random", help=tr("heads.n_random_help")))
-    seed = int(ui.number_in_range(c2, tr("heads.seed"), 0, 10**6, 0, "heads_seed"))
-    repeat = heads.random_tokens(backend, n_random, ui.demo_seed(seed))
+    seed = int(number_in_range(c2, tr("heads.seed"), 0, 10**6, 0, "heads_seed"))
+    repeat = heads.random_tokens(backend, n_random, demo_seed(seed))
     rl = study(backend, model_key(), tuple(repeat))
     prefix = rl.prefix_matching
     ov = copying(backend, model_key())
@@ -110,11 +114,11 @@ if 1 in show:
                       head=int(prefix.argmax() % prefix.shape[1])))
     left, right = (st.container(), st.container()) if lecture else st.columns(2)
     with left:
-        ui.chart(charts.repeat_loss_chart(rl.losses, n_random, title=tr("heads.loss_title", n=n_random),
+        chart(charts.repeat_loss_chart(rl.losses, n_random, title=tr("heads.loss_title", n=n_random),
                                           x_title=tr("heads.axis_position"), y_title=tr("heads.axis_loss"),
                                           boundary=tr("heads.second_copy"), lecture=lecture), "heads_loss")
     with right:
-        ui.chart(charts.induction_scatter(prefix, ov, title=tr("heads.scatter_title"), x_title=tr("heads.axis_prefix"),
+        chart(charts.induction_scatter(prefix, ov, title=tr("heads.scatter_title"), x_title=tr("heads.axis_prefix"),
                                           y_title=tr("heads.axis_copying"), threshold=THRESHOLD,
                                           hover=tr("heads.scatter_hover"), lecture=lecture), "heads_induction")
     if ov is None:

@@ -3,7 +3,12 @@ import time
 
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import lang, show_error, tr
+from kvviz.app.lecture import intro_box, lecture_head, settings_box
+from kvviz.app.models import check_request, get_backend, limit, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.timing import record_timing
+from kvviz.app.widgets import chart, persisted, stepper
 from kvviz.charts import decode as charts
 from kvviz.engine.chat import chat_prompt
 from kvviz.engine.generation import Generation
@@ -12,13 +17,13 @@ from kvviz.errors import InputError
 from kvviz.i18n import LANGS, t
 from kvviz.lessons import decode_view, tolerance, work
 
-settings = ui.page_setup("reuse.title")
-tr, lecture = ui.tr, settings.lecture
+settings = page_setup("reuse.title")
+lecture = settings.lecture
 st.title(tr("reuse.title"))
-head = ui.lecture_head()
-with head[0], ui.intro_box():  # on a projector folded away: the page is the demo
+head = lecture_head()
+with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 
 state = st.session_state
 state.setdefault("reuse_gen", None)
@@ -31,12 +36,13 @@ model_key = decode_view.ModelKey(settings.model, settings.dtype, settings.device
                                  settings.shape if settings.model == "random" else None, settings.engine)
 
 # Presets in the UI's language first, then the other language's.
-presets = [t(f"reuse.preset_{i}", lang) for lang in sorted(LANGS, key=lambda x: x != ui.lang()) for i in (1, 2, 3)]
+presets = [t(f"reuse.preset_{i}", language) for language in sorted(LANGS, key=lambda x: x != lang())
+           for i in (1, 2, 3)]
 # Kept under non-widget keys, so they survive a visit to another page (as the generation does).
 state.setdefault("reuse_prompt", presets[0])
 state.setdefault("reuse_max_new", 24)
 state.setdefault("reuse_speed", 4.0)
-max_new_limit = ui.limit(settings, "max_new_tokens", 512)  # a hosted demo caps it
+max_new_limit = limit(settings, "max_new_tokens", 512)  # a hosted demo caps it
 state.reuse_max_new = min(int(state.reuse_max_new), max_new_limit)
 
 
@@ -55,7 +61,7 @@ def prefill() -> None:
             prompt = chat_prompt(template, prompt)  # the model's own turn markers, shown as tokens in the strip
         if settings.hosted is not None:
             n_prompt = len(backend.tokenizer.encode(prompt))
-            ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=max_new)
+            check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=max_new)
         gen = Generation(backend, max_new_tokens=max_new, capture_attention=True)
         gen.prefill(prompt)
     except InputError as exc:
@@ -92,22 +98,22 @@ if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
 can_step = gen is not None and not gen.done and not stale and gen.cache is not None
 
-with head[1], ui.settings_box(tr("reuse.settings"), border=True):
+with head[1], settings_box(tr("reuse.settings"), border=True):
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)
-    ui.persisted(c2.number_input, "reuse_max_new", tr("reuse.max_new"), min_value=1, max_value=max_new_limit,
-                 help=tr("reuse.max_new_help"))
-    ui.persisted(c3.slider, "reuse_speed", tr("reuse.speed"), min_value=0.5, max_value=8.0, step=0.5,
-                 help=tr("reuse.speed_help"))
-    ui.persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
+    persisted(c2.number_input, "reuse_max_new", tr("reuse.max_new"), min_value=1, max_value=max_new_limit,
+              help=tr("reuse.max_new_help"))
+    persisted(c3.slider, "reuse_speed", tr("reuse.speed"), min_value=0.5, max_value=8.0, step=0.5,
+              help=tr("reuse.speed_help"))
+    persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
     has_template = backend is not None and bool(getattr(backend.tokenizer, "chat_template", None))
     state.setdefault("reuse_chat", False)
-    ui.persisted(st.toggle, "reuse_chat", tr("reuse.chat"), disabled=not has_template,
-                 help=tr("reuse.chat_help" if has_template else "reuse.chat_none"))
+    persisted(st.toggle, "reuse_chat", tr("reuse.chat"), disabled=not has_template,
+              help=tr("reuse.chat_help" if has_template else "reuse.chat_none"))
 
 if backend is not None:
-    ui.model_caption(backend.spec)
+    model_caption(backend.spec)
 period = 1.0 / float(state.reuse_speed)
 # Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
 # change of playing needs a whole-page rerun.
@@ -130,8 +136,8 @@ def live_view() -> None:
     b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
                 key="reuse_btn_prefill")
     with b[1]:
-        clicks = ui.stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served,
-                            disabled=not can_step or playing, help=tr("reuse.step_help"), reset_key="reuse_btn_reset")
+        clicks = stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served,
+                         disabled=not can_step or playing, help=tr("reuse.step_help"), reset_key="reuse_btn_reset")
     if playing:
         b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", shortcut="P",
                     icon=":material/pause:")
@@ -153,7 +159,7 @@ def live_view() -> None:
         now = time.monotonic()
         before = state.get("reuse_play_next")
         due, state.reuse_play_next = decode_view.play_beats(before, now, period)
-        ui.record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
+        record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
         for _ in range(due):
             if step_once(gen):
                 state.reuse_play_times.append(now)
@@ -164,7 +170,7 @@ def live_view() -> None:
     if timer_on != state.reuse_timer_on:
         st.rerun(scope="app")  # the whole page, so the timer starts or stops
     if "reuse_error" in state:
-        ui.show_error(state.pop("reuse_error"))
+        show_error(state.pop("reuse_error"))
     if stale:
         names = ", ".join(tr(f"reuse.changed_{c}") for c in changed)
         st.warning(tr("reuse.stale", name=gen.backend.spec.name, changed=names))
@@ -177,8 +183,8 @@ def live_view() -> None:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
     draw(gen)
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
-        ui.record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
-                         model_s=sum(e.seconds for e in gen.events[n_events:]))
+        record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
+                      model_s=sum(e.seconds for e in gen.events[n_events:]))
 
 
 def draw(gen: Generation) -> None:
@@ -218,7 +224,7 @@ def growth_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
 
 
 def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
-    ui.chart(charts.cache_bytes_figure(
+    chart(charts.cache_bytes_figure(
         [e.index for e in gen.events], [e.live_bytes for e in gen.events], [e.allocated_bytes for e in gen.events],
         [e.formula_bytes for e in gen.events], title=tr("reuse.bytes_chart"), x_title=tr("reuse.pass"),
         y_title=tr("reuse.bytes"), names=(tr("reuse.live"), tr("reuse.allocated"), tr("reuse.formula")),
@@ -234,7 +240,7 @@ def values_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     kind = s3.radio(tr("reuse.k_or_v"), ("K", "V"), horizontal=True, key="reuse_kv_kind")
     k, v = be.layer_kv(gen.cache, layer)
     values = (k if kind == "K" else v)[0, head].float().cpu().numpy()
-    ui.chart(charts.kv_values_figure(
+    chart(charts.kv_values_figure(
         values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
         x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
 
@@ -244,7 +250,7 @@ def attention_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     st.subheader(tr("reuse.attn_title"))
     attn_layer = st.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
     rows = last.attention[attn_layer]
-    ui.chart(charts.attention_figure(
+    chart(charts.attention_figure(
         rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
         decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
         title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
@@ -263,7 +269,7 @@ def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
     w1, w2 = st.columns(2)
     with w1:
-        ui.chart(charts.step_work_figure(
+        chart(charts.step_work_figure(
             pw, title=tr("reuse.step_work_chart", t=pw.n_keys),
             categories=(tr("reuse.qkv_vectors"), tr("reuse.scores")),
             names=(tr("reuse.with_cache"), tr("reuse.without_cache")), y_title=tr("reuse.count_log"),
@@ -271,7 +277,7 @@ def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     cw = work.cumulative_work(arch, gen.events)
     n_axis = list(range(n_prompt, n_prompt + gen.max_new_tokens))
     with w2:
-        ui.chart(charts.cumulative_work_figure(
+        chart(charts.cumulative_work_figure(
             cw, n_axis, [work.analytic_cached(arch, n) for n in n_axis],
             [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=tr("reuse.cum_chart"),
             x_title=tr("reuse.seq_len"), y_title=tr("reuse.scores"),

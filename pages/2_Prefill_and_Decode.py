@@ -5,7 +5,12 @@ garbage collector is paused and torch's threads are fixed; the page draws after 
 """
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import intro_box
+from kvviz.app.models import check_request, get_backend, limit, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.timing import noise_indicator
+from kvviz.app.widgets import number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
 from kvviz.engine.sweeps import prompt_ids
@@ -15,16 +20,15 @@ from kvviz.errors import InputError
 TICK_S = 0.25  # the fragment's period while measuring
 CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn between chunks
 
-settings = ui.page_setup("prefill_decode.title")
-tr = ui.tr
+settings = page_setup("prefill_decode.title")
 st.title(tr("prefill_decode.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("prefill_decode.intro"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend.spec)
-ui.noise_indicator(backend, "pd")
+model_caption(backend.spec)
+noise_indicator(backend, "pd")
 ss = st.session_state
 
 # What the results were measured on: a different model (or dtype, device, shape) must not inherit them.
@@ -33,13 +37,13 @@ model_key = (settings.model, settings.hf_model, settings.dtype, settings.device,
 model_label = f"{backend.spec.name} ({settings.dtype}, {settings.device})"
 
 max_len = backend.spec.max_context
-max_new = ui.limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
+max_new = limit(settings, "max_new_tokens", max_len - 1)  # a hosted demo caps it
 c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
-n_prompt = ui.number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, max_len // 2,
+n_prompt = number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, max_len // 2,
                             f"pd_prompt_{max_len}")  # keyed by the context: another model starts from defaults that fit
-n_new = ui.number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, min(64, max_len // 4, max_new),
+n_new = number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, min(64, max_len // 4, max_new),
                          f"pd_new_{max_len}_{max_new}")
-repeats = ui.number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
+repeats = number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
                             help=tr("prefill_decode.repeats_help"))
 if n_prompt + n_new > max_len:
     c4.warning(tr("prefill_decode.clamped", n_new=max_len - n_prompt, max_len=max_len))
@@ -56,7 +60,7 @@ def stop() -> None:
 if ss.pop("pd_start", False):
     ss.pd_error = None
     try:
-        ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=n_new)
+        check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=n_new)
         ss.pd_request = RepeatedRequest(backend, prompt_ids(backend, n_prompt), n_new, repeats)
         ss.pd_model, ss.pd_model_label = model_key, model_label
         ss.pd_running = ss.pd_skip_tick = True
@@ -160,7 +164,7 @@ def live() -> None:
                             passes=request.passes_done, total=request.passes_total, prompt=len(request.prompt_ids)))
         return
     if ss.get("pd_error"):
-        ui.show_error(ss.pd_error)
+        show_error(ss.pd_error)
     if request is None or not request.finished_runs:
         st.info(tr("prefill_decode.idle"))
         return

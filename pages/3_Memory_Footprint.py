@@ -6,7 +6,10 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import intro_box
+from kvviz.app.models import check_request, get_backend
+from kvviz.app.shell import page_setup
 from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
 from kvviz.charts.memory import CacheCurve, allocation_figure, attention_comparison_figure, cache_vs_weights_figure
 from kvviz.engine.generation import Generation
@@ -26,12 +29,12 @@ from kvviz.kv.presets import HF_REPOS, PRESETS
 from kvviz.kv.reader import parse_config_text
 from kvviz.units import format_binary, format_decimal
 
-settings = ui.page_setup("memory.title")
-tr, ss, lecture = ui.tr, st.session_state, settings.lecture
+settings = page_setup("memory.title")
+ss, lecture = st.session_state, settings.lecture
 st.title(tr("memory.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("memory.intro"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 
 # ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----
 if "mem_url_values" not in ss:
@@ -109,7 +112,7 @@ with left:
                 ss.mem_upload_n = n + 1
                 st.rerun()
             if ss.get("mem_upload_error"):
-                ui.show_error(ss.mem_upload_error)
+                show_error(ss.mem_upload_error)
             spec = ss.get("mem_upload_spec")
             if spec is None:
                 st.info(tr("memory.upload_hint"))
@@ -124,7 +127,7 @@ with left:
                 elif spec.n_params is None or abs(given * 1e9 - spec.n_params) >= 5e5:
                     spec = spec.with_params(round(given * 1e9), "given")
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         spec = None
     if spec is None and ss.get("mem_last_spec") is not None:
         spec = ss.mem_last_spec  # keep the last valid result on screen
@@ -333,7 +336,7 @@ with tab_cap:
                                  weight_dtype=w_dtype_name,
                                  reserve_bytes=None if reserve_gib is None else round(reserve_gib * 2**30))
         except InputError as exc:
-            ui.show_error(exc)
+            show_error(exc)
     if plan is not None:
         m = st.columns(5)
         m[0].metric(tr("memory.cap_usable"), format_binary(plan.requested_bytes), help=f"{plan.requested_bytes:,} B")
@@ -374,7 +377,7 @@ with tab_cap:
         alloc = compare_allocation(lengths, int(tokens), fp.per_token, int(block))
         ss.mem_last_alloc = alloc
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         alloc = ss.get("mem_last_alloc")
     if alloc is not None:
         st.plotly_chart(
@@ -420,15 +423,15 @@ with tab_live:
     if st.button(tr("memory.run_here"), key="mem_run_here", disabled=backend is None):
         try:
             prompt = tr("memory.run_prompt")
-            ui.check_request(settings, backend, batch=1, prompt_tokens=len(backend.tokenizer.encode(prompt)),
-                             max_new_tokens=4)  # the hosted caps, as on every page that runs the model
+            check_request(settings, backend, batch=1, prompt_tokens=len(backend.tokenizer.encode(prompt)),
+                          max_new_tokens=4)  # the hosted caps, as on every page that runs the model
             gen = Generation(backend, max_new_tokens=4)
             gen.prefill(prompt)
             if not gen.done:  # a prefill that emitted EOS already holds the cache to measure
                 gen.step()
             ss.memory_generation = gen
         except InputError as exc:
-            ui.show_error(exc)
+            show_error(exc)
     # The decode page's generation, and one run here.
     shown = [(key, ss[key]) for key in ("reuse_gen", "memory_generation") if isinstance(ss.get(key), Generation)]
     if not shown:

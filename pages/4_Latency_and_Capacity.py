@@ -6,7 +6,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import intro_box
+from kvviz.app.models import check_request, check_sweep, get_backend, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.timing import noise_indicator
+from kvviz.app.widgets import number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics, sweeps
 from kvviz.engine.backends.base import Backend
@@ -22,16 +27,15 @@ from kvviz.units import format_binary
 TICK_S = 0.3  # the fragment's period while a sweep runs
 BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
 
-settings = ui.page_setup("latency.title")
-tr = ui.tr
+settings = page_setup("latency.title")
 st.title(tr("latency.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("latency.intro"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend.spec)
-ui.noise_indicator(backend, "lc")
+model_caption(backend.spec)
+noise_indicator(backend, "lc")
 max_len = backend.spec.max_context
 ss = st.session_state
 
@@ -66,7 +70,7 @@ def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[lis
     b1.button(tr("latency.start"), on_click=start, disabled=running, type="primary", key=f"lc_start_{kind}")
     b2.button(tr("latency.cancel"), on_click=cancel, disabled=not running, key=f"lc_cancel_{kind}")
     if ss.get(key + "_error"):
-        ui.show_error(ss[key + "_error"])
+        show_error(ss[key + "_error"])
 
     def live() -> None:
         run: sweeps.SweepRun | None = ss.get(key)
@@ -82,7 +86,7 @@ def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[lis
         state = "cancelled" if run.cancelled else "done" if run.finished else "running"
         st.progress(run.progress, text=tr(f"latency.progress_{state}", done=done, total=total))
         if run.error:
-            ui.show_error(run.error)
+            show_error(run.error)
         if not run.rows or not run.finished:
             return  # while measuring, only the progress bar: a chart redrawn in the browser competes with the model
         st.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")
@@ -99,7 +103,7 @@ def sweep_panel(kind: str, make: Callable[[], sweeps.Sweep], draw: Callable[[lis
 
 def sizes(widget_key: str, limit: int) -> list[int]:
     values = sweeps.parse_sizes(ss[widget_key], max_value=limit)
-    ui.check_sweep(settings, len(values))  # a hosted demo caps the points per sweep
+    check_sweep(settings, len(values))  # a hosted demo caps the points per sweep
     return values
 
 
@@ -135,10 +139,10 @@ tab_prompt, tab_cache, tab_batch, tab_dtype, tab_roof = st.tabs(
 with tab_prompt:
     st.write(tr("latency.prompt_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
-    p_new = ui.number_in_range(c2, tr("latency.new_tokens"), 2, 64, 8, "lc_p_new")
+    p_new = number_in_range(c2, tr("latency.new_tokens"), 2, 64, 8, "lc_p_new")
     c1.text_input(tr("latency.prompt_lengths", max_len=max_len),
                   ", ".join(map(str, sweeps.default_prompt_lengths(max_len, 8))), key=f"lc_p_lengths_{max_len}")
-    p_repeats = ui.number_in_range(c3, tr("latency.repeats"), 1, 20, sweeps.DEFAULT_REPEATS["prompt-length"],
+    p_repeats = number_in_range(c3, tr("latency.repeats"), 1, 20, sweeps.DEFAULT_REPEATS["prompt-length"],
                                   "lc_p_repeats")
 
     def make_prompt() -> sweeps.Sweep:
@@ -169,7 +173,7 @@ with tab_prompt:
 with tab_cache:
     st.write(tr("latency.cache_intro"))
     c1, c2 = st.columns([3, 1])
-    c_repeats = ui.number_in_range(c2, tr("latency.cache_repeats"), 1, 20, sweeps.DEFAULT_REPEATS["cache"],
+    c_repeats = number_in_range(c2, tr("latency.cache_repeats"), 1, 20, sweeps.DEFAULT_REPEATS["cache"],
                                   "lc_c_repeats")
     c1.text_input(tr("latency.contexts", max_len=max_len),
                   ", ".join(map(str, sweeps.default_contexts(max_len, sweeps.DEFAULT_REPEATS["cache"]))),
@@ -207,13 +211,13 @@ with tab_batch:
     st.write(tr("latency.batch_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.text_input(tr("latency.batches"), "1, 2, 4, 8, 16", key="lc_b_batches")
-    b_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+    b_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
                                  f"lc_b_prompt_{max_len}")
-    b_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_b_new")
+    b_new = number_in_range(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_b_new")
 
     def make_batch() -> sweeps.Sweep:
         batches, n_prompt, n_new = sizes("lc_b_batches", 256), b_prompt, b_new
-        ui.check_request(settings, backend, batch=max(batches), prompt_tokens=n_prompt, max_new_tokens=n_new)
+        check_request(settings, backend, batch=max(batches), prompt_tokens=n_prompt, max_new_tokens=n_new)
         return sweeps.batch_sweep(backend, batches, n_prompt=n_prompt, n_new=n_new)
 
     def draw_batch(rows: list[dict]) -> go.Figure:
@@ -235,12 +239,12 @@ with tab_dtype:
     st.write(tr("latency.dtype_intro"))
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.multiselect(tr("latency.dtypes"), list(DTYPES), list(DTYPES), key="lc_d_dtypes")
-    d_prompt = ui.number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
+    d_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
                                  f"lc_d_prompt_{max_len}")
-    d_new = ui.number_in_range(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_d_new")
+    d_new = number_in_range(c3, tr("latency.new_tokens"), 2, 64, 16, "lc_d_new")
 
     def load_dtype(dtype: str) -> Backend:
-        loaded = ui.get_backend(replace(settings, dtype=dtype))
+        loaded = get_backend(replace(settings, dtype=dtype))
         if loaded is None:  # get_backend has shown why
             raise RuntimeError(tr("latency.dtype_unavailable", dtype=dtype))
         return loaded
@@ -276,12 +280,12 @@ with tab_roof:
                   bandwidth=preset.bandwidth_source, flops=preset.flops_source))
     h1, h2, h3 = st.columns(3)
     # Keyed by preset: choosing another accelerator reloads its numbers, which stay editable.
-    memory_gib = ui.number_in_range(h1, tr("latency.memory_gib"), 0.1, 100_000.0,
-                                    None if preset.memory_bytes is None else round(preset.memory_bytes / 2**30, 2),
-                                    f"lc_r_mem_{hw_name}", whole=False, placeholder=tr("latency.unknown"))
-    bandwidth_tb = ui.number_in_range(h2, tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
+    memory_gib = number_in_range(h1, tr("latency.memory_gib"), 0.1, 100_000.0,
+                                 None if preset.memory_bytes is None else round(preset.memory_bytes / 2**30, 2),
+                                 f"lc_r_mem_{hw_name}", whole=False, placeholder=tr("latency.unknown"))
+    bandwidth_tb = number_in_range(h2, tr("latency.bandwidth_tb"), 0.001, 100.0, preset.bandwidth_bytes_per_s / 1e12,
                                      f"lc_r_bw_{hw_name}", whole=False, format="%.3f")
-    peak_tf = ui.number_in_range(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
+    peak_tf = number_in_range(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
                                 f"lc_r_peak_{hw_name}", whole=False)
     exact = preset.memory_bytes is not None and memory_gib == round(preset.memory_bytes / 2**30, 2)
     hw = Hardware(hw_name, bandwidth_tb * 1e12, peak_tf * 1e12,
@@ -289,12 +293,12 @@ with tab_roof:
     d1, d2, d3, d4 = st.columns(4)
     weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"], key="lc_r_wdtype")
     kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
-    n_context = ui.number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
-    batch = ui.number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
+    n_context = number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
+    batch = number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
     try:
         roof = Roofline(models[model_name], hw, weight_dtype, kv_dtype)
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         st.stop()
 
     decode = roof.decode_bound(batch=batch, n_context=n_context)

@@ -2,18 +2,22 @@
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas
+from kvviz.app.models import check_request, get_backend, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.url_state import int_in, one_of, url_state
+from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import training as charts
 from kvviz.engine.model import Decoder
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 from kvviz.lessons import causal, tolerance
 
-tr = ui.tr
-settings = ui.page_setup("training.title")
+settings = page_setup("training.title")
 lecture = settings.lecture
 st.title(tr("training.title"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 
 
 def model_key() -> tuple:
@@ -48,7 +52,7 @@ def phase_table() -> pd.DataFrame:
 
 
 titles = [tr("training.s1_title"), tr("training.s2_title"), tr("training.s3_title"), tr("training.s4_title")]
-show = ui.ideas(titles, "training")
+show = ideas(titles, "training")
 if 0 in show:  # in lecture mode the introduction belongs to the first idea only
     st.write(tr("training.intro"))
 model = getattr(backend, "model", None)
@@ -64,35 +68,35 @@ def native_sections() -> None:
     """Sections 1–3 (they read K/V inside the layers); a text too short to run says so and skips only them."""
     c1, c2, c3 = st.columns([2, 3, 2])
     with c1:
-        preset = ui.persisted(st.selectbox, ui.url_state("preset", "cat", ui.one_of([*causal.PRESETS, "custom"])),
-                              tr("training.preset"), options=[*causal.PRESETS, "custom"],
-                              format_func={p: tr(f"training.preset_{p}") for p in [*causal.PRESETS, "custom"]}.get)
+        preset = persisted(st.selectbox, url_state("preset", "cat", one_of([*causal.PRESETS, "custom"])),
+                           tr("training.preset"), options=[*causal.PRESETS, "custom"],
+                           format_func={p: tr(f"training.preset_{p}") for p in [*causal.PRESETS, "custom"]}.get)
     with c2:
         if preset == "custom":
-            text = ui.persisted(st.text_input, ui.url_state("text", causal.PRESETS["cat"]), tr("training.custom_text"),
-                                max_chars=400)
+            text = persisted(st.text_input, url_state("text", causal.PRESETS["cat"]), tr("training.custom_text"),
+                             max_chars=400)
         else:
             text = causal.PRESETS[preset]
             st.text_input(tr("training.text"), value=text, disabled=True)
     ids = backend.tokenizer.encode(text)[: causal.MAX_DEMO_TOKENS]
     if len(ids) < 2:
-        ui.show_error(InputError("training.too_short", n_tokens=len(ids), min_len=2))
+        show_error(InputError("training.too_short", n_tokens=len(ids), min_len=2))
         return  # not st.stop(): the comparison table below still belongs on the page
-    steps_key = ui.url_state("steps", 8, ui.int_in(1, causal.MAX_DEMO_TOKENS - 1))
+    steps_key = url_state("steps", 8, int_in(1, causal.MAX_DEMO_TOKENS - 1))
     st.session_state[steps_key] = min(st.session_state[steps_key], len(ids) - 1)  # a shorter text allows fewer
     with c3:
-        steps = ui.persisted(st.slider, steps_key, tr("training.steps"), min_value=1, max_value=len(ids) - 1,
-                             help=tr("training.steps_help"))
+        steps = persisted(st.slider, steps_key, tr("training.steps"), min_value=1, max_value=len(ids) - 1,
+                          help=tr("training.steps_help"))
     n_prompt = len(ids) - steps
     try:  # a hosted demo's caps hold here too: this page runs the model over the whole text
-        ui.check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=steps)
+        check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=steps)
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         return
     tokens = chip_labels([backend.tokenizer.token_text(i) for i in ids])  # byte runs as their characters
     st.caption(tr("training.token_caption", n_tokens=len(ids), n_prompt=n_prompt, steps=steps,
                   max_tokens=causal.MAX_DEMO_TOKENS))
-    ui.model_caption(backend.spec)
+    model_caption(backend.spec)
     key, ids_t = model_key(), tuple(ids)
     dtype, n_terms = backend.dtype, backend.spec.d_model  # the tolerance's precision and dot-product length
     dtype_name = str(dtype).removeprefix("torch.")
@@ -126,9 +130,9 @@ def native_sections() -> None:
         st.caption(tr("training.tolerance_rule", eps=fmt(tolerance.eps(dtype)), dtype=dtype_name))
         mask_col, kv_col = pair()
         with mask_col:
-            ui.chart(charts.mask_figure(tokens, True, title=tr("training.mask_title"), key_axis=tr("training.key_axis"),
-                                        query_axis=tr("training.query_axis"), allowed=tr("training.allowed"),
-                                        masked=tr("training.masked"), lecture=lecture), key="training_mask")
+            chart(charts.mask_figure(tokens, True, title=tr("training.mask_title"), key_axis=tr("training.key_axis"),
+                                     query_axis=tr("training.query_axis"), allowed=tr("training.allowed"),
+                                     masked=tr("training.masked"), lecture=lecture), key="training_mask")
         with kv_col:
             s1, s2, s3 = st.columns(3)
             layer = s1.selectbox(tr("training.layer"), layer_options, index=len(layer_options) - 1,
@@ -136,19 +140,19 @@ def native_sections() -> None:
             head = s2.selectbox(tr("training.kv_head"), range(backend.spec.n_kv_heads), key="s1_head")
             which = s3.radio(tr("training.tensor"), ["K", "V"], horizontal=True, key="s1_tensor")
             pick = (lambda p: p.keys) if which == "K" else (lambda p: p.values)
-            ui.chart(charts.kv_side_by_side(
+            chart(charts.kv_side_by_side(
                 pick(par)[layer][head].numpy(), pick(seq)[layer][head].numpy(), tokens,
                 titles=[tr("training.from_parallel", t=which), tr("training.from_sequential", t=which),
                         tr("training.abs_diff")],
                 position_axis=tr("training.position"), dim_axis=tr("training.dim"), lecture=lecture),
                 key="training_kv")
-            ui.table(pd.DataFrame({
+            table(pd.DataFrame({
                 tr("training.layer"): list(layer_options),
                 tr("training.max_dk"): [f"{d:.3e}" for d in result.k_max_diff],
                 tr("training.max_dv"): [f"{d:.3e}" for d in result.v_max_diff],
             }), key="training_kv_diff_by_layer")
         tol = agree["logits"].tolerance
-        ui.chart(charts.logits_diff_figure(
+        chart(charts.logits_diff_figure(
             result.logits_max_diff, n_prompt, tol, title=tr("training.logits_title"), x_title=tr("training.position"),
             y_title=tr("training.max_dlogits"), prefill_name=tr("training.prefill_positions"),
             decode_name=tr("training.decode_positions"), tolerance_name=tr("training.tolerance", tol=fmt(tol)),
@@ -161,10 +165,10 @@ def native_sections() -> None:
     if 1 in show:
         st.header(titles[1])
         st.markdown(tr("training.s2_text"))
-        mode = ui.persisted(st.radio, ui.url_state("attn", "causal", ui.one_of(["causal", "bidirectional"])),
-                            tr("training.attention_mode"), options=["causal", "bidirectional"],
-                            format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
-                            horizontal=True)
+        mode = persisted(st.radio, url_state("attn", "causal", one_of(["causal", "bidirectional"])),
+                         tr("training.attention_mode"), options=["causal", "bidirectional"],
+                         format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
+                         horizontal=True)
         both = [drift(model, key, ids_t, c) for c in (True, False)]
         d = both[0] if mode == "causal" else both[1]
         verdicts = d.kv_agreements(dtype, n_terms)
@@ -185,17 +189,17 @@ def native_sections() -> None:
                         n_layers=len(verdicts), change=f"{largest.diff:.3g}", tol=fmt(largest.tolerance)))
         mask_col, drift_col = pair()
         with mask_col:
-            ui.chart(charts.mask_figure(tokens, mode == "causal", title=tr(f"training.mask_{mode}"),
-                                        key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
-                                        allowed=tr("training.allowed"), masked=tr("training.masked"), lecture=lecture),
-                     key="training_mode_mask")
+            chart(charts.mask_figure(tokens, mode == "causal", title=tr(f"training.mask_{mode}"),
+                                     key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
+                                     allowed=tr("training.allowed"), masked=tr("training.masked"), lecture=lecture),
+                  key="training_mode_mask")
         with drift_col:
-            ui.chart(charts.drift_figure(d.k_max_diff, d.v_max_diff, y_max, [a.tolerance for a in verdicts],
-                                         title=tr("training.drift_title"), x_title=tr("training.layer"),
-                                         y_title=tr("training.drift_axis"), k_name=tr("training.past_k"),
-                                         v_name=tr("training.past_v"),
-                                         tolerance_name=tr("training.tolerance_per_layer"), lecture=lecture),
-                     key="training_drift")
+            chart(charts.drift_figure(d.k_max_diff, d.v_max_diff, y_max, [a.tolerance for a in verdicts],
+                                      title=tr("training.drift_title"), x_title=tr("training.layer"),
+                                      y_title=tr("training.drift_axis"), k_name=tr("training.past_k"),
+                                      v_name=tr("training.past_v"),
+                                      tolerance_name=tr("training.tolerance_per_layer"), lecture=lecture),
+                  key="training_drift")
         first = [x.kv_agreements(dtype, n_terms)[0] for x in both]  # layer 1, with and without the mask
         values = dict(causal=fmt(first[0].diff), bidirectional=fmt(first[1].diff),
                       tol=fmt(max(a.tolerance for a in first)))
@@ -214,15 +218,15 @@ def native_sections() -> None:
         m[0].metric(tr("training.rows_parallel"), f"{n} × {n}")
         m[1].metric(tr("training.rows_decode"), f"1 × {n}")
         m[2].metric(tr("training.row_diff"), fmt(rows.row_max_diff))
-        ui.chart(charts.attention_figure(rows.full[head].numpy(), tokens,
-                                         title=tr("training.attn_title", layer=layer, head=head),
-                                         key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
-                                         new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
-                                         lecture=lecture), key="training_attention")
-        ui.chart(charts.decode_row_figure(rows.decode_row[head].numpy(), rows.full[head, -1].numpy(), tokens,
-                                          title=tr("training.row_title"), x_title=tr("training.key_axis"),
-                                          decode_name=tr("training.decode_row"), full_name=tr("training.full_row"),
-                                          lecture=lecture), key="training_decode_row")
+        chart(charts.attention_figure(rows.full[head].numpy(), tokens,
+                                      title=tr("training.attn_title", layer=layer, head=head),
+                                      key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
+                                      new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
+                                      lecture=lecture), key="training_attention")
+        chart(charts.decode_row_figure(rows.decode_row[head].numpy(), rows.full[head, -1].numpy(), tokens,
+                                       title=tr("training.row_title"), x_title=tr("training.key_axis"),
+                                       decode_name=tr("training.decode_row"), full_name=tr("training.full_row"),
+                                       lecture=lecture), key="training_decode_row")
 
 
 if native and set(show) & {0, 1, 2}:
@@ -230,5 +234,5 @@ if native and set(show) & {0, 1, 2}:
 
 if 3 in show:
     st.header(titles[3])
-    ui.table(phase_table(), key="training_prefill_decode", prose=True)
+    table(phase_table(), key="training_prefill_decode", prose=True)
     st.caption(tr("training.table_note"))

@@ -1,11 +1,14 @@
 """Check: the study questions and five misconceptions, each predicted first and then revealed."""
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import tr
+from kvviz.app.lecture import ideas
+from kvviz.app.navigation import link_to
+from kvviz.app.shell import page_setup
+from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
-tr = ui.tr
-settings = ui.page_setup("check.title")
+settings = page_setup("check.title")
 st.title(tr("check.title"))
 if not settings.lecture:  # on the projector the presenter says it: the question gets the screen
     st.write(tr("check.intro"))
@@ -25,9 +28,9 @@ def ask(n: int, q: quiz.Question) -> None:
     with st.container(border=True):
         st.subheader(f"{n}. {tr(f'check.{q.id}_q', **values)}")
         if q.kind is quiz.Kind.NUMBER:
-            prediction = ui.number_in_range(st, tr("check.estimate_gib"), 0.0, quiz.MAX_ESTIMATE_GIB, None,
-                                            f"predict_{q.id}", whole=False, step=1.0, format="%.2f",
-                                            disabled=revealed, placeholder=tr("check.type_number"))
+            prediction = number_in_range(st, tr("check.estimate_gib"), 0.0, quiz.MAX_ESTIMATE_GIB, None,
+                                         f"predict_{q.id}", whole=False, step=1.0, format="%.2f",
+                                         disabled=revealed, placeholder=tr("check.type_number"))
         else:
             prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
             labels = {o: tr(f"{prefix}_{o}") for o in q.options}
@@ -51,7 +54,7 @@ def ask(n: int, q: quiz.Question) -> None:
         else:
             st.error(tr("check.incorrect", answer=labels[q.answer]))
         st.markdown(tr(f"check.{q.id}_explain", **values))
-        ui.link_to(q.page)
+        link_to(q.page)
 
 
 revealed = [q for q in quiz.QUESTIONS if st.session_state.get(f"kv_revealed_{q.id}")]
@@ -59,7 +62,7 @@ progress = tr("check.progress", revealed=len(revealed), total=len(quiz.QUESTIONS
 if not settings.lecture:
     st.caption(progress)
 titles = [tr(f"check.{q.id}_short") for q in quiz.QUESTIONS]
-show = ui.ideas(titles, "check")
+show = ideas(titles, "check")
 n_questions = sum(q.kind is not quiz.Kind.TRUTH for q in quiz.QUESTIONS)
 for i, q in enumerate(quiz.QUESTIONS):
     if i not in show:

@@ -6,7 +6,12 @@ import os
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import lang, show_error, tr
+from kvviz.app.lecture import intro_box
+from kvviz.app.models import secrets_dict
+from kvviz.app.navigation import link_to
+from kvviz.app.shell import page_setup
+from kvviz.app.widgets import chart, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint
@@ -22,14 +27,13 @@ from kvviz.units import format_binary
 
 TICK_S = 0.5  # the fragment's period while a sweep runs
 
-settings = ui.page_setup("serving.title")
-tr = ui.tr
+settings = page_setup("serving.title")
 ss = st.session_state
 st.title(tr("serving.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("serving.intro"))
 caps = settings.hosted
-secrets = ui.secrets_dict()
+secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
 
 
@@ -75,7 +79,7 @@ def connect() -> None:
 
 st.button(tr("serving.connect"), on_click=connect, type="primary")
 if ss.get("sv_conn_error"):
-    ui.show_error(ss.sv_conn_error)
+    show_error(ss.sv_conn_error)
 conn = ss.get("sv_conn")
 if conn is None:
     st.info(tr("serving.not_connected"))
@@ -109,7 +113,7 @@ else:
         g2.caption(tr("serving.roofline", gpu=gpu, n=f"{n_context:,}", tpot=f"{bound.seconds * 1e3:.3g} ms",
                       limit=tr(f"serving.limit_{bound.limited_by}")))
     except InputError as exc:
-        g2.caption(exc.message(ui.lang()))
+        g2.caption(exc.message(lang()))
 
 tab_sweep, tab_prefix, tab_defs = st.tabs([tr("serving.tab_sweep"), tr("serving.tab_prefix"), tr("serving.tab_defs")])
 
@@ -147,7 +151,7 @@ with tab_sweep:
     b1.button(tr("serving.start"), on_click=start, disabled=running, type="primary", key="sv_start")
     b2.button(tr("serving.cancel"), on_click=cancel, disabled=not running, key="sv_cancel")
     if ss.get("sv_start_error"):
-        ui.show_error(ss.sv_start_error)
+        show_error(ss.sv_start_error)
 
     def live() -> None:
         job: SweepJob | None = ss.get("sv_job")
@@ -161,12 +165,12 @@ with tab_sweep:
         state = "cancelled" if job.cancelled else "done" if job.finished else "running"
         st.progress(job.progress, text=tr(f"serving.progress_{state}", done=job.done, total=job.total))
         if job.error is not None:
-            ui.show_error(job.error)
+            show_error(job.error)
         for err in job.errors():
             if job.error is None or str(err) != str(job.error):
-                st.warning(err.message(ui.lang()))
+                st.warning(err.message(lang()))
         if job.metrics_error is not None:
-            st.warning(job.metrics_error.message(ui.lang()))
+            st.warning(job.metrics_error.message(lang()))
         if job.usage_fallback:
             st.warning(tr("serving.usage_fallback"))
         if job.eos_may_stop:
@@ -176,7 +180,7 @@ with tab_sweep:
             return
         if job.exact_prompts is not None:
             st.caption(tr("serving.prompts_exact" if job.exact_prompts else "serving.prompts_text"))
-        ui.chart(charts.concurrency_chart(rows, {k: tr(f"serving.cc_{k}") for k in (
+        chart(charts.concurrency_chart(rows, {k: tr(f"serving.cc_{k}") for k in (
             "title", "latency", "throughput", "ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "tokens_per_s", "x",
             "y_ms", "y_tps")}, lecture=settings.lecture), "serving_concurrency")
         first, last = rows[0], rows[-1]
@@ -192,17 +196,17 @@ with tab_sweep:
                        first_tps=tps(first), tps=tps(last), ratio="—" if ratio is None else f"{ratio:.2f}",
                        source=tr("serving.n_usage" if last["tokens_from_usage"] else "serving.n_chunks")))
         requests = job.request_rows()
-        ui.chart(charts.request_timeline(requests, {k: tr(f"serving.tl_{k}") for k in (
+        chart(charts.request_timeline(requests, {k: tr(f"serving.tl_{k}") for k in (
             "title", "ttft", "decode", "x", "y")}, lecture=settings.lecture), "serving_timeline")
         samples = [m.to_dict() for m in job.metrics]
         if samples:
-            ui.chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
+            chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
                 "title", "cache", "requests", "kv_usage", "prefix_hit_rate", "running", "waiting", "preemptions",
                 "x", "y_pct", "y_count")}, lecture=settings.lecture), "serving_metrics")
             st.caption(tr("serving.metrics_names", names=", ".join(job.metrics[-1].recognized) or "—"))
-        ui.table(pd.DataFrame(rows), "serving_sweep")
+        table(pd.DataFrame(rows), "serving_sweep")
         with st.expander(tr("serving.per_request")):
-            ui.table(pd.DataFrame(requests), "serving_requests")
+            table(pd.DataFrame(requests), "serving_requests")
 
     st.fragment(live, run_every=TICK_S if running else None)()
 
@@ -225,22 +229,22 @@ with tab_prefix:
         except InputError as exc:
             ss.sv_prefix_error = exc
     if ss.get("sv_prefix_error"):
-        ui.show_error(ss.sv_prefix_error)
+        show_error(ss.sv_prefix_error)
     result = ss.get("sv_prefix")
     if result is not None:
         rows = result.rows()
         s = result.summary()
         rule = {"vllm": "serving.rule_block", "llama.cpp": "serving.rule_token", "sglang": "serving.rule_token"}
         st.markdown(tr(rule.get(result.engine, "serving.rule_unknown"), block=result.block_size or "?"))
-        ui.chart(charts.prefix_chart(rows, {k: tr(f"serving.pc_{k}") for k in (
+        chart(charts.prefix_chart(rows, {k: tr(f"serving.pc_{k}") for k in (
             "title", "ttft", "cached", "cold", "warm", "control", "measured", "predicted", "x", "y_ms", "y_tokens")},
             lecture=settings.lecture), "serving_prefix")
         st.markdown(tr("serving.prefix_result", cold=fmt_ms(s["ttft_cold_p50_s"]), warm=fmt_ms(s["ttft_warm_p50_s"]),
                        control=fmt_ms(s["ttft_control_p50_s"]), saved=fmt_ms(s["ttft_saved_s"])))
-        ui.table(pd.DataFrame(rows), "serving_prefix")
+        table(pd.DataFrame(rows), "serving_prefix")
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:
     st.markdown(tr("serving.definitions"))
-    ui.link_to("pages/2_Prefill_and_Decode.py")
-    ui.link_to("pages/3_Memory_Footprint.py")
+    link_to("pages/2_Prefill_and_Decode.py")
+    link_to("pages/3_Memory_Footprint.py")

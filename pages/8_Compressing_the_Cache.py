@@ -4,7 +4,12 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import ui
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas, intro_box
+from kvviz.app.models import get_backend, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.url_state import one_of, url_state
+from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
 from kvviz.compression import quality
 from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
@@ -13,16 +18,15 @@ from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
 from kvviz.units import format_binary
 
-tr = ui.tr
-settings = ui.page_setup("compression.title")
+settings = page_setup("compression.title")
 lecture = settings.lecture
 st.title(tr("compression.title"))
-with ui.intro_box():
+with intro_box():
     st.write(tr("compression.intro"))
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 if backend is None:
     st.stop()
-ui.model_caption(backend.spec)
+model_caption(backend.spec)
 native = isinstance(getattr(backend, "model", None), Decoder)
 if not native:
     st.info(tr("compression.native_needed"))
@@ -31,25 +35,16 @@ SOURCES = ("held_out", "own")
 max_len = backend.spec.max_context
 lengths = [n for n in (128, 256, 512) if n <= max_len] or [max_len]
 c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
-source = ui.persisted(c1.radio, ui.url_state("text", "held_out", ui.one_of(SOURCES)), tr("compression.text_source"),
-                      options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
-                      horizontal=True)
+source = persisted(c1.radio, url_state("text", "held_out", one_of(SOURCES)), tr("compression.text_source"),
+                   options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
+                   horizontal=True)
 TOKENS = [256, 512] if settings.hosted is not None else [256, 512, 1024, 2048]  # a shared demo runs less
 
 
-def one_of(options: list[int]):  # noqa: ANN201 - a URL parser
-    def parse(raw: str) -> int:
-        if int(raw) not in options:
-            raise ValueError(raw)
-        return int(raw)
-
-    return parse
-
-
-seq_len = ui.persisted(c2.selectbox, ui.url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths)),
-                       tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
-n_tokens = ui.persisted(c3.selectbox, ui.url_state("tokens", 512, one_of(TOKENS)), tr("compression.n_tokens"),
-                        options=TOKENS)
+seq_len = persisted(c2.selectbox, url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths, int)),
+                    tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
+n_tokens = persisted(c3.selectbox, url_state("tokens", 512, one_of(TOKENS, int)), tr("compression.n_tokens"),
+                     options=TOKENS)
 shares = c4.multiselect(tr("compression.budgets"), [0.25, 0.5], default=[0.25, 0.5], key="cc_budgets",
                         format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
 own = ""
@@ -72,7 +67,7 @@ if st.button(tr("compression.run"), type="primary", key="cc_run"):
                                     view_steps=view_steps, progress=lambda d, t: bar.progress(d / t))
         st.session_state.kv_compress = (request, rows)
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
     bar.empty()
 
 stored = st.session_state.get("kv_compress")
@@ -83,7 +78,7 @@ full_row, rows = rows[0], rows[1:]
 data = [r.to_dict() for r in rows]
 
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
-show = ui.ideas(titles, "compression")
+show = ideas(titles, "compression")
 if 0 in show:
     st.header(tr("compression.s1_title"))
     st.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
@@ -92,10 +87,10 @@ if 0 in show:
     metric = st.radio(tr("compression.metric"), ["kl", "top1"], horizontal=True, key="cc_metric",
                       format_func={m: tr(f"compression.metric_{m}") for m in ("kl", "top1")}.get)
     fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
-    ui.chart(charts.tradeoff_figure(data, metric=metric, family_names=fams, x_title=tr("compression.chart_x"),
-                                    y_title=tr(f"compression.chart_{metric}"),
-                                    title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")
-    table = pd.DataFrame({
+    chart(charts.tradeoff_figure(data, metric=metric, family_names=fams, x_title=tr("compression.chart_x"),
+                                 y_title=tr(f"compression.chart_{metric}"),
+                                 title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")
+    results = pd.DataFrame({
         tr("compression.table_method"): [tr("compression.full")] + [r["label"] for r in data],
         tr("compression.table_ppl"): [round(full_row.full_perplexity, 3)] + [round(r["perplexity"], 3) for r in data],
         tr("compression.table_kl"): [0.0] + [round(r["kl_divergence"], 5) for r in data],
@@ -104,7 +99,7 @@ if 0 in show:
         tr("compression.table_formula"): [full_row.formula_bytes] + [r["formula_bytes"] for r in data],
         tr("compression.table_saved"): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
     })
-    ui.table(table, "compression_table")
+    table(results, "compression_table")
     with st.expander(tr("compression.notes_title")):
         st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
                        group=kivi_group(backend.spec.d_head), residual=Method("int4").residual))
@@ -121,16 +116,16 @@ if 1 in show or 2 in show:
         st.caption(tr("compression.s2_caption", step=step, position=position))
         labels = [tr("compression.full")] + [r.label for r in rows]
         shares_ = [charts.kept_share(r.views[step].kept[layer], position + 1) for r in [full_row, *rows]]
-        ui.chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
-                                          title=tr("compression.chart_strip_title", layer=layer, step=step),
-                                          lecture=lecture), "compression_strip")
+        chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
+                                       title=tr("compression.chart_strip_title", layer=layer, step=step),
+                                       lecture=lecture), "compression_strip")
     if 2 in show:
         st.header(tr("compression.s3_title"))
         pick = d3.selectbox(tr("compression.s3_method"), range(len(rows)), format_func=lambda i: rows[i].label,
                             key="cc_attn_method")
         st.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
-        ui.chart(charts.attention_row_figure(
+        chart(charts.attention_row_figure(
             charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
             charts.attention_by_position(v.kept[layer], v.attention[layer]),
             full_name=tr("compression.full"), comp_name=rows[pick].label, x_title=tr("compression.chart_strip_x"),

@@ -4,7 +4,12 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from kvviz.app import hosted, ui
+from kvviz.app.hosted import check_kv_budget
+from kvviz.app.language import show_error, tr
+from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
+from kvviz.app.models import get_backend, limit, model_caption
+from kvviz.app.shell import page_setup
+from kvviz.app.widgets import chart, table
 from kvviz.charts import paged as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -15,19 +20,18 @@ from kvviz.errors import InputError
 TICK_S = 0.4  # one scheduler step per tick while playing
 BLOCK_SIZES = (4, 8, 16, 32)
 
-settings = ui.page_setup("paged.title")
-tr = ui.tr
+settings = page_setup("paged.title")
 st.title(tr("paged.title"))
-head = ui.lecture_head()
-with head[0], ui.intro_box():
+head = lecture_head()
+with head[0], intro_box():
     st.write(tr("paged.intro"))
 if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
     settings = dataclasses.replace(settings, model="tiny")
-backend = ui.get_backend(settings)
+backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
-ui.model_caption(backend.spec)
+model_caption(backend.spec)
 model, max_len = backend.model, backend.spec.max_context
 
 
@@ -38,7 +42,7 @@ def reset() -> None:
 
 
 with head[1]:
-    box = ui.settings_box()
+    box = settings_box()
 c = box.columns(5)
 block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,
                             help=tr("paged.block_size_help"))
@@ -47,15 +51,15 @@ n_blocks = int(c[1].number_input(tr("paged.pool_blocks"), 2, 1024, 20, key="pg_b
 n_system = int(c[2].number_input(tr("paged.system_tokens"), 1, max_len - 2, min(48, max_len // 4),
                                  key=f"pg_system_{max_len}"))
 n_own = int(c[3].number_input(tr("paged.own_tokens"), 1, max_len - 2, min(20, max_len // 8), key=f"pg_own_{max_len}"))
-n_new = int(c[4].number_input(tr("paged.new_tokens"), 1, ui.limit(settings, "max_new_tokens", max_len - 2),
+n_new = int(c[4].number_input(tr("paged.new_tokens"), 1, limit(settings, "max_new_tokens", max_len - 2),
                               min(40, max_len // 8), key=f"pg_new_{max_len}"))
 
 if settings.hosted is not None:  # the pool is allocated whole: its token slots count against the session's KV budget
     try:
-        hosted.check_kv_budget(settings.hosted, backend.spec, batch=1, n_tokens=n_blocks * block_size,
+        check_kv_budget(settings.hosted, backend.spec, batch=1, n_tokens=n_blocks * block_size,
                                dtype=settings.dtype)
     except InputError as exc:
-        ui.show_error(exc)
+        show_error(exc)
         st.stop()
 key = (id(model), block_size, n_blocks)
 if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") != key:
@@ -102,7 +106,7 @@ b[4].button(tr("paged.pause" if playing else "paged.play"), on_click=play, args=
             disabled=engine.idle and not playing)
 b[5].button(tr("paged.reset"), on_click=reset, key="pg_reset", width="stretch")
 if st.session_state.get("pg_error") is not None:
-    ui.show_error(st.session_state.pg_error)
+    show_error(st.session_state.pg_error)
     st.session_state.pg_error = None
 
 
@@ -123,7 +127,7 @@ def savings() -> dict[int, HitSaving]:
 
 
 IDEAS = ("tables", "requests", "memory")
-shown = {IDEAS[i] for i in ui.ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
+shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 
 
 def show() -> None:
@@ -155,9 +159,9 @@ def show() -> None:
         f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
     labels = {k: tr(f"paged.c_{k}") for k in keys}
     if "tables" in shown:
-        ui.chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
+        chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
         st.caption(tr("paged.tables_caption", size=block_size))
-        ui.chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
+        chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
     if "requests" in shown:
         requests_and_hits(requests)
     if "memory" in shown:
@@ -183,11 +187,11 @@ def requests_and_hits(requests: list) -> None:
             tr("paged.col_saved"): "—" if hit is None else f"{hit.saved_s * 1e3:.1f}" if hit.measurable
             else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
         })
-    ui.table(pd.DataFrame(rows), "pg_requests")
+    table(pd.DataFrame(rows), "pg_requests")
     st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
     if saved:
         slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
-        ui.chart(charts.hit_savings(list(saved.items()), slabels, lecture=settings.lecture), "pg_savings")
+        chart(charts.hit_savings(list(saved.items()), slabels, lecture=settings.lecture), "pg_savings")
         st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
 
 
@@ -197,7 +201,7 @@ def memory() -> None:
     with left:
         usage = {k: tr(f"paged.c_{k}") for k in ("used", "cached", "free", "preempted", "step", "blocks",
                                                    "usage_title")}
-        ui.chart(charts.pool_usage(engine.history, usage, lecture=settings.lecture), "pg_usage")
+        chart(charts.pool_usage(engine.history, usage, lecture=settings.lecture), "pg_usage")
     with right:
         frag = fragmentation(engine)
         if frag is None:
@@ -205,7 +209,7 @@ def memory() -> None:
         else:
             flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
                                                          "bar_text", "frag_title")}
-            ui.chart(charts.fragmentation_bars(frag, flabels, lecture=settings.lecture), "pg_frag")
+            chart(charts.fragmentation_bars(frag, flabels, lecture=settings.lecture), "pg_frag")
             st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
 
 

@@ -6,7 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.app import hosted
 from kvviz.app.hosted import HostedCaps, load_caps
-from kvviz.app.ui import DEFAULTS
+from kvviz.app.sidebar import DEFAULTS
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import random_backend
 from kvviz.engine.shape import parameter_count
@@ -176,17 +176,18 @@ def test_secrets_table_turns_it_on(monkeypatch):
 
 def test_the_page_helpers_apply_the_caps():
     """What pages call before a prefill or a sweep, and to bound their widgets."""
-    from kvviz.app import ui
+    from kvviz.app.models import check_request, check_sweep, limit
+    from kvviz.app.sidebar import Settings
 
     shape = DecoderConfig(n_layers=8, d_model=512, n_heads=8, n_kv_heads=8, d_ff=1376)
     be = random_backend(DecoderConfig(n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, d_ff=32, vocab_size=256))
-    on = ui.Settings("en", "random", "float32", "cpu", shape, hosted=CAPS)
-    off = ui.Settings("en", "random", "float32", "cpu", shape)
-    assert (ui.limit(on, "max_new_tokens", 256), ui.limit(off, "max_new_tokens", 256)) == (64, 256)
+    on = Settings("en", "random", "float32", "cpu", shape, hosted=CAPS)
+    off = Settings("en", "random", "float32", "cpu", shape)
+    assert (limit(on, "max_new_tokens", 256), limit(off, "max_new_tokens", 256)) == (64, 256)
     with pytest.raises(InputError, match="at most 8 points per sweep"):
-        ui.check_sweep(on, 12)
-    ui.check_sweep(off, 12)
+        check_sweep(on, 12)
+    check_sweep(off, 12)
     with pytest.raises(InputError, match="a batch of at most 4"):
-        ui.check_request(on, be, batch=8, prompt_tokens=10, max_new_tokens=10)
-    ui.check_request(on, be, batch=4, prompt_tokens=10, max_new_tokens=10)
-    ui.check_request(off, be, batch=64, prompt_tokens=10, max_new_tokens=1000)
+        check_request(on, be, batch=8, prompt_tokens=10, max_new_tokens=10)
+    check_request(on, be, batch=4, prompt_tokens=10, max_new_tokens=10)
+    check_request(off, be, batch=64, prompt_tokens=10, max_new_tokens=1000)

@@ -1,7 +1,7 @@
 """The Check page's answers come from the calculator, not from typed-in numbers."""
 from pathlib import Path
 
-from kvviz.app.ui import NAV
+from kvviz.app.navigation import PAGES
 from kvviz.i18n import catalog
 from kvviz.lessons import quiz
 from kvviz.units import format_binary
@@ -26,7 +26,7 @@ def test_number_verdicts():
 def test_questions_are_complete():
     assert len(quiz.QUESTIONS) == 10
     assert sum(q.kind is quiz.Kind.TRUTH for q in quiz.QUESTIONS) == 5  # the five misconceptions
-    pages = {path for path, _ in NAV}
+    pages = {p.path for p in PAGES}
     for lang in ("en", "ko"):
         texts = catalog(lang)
         for q in quiz.QUESTIONS:

@@ -133,7 +133,7 @@ def test_chips_cover_every_token_and_spell_the_text(text):
 
 
 def test_the_sidebars_default_custom_shape_reads_words_not_bytes():
-    from kvviz.app.ui import DEFAULTS
+    from kvviz.app.sidebar import DEFAULTS
 
     tok = tokenizer_for(DEFAULTS["kv_shape"])
     assert tok is shipped_tokenizer()

@@ -1,16 +1,19 @@
-"""ui.url_state: a setting read from the link once, mirrored back, bad values explained; lecture pins seeds."""
+"""url_state: a setting read from the link once, mirrored back, bad values explained; lecture pins seeds."""
 from streamlit.testing.v1 import AppTest
 
 
 def _page():
     import streamlit as st
 
-    from kvviz.app import ui
+    from kvviz.app.lecture import demo_seed
+    from kvviz.app.sidebar import init_state
+    from kvviz.app.url_state import int_in, url_state
+    from kvviz.app.widgets import persisted
 
-    ui._init_state()  # page_setup's link-reading part (its sidebar needs the whole app around it)
-    key = ui.url_state("steps", 8, ui.int_in(1, 32))
-    steps = ui.persisted(st.number_input, key, "steps", min_value=1, max_value=32)
-    st.write(f"steps={steps} seed={ui.demo_seed(7)}")
+    init_state()  # page_setup's link-reading part (its sidebar needs the whole app around it)
+    key = url_state("steps", 8, int_in(1, 32))
+    steps = persisted(st.number_input, key, "steps", min_value=1, max_value=32)
+    st.write(f"steps={steps} seed={demo_seed(7)}")
 
 
 def _run(**query: str) -> AppTest:

@@ -2,8 +2,14 @@
 
 On when the environment sets KVVIZ_HOSTED=1, or `.streamlit/secrets.toml` has `hosted = true` or a
 `[hosted]` table (whose keys override the caps). Each cap can also be set by an environment variable,
-KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: ui.py passes the
+KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: kvviz.app.models passes the
 secrets in, so every check is a pure function that raises InputError("hosted....").
+
+- `HostedCaps` and `load_caps()`: the caps in force, or None when the app is not hosted;
+- `check_shape()`, `check_hf_model()`, `check_params()`: what model a visitor may load; `check_weights_fit()` with
+  `available_memory_bytes()`: whether this machine can hold a custom shape's weights at all;
+- `check_request()` (`check_batch()`, `check_new_tokens()`, `check_kv_budget()`) and `check_sweep()`: what one
+  request or sweep may ask for.
 """
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 A KV cache is request-local (it lives in one session's state), but the server's memory is shared: a
 visitor who walks away must not keep theirs forever. No streamlit here and no references held: the
 registry keeps session ids and times only, and the caller says how to find a live session's state.
+
+- `SessionRegistry` (and `REGISTRY`, the server's one): each session's last activity, and which were freed;
+- `generations_in()`: the Generations a session's state holds; `free_generation()`: drop one's KV cache.
 """
 from __future__ import annotations
 

@@ -1,14 +1,20 @@
-"""The memory calculator's scenario as URL query parameters, so a link reproduces it.
+"""Settings kept in the link, so a shared URL reproduces what its sender saw.
 
-read_query() checks every value the way the widgets would; a malformed one falls back to its default
-and is reported, never raised.
+- `url_state()`: one setting read from `?key=` once per session and mirrored back on every run;
+- the parsers a link's values pass (`int_in`, `float_in`, `one_of`, `parse_bool`): a link is never trusted;
+- the memory calculator's scenario (`DEFAULTS`, `read_query()`, `scenario_query()`): read_query() checks every
+  value the way the widgets would; a malformed one falls back to its default and is reported, never raised.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
+import streamlit as st
+
+from kvviz.app.language import tr
+from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPES
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
@@ -33,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+T = TypeVar("T")
+
+
 # URL parsers: each accepts what its widget would, else raises ValueError (a link's value is never trusted).
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
@@ -54,13 +63,54 @@ def float_in(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
-def one_of(choices: Mapping | tuple) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in choices:
+def one_of(choices: Mapping | tuple | list, cast: Callable[[str], T] = str) -> Callable[[str], T]:
+    """A parser that accepts one of `choices` (read with `cast`, e.g. int for a list of lengths)."""
+    def parse(text: str) -> T:
+        value = cast(text)  # int("x") raises ValueError, as a value not in the choices does
+        if value not in choices:
             raise ValueError(text)
-        return text
+        return value
 
     return parse
+
+
+def parse_bool(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def _url_text(value: Any) -> str:
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+def url_state(key: str, default: T, parse: Callable[[str], T] = str, *, state: str | None = None) -> str:
+    """Keep a setting in the link: seeded from `?key=` once per session, then mirrored back on every run.
+
+    Returns the session_state key that holds the value (`state`, or `kv_url_<key>`); give it to
+    `persisted(widget, state_key, label, ...)`. A value equal to `default` is left out of the URL.
+    A value the parser rejects is dropped with a warning and the default kept.
+    """
+    state = state or f"kv_url_{key}"
+    read: set[str] = st.session_state.setdefault("_kv_url_read", set())
+    if state not in read:
+        read.add(state)  # the link is read when it is opened; afterwards the widgets lead
+        raw = st.query_params.get(key)
+        if raw is not None:
+            try:
+                st.session_state[state] = parse(raw)
+            except (ValueError, InputError):
+                st.warning(tr("lecture.bad_url_param", name=key, value=raw))
+    st.session_state.setdefault(state, default)
+    value = st.session_state[state]
+    if value == default:
+        if key in st.query_params:
+            del st.query_params[key]
+    elif st.query_params.get(key) != _url_text(value):
+        st.query_params[key] = _url_text(value)
+    return state
 
 
 # Bounds match the page's widgets, so a link can never put a widget out of its range.

@@ -31,7 +31,7 @@ class Verdict(StrEnum):
 class Question:
     id: str
     kind: Kind
-    page: str  # the app page that demonstrates the answer (a ui.NAV path)
+    page: str  # the app page that demonstrates the answer (a path in kvviz.app.navigation.PAGES)
     options: tuple[str, ...] = ()
     answer: str = ""  # the correct option (CHOICE / TRUTH)
 

@@ -8,7 +8,7 @@ import pytest
 from harness import ROOT, settle, url_path
 from playwright.sync_api import expect
 
-from kvviz.app.ui import NAV
+from kvviz.app.navigation import PAGES
 from kvviz.i18n import t
 
 EXCEPTION = "[data-testid='stException']"
@@ -21,7 +21,8 @@ def _no_errors(page) -> None:
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
-@pytest.mark.parametrize("page_file, title_key", NAV, ids=[url_path(f) or "Home" for f, _ in NAV])
+@pytest.mark.parametrize("page_file, title_key", [(p.path, p.title_key) for p in PAGES],
+                         ids=[url_path(p.path) or "Home" for p in PAGES])
 def test_page_loads(page, shots, page_file, title_key, lang):
     if not (ROOT / page_file).exists():
         pytest.skip(f"{page_file} is not built yet")
