@@ -149,7 +149,7 @@ shape = spec
 try:
     fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
 except InputError as exc:  # a llama.cpp block format this head size is not whole blocks of (llama.cpp refuses it too)
-    ui.show_error(exc)
+    show_error(exc)
     st.stop()
 weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
 if spec.max_context is not None and tokens > spec.max_context:
