@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvviz.engine import fetch  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.errors import InputError  # noqa: E402
-from kvviz.serving.agreement import PROMPTS, TOKENIZER_TEXTS, greedy_agreement, llamacpp_tokenize  # noqa: E402
+from kvviz.serving.agreement import PROMPTS, TOKENIZER_TEXTS, compare, llamacpp_tokenize  # noqa: E402
 from kvviz.serving.llamacpp import LlamaServer  # noqa: E402
 
 
@@ -41,7 +41,10 @@ def main() -> None:
         sys.exit(f"llamacpp_agreement: {exc}")
     backend = load_backend(args.model, device="cpu")
     with LlamaServer(gguf, alias=args.model, n_parallel=1, ctx_size=1024, threads=args.threads) as srv:
-        rows = greedy_agreement(backend, srv.base_url, PROMPTS, args.new, free_run=not args.no_free_run)
+        rows = []
+        for prompt in PROMPTS:  # one at a time, so a slow machine shows its progress
+            rows.append(compare(backend, prompt, srv.base_url, args.new, free_run=not args.no_free_run))
+            print(f"{len(rows)}/{len(PROMPTS)} prompts", file=sys.stderr, flush=True)
         tokens = [(text, backend.tokenizer.encode(text), llamacpp_tokenize(srv.base_url, text))
                   for text in PROMPTS + TOKENIZER_TEXTS]
     steps = sum(r.n_new for r in rows)
@@ -54,13 +57,17 @@ def main() -> None:
                          ensure_ascii=False))
         return
     print(f"{args.model}: llama.cpp on {gguf.name} (its own kernels) vs kvviz float32, {args.new} greedy tokens")
-    print(f"{'prompt':<42} {'ids':>3} | {'forced':>6} {'1st div':>7} {'margin kvviz/llama':>18} | "
-          f"{'free 1st':>8} {'pos equal':>9}")
+    print(f"{'prompt':<42} {'ids':>3} | {'forced':>6} {'1st div':>7} {'margin kvviz/llama':>18} "
+          f"{'max gap':>7} {'max |Δlogp| (n)':>15} | {'free 1st':>8} {'pos equal':>9}")
     for r in rows:
-        margins = "—" if r.kvviz_margin is None else f"{r.kvviz_margin:.3f}/{r.llamacpp_margin:.3f}"
+        theirs = "—" if r.llamacpp_margin is None else f"{r.llamacpp_margin:.3f}"  # None: inside a UTF-8 character
+        margins = "—" if r.kvviz_margin is None else f"{r.kvviz_margin:.3f}/{theirs}"
+        gap = "—" if r.disagreement_gap_max is None else f"{r.disagreement_gap_max:.3f}"
         free = ("—", "—") if r.positions_equal is None else (r.free_first_divergence, r.positions_equal)
         print(f"{r.prompt[:40]!r:<42} {r.prompt_tokens:>3} | {r.forced_equal:>3}/{r.n_new:<2} {r.first_divergence:>7} "
-              f"{margins:>18} | {free[0]:>8} {free[1]:>9}")
+              f"{margins:>18} {gap:>7} {r.logprob_diff_max:>7.3f} ({r.logprob_steps:>2}) | {free[0]:>8} {free[1]:>9}")
+    print(f"largest gap where they disagree: {max(r.disagreement_gap_max or 0 for r in rows):.3f}; largest "
+          f"|Δ log-probability| of llama.cpp's token: {max(r.logprob_diff_max for r in rows):.3f}")
     print(f"agreement given llama.cpp's prefix: {forced}/{steps} = {forced / steps:.4f}; prompts identical for all "
           f"{args.new} tokens: {sum(r.first_divergence == r.n_new for r in rows)}/{len(rows)}")
     print(f"tokenizer: {len(tokens) - len(differ)}/{len(tokens)} texts give the same ids as llama-server /tokenize")

@@ -11,15 +11,19 @@ from kvviz.serving.llamacpp import LlamaServer, binary
 pytestmark = pytest.mark.skipif(
     binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
 
-# Measured on this machine (notes/issue23b.md, bench/llamacpp_agreement.py): see test_greedy_agreement.
-MIN_FORCED_AGREEMENT = None
-MAX_MARGIN_AT_DIVERGENCE = None
-MIN_PROMPTS_IDENTICAL = None
+# Measured here (bench/llamacpp_agreement.py, notes/issue23b.md): kvviz picks llama.cpp's next token at 624 of 640
+# steps (0.975); where they disagree kvviz prefers its own pick by at most 0.22 logits, and the two engines'
+# log-probabilities of llama.cpp's token differ by at most 0.23 anywhere. The bounds allow twice that: llama.cpp's
+# Q4_1 kernels multiply by activations rounded to 8 bits per 32 values (q8_1) and keep K/V in f16, and another CPU's
+# SIMD path rounds differently; wrong weights, RoPE order or tokenizer differ by whole logits and fail all three.
+MIN_FORCED_AGREEMENT = 0.95
+MAX_GAP_WHERE_THEY_DISAGREE = 0.5
+MAX_LOGPROB_DIFF = 0.5
 
 
 @pytest.fixture(scope="module")
 def server(smollm2_dir, tmp_path_factory):
-    with LlamaServer(fetch.gguf_path("smollm2"), alias="smollm2", n_parallel=1, ctx_size=1024,
+    with LlamaServer(fetch.gguf_path("smollm2"), alias="smollm2", n_parallel=1, ctx_size=1024, threads=1,
                      log=tmp_path_factory.mktemp("log") / "llama-server.log") as srv:
         yield srv
 
@@ -37,8 +41,7 @@ def test_greedy_agreement(smollm2, server):
     steps = sum(r.n_new for r in rows)
     assert steps == 640
     assert sum(r.forced_equal for r in rows) / steps >= MIN_FORCED_AGREEMENT
-    assert sum(r.first_divergence == r.n_new for r in rows) >= MIN_PROMPTS_IDENTICAL
-    for r in rows:
-        if r.first_divergence < r.n_new:  # they part only where llama.cpp itself nearly tied
-            assert r.llamacpp_margin <= MAX_MARGIN_AT_DIVERGENCE, r
-            assert r.kvviz_margin <= MAX_MARGIN_AT_DIVERGENCE, r
+    assert max(r.logprob_diff_max for r in rows) <= MAX_LOGPROB_DIFF
+    # they part only at near ties: kvviz's preference for its own pick is within the engines' rounding
+    assert max(r.disagreement_gap_max or 0.0 for r in rows) <= MAX_GAP_WHERE_THEY_DISAGREE
+    assert sum(r.logprob_steps for r in rows) > 500  # Korean syllables span byte tokens that carry none

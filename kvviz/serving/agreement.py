@@ -8,7 +8,9 @@ llama.cpp decodes n_new tokens greedily; kvviz reads prompt + llama.cpp's contin
   greedy runs part; with `free_run` kvviz also decodes on its own (prefill, then cached steps) and
   `free_first_divergence`, `positions_equal` and kvviz's text come from that run;
 - both engines' top-1 − top-2 logit margin at the first divergence (kvviz's logits, llama.cpp's log-probabilities
-  from `n_probs`): a divergence at a near tie is rounding, a wide margin would be a bug.
+  from `n_probs`), the largest gap by which kvviz prefers its own pick where they disagree, and the largest
+  difference between the two engines' log-probabilities of llama.cpp's token: they part only at near ties, by less
+  than their logits differ anywhere (a wide gap would be a bug, not rounding).
 bench/llamacpp_agreement.py prints the table; tests/test_llamacpp_real.py bounds it.
 """
 from __future__ import annotations
@@ -61,7 +63,10 @@ class PromptAgreement:
     forced_equal: int
     first_divergence: int  # == n_new when they agree at every step
     kvviz_margin: float | None  # kvviz's top-1 − top-2 logit at the first divergence
-    llamacpp_margin: float | None  # the same from llama.cpp's log-probabilities
+    llamacpp_margin: float | None  # the same from llama.cpp's log-probabilities (None inside a UTF-8 character)
+    logprob_diff_max: float  # max over steps of |kvviz − llama.cpp| log-probability of llama.cpp's token
+    logprob_steps: int  # the steps llama.cpp reported a log-probability for (whole UTF-8 characters)
+    disagreement_gap_max: float | None  # max over disagreeing steps of kvviz's logit(own pick) − logit(llama.cpp's)
     llamacpp_text: str
     free_first_divergence: int | None = None  # the free runs (free_run=True only)
     positions_equal: int | None = None
@@ -71,31 +76,50 @@ class PromptAgreement:
         return asdict(self)
 
 
-def llamacpp_greedy(base_url: str, prompt_ids: list[int], n_new: int, timeout_s: float = 300.0) -> tuple[
-        list[int], list[float]]:
-    """llama.cpp's greedy tokens on token ids, and its top-1 − top-2 log-probability gap at each step."""
+def llamacpp_greedy(backend, base_url: str, prompt_ids: list[int], n_new: int,  # noqa: ANN001 - a Backend
+                    timeout_s: float = 300.0) -> tuple[list[int], list[float | None], list[float | None]]:
+    """llama.cpp's greedy tokens on token ids, the log-probability of each, and its top-1 − top-2 gap at each step
+    (log-probabilities before sampling, `n_probs`). llama-server keeps a token's probabilities only when the text
+    so far ends in a whole UTF-8 character (server_context::process_token, tools/server/server-context.cpp): a
+    token inside a character (a Korean syllable is three byte tokens) has None."""
     body = {"prompt": prompt_ids, "n_predict": n_new, "temperature": 0.0, "top_k": 1, "ignore_eos": True,
             "cache_prompt": False, "return_tokens": True, "samplers": ["top_k"], "n_probs": 2,
             "post_sampling_probs": False}
     response = httpx.post(base_url + "/completion", json=body, timeout=timeout_s)
     response.raise_for_status()
     out = response.json()
-    margins = [step["top_logprobs"][0]["logprob"] - step["top_logprobs"][1]["logprob"]
-               for step in out["completion_probabilities"]]
-    return out["tokens"], margins
+    tokens, reported = out["tokens"], iter(out["completion_probabilities"])
+    logprobs: list[float | None] = []
+    margins: list[float | None] = []
+    for i, tok in enumerate(tokens):
+        if backend.tokenizer.decode(tokens[: i + 1]).endswith("\ufffd"):  # inside a character: nothing reported
+            logprobs.append(None)
+            margins.append(None)
+            continue
+        step = next(reported)
+        if step["id"] != tok:
+            raise RuntimeError(f"llama-server's probabilities do not line up with its tokens at step {i}")
+        logprobs.append(step["logprob"])
+        margins.append(step["top_logprobs"][0]["logprob"] - step["top_logprobs"][1]["logprob"])
+    return tokens, logprobs, margins
 
 
 def compare(backend, prompt: str, base_url: str, n_new: int = 64,  # noqa: ANN001 - a Backend
             free_run: bool = False) -> PromptAgreement:
     """One prompt through both engines (see the module's note)."""
     ids = backend.tokenizer.encode(prompt)
-    theirs, their_margins = llamacpp_greedy(base_url, ids, n_new)
+    theirs, their_logprobs, their_margins = llamacpp_greedy(backend, base_url, ids, n_new)
     x = torch.tensor([ids + theirs[:-1]], device=backend.device)
     forced = backend.forward(x, None, capture_attention=False, all_logits=True).logits[0, len(ids) - 1:].float().cpu()
     picks = forced.argmax(-1).tolist()
     equal = [a == b for a, b in zip(picks, theirs, strict=True)]
     first = equal.index(False) if not all(equal) else n_new
     top2 = forced[first].topk(2).values if first < n_new else None
+    steps = torch.arange(n_new)
+    ours_lp = torch.log_softmax(forced, -1)[steps, theirs]
+    reported = [i for i, lp in enumerate(their_logprobs) if lp is not None]
+    lp_diff = (ours_lp[reported] - torch.tensor([their_logprobs[i] for i in reported])).abs()
+    gaps = (forced[steps, picks] - forced[steps, theirs])[~torch.tensor(equal)]
     free = {}
     if free_run:
         gen = Generation(backend, max_new_tokens=n_new, stop_at_eos=False)
@@ -109,6 +133,9 @@ def compare(backend, prompt: str, base_url: str, n_new: int = 64,  # noqa: ANN00
         prompt=prompt, prompt_tokens=len(ids), n_new=n_new, forced_equal=sum(equal), first_divergence=first,
         kvviz_margin=None if top2 is None else float(top2[0] - top2[1]),
         llamacpp_margin=their_margins[first] if first < n_new else None,
+        logprob_diff_max=float(lp_diff.max()),
+        logprob_steps=len(reported),
+        disagreement_gap_max=float(gaps.max()) if len(gaps) else None,
         llamacpp_text=backend.tokenizer.decode(theirs), **free)
 
 
