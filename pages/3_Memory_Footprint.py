@@ -10,8 +10,15 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import intro_box
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.shell import page_setup
-from kvviz.app.url_state import DEFAULTS, read_query, scenario_query
-from kvviz.charts.memory import CacheCurve, allocation_figure, attention_comparison_figure, cache_vs_weights_figure
+from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, read_query, scenario_query
+from kvviz.charts.memory import (
+    CacheCurve,
+    Residual,
+    allocation_figure,
+    attention_comparison_figure,
+    cache_vs_weights_figure,
+    residual_figure,
+)
 from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
 from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
@@ -25,8 +32,12 @@ from kvviz.kv.formula import (
     weight_bytes,
 )
 from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.log_check import TOLERANCE as LOG_TOLERANCE
+from kvviz.kv.log_check import check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
 from kvviz.kv.reader import parse_config_text
+from kvviz.kv.sglang_pool import plan_sglang
+from kvviz.kv.vllm_profile import ServingFlags, why_text
 from kvviz.units import format_binary, format_decimal
 
 settings = page_setup("memory.title")
@@ -35,6 +46,7 @@ st.title(tr("memory.title"))
 with intro_box():
     st.write(tr("memory.intro"))
 backend = get_backend(settings)
+LOG_CHECKS = check_all()  # pure arithmetic over kvviz/kv/startup_logs.json, cached once per process
 
 # ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----
 if "mem_url_values" not in ss:
@@ -308,10 +320,16 @@ with tab_growth:
                 st.write(tr("memory.crossing_beyond", batch=c.batch, tokens=f"{2**24:,}"))
 
 with tab_cap:
+    engine = st.radio(tr("memory.engine"), ["vllm", "sglang"], key="mem_engine", horizontal=True,
+                      format_func=lambda e: tr(f"memory.engine_{e}"))
     a, b, c = st.columns(3)
     gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="mem_gpu")
     n_gpus = b.number_input(tr("memory.n_gpus"), 1, 64, key="mem_n_gpus")
-    fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
+    if engine == "vllm":
+        fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
+    else:
+        sgl_frac = c.number_input(tr("memory.sgl_frac"), 0.0, 1.0, key="mem_sgl_frac", step=0.01, format="%.3f",
+                                  help=tr("memory.sgl_frac_help"))
     gpu = HARDWARE[gpu_name]
     st.caption(tr("memory.gpu_source", kind=tr(f"memory.gpu_kind_{gpu.memory_kind}"),
                   source=gpu.memory_source or "—"))
@@ -319,25 +337,44 @@ with tab_cap:
     total_gib = d.number_input(tr("memory.gpu_total"), 0.1, 100_000.0,
                                None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
                                key=f"mem_total_{gpu_name}", placeholder=tr("memory.unknown"))
-    reserve_gib = e.number_input(tr("memory.reserve"), 0.0, 1000.0, value=None, format="%.2f",
-                                 key=f"mem_reserve_{spec.name}_{n_gpus}", placeholder=tr("memory.reserve_estimated"),
-                                 help=tr("memory.reserve_help"))
+    reserve_gib = None
+    if engine == "vllm":
+        reserve_gib = e.number_input(tr("memory.reserve"), 0.0, 1000.0, value=None, format="%.2f",
+                                     key=f"mem_reserve_{spec.name}_{n_gpus}",
+                                     placeholder=tr("memory.reserve_estimated"), help=tr("memory.reserve_help"))
+        f1, f2, f3 = st.columns([2, 2, 1])
+        version = f1.selectbox(tr("memory.vllm_version"), VLLM_VERSIONS, key="mem_vllm",
+                               format_func=lambda v: tr("memory.any_version") if v == "any" else v)
+        entry = f2.selectbox(tr("memory.entry"), ["any", "serve", "llm"], key="mem_entry",
+                             format_func=lambda v: tr(f"memory.entry_{v}"))
+        eager = f3.checkbox(tr("memory.eager"), key="mem_eager")
+        g1, g2 = st.columns(2)
+        mbt = g1.number_input(tr("memory.mbt"), 0, 1_000_000, key="mem_mbt", step=1024, help=tr("memory.zero_default"))
+        seqs = g2.number_input(tr("memory.seqs"), 0, 100_000, key="mem_seqs", step=64, help=tr("memory.zero_default"))
     plan = None
     if weights is None:
         st.warning(tr("memory.cap_params_unknown"))
     elif total_gib is None:
         st.info(tr("memory.cap_memory_unknown"))
     else:
+        shown = None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2)
+        total = gpu.memory_bytes if total_gib == shown else round(total_gib * 2**30)  # exact unless edited
         try:
-            shown = None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2)
-            total = gpu.memory_bytes if total_gib == shown else round(total_gib * 2**30)  # exact unless edited
-            plan = plan_capacity(spec, total, max_model_len=int(tokens),
-                                 gpu_memory_utilization=fraction, tp=int(n_gpus), kv_dtype_name=kv_dtype_name,
-                                 weight_dtype=w_dtype_name,
-                                 reserve_bytes=None if reserve_gib is None else round(reserve_gib * 2**30))
+            if engine == "vllm":
+                flags = ServingFlags(vllm_version=None if version == "any" else version,
+                                     entry=None if entry == "any" else entry, enforce_eager=bool(eager),
+                                     max_num_batched_tokens=int(mbt) or None, max_num_seqs=int(seqs) or None)
+                plan = plan_capacity(spec, total, max_model_len=int(tokens),
+                                     gpu_memory_utilization=fraction, tp=int(n_gpus), kv_dtype_name=kv_dtype_name,
+                                     weight_dtype=w_dtype_name, flags=flags, gpu_name=gpu_name,
+                                     reserve_bytes=None if reserve_gib is None else round(reserve_gib * 2**30))
+            else:
+                plan = plan_sglang(spec, total, context_len=int(tokens), tp=int(n_gpus),
+                                   smi_mib=gpu.nvidia_smi_total_mib, mem_fraction_static=sgl_frac or None,
+                                   kv_dtype_name=kv_dtype_name, weight_dtype=w_dtype_name)
         except InputError as exc:
             show_error(exc)
-    if plan is not None:
+    if plan is not None and engine == "vllm":
         m = st.columns(5)
         m[0].metric(tr("memory.cap_usable"), format_binary(plan.requested_bytes), help=f"{plan.requested_bytes:,} B")
         m[1].metric(tr("memory.cap_weights"), format_binary(plan.weights_bytes), help=f"{plan.weights_bytes:,} B")
@@ -364,6 +401,87 @@ with tab_cap:
         )
         if not plan.weights_fit:
             st.warning(tr("memory.cap_no_fit"))
+        if plan.reserve_terms is not None:
+            lo, hi = plan.kv_cache_tokens_range
+            launch = plan.launch
+            st.markdown(tr("memory.range", lo=f"{lo:,}", hi=f"{hi:,}", likely=f"{plan.kv_cache_tokens:,}",
+                           clo=f"{plan.max_concurrency_range[0]:,.2f}", chi=f"{plan.max_concurrency_range[1]:,.2f}",
+                           tokens=f"{int(tokens):,}"))
+            if plan.narrowing_flag:
+                st.caption(tr("memory.narrows", flag="--" + plan.narrowing_flag.replace("_", "-"),
+                              low=launch["low_reserve_launch"]["vllm_line"],
+                              high=launch["high_reserve_launch"]["vllm_line"]))
+            else:
+                st.caption(tr("memory.narrows_none"))
+            terms = plan.reserve_terms
+            rows = [f"| {tr('memory.term')} | {tr('memory.col_bytes')} | {tr('memory.term_how')} |", "|---|--:|---|"]
+            batch_how = tr("memory.how_batch", line=launch["vllm_line"], engine=launch["engine"].upper(),
+                           entry=tr(f"memory.entry_{launch['entry']}"),
+                           tokens=f"{launch['max_num_batched_tokens']:,}", seqs=f"{launch['max_num_seqs']:,}",
+                           source=why_text(launch["batch_why"], settings.lang))
+            for key, how in (("activation", tr("memory.how_activation") + " " + batch_how),
+                             ("sampler", tr(f"memory.how_sampler_{launch['sampler']}")),
+                             ("non_torch", tr("memory.how_non_torch",
+                                              source=why_text(launch["non_torch_why"], settings.lang))),
+                             ("cudagraph", tr("memory.how_cudagraph"))):
+                rows.append(f"| {tr(f'memory.term_{key}')} | {format_binary(terms[key])} | {how} |")
+            rows.append(f"| **{tr('memory.term_reserve')}** | **{format_binary(plan.reserve_bytes)}** | "
+                        f"{tr('memory.how_reserve')} |")
+            st.markdown("\n".join(rows))
+    elif plan is not None:
+        m = st.columns(4)
+        m[0].metric(tr("memory.sgl_free"), format_binary(plan.free_at_start_bytes),
+                    help=f"{plan.free_at_start_bytes:,} B")
+        m[1].metric(tr("memory.cap_weights"), format_binary(plan.weights_bytes), help=f"{plan.weights_bytes:,} B")
+        m[2].metric(tr("memory.cap_tokens"), f"{plan.kv_cache_tokens:,}")
+        m[3].metric(tr("memory.sgl_requests", tokens=f"{int(tokens):,}"), f"{plan.max_concurrency:,.2f}")
+        lo, hi = plan.kv_cache_tokens_range
+        st.caption(tr("memory.sgl_steps", free=format_binary(plan.free_at_start_bytes),
+                      after=format_binary(plan.free_after_load_bytes), frac=f"{plan.mem_fraction_static:.3f}",
+                      source=tr(plan.mem_fraction_rule), pool=format_binary(plan.kv_budget_bytes),
+                      per_token=f"{plan.kv_bytes_per_token:,}", tokens=f"{plan.kv_cache_tokens:,}",
+                      lo=f"{lo:,}", hi=f"{hi:,}"))
+        if not plan.weights_fit:
+            st.warning(tr("memory.cap_no_fit"))
+
+    # ---- the planner against real start-up logs: where its prediction could be wrong, term by term ------
+    st.subheader(tr("memory.logs_title"))
+    st.caption(tr("memory.logs_intro", n=len(LOG_CHECKS), tolerance=f"{LOG_TOLERANCE:.0%}"))
+    term_names = {t: tr(f"memory.term_{t}") for t in ("weights", "activation", "non_torch", "kv_tokens")}
+    st.plotly_chart(
+        residual_figure(
+            [Residual(f"{c.model} · {c.gpu}×{c.tp} · {c.engine} {c.version}", term_names[t.name], t.kv_effect,
+                      c.flags_named)
+             for c in LOG_CHECKS for t in c.terms if t.name in term_names and t.kv_effect is not None],
+            list(term_names.values()), tolerance=LOG_TOLERANCE, title=tr("memory.logs_chart"),
+            y_title=tr("memory.logs_axis"), named_label=tr("memory.logs_named"),
+            unnamed_label=tr("memory.logs_unnamed"),
+            band_label=tr("memory.logs_band", tolerance=f"{LOG_TOLERANCE:.0%}"),
+            lecture=lecture,
+        ),
+        key="mem_residual_chart",
+    )
+
+    def cell(check, name: str) -> str:
+        t = check.term(name)
+        if t is None or t.logged is None:
+            return f"? → {t.predicted:,.2f}" if t is not None else "—"
+        fmt = "{:,.0f}" if t.unit == "tokens" else "{:,.2f}"
+        mark = "*" if t.derived else ""
+        return f"{fmt.format(t.logged)}{mark} → {fmt.format(t.predicted)} ({t.difference:+.1%})"
+
+    with st.expander(tr("memory.logs_table"), expanded=not lecture):
+        rows = [f"| {tr('memory.logs_log')} | {tr('memory.logs_setup')} | " + " | ".join(term_names.values()) + " |",
+                "|---|---|" + "--:|" * len(term_names)]
+        for c in LOG_CHECKS:
+            flag = "" if c.flags_named else " †"
+            setup = f"{c.engine} {c.version} · {c.gpu} × {c.tp}"
+            url = c.source_url.split(" ")[0]
+            name = f"[{c.model}]({url})" if url.startswith("https://") else f"{c.model} ({c.source_url})"
+            rows.append(f"| {name}{flag} | {setup} | "
+                        + " | ".join(cell(c, t) for t in term_names) + " |")
+        st.markdown("\n".join(rows))
+        st.caption(tr("memory.logs_notes"))
 
     st.subheader(tr("memory.paged_title"))
     a, b = st.columns([3, 1])

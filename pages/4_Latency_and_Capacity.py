@@ -307,8 +307,13 @@ with tab_roof:
     crossing = roof.kv_equals_weights_tokens(batch=batch)
     weights, kv_req = roof.weight_bytes, roof.kv_bytes(n_context)
     # How many requests fit: the capacity planner, the same function (and answer) as the Memory page.
-    plan = None if hw.memory_bytes is None else plan_capacity(
-        roof.spec, hw.memory_bytes, max_model_len=n_context, kv_dtype_name=kv_dtype, weight_dtype=weight_dtype)
+    plan_error = None
+    try:
+        plan = None if hw.memory_bytes is None else plan_capacity(
+            roof.spec, hw.memory_bytes, max_model_len=n_context, kv_dtype_name=kv_dtype, weight_dtype=weight_dtype,
+            gpu_name=hw.name)
+    except InputError as exc:  # a context past the model's, or a reserve kvviz cannot predict (MoE, MLA)
+        plan, plan_error = None, exc
 
     st.markdown(tr("latency.roof_decode", weights=format_binary(weights), batch=batch, kv=format_binary(kv_req),
                    bw=f"{hw.bandwidth_bytes_per_s / 1e12:.3f}", tpot=fmt_duration(decode.memory_s),
@@ -329,7 +334,7 @@ with tab_roof:
         m[2].caption(tr("latency.weights_only_batch", batch=fmt_count(weights_only)))
     if plan is None:
         m[3].metric(tr("latency.m_fits"), tr("latency.unknown"))
-        m[3].caption(tr("latency.memory_unknown"))
+        m[3].caption(tr("latency.memory_unknown") if plan_error is None else plan_error.message(settings.lang))
     else:
         m[3].metric(tr("latency.m_fits"), f"{plan.max_requests:,}")
         if not plan.weights_fit:

@@ -1,4 +1,5 @@
 """Compressing the Cache: eviction, quantization and head sharing run in the real decode loop, bytes vs quality."""
+import dataclasses
 import hashlib
 
 import pandas as pd
@@ -12,8 +13,10 @@ from kvviz.app.url_state import one_of, url_state
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
 from kvviz.compression import quality
+from kvviz.compression.caches import dtype_name
 from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
-from kvviz.compression.runner import Method, kivi_group
+from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
+from kvviz.compression.runner import DEPLOY_DTYPES, Method, kivi_group, kivi_residual
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
 from kvviz.units import format_binary
@@ -32,6 +35,7 @@ if not native:
     st.info(tr("compression.native_needed"))
 
 SOURCES = ("held_out", "own")
+METRICS = ("kl", "top1")
 max_len = backend.spec.max_context
 lengths = [n for n in (128, 256, 512) if n <= max_len] or [max_len]
 c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
@@ -45,8 +49,9 @@ seq_len = persisted(c2.selectbox, url_state("seq", lengths[min(1, len(lengths) -
                     tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
 n_tokens = persisted(c3.selectbox, url_state("tokens", 512, one_of(TOKENS, int)), tr("compression.n_tokens"),
                      options=TOKENS)
-shares = c4.multiselect(tr("compression.budgets"), [0.25, 0.5], default=[0.25, 0.5], key="cc_budgets",
-                        format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
+st.session_state.setdefault("cc_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
+shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
+                   format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
 own = ""
 if source == "own":
     own = st.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
@@ -75,40 +80,61 @@ if stored is None or stored[0] != request:
     st.stop()
 rows = stored[1]
 full_row, rows = rows[0], rows[1:]
-data = [r.to_dict() for r in rows]
 
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
 if 0 in show:
     st.header(tr("compression.s1_title"))
+    # Savings against the KV dtype of a deployment (bfloat16 by default): every dtype's bytes were counted in the
+    # run, so changing it redraws without measuring again.
+    k1, k2 = st.columns(2)
+    kv_dtype = persisted(k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)),
+                            tr("compression.kv_dtype"), options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
+    data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() for r in rows]
     st.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
         seq_len - n_prompt), seq_len=seq_len, n_prompt=n_prompt, full_ppl=f"{full_row.full_perplexity:.3f}",
-        full_bytes=format_binary(full_row.full_kv_bytes)))
-    metric = st.radio(tr("compression.metric"), ["kl", "top1"], horizontal=True, key="cc_metric",
-                      format_func={m: tr(f"compression.metric_{m}") for m in ("kl", "top1")}.get)
+        full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=dtype_name(backend.dtype), dtype=kv_dtype))
+    metric = persisted(k2.radio, url_state("metric", "kl", one_of(METRICS)), tr("compression.metric"),
+                          options=METRICS, horizontal=True,
+                          format_func={m: tr(f"compression.metric_{m}") for m in METRICS}.get)
     fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
-    chart(charts.tradeoff_figure(data, metric=metric, family_names=fams, x_title=tr("compression.chart_x"),
+    chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
+                                 x_title=tr("compression.chart_x", dtype=kv_dtype),
                                  y_title=tr(f"compression.chart_{metric}"),
                                  title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")
+    whole = [r["label"] for r in data if r["left_whole"]]
+    if whole:
+        st.info(tr("compression.left_whole", labels=", ".join(whole), n_prompt=n_prompt))
     results = pd.DataFrame({
         tr("compression.table_method"): [tr("compression.full")] + [r["label"] for r in data],
         tr("compression.table_ppl"): [round(full_row.full_perplexity, 3)] + [round(r["perplexity"], 3) for r in data],
         tr("compression.table_kl"): [0.0] + [round(r["kl_divergence"], 5) for r in data],
         tr("compression.table_top1"): [1.0] + [round(r["top1_agreement"], 4) for r in data],
+        tr("compression.table_kept"): [full_row.full_n_cached] + [r["n_cached"] for r in data],
         tr("compression.table_bytes"): [full_row.full_kv_bytes] + [r["kv_bytes"] for r in data],
         tr("compression.table_formula"): [full_row.formula_bytes] + [r["formula_bytes"] for r in data],
-        tr("compression.table_saved"): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
+        tr("compression.table_saved", dtype=kv_dtype): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
     })
     table(results, "compression_table")
+    fp8 = [r for r in data if r["method"] == "fp8"]
+    if fp8:
+        st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
+                      clipped="; ".join(tr("compression.fp8_clipped", label=r["label"], n=r["fp8_clipped"])
+                                        for r in fp8)))
+    kivi = next((r for r in data if r["group"]), None)
     with st.expander(tr("compression.notes_title")):
+        group = kivi["group"] if kivi else kivi_group(backend.spec.d_head)
         st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                       group=kivi_group(backend.spec.d_head), residual=Method("int4").residual))
+                       group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
 
 if 1 in show or 2 in show:
     d1, d2, d3 = st.columns(3)
-    step = d1.select_slider(tr("compression.s2_step"), options=list(view_steps), value=view_steps[-1],
-                            key="cc_step")
-    layer = d2.selectbox(tr("compression.s2_layer"), range(backend.spec.n_layers), key="cc_layer")
+    if st.session_state.get("cc_step") not in view_steps:
+        st.session_state.cc_step = view_steps[-1]
+    step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
+    if st.session_state.get("cc_layer") not in range(backend.spec.n_layers):
+        st.session_state.cc_layer = 0
+    layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(backend.spec.n_layers))
     view_full = full_row.views[step]
     position = view_full.position
     if 1 in show:
@@ -121,8 +147,10 @@ if 1 in show or 2 in show:
                                        lecture=lecture), "compression_strip")
     if 2 in show:
         st.header(tr("compression.s3_title"))
-        pick = d3.selectbox(tr("compression.s3_method"), range(len(rows)), format_func=lambda i: rows[i].label,
-                            key="cc_attn_method")
+        if st.session_state.get("cc_attn_method") not in range(len(rows)):
+            st.session_state.cc_attn_method = 0
+        pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
+                            format_func=lambda i: rows[i].label)
         st.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
         chart(charts.attention_row_figure(

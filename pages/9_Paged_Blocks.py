@@ -73,14 +73,13 @@ box.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_
 
 
 def add(shared: bool, count: int = 1) -> None:
-    """Queue requests; several arrive one per step, so each finds the system prompt already computed."""
+    """Queue requests, all arriving now: admitted in one step, the later ones hit the first one's blocks."""
     try:
-        for k in range(count):
+        for _ in range(count):
             index = len(engine.requests)
             prompt = (shared_prefix_ids(backend.tokenizer, n_system) if shared else []) + suffix_ids(
                 model.cfg.vocab_size, n_own, index)
-            engine.add(prompt, n_new, "shared" if shared else "own",  # translated when drawn
-                       at_step=engine.n_steps + k if count > 1 else None)
+            engine.add(prompt, n_new, "shared" if shared else "own")  # the label is translated when drawn
     except InputError as exc:
         st.session_state.pg_error = exc
 
@@ -155,7 +154,8 @@ def show() -> None:
         st.info(tr("paged.idle"))
         return
     keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "hover_block", "hover_table", "row",
-            "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own") + tuple(
+            "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own", "released",
+            "hover_released") + tuple(
         f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
     labels = {k: tr(f"paged.c_{k}") for k in keys}
     if "tables" in shown:

@@ -2,16 +2,18 @@
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from kvviz.cli import main
 from kvviz.errors import InputError
 from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity, shard_for_tp
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE
+from kvviz.kv.log_check import load_logs, log_gpu
 from kvviz.kv.presets import CONFIGS, get_preset
 from kvviz.kv.reader import parse_hf_config
+from kvviz.kv.vllm_profile import ServingFlags
 
 GIB = 2**30
 LLAMA = get_preset("Llama-3.1-8B")
@@ -57,6 +59,66 @@ def test_tensor_parallel_splits_weights_and_kv_heads():
         shard_for_tp(spec, 3)
 
 
+def test_mla_latent_is_whole_on_every_gpu():
+    """Issue 28 item 8: vLLM's MLA attention splits the 128 query heads over 8 GPUs and keeps the whole latent
+    cache on each rank (no KV heads to split): 61 layers × (512 + 64) × 2 B per token on every GPU."""
+    v3 = get_preset("DeepSeek-V3")
+    shard = shard_for_tp(v3, 8)
+    assert shard.n_heads == 16
+    assert kv_footprint(shard, 1).per_token == kv_footprint(v3, 1).per_token == 61 * (512 + 64) * 2
+    plan = plan_capacity(v3, HARDWARE["H200"].memory_bytes, max_model_len=32768, tp=8, weight_dtype="fp8",
+                         reserve_bytes=5 * GIB)
+    assert plan.kv_bytes_per_token == 70_272 and plan.weights_bytes == -(-671 * 10**9 // 8)
+    assert plan.num_blocks == (int(HARDWARE["H200"].memory_bytes * 0.9) - plan.weights_bytes - 5 * GIB) // (
+        16 * 70_272)
+    with pytest.raises(InputError, match="split evenly"):
+        shard_for_tp(v3, 3)  # 128 query heads do not split over 3 GPUs, in vLLM either
+
+
+@pytest.mark.parametrize("block, version, ok", [
+    (16, None, True), (7, None, False), (256, "0.12", True), (256, "0.11", False), (1, "0.8.3", False),
+    (1, "0.10.2", True), (48, "0.20", True), (48, "0.11", False), (64, "0.4.1", False), (32, "0.4.1", True),
+])
+def test_vllm_block_sizes(block, version, ok):
+    """--block-size as vLLM's parser takes it: arg_utils.py choices (0.4.1: 8/16/32; 0.6–0.9: up to 128),
+    config/cache.py BlockSize (0.10: 1 added; 0.12: 256), then any multiple of 16 (FlashAttention, 0.18+)."""
+    run = lambda: plan_capacity(LLAMA, 80 * GIB, max_model_len=4096, block_size=block,  # noqa: E731
+                                flags=ServingFlags(vllm_version=version), reserve_bytes=GIB)
+    if ok:
+        assert run().block_size == block
+    else:
+        with pytest.raises(InputError, match=f"--block-size {block}"):
+            run()
+
+
+def test_max_model_len_past_the_models_context_is_refused():
+    """vLLM's _get_and_verify_max_len refuses it; the message names the model's own limit."""
+    with pytest.raises(InputError, match="config gives 131072 tokens"):
+        plan_capacity(LLAMA, 80 * GIB, max_model_len=10_000_000, reserve_bytes=GIB)
+    assert plan_capacity(LLAMA, 80 * GIB, max_model_len=131072, reserve_bytes=GIB).max_model_len == 131072
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--preset", "Llama-3.1-8B", "--gpu", "H200", "--block-size", "7"], "--block-size 7"),
+    (["--preset", "Llama-3.1-8B", "--gpu", "H200", "--max-model-len", "10000000"], "131072 tokens"),
+    (["--preset", "Llama-3.1-8B", "--gpu", "H200", "--vllm-version", "eleven"], "vLLM version 'eleven'"),
+    (["--preset", "Llama-3.1-8B", "--gpu", "H200", "--vllm-version", "0.3.3"], "older than"),
+    (["--preset", "Llama-3.1-8B", "--gpu", "H200", "--vllm-version", "0.11", "--vllm-engine", "v0"], "v0 engine"),
+    (["--preset", "DeepSeek-V3", "--gpu", "H200", "--tp", "8"], "mixtures of experts"),
+])
+def test_capacity_cli_refuses_in_one_line(argv, words, capsys):
+    assert main(["capacity", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err
+
+
+def test_deepseek_v3_on_eight_gpus_plans_with_a_given_reserve(capsys):
+    assert main(["capacity", "--preset", "DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8",
+                 "--max-model-len", "32768", "--reserve-gib", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kv_bytes_per_token"] == 70_272 and out["kv_cache_tokens"] > 0
+
+
 def test_sliding_window_requests_need_fewer_blocks():
     mistral = get_preset("Mistral-7B")
     plan = plan_capacity(mistral, HARDWARE["H100 SXM"].memory_bytes, max_model_len=32768, reserve_bytes=GIB)
@@ -73,61 +135,37 @@ def test_plan_rejects_bad_inputs(kwargs):
         plan_capacity(LLAMA, 80 * GIB, **({"max_model_len": 4096} | kwargs))
 
 
-# ---- real vLLM start-up logs (tests/fixtures/vllm_logs.json, each with its source) ----------------------------
-OPT_125M = {"model_type": "opt", "num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768,
-            "ffn_dim": 3072, "vocab_size": 50272, "max_position_embeddings": 2048}  # facebook/opt-125m config.json
-QWEN25_MATH_15B = {"model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 12, "hidden_size": 1536,
-                   "num_key_value_heads": 2, "intermediate_size": 8960, "vocab_size": 151936,
-                   "max_position_embeddings": 4096, "tie_word_embeddings": True, "use_sliding_window": False,
-                   "sliding_window": 4096, "max_window_layers": 21}  # Qwen/Qwen2.5-Math-1.5B config.json
-# log index → (model: preset name or config, extra CLI flags); the device total comes from our GPU table where the
-# GPU is in it, else from the log (A10G and L40 are not in the table); the reserve is the log's own activation
-# peak + non-torch memory (V0 logs give peak_torch_memory − weights for the activation).
-CASES = {
-    0: ("Llama-3.1-8B", ["--gpu", "A100 40GB", "--reserve-gib", str(9.37 + 0.10)]),  # Llama-3-8B: same shape
-    1: ("Llama-3.1-8B", ["--gpu", "RTX 3090", "--reserve-gib", str(17.06 - 14.99 + 0.35)]),
-    2: ("Llama-3.1-8B", ["--gpu", "RTX 3090", "--reserve-gib", str(17.98 - 14.99 + 0.35)]),
-    4: ("Qwen2.5-7B", ["--gpu-memory-gib", "21.99", "--reserve-gib", str(1.43 + 0.06)]),
-    6: ("Llama-3.1-70B", ["--gpu", "H200", "--tp", "8", "--reserve-gib", str(17.67 - 16.46 + 7.71)]),
-    8: (OPT_125M, ["--gpu", "H200", "--params", "125239296", "--reserve-gib", str(0.49 + 0.22)]),
-    9: (OPT_125M, ["--gpu", "L4", "--params", "125239296", "--reserve-gib", str(0.47 + 0.04)]),
-    13: (QWEN25_MATH_15B, ["--gpu-memory-gib", "44.39", "--reserve-gib", str(1.4 + 0.08)]),
-}
-LOGS = json.loads((Path(__file__).parent / "fixtures" / "vllm_logs.json").read_text())
+# ---- real vLLM start-up logs (kvviz/kv/startup_logs.json, each with its source) -----------------------------
+# With a log's own activation + non-torch figures as the reserve, vLLM's arithmetic must give its KV tokens.
+GIVEN = [e for e in load_logs() if e["engine"] == "vllm" and e["logged"].get("non_torch_gib") is not None
+         and (e["logged"].get("activation_peak_gib") is not None or e["logged"].get("peak_torch_gib") is not None)]
 
 
-def capacity_cli(model, flags, log, tmp_path) -> dict:
-    if isinstance(model, str):
-        source = ["--preset", model]
+@pytest.mark.parametrize("entry", GIVEN, ids=[e["id"] for e in GIVEN])
+def test_capacity_reproduces_vllm_logs_from_their_own_reserve(entry, tmp_path, capsys):
+    logged, f = entry["logged"], entry["flags"]
+    activation = logged.get("activation_peak_gib")
+    if activation is None:  # 0.6.4 logs the torch peak, weights included
+        activation = logged["peak_torch_gib"] - logged["weights_gib"]
+    if entry.get("preset"):
+        source = ["--preset", entry["preset"]]
     else:
-        (tmp_path / "config.json").write_text(json.dumps(model))
-        source = ["--config", str(tmp_path)]
-    argv = ["capacity", *source, *flags, "--gpu-memory-utilization", str(log["gpu_memory_utilization"]),
-            "--max-model-len", str(log["max_concurrency_tokens"] or log["max_model_len"]), "--json"]
-    return argv
-
-
-@pytest.mark.parametrize("index", sorted(CASES))
-def test_capacity_reproduces_vllm_logs(index, tmp_path, capsys):
-    log = LOGS[index]
-    model, flags = CASES[index]
-    assert main(capacity_cli(model, flags, log, tmp_path)) == 0
+        (tmp_path / "config.json").write_text(json.dumps(entry["config"]))
+        source = ["--config", str(tmp_path)] + (["--params", str(entry["n_params"])] if entry["n_params"] else [])
+    total, _, _, _ = log_gpu(entry)
+    argv = ["capacity", *source, "--gpu-memory-gib", str(total / GIB), "--tp", str(f["tp"]),
+            "--reserve-gib", str(activation + logged["non_torch_gib"]),
+            "--gpu-memory-utilization", str(f["gpu_memory_utilization"]),
+            "--max-model-len", str(f["max_model_len"]), "--json"]
+    assert main(argv) == 0
     ours = json.loads(capsys.readouterr().out)
-    logged_tokens = log["kv_cache_tokens"] or log["gpu_blocks"] * 16
-    assert ours["kv_cache_tokens"] == pytest.approx(logged_tokens, rel=0.05), log["source_url"]
-    if log["max_concurrency"] is not None:
-        assert ours["max_concurrency"] == pytest.approx(log["max_concurrency"], rel=0.05), log["source_url"]
-    if log["weights_gib"] is not None:
-        assert ours["weights_bytes"] / GIB == pytest.approx(log["weights_gib"], rel=0.05)
-
-
-def test_capacity_matches_a_v1_log_budget():
-    """vLLM V1 on an H100 (llm-d's record): 'KV cache memory: 51.38 GiB' with weights 14.99, activation 4.76 and
-    non-torch 0.13 GiB at utilization 0.9."""
-    log = LOGS[3]
-    plan = plan_capacity(LLAMA, HARDWARE["H100 SXM"].memory_bytes, max_model_len=16000,
-                         reserve_bytes=round((4.76 + 0.13) * GIB))
-    assert plan.kv_budget_bytes / GIB == pytest.approx(log["kv_cache_gib"], rel=0.05)
+    logged_tokens = logged["kv_cache_tokens"] or (logged["gpu_blocks"] or 0) * 16 or \
+        logged["kv_cache_gib"] * GIB // ours["kv_bytes_per_token"]
+    assert ours["kv_cache_tokens"] == pytest.approx(logged_tokens, rel=0.05), entry["source_url"]
+    if logged["max_concurrency"] is not None:
+        assert ours["max_concurrency"] == pytest.approx(logged["max_concurrency"], rel=0.05), entry["source_url"]
+    if logged["weights_gib"] is not None:
+        assert ours["weights_bytes"] / GIB == pytest.approx(logged["weights_gib"], rel=0.05)
 
 
 def test_paged_fragmentation_by_hand():

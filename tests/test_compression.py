@@ -67,7 +67,7 @@ def test_group_size_one_pooling_gives_bit_identical_logits(tiny, ids, full):
 
 
 def test_compression_changes_the_logits(tiny, ids, full):
-    for m in [Method("window", budget=8), Method("int4", residual=0), Method("fp8"), Method("mqa")]:
+    for m in [Method("window", budget=8), Method("int4", group=8, residual=8), Method("fp8"), Method("mqa")]:
         assert not torch.equal(run_method(tiny, ids, 30, m).logits, full.logits)
 
 
@@ -91,7 +91,7 @@ def test_int_error_within_half_a_step(fmt, axis):
 
 def test_fp8_error_within_three_mantissa_bits():
     x = torch.randn(2, 4, 50, 32) * 3
-    scale = quant.fp8_scale(x)
+    scale, _ = quant.fp8_scales(x, x, "calculate")
     q = quant.quantize_fp8(x, scale)
     assert q.dtype == torch.float8_e4m3fn and q.element_size() == 1
     err = (x - quant.dequantize_fp8(q, scale)).abs()
@@ -101,8 +101,9 @@ def test_fp8_error_within_three_mantissa_bits():
 
 # ---- measured bytes equal the formula -----------------------------------------------------------------
 @pytest.mark.parametrize("method", [Method("window", 12), Method("streaming", 12), Method("h2o", 12),
-                                    Method("snapkv", 20), Method("int8"), Method("int4"), Method("fp8"),
-                                    Method("int4", group=8, residual=0), Method("mqa"), Method("gqa", kv_heads=1)])
+                                    Method("snapkv", 40), Method("int8"), Method("int4"), Method("fp8"),
+                                    Method("int4", group=8, residual=8), Method("fp8", kv_scale="calculate"),
+                                    Method("mqa"), Method("gqa", kv_heads=1)])
 def test_measured_bytes_equal_the_formula(tiny, ids, method):
     trace = run_method(tiny, ids, 30, method)
     assert trace.kv_bytes == trace.formula_bytes > 0
@@ -113,14 +114,15 @@ def test_bytes_by_hand(tiny, ids):
     assert (shape.n_layers, shape.n_kv_heads, shape.d_head) == (4, 2, 24)  # the shipped model these figures use
     # window: 4 layers · 12 positions · K and V · 2 heads · 24 values · 4 bytes
     assert run_method(tiny, ids, 30, Method("window", 12)).kv_bytes == 4 * 12 * 2 * 2 * 24 * 4
-    # SnapKV keeps 20 prompt positions, then every decoded token: 20 + 29 after 29 steps
-    assert run_method(tiny, ids, 30, Method("snapkv", 20)).n_cached == 49
-    # int4, G=8, R=16, 59 cached tokens: whole groups of 8 are quantized while ≥ R stay, so 40 quantized and
-    # 19 in fp32. Per token, layer, KV head, K or V: 12 data bytes + 3 groups · 4 bytes (fp16 scale + zero)
+    # SnapKV keeps 40 of a 50-token prompt, then every decoded token: 40 + 9 after 9 steps
+    assert run_method(tiny, ids, 50, Method("snapkv", 40)).n_cached == 49
+    # int4, G=8, R=16, 59 cached tokens, KIVI's rule: keys quantized 16 at a time (48 quantized, 59 mod 16 = 11 in
+    # fp32), values one at a time past the last 16 (43 quantized, 16 in fp32). Per token, layer, KV head, K or V:
+    # 12 data bytes + 3 groups · 4 bytes (fp16 scale + zero), or 24 · 4 bytes in fp32
     trace = run_method(tiny, ids, 30, Method("int4", group=8, residual=16))
-    assert trace.kv_bytes == 4 * 2 * 2 * (40 * (12 + 3 * 4) + 19 * 24 * 4)
-    assert trace.kv_bytes == (kv_footprint(shape, 40, 1, kivi_dtype("int4", 8)).total
-                              + kv_footprint(shape, 19, 1, "float32").total)
+    assert trace.kv_bytes == 4 * 2 * ((48 + 43) * (12 + 3 * 4) + (11 + 16) * 24 * 4)
+    assert 2 * trace.kv_bytes == (kv_footprint(shape, 48 + 43, 1, kivi_dtype("int4", 8)).total
+                                  + kv_footprint(shape, 11 + 16, 1, "float32").total)
     # fp8: one byte per value; its two per-layer float32 scales are outside the per-token formula
     fp8 = run_method(tiny, ids, 30, Method("fp8"))
     assert fp8.kv_bytes == kv_footprint(shape, 59, 1, "fp8").total == 59 * 4 * 2 * 2 * 24
@@ -130,6 +132,134 @@ def test_bytes_by_hand(tiny, ids):
 def test_kivi_group_must_divide_d_head():
     with pytest.raises(InputError, match="divide d_head"):
         QuantizedCache(KVSpec(1, 2, 2, 32), 1, torch.float32, torch.device("cpu"), "int4", group=24)
+    with pytest.raises(InputError, match="multiple of the group size"):  # KIVI: assert R % G == 0
+        QuantizedCache(KVSpec(1, 2, 2, 32), 1, torch.float32, torch.device("cpu"), "int4", group=16, residual=24)
+
+
+# ---- KIVI's residual, as jy-yuan/KIVI models/llama_kivi.py keeps it ----------------------------------------
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_kivi_keeps_n_mod_r_keys_and_the_last_r_values(fmt):
+    """KIVI quantizes keys R tokens at a time (the prefill's first n − n mod R at once) and values one token per
+    step past the last R; main kept one shared residual of R..R+G−1 tokens for both."""
+    g, r = 8, 24
+    cache = QuantizedCache(KVSpec(1, 2, 2, 16), 1, torch.float32, torch.device("cpu"), fmt, group=g, residual=r)
+    gen = torch.Generator().manual_seed(0)
+
+    def kv(t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(1, 2, t, 16, generator=gen), torch.randn(1, 2, t, 16, generator=gen)
+
+    cache.append(0, *kv(53))  # prefill: 48 keys quantized, 5 kept; 29 values quantized, 24 kept
+    for n in range(53, 130):
+        assert cache.k_res[0].shape[2] == n % r and cache.n_k_quantized[0] == n - n % r
+        assert cache.v_res[0].shape[2] == r and cache.n_v_quantized[0] == n - r
+        cache.append(0, *kv(1))
+    assert cache.formula_bytes() == cache.kv_bytes()
+
+
+def test_kivi_bytes_on_the_shipped_model():
+    """The issue's numbers: 255 cached tokens at int4, R = 48, G = 24 on the shipped model take 105,600 bytes under
+    KIVI's rule (main kept 145,920: more full-precision tokens than KIVI keeps, so less error than KIVI has)."""
+    shape = KVSpec(4, 8, 2, 24)
+    cache = QuantizedCache(shape, 1, torch.float32, torch.device("cpu"), "int4", group=24, residual=48)
+    gen = torch.Generator().manual_seed(1)
+    for t in [128] + [1] * 127:  # a 128-token prompt, then 127 decode steps: 255 cached
+        for layer in range(4):
+            cache.append(layer, torch.randn(1, 2, t, 24, generator=gen), torch.randn(1, 2, t, 24, generator=gen))
+    assert cache.length == 255 and cache.n_k_quantized == [240] * 4 and cache.n_v_quantized == [207] * 4
+    assert cache.kv_bytes() == cache.formula_bytes() == 105_600
+    # keys 240 quantized + 15 fp32, values 207 + 48: (240 + 207)·(12 + 4) + (15 + 48)·96 bytes per head and layer
+    assert 105_600 == 4 * 2 * ((240 + 207) * 16 + (15 + 48) * 96)
+
+
+# ---- FP8 scales as vLLM sets them ----------------------------------------------------------------------
+def test_fp8_scales_are_vllms():
+    """vLLM: k_scale = v_scale = 1.0 without checkpoint scales (set_default_quant_scales); with
+    --calculate-kv-scales, |K|max/200 and |V|max/100 from the first forward (Attention.calc_kv_scales, envs
+    K_SCALE_CONSTANT / V_SCALE_CONSTANT). Main divided by amax/448 and clipped any later value above the prefill's."""
+    shape = KVSpec(1, 2, 2, 16)
+    k, v = torch.randn(1, 2, 20, 16) * 3, torch.randn(1, 2, 20, 16)
+    default = QuantizedCache(shape, 1, torch.float32, torch.device("cpu"), "fp8")
+    calc = QuantizedCache(shape, 1, torch.float32, torch.device("cpu"), "fp8", kv_scale="calculate")
+    for cache in (default, calc):
+        cache.append(0, k, v)
+    assert default.k_scale[0].item() == default.v_scale[0].item() == 1.0
+    assert calc.k_scale[0].item() == pytest.approx(k.abs().max().item() / 200, rel=1e-6)
+    assert calc.v_scale[0].item() == pytest.approx(v.abs().max().item() / 100, rel=1e-6)
+    # headroom: a later key twice the first pass's largest still fits (2·200 < 448); five times does not
+    later = torch.zeros(1, 2, 1, 16)
+    later[..., 0] = 2 * k.abs().max()
+    calc.append(0, later, torch.zeros_like(later))
+    assert calc.clipped == 0
+    calc.append(0, later * 2.5, torch.zeros_like(later))
+    assert calc.clipped == 2  # one value per KV head
+    with pytest.raises(InputError, match="fp8 scale"):
+        QuantizedCache(shape, 1, torch.float32, torch.device("cpu"), "fp8", kv_scale="amax")
+
+
+def test_savings_count_against_the_deployment_dtype(tiny):
+    """fp8 halves a bfloat16 cache; main divided by the float32 run and showed 75%."""
+    from kvviz.compression.quality import evaluate
+
+    text = "def keys(self):\n    Return a view of the cached keys and values of every past position.\n" * 12
+    rows = evaluate(tiny, [Method("full"), Method("fp8"), Method("int4"), Method("window", 16)], text, seq_len=64,
+                    n_tokens=64)
+    full, fp8, int4, window = rows
+    assert fp8.memory_saved == fp8.saved("bfloat16") == 0.5 and fp8.saved("float32") == 0.75
+    assert window.saved("bfloat16") == window.saved("float32") == 1 - 16 / 63  # eviction: dtype-free
+    # int4 (KIVI, G = 24, R = 48) after 63 tokens: keys 48 quantized + 15 full, values 15 + 48; the full-precision
+    # ones stored as bfloat16 in a bfloat16 deployment
+    spec = tiny.spec
+    quantized = kv_footprint(spec, 48 + 15, 1, kivi_dtype("int4", 24)).total // 2
+    bf16 = kv_footprint(spec, 15 + 48, 1, "bfloat16").total // 2
+    assert int4.bytes_at["bfloat16"] == quantized + bf16
+    assert int4.saved("bfloat16") == 1 - (quantized + bf16) / kv_footprint(spec, 63, 1, "bfloat16").total
+    assert full.bytes_at["float32"] == full.kv_bytes == kv_footprint(spec, 63, 1, "float32").total
+
+
+# ---- SnapKV as its reference code selects ----------------------------------------------------------------
+def snapkv_reference(probs: torch.Tensor, n_kv_heads: int, budget: int, window: int, kernel: int) -> torch.Tensor:
+    """FasterDecoding/SnapKV snapkv_utils.py SnapKVCluster.update_kv, on the prefill's attention [1, H, n, n]:
+    the last `window` queries' attention summed, avg_pool1d with torch's defaults (count_include_pad=True),
+    top budget − window positions, then the window; GQA votes summed per KV head (kvpress averages: same order)."""
+    n = probs.shape[-1]
+    vote = probs[:, :, -window:, : n - window].sum(2)
+    vote = vote.view(1, n_kv_heads, -1, n - window).sum(2)
+    pooled = torch.nn.functional.avg_pool1d(vote, kernel_size=kernel, padding=kernel // 2, stride=1)
+    top = pooled.topk(budget - window, dim=-1).indices.sort(-1).values
+    return torch.cat([top, torch.arange(n - window, n).expand(1, n_kv_heads, window)], dim=2)
+
+
+def test_snapkv_selects_as_its_reference_code(tiny, ids):
+    """Window 32 (init_snapkv's default; main cited 16) and pooling that counts the zero padding (torch's default,
+    which SnapKV and kvpress use; main excluded it)."""
+    from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW
+
+    assert (SNAPKV_WINDOW, SNAPKV_KERNEL) == (32, 5)
+    long_ids = (ids * 3)[:100]
+    n_prompt, budget = 80, 40
+    model = tiny.model
+    with torch.inference_mode():
+        out = model(torch.tensor([long_ids[:n_prompt]]), model.new_cache(1, n_prompt), capture_attention=True)
+    trace = run_method(tiny, long_ids, n_prompt, Method("snapkv", budget), view_steps=(1,))
+    for layer in range(tiny.spec.n_layers):
+        want = snapkv_reference(out.attentions[layer].float(), tiny.spec.n_kv_heads, budget, SNAPKV_WINDOW,
+                                SNAPKV_KERNEL)[0]
+        kept = torch.from_numpy(trace.views[1].kept[layer])[:, :-1]  # the decode step's own token is last
+        assert torch.equal(kept, want), layer
+
+
+def test_snapkv_leaves_a_prompt_within_its_budget_whole(tiny):
+    """SnapKV compresses only a prompt longer than its budget (update_kv returns early): the page said "snapkv
+    (128)" beside window (128) without saying it kept every position."""
+    from kvviz.compression.quality import evaluate
+
+    text = "The cache keeps the keys and values of every past token, so each step reads them back. " * 20
+    rows = evaluate(tiny, [Method("full"), Method("snapkv", 64), Method("window", 64), Method("snapkv", 40)], text,
+                    seq_len=128, n_tokens=128)
+    _, snap, window, snap40 = rows
+    assert snap.left_whole and snap.evicted == 0 and snap.n_cached == 127 and snap.memory_saved == 0
+    assert not window.left_whole and window.n_cached == 64
+    assert not snap40.left_whole and snap40.n_cached == 40 + 63  # 40 prompt positions, then every decoded token
 
 
 # ---- StreamingLLM re-positions by rotating keys --------------------------------------------------------
@@ -161,15 +291,15 @@ def twins(tmp_path_factory):
               metadata={"format": "pt"})
     LlamaConfig(**cfg.to_hf_dict()).save_pretrained(path)
     byte_bpe().save_pretrained(path)
-    return native, load_backend(str(path), device="cpu")
+    return native, load_backend(str(path), device="cpu", engine="hf")  # the same weights on transformers
 
 
 @pytest.mark.parametrize("method", [Method("full"), Method("window", 10), Method("streaming", 10),
-                                    Method("h2o", 10), Method("snapkv", 20)])
+                                    Method("h2o", 10), Method("snapkv", 40)])
 def test_eviction_runs_the_same_on_the_hf_model(twins, method):
     native, hf = twins
-    ids = [5, 17, 200, 3, 99, 42, 7, 8, 250, 31, 64, 12, 77, 19, 3, 4, 100, 101, 150, 9] * 2
-    a, b = run_method(native, ids, 24, method), run_method(hf, ids, 24, method)
+    ids = [5, 17, 200, 3, 99, 42, 7, 8, 250, 31, 64, 12, 77, 19, 3, 4, 100, 101, 150, 9] * 3
+    a, b = run_method(native, ids, 48, method), run_method(hf, ids, 48, method)  # SnapKV: 48 prompt → 40
     assert torch.allclose(a.logits, b.logits, atol=1e-4)
     assert a.kv_bytes == b.kv_bytes == b.formula_bytes
 
@@ -185,7 +315,7 @@ def test_cli_json_fields(tmp_path, capsys):
     text.write_text("The cache keeps the keys and values of every past token, so a step reads them back. " * 8)
     assert main(["compress", "--method", "h2o", "--budget", "16", "--text", str(text), "--seq-len", "48",
                  "--tokens", "96", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    (out,) = json.loads(capsys.readouterr().out)["results"]  # one shape, one method or several
     for key in ("perplexity", "kl_divergence", "top1_agreement", "kv_bytes", "full_perplexity", "full_kv_bytes"):
         assert isinstance(out[key], (int, float)), key
     assert out["kv_bytes"] == out["formula_bytes"] == 4 * 16 * 2 * 2 * 24 * 4
@@ -197,10 +327,28 @@ def test_cli_json_fields(tmp_path, capsys):
     assert [r["method"] for r in rows] == ["int8", "mqa"] and rows[1]["kv_bytes"] * 2 == rows[1]["full_kv_bytes"]
 
 
+def test_cli_reports_the_lengths_that_ran(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("The cache keeps the keys and values of every past token, so a step reads them back. " * 30)
+    assert main(["compress", "--method", "window", "--budget", "16", "--text", str(text), "--seq-len", "64",
+                 "--tokens", "150", "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)["results"]
+    # whole chunks within --tokens: 2 of 64 (main ran 3, 192 tokens, past the 150 asked for)
+    assert (out["seq_len"], out["n_prompt"], out["n_chunks"], out["n_predicted"]) == (64, 32, 2, 64)
+    assert out["full_n_cached"] == 63 and out["kv_dtype"] == "bfloat16"
+
+
 @pytest.mark.parametrize("argv, words", [
+    (["compress", "--method", "window", "--budget", "8", "--seq-len", "5000"], "context of 2048 tokens"),
+    (["compress", "--method", "window", "--budget", "8", "--seq-len", "256", "--tokens", "100"],
+     "less than one chunk"),
+    (["compress", "--method", "window", "--budget", "8", "--seq-len", "1"], "at least 2 tokens"),
+    (["compress", "--method", "int4", "--group", "24", "--residual", "32", "--tokens", "64", "--seq-len", "64"],
+     "multiple of the group size"),
     (["compress", "--method", "window"], "--budget"),
     (["compress", "--method", "zip", "--budget", "4"], "unknown method"),
-    (["compress", "--method", "int4", "--group", "16", "--text", "README.md", "--tokens", "64"], "divide d_head"),
+    (["compress", "--method", "int4", "--group", "16", "--text", "README.md", "--tokens", "64", "--seq-len", "64"],
+     "divide d_head"),
     (["compress", "--method", "window", "--budget", "4", "--text", "/nonexistent.txt"], "no text file"),
 ])
 def test_cli_bad_arguments_one_line(argv, words, capsys):
@@ -217,9 +365,20 @@ def test_streaming_on_gpt2_keeps_original_positions(tmp_path):
                         eos_token_id=0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
     byte_bpe().save_pretrained(tmp_path)
-    hf = load_backend(str(tmp_path), device="cpu")
+    hf = load_backend(str(tmp_path), device="cpu", engine="hf")
     ids = list(range(5, 45))
     trace = run_method(hf, ids, 20, Method("streaming", 12), view_step=10)
     assert any("original positions" in n for n in trace.notes)
     assert trace.kv_bytes == trace.formula_bytes == 2 * 12 * 2 * 4 * 16 * 4  # MHA: 4 KV heads of 16
     assert trace.view.kept[0][0].tolist()[:4] == [0, 1, 2, 3]
+
+
+def test_export_gguf_paths_are_checked(tmp_path, capsys):
+    """A directory is not "a file", and a missing directory is not created silently."""
+    assert main(["export-gguf", "--out", str(tmp_path)]) == 2
+    assert "is a directory: give the .gguf file" in capsys.readouterr().err
+    missing = tmp_path / "no" / "such" / "x.gguf"
+    assert main(["export-gguf", "--out", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "\n" not in err.strip()
+    assert not (tmp_path / "no").exists()

@@ -8,6 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.config import DecoderConfig
+from kvviz.i18n import t
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/8_Compressing_the_Cache.py"
@@ -44,15 +45,40 @@ def test_page_measures_every_method(lang):
     at = measured(lang)
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    assert len(table) == 1 + 2 * 4 + 3 + 1  # full, 4 evictions × 2 budgets, int8/int4/fp8, mqa (2 KV heads)
-    measured_bytes, formula_bytes = table.iloc[:, 4], table.iloc[:, 5]
-    assert (measured_bytes == formula_bytes).all()
+    # full, 4 evictions × 2 budgets, int8/int4, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
+    assert len(table) == 1 + 2 * 4 + 2 + 2 + 1
+    measured_bytes = table[t("compression.table_bytes", lang)]
+    assert (measured_bytes == table[t("compression.table_formula", lang)]).all()
     # full cache: 2 layers · 127 positions · K and V · 2 KV heads · d_head 32 · 4 bytes
     assert measured_bytes.iloc[0] == 2 * 127 * 2 * 2 * 32 * 4
+    saved = dict(zip(table.iloc[:, 0], table[t("compression.table_saved", lang, dtype="bfloat16")], strict=True))
+    assert saved["fp8 (scale=1.0)"] == saved["fp8 (--calculate-kv-scales)"] == "50.0%"  # against bfloat16, not 75%
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     tradeoff, strip, attention = charts
-    assert sum(len(t["x"]) for t in tradeoff["data"]) == len(table) - 1  # every method on one chart
+    assert sum(len(t_["x"]) for t_ in tradeoff["data"]) == len(table) - 1  # every method on one chart
     assert len(strip["data"][0]["y"]) == len(table)  # a strip row per method
     assert len(attention["data"]) == 2  # full beside compressed
     title = tradeoff["layout"]["title"]["text"]
     assert ("캐시" in title or "방법" in title) if lang == "ko" else "Memory saved" in title
+    # SnapKV at 50% of a 128-token chunk: the 64-token prompt is within its budget, so nothing was dropped
+    assert any("snapkv (64)" in i.value for i in at.info)
+    hollow = [d for d in tradeoff["data"] if d["name"] == "snapkv (64)"]
+    assert hollow[0]["marker"]["symbol"].endswith("-open") and hollow[0]["x"] == [0.0]
+
+
+def test_savings_follow_the_chosen_kv_dtype_and_survive_a_language_switch():
+    """The quality axis (and every choice made after a run) stays when the language changes; savings are
+    redrawn for another KV dtype without measuring again."""
+    at = measured("en")
+    at.radio(key="_w_kv_url_metric").set_value("top1").run()
+    at.selectbox(key="_w_kv_url_kvdtype").set_value("float32").run()
+    assert "Top-1" in json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["title"]["text"]
+    at.radio(key="_w_kv_lang").set_value("ko").run()
+    assert not at.exception
+    assert at.radio(key="_w_kv_url_metric").value == "top1"
+    assert at.selectbox(key="_w_kv_url_kvdtype").value == "float32"
+    table = at.dataframe[0].value
+    saved = dict(zip(table.iloc[:, 0], table[t("compression.table_saved", "ko", dtype="float32")], strict=True))
+    assert saved["fp8 (scale=1.0)"] == "75.0%"
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["title"]["text"] == t(
+        "compression.chart_top1", "ko")

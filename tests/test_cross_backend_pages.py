@@ -50,6 +50,7 @@ def test_decode_page_on_a_hf_model_selected_by_path(tiny_hf):
     at = AppTest.from_file(HOME, default_timeout=120)
     at.session_state["kv_model"] = "hf"
     at.session_state["kv_hf_model"] = str(tiny_hf)
+    at.session_state["kv_engine"] = "hf"  # transformers, not kvviz's decoder (which auto would choose)
     at.run()
     at.switch_page(REUSE).run()
     at.text_area(key="_w_reuse_prompt").set_value(PROMPT)

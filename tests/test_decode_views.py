@@ -138,7 +138,8 @@ def test_decode_loop_dot_closes_the_loop():
 
 
 def test_parameter_count_matches_the_model():
-    for cfg in (CFG, DecoderConfig(), DecoderConfig(tie_embeddings=True, n_kv_heads=8)):
+    for cfg in (CFG, DecoderConfig(), DecoderConfig(tie_embeddings=True, n_kv_heads=8),
+                DecoderConfig(qkv_bias=True), DecoderConfig(qkv_bias=True, o_bias=True)):  # Qwen2, Llama biases
         assert parameter_count(cfg) == Decoder(cfg).num_parameters()
 
 

@@ -266,6 +266,9 @@ def test_roofline_inputs_at_their_limits_read_truthfully():
     text = " ".join([m.value for m in at.markdown] + [str(m.value) for m in at.metric])
     assert "26668357.15 ms" not in text and not any(len(w) > 12 and w.replace(".", "").isdigit() for w in text.split())
     assert " h" in text or " min" in text or "days" in text
+    # vLLM refuses a max_model_len past the model's context (131,072 for Llama 3.1): no requests-that-fit figure
+    assert any("131072 tokens" in c.value for c in at.caption)
+    at.number_input(key="lc_r_context").set_value(4096).run()
     at.number_input(key=f"lc_r_mem_{hw}").set_value(0.1).run()
     assert any("do not fit in this memory" in e.value for e in at.error)
 

@@ -1,5 +1,6 @@
 """The paged KV cache: batched, shared, preempted requests give the logits of each request alone in a
 contiguous cache; prefix hits follow vLLM's rules (full blocks, last prompt token computed, stop at a miss)."""
+import contextlib
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from kvviz.engine.loading import load_backend
 from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import BlockPool, max_cacheable_tokens, prompt_block_hashes
 from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, suffix_ids
-from kvviz.engine.paged.scheduler import FINISHED, PagedEngine
+from kvviz.engine.paged.scheduler import FINISHED, PagedEngine, snapshot
 from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.lessons.tolerance import agreement, magnitude
@@ -105,6 +106,94 @@ def test_reused_prefix_equals_computed_prefix(tiny):
     for hit, computed in zip(runs[True], runs[False], strict=True):
         assert rounding_only(hit.logits, computed.logits, tiny), max_diff(hit.logits, computed.logits)
         assert hit.output_ids == computed.output_ids
+
+
+def test_same_step_requests_hit_blocks_hashed_at_allocation(tiny):
+    """vLLM caches a full block when it is allocated, before the forward (KVCacheManager.allocate_slots →
+    cache_blocks), "so that the block can be reused by other requests in the same batch": three requests admitted
+    in one step share the first one's system-prompt blocks (main gave [0, 0, 0], each computing its own copy)."""
+    system = ids(tiny, 48, 99)
+    engine = PagedEngine(tiny, 40, 16, record_logits=True)
+    reqs = [engine.add(system + ids(tiny, 20, i), 4) for i in range(3)]
+    report = engine.step()
+    assert report.admitted == [0, 1, 2]
+    assert [r.cached_tokens for r in reqs] == [0, 48, 48]
+    assert engine.hit_rate() == pytest.approx(96 / (3 * 68))
+    assert sorted(engine.sharing().values()).count(3) == 3  # the three system-prompt blocks, held by all three
+    assert engine.pool.n_in_use() == 3 + 3 * 2  # shared blocks once, then ⌈(68 − 48)/16⌉ = 2 own blocks each
+    engine.run()
+    check_alone(tiny, engine)  # the hits read K/V written by the same forward: logits as each request alone
+
+
+def test_a_duplicate_full_block_stays_findable_after_the_first_copy_is_evicted():
+    """vLLM keeps every block id under its hash (BlockHashToBlockMap.insert) and evicts one copy at a time
+    (pop(key, block_id)); main kept only the first copy, so the duplicate could never be hit again."""
+    pool = BlockPool(3, 2)
+    h = prompt_block_hashes([5, 6, 7], 2)
+    a, b = pool.allocate(2)
+    pool.register(a, h[0])
+    pool.register(b, h[0])  # a second request filled an equal block: cached too, not de-duplicated
+    assert pool.lookup(h, 3) == [a]  # the first copy, as get_one_block
+    pool.release([a])
+    pool.release([b])
+    assert pool.allocate(2) == [2, a]  # the never-used block, then a (freed first): a's copy is evicted
+    assert pool.lookup(h, 3) == [b]  # the surviving copy is still a hit
+    pool.take_cached([b])
+    assert pool.n_free == 0
+
+
+def test_identical_requests_cache_both_copies_of_a_decoded_block(small):
+    """docs/design/prefix_caching.md, "Duplicated blocks": block size 4, prompt ABCDEF, 3 tokens decoded, sent
+    twice; the second request's EFGH block is a new block (tables are append-only) and is cached beside the
+    first one's ("Cache Blocks: 0, 1, 3")."""
+    prompt = ids(small, 6, 0)
+    engine = PagedEngine(small, 8, 4)
+    first = engine.add(prompt, 3)
+    engine.run()
+    second = engine.add(prompt, 3)
+    engine.run()
+    assert first.output_ids == second.output_ids and second.cached_tokens == 4  # ABCD hit; EF computed again
+    h = prompt_block_hashes(first.all_ids, 4)
+    assert len(engine.pool.cached[h[0]]) == 1 and len(engine.pool.cached[h[1]]) == 2
+
+
+def test_a_finished_request_releases_its_block_table(small):
+    """vLLM's free() drops a finished request's blocks: the page must not show its old block ids, which other
+    requests may hold by then."""
+    engine = PagedEngine(small, 3, 4)  # room for one request of 9 + 2 computed tokens (3 blocks)
+    a = engine.add(ids(small, 9, 0), 3)
+    engine.run()
+    b = engine.add(ids(small, 9, 1), 3)
+    engine.step()
+    _, views = snapshot(engine)
+    assert sorted(b.block_table) == [0, 1, 2]  # every block a released now belongs to b
+    assert views[0].status == FINISHED and views[0].block_table == () and views[0].n_released == 3 == a.n_released
+
+
+def test_a_waiting_request_that_fits_is_admitted_in_the_next_step(small):
+    """vLLM admits waiting requests in the schedule right after a request finishes (its blocks were freed in
+    update_from_output); no step may pass with the head of the queue fitting and not admitted, except one that
+    preempted (vLLM's scheduler admits nothing then either). 20 seeded random workloads on a small pool."""
+    import random
+
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(20):
+        engine = PagedEngine(small, rng.randint(3, 10), rng.choice([2, 4, 8]))
+        for k in range(rng.randint(2, 4)):
+            with contextlib.suppress(InputError):  # a request too big for this pool is refused, not queued
+                engine.add(ids(small, rng.randint(1, 12), k), rng.randint(1, 8),
+                           at_step=rng.choice([None, rng.randint(0, 5)]))
+        while not engine.idle:
+            engine._arrive()
+            head = engine.waiting[0] if engine.waiting else None
+            running_need = sum(engine._blocks_for(r.n_computed + 1) - len(r.block_table) for r in engine.running)
+            fits = head is not None and engine._blocks_for(len(head.all_ids)) <= engine.pool.n_free - running_need
+            report = engine.step()
+            if fits and not report.preempted:
+                assert head.request_id in report.admitted, report
+                checked += 1
+    assert checked > 15
 
 
 @pytest.mark.parametrize("block_size", [4, 8, 16])
@@ -203,6 +292,30 @@ def test_prefix_demo_cli(capsys):
     assert out["blocks_used_without_sharing"] == 21 and out["blocks_used"] == 5 + 3 * 2
     assert out["logits_equal_up_to_rounding"] and out["same_tokens_vs_no_sharing"]
     assert out["max_abs_logit_diff_vs_no_sharing"] <= out["logit_rounding_tolerance"]
+
+
+def test_prefix_demo_same_step_cli(capsys):
+    """`--same-step` admits every request in one scheduler step: the later ones hit the first one's blocks."""
+    assert main(["prefix-demo", "--same-step", "--requests", "3", "--shared-prefix", "48", "--suffix", "20",
+                 "--block-size", "16", "--new-tokens", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["same_step"] and [r["cached_tokens"] for r in out["requests"]] == [0, 48, 48]
+    # the hits got their first token in the same forward: one timing, so no verdict on the TTFT difference
+    assert out["ttft_cached"]["n"] == 1 and out["ttft_saving"]["samples"] == 1
+    assert not out["ttft_saving"]["measurable"]
+
+
+def test_prefix_demo_reports_spread_and_noise(capsys):
+    """A TTFT median over 3 samples was printed as "5.14×": the CLI now gives each side's range and the page's
+    verdict (a difference within the timings' own spread is "within noise")."""
+    assert main(["prefix-demo", "--requests", "3", "--shared-prefix", "40", "--suffix", "9", "--block-size", "8",
+                 "--new-tokens", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "×" not in text and "range" in text
+    assert "saved" in text or "within noise" in text
+    for line in text.splitlines():
+        if line.startswith("TTFT of the"):
+            assert "2 requests that hit (2 distinct timings)" in line
 
 
 def test_prefix_demo_cli_bad_input(capsys):

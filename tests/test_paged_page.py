@@ -35,10 +35,10 @@ def test_four_requests_share_the_system_prompt(lang, title, tables):
     assert at.title[0].value == title
     assert at.number_input(key="pg_blocks").value == 20
     at.button(key="pg_add4").click().run()
-    for _ in range(4):  # the four arrive one per step
-        at.button(key="pg_step").click().run()
+    at.button(key="pg_step").click().run()  # one scheduler step admits all four (vLLM: same-step prefix hits)
     assert not at.exception
     engine = at.session_state["pg_engine"]
+    assert [r.admitted_step for r in engine.requests] == [0, 0, 0, 0]
     assert [r.cached_tokens for r in engine.requests] == [0, 48, 48, 48]  # ⌊48/16⌋·16 of a 48-token system prompt
     heat = _chart(at, tables)["data"][0]
     first_blocks = [row[:3] for row in heat["text"]]
@@ -47,6 +47,29 @@ def test_four_requests_share_the_system_prompt(lang, title, tables):
     assert all(row[3] != first_blocks[0][0] for row in heat["text"])  # own blocks differ
     shapes = _chart(at, tables)["layout"]["shapes"]
     assert [s["x0"] for s in shapes] == [2.5, 2.5, 2.5]  # the hit boundary after 3 blocks, for R1..R3
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_finished_requests_show_released_blocks(lang):
+    """After R0..R3 finish, their rows showed block ids that other requests had since taken (read as sharing);
+    a finished row now only shows how many blocks it released."""
+    at = _open(lang)
+    max_len = at.session_state["pg_engine"].model.cfg.max_seq_len
+    at.number_input(key=f"pg_new_{max_len}").set_value(2).run()
+    at.button(key="pg_add4").click().run()
+    for _ in range(2):
+        at.button(key="pg_step").click().run()
+    at.button(key="pg_add_own").click().run()
+    at.button(key="pg_step").click().run()  # R4 runs in blocks the four released
+    assert not at.exception
+    engine = at.session_state["pg_engine"]
+    assert [r.status for r in engine.requests] == ["finished"] * 4 + ["running"]
+    heat = _chart(at, t("paged.c_tables_title", lang))["data"][0]
+    released = t("paged.c_released", lang)
+    for row, z, r in zip(heat["text"], heat["z"], engine.requests[:4], strict=False):
+        assert [c for c in row if c] == [released] * r.n_released and r.n_released > 0
+        assert {v for v in z if v is not None} == {0}  # drawn as free, not as shared
+    assert all(c.isdigit() or "/" in c for c in heat["text"][4] if c)  # the running one shows its physical ids
 
 
 def test_small_pool_preempts_and_recomputes():

@@ -5,7 +5,8 @@ On when the environment sets KVVIZ_HOSTED=1, or `.streamlit/secrets.toml` has `h
 KVVIZ_<FIELD> (KVVIZ_MAX_LAYERS=4, KVVIZ_HF_ALLOW="org/a,org/b"). No streamlit here: kvviz.app.models passes the
 secrets in, so every check is a pure function that raises InputError("hosted....").
 
-- `HostedCaps` and `load_caps()`: the caps in force, or None when the app is not hosted;
+- `HostedCaps` and `load_caps()`: the caps in force, or None when the app is not hosted; `hub_ids()`: the
+  allow-list's Hugging Face hub ids (a fetched model such as smollm2 is a sidebar choice of its own);
 - `check_shape()`, `check_hf_model()`, `check_params()`: what model a visitor may load; `check_weights_fit()` with
   `available_memory_bytes()`: whether this machine can hold a custom shape's weights at all;
 - `check_request()` (`check_batch()`, `check_new_tokens()`, `check_kv_budget()`) and `check_sweep()`: what one

@@ -18,6 +18,10 @@ from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPES
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
+from kvviz.kv.vllm_profile import ENTRIES, READ
+
+# The vLLM releases the planner was read against, newest first; "any" plans over all of them (a range).
+VLLM_VERSIONS = ("any", *(".".join(map(str, v)) for v in reversed(READ)))
 
 DEFAULTS: dict[str, Any] = {
     "src": "preset",
@@ -36,6 +40,14 @@ DEFAULTS: dict[str, Any] = {
     "frac": 0.9,
     "lengths": "37, 120, 900, 1500, 3000, 4096",
     "block": 16,
+    # the capacity planner's serving flags (0 / "any": the version's default, or a range over them)
+    "engine": "vllm",
+    "vllm": "any",
+    "entry": "any",
+    "mbt": 0,
+    "seqs": 0,
+    "eager": False,
+    "sgl_frac": 0.0,
 }
 
 
@@ -131,6 +143,13 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "frac": float_in(0.1, 1.0),
     "lengths": str,
     "block": int_in(1, 4096),
+    "engine": one_of(("vllm", "sglang")),
+    "vllm": one_of(VLLM_VERSIONS),
+    "entry": one_of(("any", *ENTRIES)),
+    "mbt": int_in(0, 1_000_000),
+    "seqs": int_in(0, 100_000),
+    "eager": parse_bool,
+    "sgl_frac": float_in(0.0, 1.0),
 }
 CUSTOM_KEYS = ("layers", "heads", "kv_heads", "d_head", "params_b")
 

@@ -24,18 +24,20 @@ def family(method: str) -> str:
 
 def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str, str], x_title: str,
                     y_title: str, title: str, lecture: bool = False) -> go.Figure:
-    """One marker per method: x = share of KV bytes saved, y = quality lost (KL, or top-1 disagreement)."""
+    """One marker per method: x = share of KV bytes saved (what the cache actually kept, not its budget), y =
+    quality lost (KL, or top-1 disagreement). A method that left the cache whole is drawn hollow."""
     fig = go.Figure()
     for fam, color in FAMILY_COLORS.items():
         for r in (r for r in rows if family(r["method"]) == fam):  # one legend entry per method, grouped by family
             y = max(FLOOR, r["kl_divergence"] if metric == "kl" else 1 - r["top1_agreement"])
+            symbol = SYMBOLS.get(r["method"], "circle") + ("-open" if r.get("left_whole") else "")
             fig.add_trace(go.Scatter(
                 x=[r["memory_saved"]], y=[y], mode="markers", name=r["label"], legendgroup=fam,
                 legendgrouptitle=dict(text=family_names[fam]),
-                marker=dict(size=13, color=color, symbol=SYMBOLS.get(r["method"], "circle")),
-                customdata=[[r["perplexity"], r["kv_bytes"]]],
+                marker=dict(size=13, color=color, symbol=symbol),
+                customdata=[[r["perplexity"], r["kv_bytes"], r["n_cached"]]],
                 hovertemplate=f"{r['label']}<br>saved %{{x:.1%}}<br>%{{y:.4g}}<br>ppl %{{customdata[0]:.3f}}"
-                              "<br>%{customdata[1]:,} B<extra></extra>"))
+                              "<br>%{customdata[1]:,} B · %{customdata[2]} positions<extra></extra>"))
     fig.update_xaxes(title=x_title, tickformat=".0%", range=[-0.05, 1.0])
     fig.update_yaxes(title=y_title, type="log")
     return style(fig, title=title, lecture=lecture, height=440)

@@ -14,6 +14,8 @@ from kvviz.charts.base import style
 from kvviz.lessons.work import CumulativeWork, PassWork
 
 PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
+DRAFT_COLOR = "#9b59d0"  # speculative decoding: K/V an early-exit draft wrote into the target's shared layers
+REJECTED_COLOR = "#e5484d"  # positions a verify pass wrote and the rollback then removed
 MAX_TICKS = 48
 
 
@@ -61,14 +63,17 @@ def _dot_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _segments(row: Sequence[int], newest: int) -> list[tuple[int, int, str, int, int]]:
+def _segments(row: Sequence[int], newest: int, kinds: Sequence[str] | None = None
+              ) -> list[tuple[int, int, str, int, int]]:
     """Runs of one colour in a row: (first position, last position, kind, first pass, last pass)."""
-    def kind(p: int) -> str:
+    def kind(pos: int, p: int) -> str:
+        if kinds is not None:
+            return kinds[pos]
         return "prefill" if p == 0 else ("newest" if p == newest else "step")
 
     out: list[tuple[int, int, str, int, int]] = []
     for pos, p in enumerate(row):
-        k = kind(p)
+        k = kind(pos, p)
         if out and out[-1][2] == k:
             a, _, _, pa, _ = out[-1]
             out[-1] = (a, pos, k, pa, p)
@@ -77,7 +82,8 @@ def _segments(row: Sequence[int], newest: int) -> list[tuple[int, int, str, int,
     return out
 
 
-_GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR}
+_GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR, "draft": DRAFT_COLOR,
+                "rejected": f"repeating-linear-gradient(45deg,{REJECTED_COLOR} 0 4px,#ffd6d7 4px 8px)"}
 
 
 def _short(label: str, n: int = 12) -> str:
@@ -90,9 +96,12 @@ def cache_grid_html(
     *,
     title: str,
     x_title: str,
-    legend: tuple[str, str, str],
+    legend: Sequence[str],
     hover: str,
     lecture: bool = False,
+    kinds: Sequence[Sequence[str]] | None = None,
+    legend_kinds: Sequence[str] = ("prefill", "step", "newest"),
+    layer_names: Sequence[str] | None = None,
 ) -> str:
     """The per-layer cache as an HTML grid: one K row and one V row per layer, a column per cached position.
 
@@ -103,6 +112,10 @@ def cache_grid_html(
     always labelled (horizontally, in orange). Plain HTML with inline styles: st.html keeps it (it strips
     SVG), and the browser lays it out without a plotting library. `hover` is a template with {row},
     {position} and {pass_}.
+
+    `kinds` (per layer, per position) overrides the colour the pass gives: speculative decoding draws the draft's
+    writes ("draft") and the rolled-back positions ("rejected", striped); `legend` names each of `legend_kinds`;
+    `layer_names` labels the rows (default L0, L1, ...).
     """
     esc = html.escape
     n = max((len(r) for r in written), default=0)
@@ -122,13 +135,13 @@ def cache_grid_html(
                       f'#fff calc(100% / {n}))"></div>')
     for layer, row in enumerate(written):
         for kind_name in ("K", "V"):
-            name = f"L{layer} {kind_name}"
+            name = f"{layer_names[layer] if layer_names else f'L{layer}'} {kind_name}"
             out.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="display:flex;'
                        f'align-items:center;height:{row_h}px;margin-bottom:2px">'
                        f'<div style="flex:none;width:{label_w}px;text-align:right;padding-right:8px;'
                        f'box-sizing:border-box">{name}</div>'
                        f'<div style="flex:1;position:relative;height:100%;display:flex;background:#f7f8fa">')
-            for a, b, kind, pa, pb in _segments(row, newest):
+            for a, b, kind, pa, pb in _segments(row, newest, kinds[layer] if kinds is not None else None):
                 tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",
                                    pass_=f"{pa}" if pa == pb else f"{pa}–{pb}")
                 out.append(f'<div class="kv-seg" data-kind="{kind}" data-from="{a}" data-to="{b}" title="{esc(tip)}" '
@@ -154,9 +167,9 @@ def cache_grid_html(
                f"{esc(x_title)}</div>")
     swatch = "".join(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
-        f'<span style="width:{font}px;height:{font}px;background:{c};display:inline-block;border-radius:2px"></span>'
-        f"{esc(text)}</span>"
-        for c, text in zip((PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR), legend, strict=True)
+        f'<span style="width:{font}px;height:{font}px;background:{_GRID_COLORS[k]};display:inline-block;'
+        f'border-radius:2px"></span>{esc(text)}</span>'
+        for k, text in zip(legend_kinds, legend, strict=True)
     )
     out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif">{swatch}</div></div>')
     return "".join(out)

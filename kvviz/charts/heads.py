@@ -30,7 +30,7 @@ def layer_profile(share: np.ndarray, uniform: float, *, title: str, x_title: str
         go.Scatter(x=[layers[0] - 0.5, layers[-1] + 0.5], y=[uniform * 100] * 2, name=uniform_name, mode="lines",
                    line=dict(dash="dash", color="#555")),
     ])
-    fig.update_xaxes(title=x_title, dtick=1 if len(layers) <= 12 else 2)
+    fig.update_xaxes(title=x_title, dtick=1 if len(layers) <= 12 else 2, range=[-0.5, layers[-1] + 0.5])
     fig.update_yaxes(title=y_title, range=[0, 100])
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
     return style(fig, title=title, lecture=lecture, height=340)

@@ -128,3 +128,43 @@ def allocation_figure(
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title=y_title)
     return style(fig, title=title, lecture=lecture)
+
+
+@dataclass(frozen=True)
+class Residual:
+    log: str  # the log's label on hover
+    term: str  # the x category (translated term name)
+    difference: float  # (predicted − logged) / logged
+    named: bool  # the log names its flags
+
+
+def residual_figure(
+    residuals: Sequence[Residual],
+    terms: Sequence[str],
+    *,
+    tolerance: float,
+    title: str,
+    y_title: str,
+    named_label: str,
+    unnamed_label: str,
+    band_label: str,
+    lecture: bool = False,
+) -> go.Figure:
+    """The planner's error per term over real start-up logs: one point per log and term, (predicted − logged) /
+    logged in percent, logs that name their flags apart from those that do not, and the ±tolerance band."""
+    fig = go.Figure()
+    fig.add_hrect(y0=-tolerance * 100, y1=tolerance * 100, fillcolor="#2ca02c", opacity=0.12, line_width=0)
+    for named, label, color, symbol in ((True, named_label, "#1f77b4", "circle"),
+                                        (False, unnamed_label, "#ff7f0e", "diamond-open")):
+        rows = [r for r in residuals if r.named == named]
+        fig.add_trace(go.Scatter(
+            x=[r.term for r in rows], y=[r.difference * 100 for r in rows], mode="markers", name=label,
+            marker=dict(color=color, size=10, symbol=symbol), text=[r.log for r in rows],
+            hovertemplate="%{text}<br>%{x}: %{y:+.1f}%<extra></extra>",
+        ))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=band_label,
+                             marker=dict(color="#2ca02c", opacity=0.3, size=12, symbol="square")))
+    fig.update_xaxes(categoryorder="array", categoryarray=list(terms))
+    fig.update_yaxes(title=y_title, zeroline=True, zerolinecolor="#888", ticksuffix="%")
+    fig.update_layout(legend=dict(orientation="h", y=-0.15))
+    return style(fig, title=title, lecture=lecture, height=400)

@@ -90,7 +90,7 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
     """One row per request: logical block j → the physical block it points to (the number in the cell), coloured
     by sharing; the green bar is the hit boundary (blocks left of it came from the prefix cache)."""
     by_id = {b.block_id: b for b in blocks}
-    width = max([len(r.block_table) for r in requests] + [1])
+    width = max([max(len(r.block_table), r.n_released) for r in requests] + [1])
     names = [labels["row"].format(id=r.request_id, label=labels.get(f"label_{r.label}", r.label),
                                   status=labels[f"status_{status_key(r)}"]) for r in requests]
     z: list[list[float | None]] = []
@@ -98,6 +98,9 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
     for r in requests:
         zr: list[float | None] = [None] * width
         tr, hr = [""] * width, [""] * width
+        for j in range(r.n_released):  # freed and maybe taken by others since: no physical id to read as sharing
+            zr[j], tr[j] = 0, labels["released"]
+            hr[j] = labels["hover_released"].format(logical=j, id=r.request_id)
         for j, pb in enumerate(r.block_table):
             b = by_id[pb]
             zr[j] = category(b.state, b.ref_count)

@@ -13,7 +13,7 @@ import torch
 
 from kvviz.compression import quant
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_footprint
+from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_bytes, kv_footprint
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -102,10 +102,15 @@ class EvictingCache:
         """Positions, slots and scores: what the policy needs beside K/V (not part of the KV formula)."""
         return sum(p.nbytes + s.nbytes + q.nbytes for p, s, q in zip(self.pos, self.score, self.slot, strict=False))
 
-    def formula_bytes(self) -> int:
+    def formula_bytes(self, full_dtype: str | None = None) -> int:
+        """The kept positions by the shared formula, stored as full_dtype (default: as stored here)."""
         batch = self.k[0].shape[0]
-        return sum(kv_footprint(dataclasses.replace(self.shape, n_layers=1), n, batch, dtype_name(self.dtype)).total
-                   for n in self.lengths)
+        return kv_bytes(self.shape, self.lengths, batch, full_dtype or dtype_name(self.dtype))
+
+    @property
+    def evicted(self) -> int:
+        """Positions dropped so far, summed over layers (0: the policy left the cache whole)."""
+        return sum(seen - n for seen, n in zip(self.seen, self.lengths, strict=True))
 
 
 def kivi_dtype(fmt: str, group: int):  # noqa: ANN201 - a KVDtype
@@ -114,63 +119,79 @@ def kivi_dtype(fmt: str, group: int):  # noqa: ANN201 - a KVDtype
 
 
 class QuantizedCache:
-    """K/V stored quantized. int8/int4: the KIVI layout; the newest tokens (at least `residual`, fewer than
-    `residual + group`) stay in full precision until a whole group of `group` tokens can be quantized (keys
-    need whole token groups per channel). fp8: every token in float8_e4m3fn, with one float32 scale per layer
-    for K and one for V, set from the prefill (vLLM's k_scale/v_scale); later values past it saturate.
+    """K/V stored quantized.
+
+    int8/int4, KIVI's rules (jy-yuan/KIVI, models/llama_kivi.py, LlamaAttention_KIVI.forward): keys are quantized
+    per channel over groups of G tokens, R tokens at a time (R % G == 0, asserted there), so after n tokens the
+    newest n mod R keys are in full precision; values are quantized per token over groups of G channels, one
+    token per step, so exactly the newest min(n, R) values stay in full precision. The prefill follows the same
+    rule (its first n − n mod R keys and n − R values quantized at once).
+
+    fp8 (vLLM's --kv-cache-dtype fp8, float8_e4m3fn): every token quantized with one float32 scale per layer for K
+    and one for V. `kv_scale="default"`: 1.0, what vLLM uses when the checkpoint ships no scales
+    (set_default_quant_scales in vllm/attention/layer.py); "calculate": |K|max/200 and |V|max/100 from the first
+    forward pass, as `--calculate-kv-scales` (Attention.calc_kv_scales; K_SCALE_CONSTANT and V_SCALE_CONSTANT in
+    vllm/envs.py). Values past ±448·scale saturate (counted in `clipped`).
 
     The tokens of the current pass attend to themselves in full precision and to the past through the
     dequantized store, as in KIVI's decode.
     """
 
     def __init__(self, shape: KVSpec, batch: int, dtype: torch.dtype, device: torch.device, fmt: str,
-                 *, group: int = 32, residual: int = 32) -> None:
+                 *, group: int = 32, residual: int = 32, kv_scale: str = "default") -> None:
         if fmt not in ("int8", "int4", "fp8"):
             raise InputError("compression.unknown_method", name=fmt)
-        if fmt != "fp8" and (group < 1 or shape.d_head % group):
-            # Keys grouped per channel over G tokens carry d_head/G scales per token; the shared formula counts
-            # ceil(d_head/G) per vector: the two agree exactly when G divides d_head.
-            raise InputError("compression.bad_group", group=group, d_head=shape.d_head)
-        if residual < 0:
-            raise InputError("positive_int", name="residual", value=residual)
+        if fmt != "fp8":
+            if group < 1 or shape.d_head % group:
+                # Values grouped over G channels carry d_head/G scales per token; the shared formula counts
+                # ceil(d_head/G) per vector: the two agree exactly when G divides d_head.
+                raise InputError("compression.bad_group", group=group, d_head=shape.d_head)
+            if residual < group or residual % group:  # KIVI: assert self.residual_length % self.group_size == 0
+                raise InputError("compression.bad_residual", residual=residual, group=group)
+        elif kv_scale not in quant.FP8_SCALES:
+            raise InputError("compression.bad_kv_scale", name=kv_scale, choices=", ".join(quant.FP8_SCALES))
         self.shape, self.dtype, self.fmt, self.group, self.residual = shape, dtype, fmt, group, residual
+        self.kv_scale = kv_scale
         n = shape.n_layers
         empty = torch.zeros(batch, shape.n_kv_heads, 0, shape.d_head, dtype=dtype, device=device)
-        self.k_res, self.v_res = [empty] * n, [empty] * n  # full-precision newest tokens
+        self.k_res, self.v_res = [empty] * n, [empty] * n  # full-precision newest keys / values
         self.kq: list[list] = [[] for _ in range(n)]  # quantized blocks (IntGroups, or fp8 tensors)
         self.vq: list[list] = [[] for _ in range(n)]
         self._k_deq, self._v_deq = [empty] * n, [empty] * n  # dequantized blocks, kept for attention
         self.k_scale: list[torch.Tensor | None] = [None] * n
         self.v_scale: list[torch.Tensor | None] = [None] * n
-        self.n_quantized = [0] * n
         self.clipped = 0  # fp8 values that saturated at ±448·scale
 
     @property
+    def n_k_quantized(self) -> list[int]:
+        return [k.shape[2] for k in self._k_deq]
+
+    @property
+    def n_v_quantized(self) -> list[int]:
+        return [v.shape[2] for v in self._v_deq]
+
+    @property
     def lengths(self) -> list[int]:
-        return [q + r.shape[2] for q, r in zip(self.n_quantized, self.k_res, strict=False)]
+        return [q + r.shape[2] for q, r in zip(self.n_k_quantized, self.k_res, strict=False)]
 
     @property
     def length(self) -> int:
         return self.lengths[0]
 
-    def _quantize(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+    def _store(self, layer: int, x: torch.Tensor, is_key: bool) -> None:
+        """Quantize x and append it to the layer's K or V store (and to its dequantized copy)."""
         if self.fmt == "fp8":
-            if self.k_scale[layer] is None:
-                self.k_scale[layer], self.v_scale[layer] = quant.fp8_scale(k), quant.fp8_scale(v)
-            ks, vs = self.k_scale[layer], self.v_scale[layer]
-            for x, s in ((k, ks), (v, vs)):
-                self.clipped += int((x.float().abs() > quant.FP8_MAX * s).sum())
-            kq, vq = quant.quantize_fp8(k, ks), quant.quantize_fp8(v, vs)
-            kd, vd = quant.dequantize_fp8(kq, ks, self.dtype), quant.dequantize_fp8(vq, vs, self.dtype)
-        else:
-            kq = quant.quantize_int(k, self.fmt, self.group, axis=-2)  # keys: per channel over G tokens
-            vq = quant.quantize_int(v, self.fmt, self.group, axis=-1)  # values: per token over G channels
-            kd, vd = quant.dequantize_int(kq, self.dtype), quant.dequantize_int(vq, self.dtype)
-        self.kq[layer].append(kq)
-        self.vq[layer].append(vq)
-        self._k_deq[layer] = torch.cat([self._k_deq[layer], kd], dim=2)
-        self._v_deq[layer] = torch.cat([self._v_deq[layer], vd], dim=2)
-        self.n_quantized[layer] += k.shape[2]
+            scales = self.k_scale if is_key else self.v_scale
+            s = scales[layer]
+            self.clipped += int((x.float().abs() > quant.FP8_MAX * s).sum())
+            q = quant.quantize_fp8(x, s)
+            deq = quant.dequantize_fp8(q, s, self.dtype)
+        else:  # keys: per channel over G tokens; values: per token over G channels
+            q = quant.quantize_int(x, self.fmt, self.group, axis=-2 if is_key else -1)
+            deq = quant.dequantize_int(q, self.dtype)
+        (self.kq if is_key else self.vq)[layer].append(q)
+        stored = self._k_deq if is_key else self._v_deq
+        stored[layer] = torch.cat([stored[layer], deq], dim=2)
 
     def append(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         past_k = torch.cat([self._k_deq[layer], self.k_res[layer]], dim=2)
@@ -178,13 +199,17 @@ class QuantizedCache:
         k_res = torch.cat([self.k_res[layer], k_new], dim=2)
         v_res = torch.cat([self.v_res[layer], v_new], dim=2)
         if self.fmt == "fp8":
-            n_move = k_res.shape[2]
+            if self.k_scale[layer] is None:  # set once, by the first pass (vLLM: calculate_kv_scales → False)
+                self.k_scale[layer], self.v_scale[layer] = quant.fp8_scales(k_new, v_new, self.kv_scale)
+            n_k = n_v = k_res.shape[2]
         else:
-            n_move = max(0, k_res.shape[2] - self.residual) // self.group * self.group
-        if n_move:
-            self._quantize(layer, k_res[:, :, :n_move], v_res[:, :, :n_move])
-            k_res, v_res = k_res[:, :, n_move:], v_res[:, :, n_move:]
-        self.k_res[layer], self.v_res[layer] = k_res.contiguous(), v_res.contiguous()
+            n_k = k_res.shape[2] // self.residual * self.residual  # keys R at a time: n mod R stay
+            n_v = max(0, v_res.shape[2] - self.residual)  # values one at a time: the last R stay
+        if n_k:
+            self._store(layer, k_res[:, :, :n_k], is_key=True)
+        if n_v:
+            self._store(layer, v_res[:, :, :n_v], is_key=False)
+        self.k_res[layer], self.v_res[layer] = k_res[:, :, n_k:].contiguous(), v_res[:, :, n_v:].contiguous()
         return torch.cat([past_k, k_new], dim=2), torch.cat([past_v, v_new], dim=2)
 
     def stored_tensors(self) -> list[torch.Tensor]:
@@ -203,16 +228,17 @@ class QuantizedCache:
         """fp8's per-layer K and V scales (the formula counts per-tensor scales as 0: constants of the layer)."""
         return sum(s.nbytes for s in self.k_scale + self.v_scale if s is not None)
 
-    def formula_bytes(self) -> int:
-        """Quantized tokens in the quantized format plus full-precision residual tokens, by the shared formula."""
+    def formula_bytes(self, full_dtype: str | None = None) -> int:
+        """Quantized keys and values in the quantized format plus the full-precision ones, by the shared formula
+        (K or V alone is half of its 2·H_kv vectors). full_dtype: count the full-precision tokens as that dtype
+        (what a deployment storing bfloat16 would hold), default the dtype they are stored in here."""
         batch = self.k_res[0].shape[0]
         one = dataclasses.replace(self.shape, n_layers=1)
         fmt = "fp8" if self.fmt == "fp8" else kivi_dtype(self.fmt, self.group)
-        total = 0
-        for n_q, res in zip(self.n_quantized, self.k_res, strict=False):
-            total += kv_footprint(one, n_q, batch, fmt).total
-            total += kv_footprint(one, res.shape[2], batch, dtype_name(self.dtype)).total
-        return total
+        full = full_dtype or dtype_name(self.dtype)
+        counts = [(n, fmt) for n in self.n_k_quantized + self.n_v_quantized]
+        counts += [(r.shape[2], full) for r in self.k_res + self.v_res]
+        return sum(kv_bytes(one, [n], batch, f) // 2 for n, f in counts)
 
 
 def full_formula_bytes(shape: KVSpec, n_tokens: int, dtype: torch.dtype, batch: int = 1) -> int:

@@ -14,9 +14,13 @@ import torch.nn.functional as F
 from kvviz.compression.caches import EvictingCache
 from kvviz.errors import InputError
 
-STREAMING_SINKS = 4  # "4 initial tokens ... suffice" (Xiao et al. 2024, StreamingLLM, §3.2 and Table 1)
-SNAPKV_WINDOW = 16  # observation window, kernel and pooling: FasterDecoding/SnapKV snapkv_utils.py defaults
-SNAPKV_KERNEL = 5
+# "4 initial tokens ... suffice" (Xiao et al. 2024, StreamingLLM, §3.2 and Table 1); mit-han-lab/streaming-llm
+# kv_cache.py StartRecentKVCache(start_size=4)
+STREAMING_SINKS = 4
+# SnapKV's observation window: 32 in FasterDecoding/SnapKV snapkv_utils.py init_snapkv (config.window_size),
+# 64 in its SnapKVCluster.__init__ and in NVIDIA/kvpress SnapKVPress; 32 leaves room to select on short prompts.
+SNAPKV_WINDOW = 32
+SNAPKV_KERNEL = 5  # snapkv_utils.py and kvpress: avg_pool1d(kernel_size=5, padding=2, stride=1), count_include_pad
 H2O_RECENT_SHARE = 0.5  # H2O's main setting splits the budget evenly: heavy hitters and recent tokens
 
 
@@ -63,7 +67,9 @@ class Window(Policy):
 class Streaming(Policy):
     """StreamingLLM: the first `sinks` tokens (attention sinks) + the most recent budget − sinks.
 
-    Positions within the cache (the paper's §3.2): keys are re-rotated to their slot after each eviction."""
+    Positions within the cache (the paper's §3.2): keys are re-rotated to their slot after each eviction, the
+    same keys streaming-llm's pos_shift/modify_llama.py gets by caching keys before RoPE and rotating them at
+    key_position_ids = arange(kv_seq_len) on every pass."""
 
     sinks: int = STREAMING_SINKS
     reposition: bool = True
@@ -99,9 +105,12 @@ class H2O(Policy):
 
 @dataclass
 class SnapKV(Policy):
-    """One compression after prefill: the prompt's last `window` queries vote (attention summed, then
-    average-pooled over neighbouring positions) for budget − window earlier positions; the window is kept.
-    Decoded tokens are all kept afterwards, as in the paper."""
+    """One compression after prefill (SnapKVCluster.update_kv in FasterDecoding/SnapKV snapkv_utils.py): the
+    prompt's last `window` queries vote (attention summed, then average-pooled over neighbouring positions with
+    torch's default count_include_pad=True) for budget − window earlier positions; the window is kept. With GQA
+    a KV head's vote sums its query heads' (kvpress SnapKVPress.score averages them: the same ranking). A prompt
+    shorter than the budget is left whole (update_kv: `if q_len < max_capacity_prompt: return`), and decoded
+    tokens are all kept afterwards, so the cache ends at min(prompt, budget) + decoded positions."""
 
     needs_attention: bool = True
     window: int = SNAPKV_WINDOW
@@ -123,7 +132,7 @@ class SnapKV(Policy):
         hkv = cache.shape.n_kv_heads
         vote = probs[:, :, -w:, : n - w].float().sum(2)  # [B, Hq, n − w]
         vote = vote.view(b, hkv, hq // hkv, n - w).sum(2)
-        vote = F.avg_pool1d(vote, self.kernel, stride=1, padding=self.kernel // 2, count_include_pad=False)
+        vote = F.avg_pool1d(vote, self.kernel, stride=1, padding=self.kernel // 2)  # count_include_pad=True
         top = vote.topk(self.budget - w, dim=-1).indices.sort(dim=-1).values
         return torch.cat([top, _last(n, w, cache.k[layer])], dim=2)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from kvviz.compression.runner import Method, StepView, Trace, run_method
+from kvviz.compression.runner import DEPLOY_DTYPES, Method, StepView, Trace, run_method
 from kvviz.engine.backends.base import Backend
 from kvviz.errors import InputError
 
@@ -42,7 +42,8 @@ def read_text(path: str | Path) -> str:
 def chunks(backend: Backend, text: str, seq_len: int, n_tokens: int) -> list[list[int]]:
     """Consecutive pieces of seq_len tokens, at most n_tokens in all (at least one piece of ≥ 4 tokens)."""
     ids = backend.tokenizer.encode(text)
-    out = [ids[i : i + seq_len] for i in range(0, min(len(ids), max(n_tokens, seq_len)), seq_len)]
+    n_pieces = max(1, n_tokens // seq_len)
+    out = [ids[i * seq_len : (i + 1) * seq_len] for i in range(n_pieces)]
     out = [c for c in out if len(c) == seq_len] or ([ids[:seq_len]] if len(ids) >= 4 else [])
     if not out:
         raise InputError("compression.text_too_short", n_tokens=len(ids))
@@ -69,7 +70,7 @@ class Quality:
     perplexity: float
     kl_divergence: float  # nats per token, mean of KL(full ‖ compressed)
     top1_agreement: float  # share of positions whose argmax matches the full cache's
-    kv_bytes: int
+    kv_bytes: int  # measured off the stored tensors, in the dtype the model ran in
     formula_bytes: int
     n_cached: int
     full_perplexity: float
@@ -81,16 +82,36 @@ class Quality:
     scale_bytes_outside_cache: int = 0
     fp8_clipped: int = 0
     notes: tuple[str, ...] = ()
+    bytes_at: dict[str, int] = field(default_factory=dict)  # the cache by the formula, full precision stored as each
+    full_bytes_at: dict[str, int] = field(default_factory=dict)  # the uncompressed cache, likewise
+    kv_dtype: str = "bfloat16"  # the deployment's KV dtype the saving is counted against
+    evicted: int = 0  # positions dropped over every chunk and layer (eviction)
+    group: int | None = None  # int8/int4: KIVI's G and R
+    residual: int | None = None
+    kv_scale: str | None = None  # fp8: how k/v_scale were set
     views: dict[int, StepView] = field(default_factory=dict, repr=False)  # the first chunk's recorded steps
+
+    def saved(self, kv_dtype: str | None = None) -> float:
+        """Share of the KV bytes saved against the uncompressed cache, both stored as kv_dtype: a bfloat16
+        deployment saves 50% with fp8, not the 75% a float32 run would show."""
+        d = kv_dtype or self.kv_dtype
+        return 1 - self.bytes_at[d] / self.full_bytes_at[d]
 
     @property
     def memory_saved(self) -> float:
-        return 1 - self.kv_bytes / self.full_kv_bytes
+        return self.saved()
+
+    @property
+    def left_whole(self) -> bool:
+        """An eviction policy that dropped nothing (SnapKV with a prompt no longer than its budget)."""
+        return self.budget is not None and self.evicted == 0
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
 
-        out = {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved}
+        out = {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved,
+               "kv_bytes_at_kv_dtype": self.bytes_at[self.kv_dtype],
+               "full_kv_bytes_at_kv_dtype": self.full_bytes_at[self.kv_dtype], "left_whole": self.left_whole}
         del out["views"]
         return out
 
@@ -109,10 +130,18 @@ def compare(full: list[Trace], comp: list[Trace], targets: list[torch.Tensor]) -
 
 def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int | None = None,
              n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5, view_steps: tuple[int, ...] = (),
-             progress=None) -> list[Quality]:  # noqa: ANN001 - progress(done, total) or None
+             kv_dtype: str = "bfloat16", progress=None) -> list[Quality]:  # noqa: ANN001 - progress(done, total)
     """Each method on the same chunks: prompt = the first prompt_share of a chunk, the rest decoded.
-    view_steps: decode steps of the first chunk whose kept positions and attention each method records."""
-    seq_len = min(seq_len or backend.spec.max_context, backend.spec.max_context)
+    view_steps: decode steps of the first chunk whose kept positions and attention each method records.
+    kv_dtype: the KV dtype savings are counted against (bytes of every dtype are kept: Quality.saved)."""
+    max_len = backend.spec.max_context
+    seq_len = seq_len or max_len
+    if seq_len > max_len:  # a longer chunk would be cut to the context and report lengths that did not run
+        raise InputError("compression.seq_too_long", seq_len=seq_len, max_len=max_len, model=backend.spec.name)
+    if seq_len < 2:
+        raise InputError("compression.seq_too_short", seq_len=seq_len)
+    if kv_dtype not in DEPLOY_DTYPES:
+        raise InputError("unknown_kv_dtype", name=kv_dtype, choices=", ".join(DEPLOY_DTYPES))
     pieces = chunks(backend, text, seq_len, n_tokens)
     n_prompt = max(1, int(len(pieces[0]) * prompt_share))
     total, done = len(pieces) * (1 + len(methods)), 0
@@ -132,10 +161,14 @@ def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int
         comp = full if m.name == "full" else [run(ids, m, i == 0) for i, ids in enumerate(pieces)]
         ppl, ppl_full, kl, top1 = compare(full, comp, targets)
         last = comp[-1]
-        out.append(Quality(m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached,
-                           ppl_full, full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)),
-                           m.budget, last.bookkeeping_bytes, last.scale_bytes_outside_cache,
-                           sum(t.fp8_clipped for t in comp), tuple(last.notes), comp[0].views))
+        out.append(Quality(
+            m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached, ppl_full,
+            full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)), budget=m.budget,
+            bookkeeping_bytes=last.bookkeeping_bytes, scale_bytes_outside_cache=last.scale_bytes_outside_cache,
+            fp8_clipped=sum(t.fp8_clipped for t in comp), notes=tuple(last.notes), bytes_at=last.bytes_at,
+            full_bytes_at=full[-1].bytes_at, kv_dtype=kv_dtype, evicted=sum(t.evicted for t in comp),
+            group=last.group, residual=last.residual, kv_scale=m.kv_scale if m.name == "fp8" else None,
+            views=comp[0].views))
     return out
 
 
@@ -145,8 +178,8 @@ def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Me
     from kvviz.compression.eviction import EVICTION
 
     out = [Method(name, budget=b) for b in budgets for name in EVICTION]
-    if native:
-        out += [Method("int8"), Method("int4"), Method("fp8")]
+    if native:  # KIVI int8/int4, and fp8 with each of vLLM's two ways to set its scales
+        out += [Method("int8"), Method("int4"), Method("fp8"), Method("fp8", kv_scale="calculate")]
         if n_kv_heads % 2 == 0 and n_kv_heads > 2:
             out.append(Method("gqa", kv_heads=n_kv_heads // 2))
         if n_kv_heads > 1:

@@ -110,10 +110,21 @@ def int_error_bound(q: IntGroups) -> torch.Tensor:
     return _ungrouped(half, q.axis, q.shape)
 
 
-def fp8_scale(x: torch.Tensor) -> torch.Tensor:
-    """A per-tensor float32 scale mapping the tensor's largest |value| to FP8_MAX (vLLM's k_scale/v_scale)."""
-    amax = x.detach().abs().amax().float()
-    return torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+# vLLM's two ways to set k_scale / v_scale without scales in the checkpoint:
+# "default": 1.0 (set_default_quant_scales, vllm/attention/layer.py);
+# "calculate": --calculate-kv-scales, |K|max / K_SCALE_CONSTANT and |V|max / V_SCALE_CONSTANT from the first
+# forward pass (Attention.calc_kv_scales), leaving headroom for later tokens larger than the first ones.
+FP8_SCALES = ("default", "calculate")
+K_SCALE_CONSTANT = 200.0  # vllm/envs.py: "Divisor for dynamic key scale factor calculation for FP8 KV Cache"
+V_SCALE_CONSTANT = 100.0  # vllm/envs.py: the same for values
+
+
+def fp8_scales(k: torch.Tensor, v: torch.Tensor, how: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(k_scale, v_scale), float32, as vLLM sets them (`how` in FP8_SCALES)."""
+    if how == "default":
+        one = torch.ones((), dtype=torch.float32, device=k.device)
+        return one, one.clone()
+    return (k.detach().abs().amax().float() / K_SCALE_CONSTANT, v.detach().abs().amax().float() / V_SCALE_CONSTANT)
 
 
 def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

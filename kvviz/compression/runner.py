@@ -23,13 +23,20 @@ from kvviz.kv.formula import KVSpec, kv_footprint
 QUANT = ("int8", "int4", "fp8")
 POOL = ("gqa", "mqa")
 METHODS = ("full", *EVICTION, *QUANT, *POOL)
-KIVI_GROUP = 32  # the KIVI paper's G
+KIVI_GROUP = 32  # G and R of KIVI's example.py (group_size = 32, residual_length = 32)
+KIVI_RESIDUAL = 32
+DEPLOY_DTYPES = ("bfloat16", "float16", "float32")  # KV dtypes a saving can be counted against
 
 
 def kivi_group(d_head: int) -> int:
-    """KIVI's G = 32 where it divides d_head (keys carry d_head/G scales per token, as the shared formula counts
+    """KIVI's G = 32 where it divides d_head (values carry d_head/G scales per token, as the shared formula counts
     per vector); else the largest divisor of d_head below it (the shipped model's d_head 24 takes 24)."""
     return max(g for g in range(1, KIVI_GROUP + 1) if d_head % g == 0)
+
+
+def kivi_residual(group: int) -> int:
+    """KIVI's R = 32 rounded up to a multiple of G (KIVI asserts R % G == 0): 32 for G = 32, 48 for G = 24."""
+    return -(-KIVI_RESIDUAL // group) * group
 
 
 @dataclass(frozen=True)
@@ -38,14 +45,17 @@ class Method:
     budget: int | None = None  # eviction: positions kept per layer and KV head
     sinks: int = STREAMING_SINKS  # streaming
     group: int | None = None  # int8/int4: KIVI group size (None: kivi_group(d_head), G = 32 as in KIVI where it fits)
-    residual: int = 32  # int8/int4: newest tokens kept in full precision (KIVI's R, 128 there on long contexts)
+    residual: int | None = None  # int8/int4: KIVI's R, a multiple of G (None: kivi_residual(G))
     kv_heads: int | None = None  # gqa: KV heads after pooling (default: half of the model's); mqa: 1
+    kv_scale: str = "default"  # fp8: vLLM's k/v_scale, "default" (1.0) or "calculate" (--calculate-kv-scales)
 
     def label(self) -> str:
         if self.name in EVICTION:
             return f"{self.name} ({self.budget})"
         if self.name == "gqa":
             return f"gqa ({self.kv_heads})" if self.kv_heads else "gqa"
+        if self.name == "fp8":
+            return "fp8 (scale=1.0)" if self.kv_scale == "default" else "fp8 (--calculate-kv-scales)"
         return self.name
 
 
@@ -71,6 +81,10 @@ class Trace:
     bookkeeping_bytes: int = 0  # positions / scores an eviction policy keeps beside K/V
     scale_bytes_outside_cache: int = 0  # fp8's per-layer tensor scales
     fp8_clipped: int = 0
+    bytes_at: dict[str, int] = field(default_factory=dict)  # the same cache by the formula, full precision as each
+    evicted: int = 0  # positions an eviction policy dropped, summed over layers (0: it left the cache whole)
+    group: int | None = None  # int8/int4: the G and R used
+    residual: int | None = None
     views: dict[int, StepView] = field(default_factory=dict)  # decode step → what the cache held then
     notes: list[str] = field(default_factory=list)
 
@@ -148,7 +162,8 @@ def _run_native(backend: Backend, model: Decoder, ids: list[int], n_prompt: int,
                                    rotate=_native_rotator(model))
     elif method.name in QUANT:
         group = method.group or kivi_group(shape.d_head)
-        cache = QuantizedCache(shape, 1, dtype, device, method.name, group=group, residual=method.residual)
+        cache = QuantizedCache(shape, 1, dtype, device, method.name, group=group,
+                               residual=method.residual or kivi_residual(group), kv_scale=method.kv_scale)
     else:
         if method.name in POOL:
             target = 1 if method.name == "mqa" else (method.kv_heads or max(1, shape.n_kv_heads // 2))
@@ -187,13 +202,17 @@ def _trace(method: Method, logits: list[torch.Tensor], cache: Any, shape: KVSpec
            views: dict[int, StepView], notes: list[str]) -> Trace:
     n = cache.lengths[0]
     if isinstance(cache, (EvictingCache, QuantizedCache)):
-        measured, formula = cache.kv_bytes(), cache.formula_bytes()
+        measured, at = cache.kv_bytes(), {d: cache.formula_bytes(d) for d in DEPLOY_DTYPES}
     else:  # the engine's own KVCache
-        measured, formula = cache.live_bytes(), kv_footprint(shape, n, 1, dtype_name(dtype)).total
-    return Trace(method, torch.stack(logits), measured, formula, n, shape,
+        measured, at = cache.live_bytes(), {d: kv_footprint(shape, n, 1, d).total for d in DEPLOY_DTYPES}
+    quantized = isinstance(cache, QuantizedCache)
+    return Trace(method, torch.stack(logits), measured, at[dtype_name(dtype)], n, shape,
                  bookkeeping_bytes=cache.bookkeeping_bytes() if isinstance(cache, EvictingCache) else 0,
-                 scale_bytes_outside_cache=cache.tensor_scale_bytes() if isinstance(cache, QuantizedCache) else 0,
-                 fp8_clipped=cache.clipped if isinstance(cache, QuantizedCache) else 0,
+                 scale_bytes_outside_cache=cache.tensor_scale_bytes() if quantized else 0,
+                 fp8_clipped=cache.clipped if quantized else 0, bytes_at=at,
+                 evicted=cache.evicted if isinstance(cache, EvictingCache) else 0,
+                 group=cache.group if quantized and cache.fmt != "fp8" else None,
+                 residual=cache.residual if quantized and cache.fmt != "fp8" else None,
                  views=views, notes=notes)
 
 

@@ -58,6 +58,18 @@ class KVCache:
     def values(self, layer: int) -> torch.Tensor:
         return self.v[layer][:, :, : self.lengths[layer]]
 
+    def crop(self, length: int, layers: range | None = None) -> int:
+        """Forget every position from `length` on, in place: each layer's counter is set back and nothing is copied
+        or freed (the next append overwrites those slots), the effect of transformers' DynamicCache.crop, which
+        slices its tensors to a view. Returns the positions removed, summed over the layers."""
+        removed = 0
+        for layer in layers if layers is not None else range(self.n_layers):
+            if not 0 <= length <= self.lengths[layer]:
+                raise ValueError(f"crop to {length}: layer {layer} holds {self.lengths[layer]} positions")
+            removed += self.lengths[layer] - length
+            self.lengths[layer] = length
+        return removed
+
     def reset(self) -> None:
         self.lengths = [0] * self.n_layers
 

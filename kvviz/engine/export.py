@@ -111,8 +111,9 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
 
     out = Path(out_file)
     if out.is_dir():
-        raise InputError("model.out_is_file", path=out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+        raise InputError("model.gguf_out_is_dir", path=out)
+    if not out.parent.is_dir():  # a mistyped path is refused, not silently created
+        raise InputError("model.gguf_no_parent", path=out, parent=out.parent)
     cfg = model.cfg
     arch = gguf.MODEL_ARCH.LLAMA
     w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])

@@ -47,6 +47,17 @@ class StepEvent:
     queue_s: float = 0.0  # prefill only: time from request to the start of work
 
 
+def encode_prompt(backend: Backend, prompt: str | list[int]) -> list[int]:
+    """A prompt's token ids, refused when empty or when it leaves no room in the context for a new token."""
+    ids = backend.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+    # Only whitespace or control characters is no prompt at all (each would still be a byte token).
+    if not ids or (isinstance(prompt, str) and not any(c.isprintable() and not c.isspace() for c in prompt)):
+        raise InputError("empty_prompt")
+    if len(ids) >= backend.spec.max_context:
+        raise InputError("prompt_too_long", n_tokens=len(ids), max_len=backend.spec.max_context)
+    return ids
+
+
 @dataclass
 class Generation:
     backend: Backend
@@ -106,18 +117,11 @@ class Generation:
     def prefill(self, prompt: str | list[int]) -> StepEvent:
         if self.started:
             raise InputError("already_prefilled")
-        ids = self.backend.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        # Only whitespace or control characters is no prompt at all (each would still be a byte token).
-        if not ids or (isinstance(prompt, str) and not any(c.isprintable() and not c.isspace() for c in prompt)):
-            raise InputError("empty_prompt")
-        max_len = self.backend.spec.max_context
-        if len(ids) >= max_len:
-            raise InputError("prompt_too_long", n_tokens=len(ids), max_len=max_len)
-        self.prompt_ids = ids
+        self.prompt_ids = ids = encode_prompt(self.backend, prompt)
         # Never decode past the context: fewer new tokens rather than an error mid-generation; the pages say so
         # (requested_new_tokens keeps what was asked), the CLI refuses beforehand.
         self.requested_new_tokens = self.max_new_tokens
-        self.max_new_tokens = min(self.max_new_tokens, max_len - len(ids))
+        self.max_new_tokens = min(self.max_new_tokens, self.backend.spec.max_context - len(ids))
         if self.use_cache:
             self.cache = self.backend.new_cache(self.batch_size, len(ids) + self.max_new_tokens)
         queue_s = time.perf_counter() - self.created_at

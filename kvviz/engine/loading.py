@@ -8,12 +8,12 @@ from pathlib import Path
 
 from kvviz.engine import fetch
 from kvviz.engine.backends.base import Backend
-from kvviz.engine.backends.hf_policy import HFPolicy, policy_from
+from kvviz.engine.backends.hf_policy import HFPolicy, check_allowed, check_size, policy_from
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device import parse_dtype, resolve_device
 from kvviz.engine.model import Decoder
-from kvviz.engine.shape import TINY_DIR, TINY_NAME, random_name
+from kvviz.engine.shape import TINY_DIR, TINY_NAME, parameter_count, random_name
 from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer
 from kvviz.errors import InputError
 
@@ -39,7 +39,9 @@ def read_config(path: Path) -> DecoderConfig:
     """config.json in our DecoderConfig format or in Hugging Face's Llama format."""
     try:
         data = json.loads(_require(path).read_text(encoding="utf-8"))
-        return DecoderConfig.from_hf_dict(data) if "hidden_size" in data else DecoderConfig.from_dict(data)
+        # A transformers config names its model_type; kvviz's own holds DecoderConfig's fields.
+        hf = "model_type" in data or "hidden_size" in data
+        return DecoderConfig.from_hf_dict(data) if hf else DecoderConfig.from_dict(data)
     except InputError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -172,15 +174,26 @@ def load_backend(
         if not fetch.is_fetched(model):
             raise InputError("fetch.not_fetched", name=model)
         return load_directory(fetch.model_dir(model), dtype=dtype, device=device, name=fetch.MODELS[model].title)
+    # The web UI passes its policy (env + secrets); the CLI reads the environment. It holds for every path or hub
+    # id, whichever engine then runs it.
+    policy = hf_policy if hf_policy is not None else policy_from(os.environ)
     path = Path(model).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        # Weights without their config: a damaged checkpoint, named by its missing file; nothing at all: no model here.
+        if any(path.glob("*.safetensors")) or any(path.glob("*.bin")):
+            raise InputError("model.missing_file", path=str(path / "config.json"))
+        raise InputError("hf.no_model", name=model)
     if path.is_file() and path.suffix == ".gguf":
+        check_allowed(model, policy)
         return load_gguf(path, dtype=dtype, device=device)
     if path.is_dir() and not _is_transformers_dir(path):
+        check_allowed(model, policy)
         return load_directory(path, dtype=dtype, device=device)
     note = None
     if path.is_dir() and engine != "hf":
+        check_allowed(model, policy)
         try:
-            return load_directory(path, dtype=dtype, device=device, name=f"{path.name} (kvviz decoder)")
+            return _native_transformers_dir(path, policy, dtype=dtype, device=device)
         except InputError as exc:
             if engine == "native" or exc.key not in NATIVE_FALLBACK:
                 raise
@@ -192,12 +205,19 @@ def load_backend(
             load_hf_backend,  # transformers is imported only when an HF model is asked for
         )
 
-        # The web UI passes its policy (env + secrets); the CLI reads the environment.
-        policy = hf_policy if hf_policy is not None else policy_from(os.environ)
         backend = load_hf_backend(model, dtype=dtype, device=device, policy=policy)
         backend.native_note = note
         return backend
     raise InputError("unknown_model", name=model)
+
+
+def _native_transformers_dir(path: Path, policy: HFPolicy, *, dtype: str, device: str) -> NativeBackend:
+    """A transformers directory on kvviz's decoder, its size checked against the policy before weights are read;
+    named as the Hugging Face backend names a directory: folder (model_type)."""
+    cfg = read_config(path / "config.json")
+    check_size(str(path), parameter_count(cfg), policy)
+    kind = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
+    return load_directory(path, dtype=dtype, device=device, name=f"{path.name} ({kind})")
 
 
 def _is_transformers_dir(directory: Path) -> bool:

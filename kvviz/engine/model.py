@@ -6,7 +6,7 @@ The KV cache is an argument of forward(), not module state: one model object ser
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -249,31 +249,49 @@ class Decoder(nn.Module):
         causal: bool = True,
         all_logits: bool = True,
     ) -> DecoderOutput:
-        b, t = input_ids.shape
+        attentions: list[torch.Tensor] | None = [] if capture_attention else None
         start = cache.length if cache is not None else 0
-        if start + t > self.cfg.max_seq_len:
-            raise InputError("sequence_too_long", n_tokens=start + t, max_len=self.cfg.max_seq_len)
+        h = self.run_layers(self.embed(input_ids), cache, range(self.cfg.n_layers), start, causal=causal,
+                            attentions=attentions)
+        return DecoderOutput(self.head(h if all_logits else h[:, -1:]), attentions)
+
+    # The three parts of forward(), public so that a speculative draft can run the first layers only (an early
+    # exit) and a verify pass can resume from the hidden states the draft left there (LayerSkip's exit query cache).
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.model.embed_tokens.weight)
+
+    def run_layers(self, h: torch.Tensor, cache: KVCache | None, layers: range, position: int, *,
+                   causal: bool = True, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Hidden states [B, T, d] of the tokens at absolute positions position, position + 1, ... through `layers`;
+        their K/V are appended to those layers of the cache."""
+        t = h.shape[1]
+        if position + t > self.cfg.max_seq_len:
+            raise InputError("sequence_too_long", n_tokens=position + t, max_len=self.cfg.max_seq_len)
         # Submodules are called through .forward() and F.linear: the same ops without nn.Module's per-call
         # hook machinery, which a decode step (dozens of tiny calls) would otherwise pay every time.
-        h = F.embedding(input_ids, self.model.embed_tokens.weight)
         # [t, 1, d_head]: broadcast over the heads of a [B, t, heads, d_head] projection
-        cos = self.rope_cos[start : start + t, None].to(h.dtype)
-        sin = self.rope_sin[start : start + t, None].to(h.dtype)
-        attentions: list[torch.Tensor] | None = [] if capture_attention else None
-        for i, layer in enumerate(self.model.layers):
+        cos = self.rope_cos[position : position + t, None].to(h.dtype)
+        sin = self.rope_sin[position : position + t, None].to(h.dtype)
+        capture = attentions is not None
+        for i in layers:
+            layer = self.model.layers[i]
             a, probs = layer.self_attn.forward(
-                layer.input_layernorm.forward(h), cos, sin, cache, i, causal=causal, capture=capture_attention
+                layer.input_layernorm.forward(h), cos, sin, cache, i, causal=causal, capture=capture
             )
             h = h + a
             h = h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
             if attentions is not None:
                 attentions.append(probs)
-        h = self.model.norm.forward(h if all_logits else h[:, -1:])
-        return DecoderOutput(F.linear(h, self.lm_head.weight), attentions)
+        return h
 
-    def forward_paged(self, batch: PagedBatch, kv: PagedKV) -> torch.Tensor:
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits of hidden states: the final norm and the LM head (an early exit applies them after any layer)."""
+        return F.linear(self.model.norm.forward(h), self.lm_head.weight)
+
+    def forward_paged(self, batch: PagedBatch, kv: PagedKV, *, all_logits: bool = False) -> torch.Tensor:
         """One batched forward over several requests in a paged cache: the logits of each request's last new
-        token, [R, V]. The contiguous forward() above is untouched; this path only adds block-table gathers."""
+        token, [R, V], or with all_logits of every new token, [T, V] (a speculative verify reads each drafted
+        position's). The contiguous forward() above is untouched; this path only adds block-table gathers."""
         if int(batch.positions.max()) >= self.cfg.max_seq_len:
             raise InputError("sequence_too_long", n_tokens=int(batch.positions.max()) + 1,
                              max_len=self.cfg.max_seq_len)
@@ -283,8 +301,24 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.model.layers):
             h = h + layer.self_attn.forward_paged(layer.input_layernorm(h), cos, sin, kv, i, batch)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        h = self.model.norm(h[0, batch.last_index])
-        return self.lm_head(h)
+        return self.head(h[0] if all_logits else h[0, batch.last_index])
+
+    def first_layers(self, n_layers: int) -> Decoder:
+        """A smaller decoder made of this one's embedding, first n_layers layers, final norm and LM head: the same
+        modules (no weight is copied), but a model of its own that runs with a cache of its own."""
+        if not 1 <= n_layers <= self.cfg.n_layers:
+            raise InputError("spec.bad_layers", layers=n_layers, n_layers=self.cfg.n_layers)
+        small = Decoder.__new__(Decoder)
+        nn.Module.__init__(small)
+        small.cfg = replace(self.cfg, n_layers=n_layers)
+        small.model = LlamaModel.__new__(LlamaModel)
+        nn.Module.__init__(small.model)
+        small.model.embed_tokens, small.model.norm = self.model.embed_tokens, self.model.norm
+        small.model.layers = nn.ModuleList(self.model.layers[:n_layers])
+        small.lm_head = self.lm_head
+        small.register_buffer("rope_cos", self.rope_cos, persistent=False)
+        small.register_buffer("rope_sin", self.rope_sin, persistent=False)
+        return small.train(self.training)
 
     def new_paged_kv(self, n_blocks: int, block_size: int) -> PagedKV:
         from kvviz.engine.paged.kv import PagedKV

@@ -21,6 +21,7 @@ def parameter_count(cfg: DecoderConfig) -> int:
     """Parameters of the Llama-style decoder of this shape (equals Decoder(cfg).num_parameters())."""
     d, q, kv = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
     per_layer = d * q + 2 * d * kv + q * d + 3 * d * cfg.d_ff + 2 * d  # attention, SwiGLU, two RMSNorms
+    per_layer += (q + 2 * kv if cfg.qkv_bias else 0) + (d if cfg.o_bias else 0)  # Qwen2's / Llama's biases
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
     return cfg.vocab_size * d + cfg.n_layers * per_layer + d + head
 

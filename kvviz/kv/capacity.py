@@ -1,6 +1,7 @@
 """Capacity planning as vLLM does it at start-up (how many KV tokens and requests fit in what the weights and
 the profiled activations leave of each GPU), and what a contiguous max-length reservation wastes next to paged
-blocks (PagedAttention). Checked against real vLLM start-up logs in tests/fixtures/vllm_logs.json.
+blocks (PagedAttention). The reserve vLLM profiles is predicted from the serving flags (kvviz.kv.vllm_profile);
+checked against real start-up logs in kvviz/kv/startup_logs.json.
 """
 
 from __future__ import annotations
@@ -10,41 +11,36 @@ from dataclasses import asdict, dataclass, replace
 
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.vllm_profile import (
+    Gpu,
+    Reserve,
+    ServingFlags,
+    block_size_allowed,
+    line_for,
+    line_label,
+    predict_reserve,
+)
 
-# vLLM's defaults where a log or the user does not say otherwise: 16-token blocks, utilization 0.9, and the
-# profiling run's batch (max_num_batched_tokens 8192, max_num_seqs 256).
+# vLLM's defaults where the user does not say otherwise: 16-token blocks (CacheConfig.block_size) and
+# gpu_memory_utilization 0.9 (EngineArgs), the same in every release read (0.4.1 – 0.33.0).
 BLOCK_SIZE = 16
 GPU_MEMORY_UTILIZATION = 0.9
-MAX_NUM_BATCHED_TOKENS = 8192
-MAX_NUM_SEQS = 256
-NON_TORCH_BYTES = 256 * 2**20  # CUDA context, cuBLAS workspaces: 0.04–0.35 GiB on one GPU in the logs we keep
-
-
-def estimate_reserve_bytes(spec: KVSpec, *, max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
-                           max_num_seqs: int = MAX_NUM_SEQS, act_bytes: int = 2) -> int | None:
-    """A rough stand-in for what vLLM measures by profiling before it sizes the cache: the peak activations of
-    one batch of max_num_batched_tokens (≈ 16·d_model values per token in 16-bit, MLP intermediate included),
-    the sampler's float32 logits and probabilities for max_num_seqs rows, and non-torch memory. None when the
-    shape lacks d_model or vocab_size. The logs we keep measured 0.5–9.5 GiB: replace it with your own log's
-    "activation peak + non_torch" whenever you have one."""
-    if spec.d_model is None or spec.vocab_size is None:
-        return None
-    activations = max_num_batched_tokens * 16 * spec.d_model * act_bytes
-    sampler = max_num_seqs * spec.vocab_size * 4 * 2
-    return activations + sampler + NON_TORCH_BYTES
 
 
 def shard_for_tp(spec: KVSpec, tp: int) -> KVSpec:
     """One GPU's part of the model under tensor parallelism, as vLLM splits it: query heads ÷ tp, KV heads ÷ tp
-    (replicated when there are fewer KV heads than GPUs), an MLA latent whole on every GPU."""
+    (replicated when there are fewer KV heads than GPUs), an MLA latent whole on every GPU (vLLM's MLA attention
+    splits the query heads and replicates the latent cache on every rank)."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise InputError("positive_int", name="tp", value=tp)
     if tp == 1:
         return spec
     if spec.n_heads % tp:
         raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
-    kv = spec.n_kv_heads if spec.is_mla else max(1, spec.n_kv_heads // tp)
     heads = spec.n_heads // tp
+    if spec.is_mla:  # the latent is not split by heads: the KV bytes per token stay whole
+        return replace(spec, n_heads=heads, n_kv_heads=heads)
+    kv = max(1, spec.n_kv_heads // tp)
     if heads % kv:
         raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
     return replace(spec, n_heads=heads, n_kv_heads=kv)
@@ -60,7 +56,7 @@ class CapacityPlan:
     requested_bytes: int  # total · utilization
     tp: int
     weights_bytes: int  # one GPU's share: parameters · bytes ÷ tp
-    reserve_bytes: int  # activation peak + non-torch memory
+    reserve_bytes: int  # activation peak + non-torch memory (+ CUDA graphs where the version subtracts them)
     reserve_estimated: bool
     kv_budget_bytes: int  # requested − weights − reserve (0 when nothing is left)
     kv_dtype: str
@@ -74,9 +70,25 @@ class CapacityPlan:
     max_concurrency: float  # num_blocks / blocks_per_request
     max_requests: int  # whole requests of max_model_len tokens
     weights_fit: bool
+    reserve_terms: dict | None = None  # {activation, sampler, non_torch, cudagraph} of the likely launch
+    reserve_range: tuple[int, int] | None = None  # the smallest and largest reserve the unknown flags allow
+    kv_cache_tokens_range: tuple[int, int] | None = None  # the KV tokens at those two reserves
+    max_concurrency_range: tuple[float, float] | None = None
+    narrowing_flag: str | None = None  # the flag that narrows the range most when given
+    launch: dict | None = None  # the likely launch: version line, engine, entry, batch and where each came from
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _launch(r: Reserve) -> dict:
+    return {"vllm_line": r.line, "engine": r.engine, "entry": r.entry, "sampler": r.sampler_path,
+            "max_num_batched_tokens": r.max_num_batched_tokens, "max_num_seqs": r.max_num_seqs}
+
+
+def _kv_split(budget_of, per_block: int, block_size: int, blocks_per_request: int, reserve: int):
+    blocks = max(budget_of(reserve), 0) // per_block
+    return blocks * block_size, blocks / blocks_per_request
 
 
 def plan_capacity(
@@ -90,33 +102,65 @@ def plan_capacity(
     weight_dtype: str = "bfloat16",
     block_size: int = BLOCK_SIZE,
     reserve_bytes: int | None = None,
-    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+    flags: ServingFlags | None = None,
+    gpu_name: str | None = None,
 ) -> CapacityPlan:
-    """The KV capacity of one model on tp GPUs of device_total_bytes each, computed as vLLM computes it."""
+    """The KV capacity of one model on tp GPUs of device_total_bytes each, computed as vLLM computes it; the
+    reserve predicted from the flags (kvviz.kv.vllm_profile) unless given (from a log)."""
+    flags = flags or ServingFlags()
     if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
         raise InputError("memory.bad_fraction", value=gpu_memory_utilization)
     for name, value in (("device_total_bytes", device_total_bytes), ("max_model_len", max_model_len),
                         ("block_size", block_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError("positive_int", name=name, value=value)
+    line = line_for(flags.vllm_version) if flags.vllm_version else None
+    if not block_size_allowed(block_size, line):
+        raise InputError("capacity.block_size", value=block_size, version=line_label(line) if line else "any",
+                         choices=", ".join(map(str, line.block_sizes)) if line and line.block_sizes
+                         else "1, 8, 16, 32, 64, 128, 256 (0.18+: a multiple of 16)")
+    if spec.max_context is not None and max_model_len > spec.max_context:
+        # vLLM's _get_and_verify_max_len refuses a max_model_len past the config's (VLLM_ALLOW_LONG_MAX_MODEL_LEN)
+        raise InputError("capacity.past_context", value=max_model_len, name=spec.name or "the model",
+                         limit=spec.max_context)
     if spec.n_params is None:
         raise InputError("capacity.params_unknown", name=spec.name or "?")
     shard = shard_for_tp(spec, tp)
     weights = math.ceil(weight_bytes(spec.n_params, weight_dtype) / tp)
-    estimated = reserve_bytes is None
-    if estimated:
-        reserve_bytes = estimate_reserve_bytes(shard, max_num_batched_tokens=max_num_batched_tokens)
-        if reserve_bytes is None:
-            raise InputError("capacity.reserve_unknown")
-    elif reserve_bytes < 0:
-        raise InputError("positive_int", name="reserve_bytes", value=reserve_bytes)
     requested = int(device_total_bytes * gpu_memory_utilization)
-    budget = max(requested - weights - reserve_bytes, 0)
     fp = kv_footprint(shard, max_model_len, 1, kv_dtype_name)
     per_block = fp.per_token * block_size
-    num_blocks = budget // per_block
     # a request's blocks: full layers hold max_model_len tokens, sliding layers only their window
     blocks_per_request = max(1, math.ceil(fp.per_request / per_block))
+
+    def budget(reserve: int) -> int:
+        return requested - weights - reserve
+
+    estimated = reserve_bytes is None
+    terms = reserve_range = tokens_range = concurrency_range = narrows = launch = None
+    if estimated:
+        prediction = predict_reserve(spec, Gpu(device_total_bytes, gpu_name), flags, max_model_len=max_model_len,
+                                     tp=tp, weight_dtype=weight_dtype)
+        if prediction is None:
+            raise InputError("capacity.reserve_unknown")
+        likely: Reserve = prediction.likely
+        reserve_bytes = likely.total
+        terms = likely.terms() | {"activation_peak": likely.activation_peak}
+        reserve_range = (prediction.low.total, prediction.high.total)
+        hi_tokens, hi_conc = _kv_split(budget, per_block, block_size, blocks_per_request, prediction.low.total)
+        lo_tokens, lo_conc = _kv_split(budget, per_block, block_size, blocks_per_request, prediction.high.total)
+        tokens_range, concurrency_range = (lo_tokens, hi_tokens), (lo_conc, hi_conc)
+        narrows = prediction.narrows
+        launch = {"vllm_line": likely.line, "engine": likely.engine, "entry": likely.entry,
+                  "sampler": likely.sampler_path, "max_num_batched_tokens": likely.max_num_batched_tokens,
+                  "max_num_seqs": likely.max_num_seqs, "batch_source": likely.batch_source(),
+                  "batch_why": list(likely.batch_why), "non_torch_source": likely.non_torch_source(),
+                  "non_torch_why": list(likely.non_torch_why), "unknown": list(prediction.unknown),
+                  "low_reserve_launch": _launch(prediction.low), "high_reserve_launch": _launch(prediction.high)}
+    elif isinstance(reserve_bytes, bool) or not isinstance(reserve_bytes, int) or reserve_bytes < 0:
+        raise InputError("positive_int", name="reserve_bytes", value=reserve_bytes)
+    kv_budget = max(budget(reserve_bytes), 0)
+    num_blocks = kv_budget // per_block
     return CapacityPlan(
         device_total_bytes=device_total_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -125,7 +169,7 @@ def plan_capacity(
         weights_bytes=weights,
         reserve_bytes=reserve_bytes,
         reserve_estimated=estimated,
-        kv_budget_bytes=budget,
+        kv_budget_bytes=kv_budget,
         kv_dtype=fp.kv_dtype,
         block_size=block_size,
         kv_bytes_per_token=fp.per_token,
@@ -137,6 +181,12 @@ def plan_capacity(
         max_concurrency=num_blocks / blocks_per_request,
         max_requests=num_blocks // blocks_per_request,
         weights_fit=requested >= weights + reserve_bytes,
+        reserve_terms=terms,
+        reserve_range=reserve_range,
+        kv_cache_tokens_range=tokens_range,
+        max_concurrency_range=concurrency_range,
+        narrowing_flag=narrows,
+        launch=launch,
     )
 
 

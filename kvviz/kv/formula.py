@@ -109,6 +109,8 @@ class KVSpec:
     params_source: str = "unknown"
     is_moe: bool = False  # experts: a token reads only some weights (the roofline's weight bytes are unknown)
     model_type: str = ""
+    d_ff: int | None = None  # the MLP's inner width (intermediate_size); None = unknown
+    mlp_gated: bool | None = None  # gate·up then down (Llama) or fc1 then fc2 (GPT-2, OPT); None = unknown
 
     def __post_init__(self) -> None:
         _check_positive(n_layers=self.n_layers, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head)

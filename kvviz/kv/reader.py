@@ -23,6 +23,7 @@ HEAD_FIELDS = ("num_attention_heads", "n_head", "n_heads")
 HIDDEN_FIELDS = ("hidden_size", "n_embd", "d_model")
 KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+FFN_FIELDS = ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
 
 
 def _int_field(cfg: dict[str, Any], names: tuple[str, ...], *, required: bool = True) -> int | None:
@@ -43,6 +44,9 @@ MOE_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts")
 # Dense decoders with a gated MLP (gate, up, down) and Llama-style attention projections: the only families
 # whose parameter count the config alone determines here; any other is "unknown" until the user gives it.
 GATED_MLP_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3")
+# fc1 → activation → fc2 (no gate): the MLPs of these families in vLLM's model files (opt.py, gpt2.py, ...)
+PLAIN_MLP_TYPES = ("opt", "gpt2", "gpt_neox", "gpt_bigcode", "gptj", "falcon", "RefinedWeb", "RefinedWebModel",
+                   "phi", "starcoder2", "bloom")
 
 
 def _n_kv_heads(cfg: dict[str, Any], n_heads: int) -> int:
@@ -87,6 +91,17 @@ def _sliding_layers(cfg: dict[str, Any], n_layers: int) -> tuple[int, int]:
     if cfg.get("model_type") == "gemma2":
         return window, math.ceil(n_layers / 2)  # Gemma 2 alternates: layers 0, 2, 4, ... are local
     return window, n_layers  # Mistral: every layer keeps only the window
+
+
+def _mlp(cfg: dict[str, Any], d_model: int) -> tuple[int | None, bool | None]:
+    """(inner width, gated) of a dense MLP as the family's config gives it; unknown for other families. GPT-2's
+    n_inner and Falcon's ffn_hidden_size default to 4·d_model in their transformers configs."""
+    model_type = cfg.get("model_type")
+    gated = True if model_type in GATED_MLP_TYPES else False if model_type in PLAIN_MLP_TYPES else None
+    d_ff = _int_field(cfg, FFN_FIELDS, required=False)
+    if d_ff is None and model_type in ("gpt2", "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode"):
+        d_ff = 4 * d_model
+    return d_ff, gated
 
 
 def estimate_params(cfg: dict[str, Any], n_layers: int, n_heads: int, n_kv_heads: int, d_head: int,
@@ -136,6 +151,7 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
     window, n_sliding = _sliding_layers(cfg, n_layers)
     params = estimate_params(cfg, n_layers, n_heads, n_kv_heads, d_head, d_model)
     vocab = cfg.get("vocab_size")
+    d_ff, gated = _mlp(cfg, d_model)
     return KVSpec(
         n_layers=n_layers,
         n_heads=n_heads,
@@ -153,6 +169,8 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
         params_source="estimated" if params is not None else "unknown",
         is_moe=any(k in cfg for k in MOE_FIELDS),
         model_type=str(cfg.get("model_type", "")),
+        d_ff=d_ff,
+        mlp_gated=gated,
     )
 
 

@@ -63,6 +63,14 @@ class Roofline:
         """Prefill ≥ FLOPs / peak (usually the binding one), and ≥ (weights + the KV it writes) / bandwidth."""
         return self._bound(self.weight_bytes + self.kv_bytes(n_prompt, batch), batch * self.prefill_flops(n_prompt))
 
+    def verify_bound(self, *, n_past: int, n_new: int) -> PassBound:
+        """One pass over n_new tokens after n_past cached ones (a speculative verify: n_new = k + 1): the weights
+        read once and the KV of all n_past + n_new positions, FLOPs for every new token. n_new = 1 is a decode
+        step and n_past = 0 a prefill: while it is memory-bound, k + 1 positions cost about one decode step."""
+        flops = 2 * self.spec.n_params * n_new + 4 * self.spec.n_heads * self.spec.d_head * self.spec.keys_attended(
+            n_past, n_new)
+        return self._bound(self.weight_bytes + self.kv_bytes(n_past + n_new), flops)
+
     def compute_bound_batch(self, *, n_context: int) -> float | None:
         """Batch B where decode's compute time reaches its memory time; None if it never does.
 

@@ -58,7 +58,7 @@ def position_labels(token_texts: Sequence[str]) -> list[str]:
     return [f"{i} {visible(text)}" for i, text in enumerate(token_texts)]
 
 
-_STRIP_CSS = """<style>
+STRIP_CSS = """<style>
 .kv-strip{display:flex;flex-wrap:wrap;gap:4px;font-family:ui-monospace,monospace;font-size:var(--kv-size,15px)}
 .kv-chip{padding:2px 6px;border-radius:6px;border:1px solid #c8ccd4;background:#f3f4f6;white-space:pre}
 .kv-chip.gen{background:#e0ecff;border-color:#7aa7f0}
@@ -93,7 +93,7 @@ def token_strip_html(
     )
     size = "22px" if lecture else "15px"
     return (
-        f'{_STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
+        f'{STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
         f'<div class="kv-top">{html.escape(top_caption)}<div class="kv-top-row">{items}</div></div></div>'
     )
 

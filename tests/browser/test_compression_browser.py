@@ -24,3 +24,15 @@ def test_compression_page(page, shots, bad_responses, lang, title, run, heading)
     expect(page.locator("[data-testid='stPlotlyChart']")).to_have_count(3)
     full_shot(page, shots / f"compression_{lang}.png")
     no_errors(page, bad_responses)
+    if lang == "en":  # then the same session in Korean: the quality axis chosen before the switch stays chosen
+        page.locator("label").filter(has_text="Top-1 disagreement").first.click()
+        wait_idle(page)
+        page.get_by_test_id("stSidebar").locator("label").filter(has_text="한국어").click()
+        expect(page.get_by_role("heading", name="절약한 메모리 대 잃은 품질")).to_be_visible()
+        wait_idle(page)
+        settle(page)
+        checked = page.locator("[data-testid='stRadio'] input[type=radio]:checked")
+        labels = [c.evaluate("e => e.closest('label').innerText") for c in checked.all()]
+        assert "Top-1 불일치" in labels  # main showed neither option selected after the switch
+        full_shot(page, shots / "compression_switched_ko.png")
+        no_errors(page, bad_responses)

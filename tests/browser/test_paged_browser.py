@@ -40,9 +40,14 @@ def test_shared_prefix_and_preemption(page, shots):
     wait_idle(page)
     expect(page.get_by_role("heading", name="Paged Blocks & Prefix Sharing")).to_be_visible()
     expect(page.get_by_role("spinbutton", name="Pool size (blocks)")).to_have_value("20")
-    _click(page, "+4 sharing the system prompt", "Running / waiting / done", "0 / 4 / 0")  # arrive at steps 0..3
+    _click(page, "+4 sharing the system prompt", "Running / waiting / done", "0 / 4 / 0")  # all arrive now
     _click(page, "+1 without it", "Running / waiting / done", "0 / 5 / 0")
-    for _ in range(4):
+    _step(page)  # one step admits all five: R1..R3 hit R0's system-prompt blocks, hashed at allocation
+    assert _metric(page, "Running / waiting / done") == "5 / 0 / 0"
+    assert _metric(page, "Prefix hit rate") == f"{3 * 48 / (4 * 68 + 20):.0%}"
+    settle(page)
+    page.screenshot(path=shots / "paged_same_step_en.png", full_page=True)
+    for _ in range(3):
         _step(page)
     _click(page, "+1 with system prompt", "Running / waiting / done", "5 / 1 / 0")
     for _ in range(30):  # the pool of 20 blocks runs short as the six requests grow: the newest is preempted
@@ -64,6 +69,28 @@ def test_shared_prefix_and_preemption(page, shots):
     page.screenshot(path=shots / "paged_blocks_ko.png", full_page=True)
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.console_errors == []
+
+
+def test_finished_requests_show_released_blocks(page, shots):
+    """Finished requests' rows show their released blocks (no physical ids, which others may hold by then)."""
+    page.set_viewport_size({"width": 1400, "height": 3400})
+    page.goto_app("Paged_Blocks", "?lang=ko")
+    wait_idle(page)
+    page.get_by_role("spinbutton", name="요청당 새 토큰 수").fill("3")
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(1000)  # the rerun the new value starts, before waiting for it to end
+    wait_idle(page)
+    _click(page, "+4 시스템 프롬프트 공유", "실행 / 대기 / 완료", "0 / 4 / 0")
+    for n in range(3):
+        _click(page, "한 단계", "스케줄러 단계", str(n + 1))
+    assert _metric(page, "실행 / 대기 / 완료") == "0 / 0 / 4"
+    _click(page, "+1 포함 안 함", "실행 / 대기 / 완료", "0 / 1 / 4")
+    _click(page, "한 단계", "스케줄러 단계", "4")  # R4 takes blocks the four released
+    tables = page.locator("[data-testid='stPlotlyChart']").first
+    expect(tables.get_by_text("해제됨").first).to_be_visible()
+    settle(page)
+    page.screenshot(path=shots / "paged_finished_ko.png", full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0
 
 
 def test_play_steps_until_paused(page):

@@ -1,7 +1,7 @@
 """The real pretrained model in Chromium: the decode page on SmolLM2 in its chat form after 10 Steps, and the
 Attention Sinks & Induction Heads page, in English and Korean (screenshots looked at for each)."""
 import pytest
-from harness import IDLE, TOKENS_JS, wait_charts, wait_idle
+from harness import TOKENS_JS, wait_charts, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.engine.chat import chat_prompt
@@ -30,6 +30,7 @@ def test_decode_page_on_smollm2_in_chat_form(page, shots, smollm2, lang):
     page.set_default_timeout(120_000)
     page.goto_app(query=f"?model=smollm2&lang={lang}")
     page.get_by_role("link", name=reuse).first.click()
+    page.wait_for_selector("button.kv-step")  # the decode page is drawn
     wait_idle(page)
     prompt = t("reuse.preset_1", lang)
     page.get_by_text(chat, exact=True).click()  # the toggle's label
@@ -61,7 +62,7 @@ def test_attention_page_shows_sinks_and_induction_on_smollm2(page, shots, smollm
     page.set_default_timeout(180_000)
     page.goto_app(query=f"?model=smollm2&lang={lang}")
     page.get_by_role("link", name=heads).first.click()
-    page.wait_for_selector(IDLE)
+    page.wait_for_selector("[data-testid='stMetricValue']")  # the new page's first result, then its charts
     wait_charts(page, 180_000)
     metrics = page.locator("[data-testid='stMetricValue']").all_inner_texts()
     sink_heads = int(metrics[0].split("/")[0])

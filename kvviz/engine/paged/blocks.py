@@ -1,12 +1,14 @@
 """The block pool: fixed-size KV blocks, a block table per request, and vLLM's prefix-caching rules.
 
-Rules (vLLM automatic prefix caching, docs "Automatic Prefix Caching" / design "prefix_caching.md"):
+Rules (vLLM v1 automatic prefix caching, docs/design/prefix_caching.md and vllm/v1/core/block_pool.py):
 - a block's hash chains its parent's hash and its own token ids, so equal hashes mean equal whole prefixes;
 - only full blocks get a hash and can be shared;
 - a lookup walks the prompt's full blocks from the start and stops at the first miss;
 - the last prompt token is always computed (its logits pick the next token), so an n-token prompt reuses at
   most ⌊(n−1)/B⌋·B tokens;
-- a freed block keeps its hash on an LRU free list and can be hit again until it is taken for new tokens.
+- a freed block keeps its hash on an LRU free list and can be hit again until it is taken for new tokens;
+- blocks are not de-duplicated: every block id is kept under its hash (BlockHashToBlockMap.insert), a lookup
+  takes the first (get_one_block), and evicting one copy leaves the others findable (BlockHashToBlockMap.pop).
 """
 from __future__ import annotations
 
@@ -63,7 +65,9 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(n_blocks)]
         # Free blocks, least recently freed first: allocation takes from the front (evicting a cached one).
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(n_blocks))
-        self.cached: dict[bytes, int] = {}  # hash -> block id
+        # hash -> every block id holding it, first cached first (vLLM's BlockHashToBlockMap: block tables are
+        # append-only, so a block that fills up equal to a cached one stays, and both are findable)
+        self.cached: dict[bytes, dict[int, None]] = {}
         self.hits = 0  # tokens served from the cache, over the pool's life
         self.queries = 0  # prompt tokens looked up
         self.evictions = 0
@@ -89,10 +93,10 @@ class BlockPool:
         limit = max_cacheable_tokens(n_prompt, self.block_size) // self.block_size
         found: list[int] = []
         for h in hashes[:limit]:
-            block_id = self.cached.get(h)
-            if block_id is None:
+            copies = self.cached.get(h)
+            if not copies:
                 break
-            found.append(block_id)
+            found.append(next(iter(copies)))  # the first copy, as get_one_block
         return found
 
     def take_cached(self, block_ids: Sequence[int]) -> None:
@@ -111,8 +115,10 @@ class BlockPool:
         for _ in range(n):
             i, _ = self.free.popitem(last=False)
             b = self.blocks[i]
-            if b.hash is not None:
-                if self.cached.get(b.hash) == i:
+            if b.hash is not None:  # evicted: this copy leaves the cache, other copies stay (pop(key, block_id))
+                copies = self.cached[b.hash]
+                del copies[i]
+                if not copies:
                     del self.cached[b.hash]
                 b.hash = None
                 self.evictions += 1
@@ -132,13 +138,14 @@ class BlockPool:
                 self.free[i] = None
 
     def register(self, block_id: int, h: bytes) -> None:
-        """A block just became full: make it findable by its hash (first writer wins; a duplicate stays private)."""
+        """A full block becomes findable by its hash, beside any other copy (vLLM's cache_full_blocks)."""
         b = self.blocks[block_id]
-        if b.hash is not None:
+        if b.hash is not None:  # cached already (a hit, or registered earlier): the same tokens, the same hash
+            if b.hash != h:
+                raise RuntimeError(f"block {block_id} registered under two hashes")
             return
-        if h not in self.cached:
-            b.hash = h
-            self.cached[h] = block_id
+        b.hash = h
+        self.cached.setdefault(h, {})[block_id] = None
 
     def state(self, block_id: int) -> str:
         b = self.blocks[block_id]

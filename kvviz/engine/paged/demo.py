@@ -3,18 +3,17 @@ prefix cache on and off, and the prefill time a hit saves measured in isolation.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from kvviz.engine.device import synchronize
-from kvviz.engine.metrics import spread
+from kvviz.engine.metrics import Spread, spread
 from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE
-from kvviz.engine.paged.scheduler import PagedEngine
+from kvviz.engine.paged.scheduler import PagedEngine, Request
 from kvviz.engine.timing import quiet
 from kvviz.engine.tokenizer import Tokenizer
 from kvviz.errors import InputError
@@ -58,13 +57,15 @@ class DemoRun:
 
 
 def run_arrivals(model: Decoder, prompts: Sequence[list[int]], *, new_tokens: int, block_size: int,
-                 n_blocks: int, prefix_caching: bool) -> DemoRun:
-    """Request i arrives once request i−1 has its first token (its prefill done); then all run to the end."""
+                 n_blocks: int, prefix_caching: bool, same_step: bool = False) -> DemoRun:
+    """Request i arrives once request i−1 has its first token (its prefill done), or (same_step) all arrive
+    together and are admitted in one scheduler step; then all run to the end."""
     eng = PagedEngine(model, n_blocks, block_size, prefix_caching=prefix_caching, record_logits=True)
     used = shared = 0
-    for prompt in prompts:
-        req = eng.add(prompt, new_tokens)
-        while req.first_token_s is None:
+    groups = [list(prompts)] if same_step else [[p] for p in prompts]
+    for group in groups:
+        reqs = [eng.add(prompt, new_tokens) for prompt in group]
+        while any(r.first_token_s is None for r in reqs):
             eng.step()
         used = eng.pool.n_in_use()
         shared = sum(1 for n in eng.sharing().values() if n > 1)
@@ -73,8 +74,10 @@ def run_arrivals(model: Decoder, prompts: Sequence[list[int]], *, new_tokens: in
 
 
 def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, shared_prefix: int = 256,
-                suffix: int = 32, block_size: int = DEFAULT_BLOCK_SIZE, new_tokens: int = 16) -> dict:
-    """n requests sharing a system prompt, run with and without prefix caching on the same arrivals."""
+                suffix: int = 32, block_size: int = DEFAULT_BLOCK_SIZE, new_tokens: int = 16,
+                same_step: bool = False, repeats: int = 9) -> dict:
+    """n requests sharing a system prompt, run with and without prefix caching on the same arrivals (one after
+    another's prefill, or all in one step); TTFTs with their spread, and one hit's prefill saving measured alone."""
     for name, value in (("requests", n_requests), ("suffix", suffix), ("block size", block_size),
                         ("new tokens", new_tokens)):
         if value <= 0:
@@ -89,21 +92,27 @@ def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, sh
     n_blocks = n_requests * math.ceil(total / block_size)  # room for all without sharing: nothing is preempted
     warm_up(model)
     off = run_arrivals(model, prompts, new_tokens=new_tokens, block_size=block_size, n_blocks=n_blocks,
-                       prefix_caching=False)
+                       prefix_caching=False, same_step=same_step)
     on = run_arrivals(model, prompts, new_tokens=new_tokens, block_size=block_size, n_blocks=n_blocks,
-                      prefix_caching=True)
+                      prefix_caching=True, same_step=same_step)
     pairs = list(zip(on.engine.requests, off.engine.requests, strict=True))
     logits = [(a, b) for r_on, r_off in pairs for a, b in zip(r_on.logits, r_off.logits, strict=True)]
     diff = max((a - b).abs().max().item() for a, b in logits)
     same_tokens = all(a.output_ids == b.output_ids for a, b in pairs)
     hit = [i for i, r in enumerate(on.engine.requests) if r.cached_tokens]
-    ttft_cached = statistics.median(on.engine.requests[i].ttft_s for i in hit) if hit else None
-    ttft_computed = statistics.median(off.engine.requests[i].ttft_s for i in hit) if hit else None
+    # One TTFT per request is one sample: the two sets are compared by their spread, as the page does, never
+    # by a ratio of medians that a single slow step can make up.
+    cached = spread(_distinct_ttfts(on.engine.requests[i] for i in hit))
+    computed = spread(_distinct_ttfts(off.engine.requests[i] for i in hit))
+    ttft = HitSaving.from_spreads(computed, cached) if hit else None
+    first = on.engine.requests[hit[0]] if hit else None
+    prefill = measure_hit_saving(model, first.prompt_ids, first.cached_tokens, repeats) if first else None
     return {
         "model": getattr(model, "name", None) or "native",
         "block_size": block_size,
         "pool_blocks": n_blocks,
         "new_tokens": new_tokens,
+        "same_step": same_step,
         "requests": [
             {"prompt_tokens": len(r.prompt_ids), "cached_tokens": r.cached_tokens, "ttft_s": r.ttft_s,
              "ttft_no_prefix_cache_s": r_off.ttft_s}
@@ -113,23 +122,47 @@ def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, sh
         "blocks_used": on.blocks_used,
         "blocks_shared": on.blocks_shared,
         "blocks_used_without_sharing": off.blocks_used,
-        "ttft_cached_s": ttft_cached,  # median over the requests that hit
-        "ttft_computed_s": ttft_computed,  # the same requests, same arrivals, prefix cache off
-        "ttft_ratio": ttft_computed / ttft_cached if hit and ttft_cached else None,
+        "ttft_cached": _spread_dict(cached),  # over the requests that hit
+        "ttft_computed": _spread_dict(computed),  # the same requests, same arrivals, prefix cache off
+        "ttft_saving": _saving_dict(ttft),  # fastest vs fastest, judged against the spread
+        "prefill_saving": _saving_dict(prefill),  # one hit's prompt alone, whole vs after the hit
         "max_abs_logit_diff_vs_no_sharing": diff,
         "max_abs_logit": max(t.abs().max().item() for pair in logits for t in pair),  # the scale rounding is of
         "same_tokens_vs_no_sharing": same_tokens,
     }
 
 
+def _distinct_ttfts(requests: Iterable[Request]) -> list[float]:
+    """One TTFT per distinct measurement: requests that arrived and got their first token together (one step)
+    share one timing, which is one sample, not several."""
+    return list({(r.arrival_s, r.first_token_s): r.ttft_s for r in requests}.values())
+
+
+def _spread_dict(s: Spread | None) -> dict | None:
+    return None if s is None else {"median_s": s.median, "low_s": s.low, "high_s": s.high, "n": s.n}
+
+
+def _saving_dict(h: HitSaving | None) -> dict | None:
+    if h is None:
+        return None
+    return {"full_s": h.full_s, "with_hit_s": h.with_hit_s, "saved_s": h.saved_s, "noise_s": h.noise_s,
+            "samples": h.repeats, "measurable": h.measurable}
+
+
 @dataclass(frozen=True)
 class HitSaving:
-    """Prefill seconds of one prompt computed whole and after a prefix hit, each the fastest of `repeats`."""
+    """Seconds of the same work computed whole and after a prefix hit, each the fastest of `repeats` samples."""
 
     full_s: float
     with_hit_s: float
     noise_s: float  # the larger of the two runs' (median − fastest): how much repeated timings differ here
     repeats: int
+
+    @classmethod
+    def from_spreads(cls, whole: Spread, after: Spread) -> HitSaving:
+        """Fastest against fastest; the noise is how far each set's median sits above its fastest."""
+        return cls(whole.low, after.low, max(whole.median - whole.low, after.median - after.low),
+                   min(whole.n, after.n))
 
     @property
     def saved_s(self) -> float:
@@ -137,8 +170,9 @@ class HitSaving:
 
     @property
     def measurable(self) -> bool:
-        """Whether the saving stands above the timing noise (a small hit on a small model may not)."""
-        return self.saved_s > self.noise_s
+        """Whether the saving stands above the timing noise (a small hit on a small model may not); one sample
+        each gives no noise estimate, so no verdict."""
+        return self.repeats >= 2 and self.saved_s > self.noise_s
 
 
 def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens: int, repeats: int = 9
@@ -164,5 +198,4 @@ def measure_hit_saving(model: Decoder, prompt_ids: Sequence[int], cached_tokens:
             synchronize(ids.device)
             partial.append(time.perf_counter() - t0)
     # The first pair is dropped: the first passes at new lengths pay one-time costs.
-    whole, after = spread(full[1:]), spread(partial[1:])
-    return HitSaving(whole.low, after.low, max(whole.median - whole.low, after.median - after.low), repeats)
+    return HitSaving.from_spreads(spread(full[1:]), spread(partial[1:]))

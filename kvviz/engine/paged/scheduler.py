@@ -1,11 +1,24 @@
 """Many requests in one paged pool: admit with prefix hits, decode the running ones in one batched forward,
 preempt by recompute when the pool runs out (as vLLM's scheduler, without chunked prefill).
 
+With num_speculative_tokens = k, each running request drafts up to k tokens by prompt lookup (vLLM's `ngram`) and
+brings 1 + k tokens to the forward (vLLM's num_new_tokens = num_tokens_with_spec − num_computed_tokens); its slots
+are allocated for all of them (the n-gram method reserves no lookahead slots: vLLM sets num_lookahead_tokens only
+for EAGLE and draft models). After the greedy verify, vLLM's Scheduler.update_from_output rolls the request back,
+`num_computed_tokens -= num_rejected`, and frees nothing: the blocks stay in the block table and the next step
+overwrites the rejected slots. Only blocks full of verified tokens get a hash (allocate_slots caches up to
+request.num_tokens, never draft tokens).
+
 Each step: (1) every running request gets a slot for its next token, the most recently admitted request
 being preempted (blocks freed, put back at the head of the queue, recomputed later) while the pool is short;
 (2) if nobody was preempted, waiting requests are admitted first come first served while their blocks fit,
-each taking the longest cached prefix of full blocks; (3) one forward over all scheduled tokens; (4) full
-blocks get their hash, each request takes its greedy next token, finished requests free their blocks.
+each taking the longest cached prefix of full blocks; (3) one forward over all scheduled tokens; (4) each
+request takes its greedy next token, finished requests free their blocks.
+
+A block that this step fills is hashed when it is allocated, before the forward (vLLM's
+KVCacheManager.allocate_slots → cache_blocks, "so that the block can be reused by other requests in the same
+batch", docs/design/prefix_caching.md): a request admitted later in the same step hits it, and the forward
+writes its K/V in each layer before any request of the batch attends to it.
 """
 from __future__ import annotations
 
@@ -21,6 +34,8 @@ from kvviz.engine.device import synchronize
 from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE, BlockPool, block_hash
 from kvviz.engine.paged.kv import build_batch
+from kvviz.engine.spec import ngram, sampling
+from kvviz.engine.spec.decoding import SpecStats
 from kvviz.errors import InputError
 
 ARRIVING, WAITING, RUNNING, FINISHED = "arriving", "waiting", "running", "finished"
@@ -45,6 +60,9 @@ class Request:
     admitted_step: int | None = None
     logits: list[torch.Tensor] = field(default_factory=list)  # per output token, when recorded
     hashes: list[bytes] = field(default_factory=list)  # chained hashes of its full blocks so far
+    draft_ids: list[int] = field(default_factory=list)  # tokens drafted for the step being scheduled
+    rolled_back: int = 0  # positions written by a verify and then rolled back, over its life
+    n_released: int = 0  # blocks it gave back when it finished
 
     @property
     def all_ids(self) -> list[int]:
@@ -96,7 +114,8 @@ class PoolSample:
 
 class PagedEngine:
     def __init__(self, model: Decoder, n_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE, *,
-                 prefix_caching: bool = True, record_logits: bool = False) -> None:
+                 prefix_caching: bool = True, record_logits: bool = False, num_speculative_tokens: int = 0,
+                 ngram_config: ngram.NgramConfig | None = None) -> None:
         self.model = model
         self.pool = BlockPool(n_blocks, block_size)
         self.kv = model.new_paged_kv(n_blocks, block_size)
@@ -110,6 +129,9 @@ class PagedEngine:
         self.n_steps = 0
         self.history: list[PoolSample] = []
         self.reports: list[StepReport] = []
+        self.num_speculative_tokens = num_speculative_tokens
+        self.ngram_config = ngram_config or ngram.NgramConfig()
+        self.spec_stats = SpecStats(num_speculative_tokens)
 
     # ---- requests ------------------------------------------------------------------------------------
     def add(self, prompt_ids: Sequence[int], max_new_tokens: int, label: str = "", *, at_step: int | None = None
@@ -158,10 +180,19 @@ class PagedEngine:
     def _preempt(self, req: Request) -> None:
         self.pool.release(req.block_table)
         self._note_filled(req)
-        req.block_table, req.n_computed, req.status = [], 0, WAITING
+        req.block_table, req.n_computed, req.status, req.draft_ids = [], 0, WAITING, []
         req.n_preemptions += 1
         self.running.remove(req)
         self.waiting.appendleft(req)
+
+    def _cache_blocks(self, req: Request) -> None:
+        """Hash every block this step leaves full, now (vLLM's allocate_slots caches up to the request's
+        num_tokens: its prompt at admission, the token it decodes next afterwards)."""
+        if not self.prefix_caching:
+            return
+        hashes = req.extend_hashes(self.block_size)
+        for j in range(len(req.all_ids) // self.block_size):
+            self.pool.register(req.block_table[j], hashes[j])
 
     def _note_filled(self, req: Request) -> None:
         for j, b in enumerate(req.block_table):
@@ -173,7 +204,9 @@ class PagedEngine:
         for req in list(self.running):
             if req.status != RUNNING:
                 continue  # preempted earlier in this loop
-            need = self._blocks_for(req.n_computed + 1) - len(req.block_table)
+            req.draft_ids = self._propose(req)
+            # Slots for the newest token and every draft (blocks already held from a rolled-back step count).
+            need = max(0, self._blocks_for(req.n_computed + 1 + len(req.draft_ids)) - len(req.block_table))
             while need > self.pool.n_free:
                 victim = self.running[-1]  # the most recently admitted goes first, as vLLM
                 self._preempt(victim)
@@ -183,7 +216,8 @@ class PagedEngine:
             if req.status != RUNNING:
                 continue
             req.block_table += self.pool.allocate(need)
-            scheduled.append((req, [req.all_ids[-1]]))
+            self._cache_blocks(req)  # drafts are not the request's tokens yet: never hashed (vLLM's num_tokens)
+            scheduled.append((req, [req.all_ids[-1], *req.draft_ids]))
         admitted: list[int] = []
         while self.waiting and not preempted:
             req = self.waiting[0]
@@ -197,6 +231,7 @@ class PagedEngine:
             self.pool.take_cached(hit)
             req.block_table = hit + self.pool.allocate(need)
             req.n_computed = len(hit) * self.block_size
+            self._cache_blocks(req)  # before the next waiting request looks up: a same-step hit
             if req.cached_tokens is None:
                 req.cached_tokens = req.n_computed
                 req.admitted_step = self.n_steps
@@ -210,6 +245,11 @@ class PagedEngine:
             scheduled.append((req, ids[req.n_computed :]))
         return scheduled, admitted, preempted
 
+    def _propose(self, req: Request) -> list[int]:
+        """Up to k drafts by prompt lookup, never more than the request still emits after the target's own token."""
+        k = min(self.num_speculative_tokens, req.max_new_tokens - len(req.output_ids) - 1)
+        return ngram.propose(req.all_ids, k, self.ngram_config, self.model.cfg.max_seq_len) if k > 0 else []
+
     @torch.inference_mode()
     def step(self) -> StepReport:
         """Schedule, run one batched forward, take each request's next token."""
@@ -221,27 +261,42 @@ class PagedEngine:
                                 [r.block_table for r, _ in scheduled], self.block_size, self.kv.k[0].device)
             synchronize(self.kv.k[0].device)
             start = time.perf_counter()
-            logits = self.model.forward_paged(batch, self.kv)
-            next_ids = logits.argmax(dim=-1).tolist()
+            speculating = self.num_speculative_tokens > 0
+            logits = self.model.forward_paged(batch, self.kv, all_logits=speculating)
+            # Each request's rows: all its new tokens' logits when speculating (a verify reads each draft's), else
+            # its last token's.
+            rows = ([logits[a : a + len(t)] for a, (_, t) in zip(_starts(scheduled), scheduled, strict=True)]
+                    if speculating else [logits[i : i + 1] for i in range(len(scheduled))])
+            # Greedy: the drafts the target agrees with, then its own token (a prefill drafted nothing).
+            verdicts = [sampling.greedy(req.draft_ids, r[len(r) - 1 - len(req.draft_ids):])
+                        for (req, _), r in zip(scheduled, rows, strict=True)]
             synchronize(self.kv.k[0].device)
             end = time.perf_counter()
             seconds = end - start
-            for (req, toks), logit, nxt in zip(scheduled, logits, next_ids, strict=True):
-                was_prefill = len(toks) > 1 or not req.output_ids or req.n_computed == 0
+            for (req, toks), row, verdict in zip(scheduled, rows, verdicts, strict=True):
+                drafted = req.draft_ids
                 req.n_computed += len(toks)
-                hashes = req.extend_hashes(self.block_size)
-                for j in range(req.n_computed // self.block_size):
-                    self.pool.register(req.block_table[j], hashes[j])
+                if drafted:
+                    # vLLM's update_from_output: num_computed_tokens -= num_rejected; no block is freed.
+                    rejected = len(drafted) - verdict.n_accepted
+                    req.n_computed -= rejected
+                    req.rolled_back += rejected
+                    self.spec_stats.observe_draft(len(drafted), verdict.n_accepted)
+                req.draft_ids = []
+                emitted = verdict.emitted(drafted)[: req.max_new_tokens - len(req.output_ids)]
+                req.output_ids.extend(emitted)
                 self._note_filled(req)
                 if req.first_token_s is None:
                     req.first_token_s = end
-                if was_prefill and req.prefill_step_s is None:
+                if req.prefill_step_s is None:  # its first forward computed its prompt
                     req.prefill_step_s = seconds
                 if self.record_logits:
-                    req.logits.append(logit.detach().clone())
-                req.output_ids.append(int(nxt))
+                    req.logits.extend(r.detach().clone() for r in row[len(row) - 1 - len(drafted):][:len(emitted)])
                 if len(req.output_ids) >= req.max_new_tokens:
+                    # Freed, and gone from the request (vLLM's free pops req_to_blocks): its blocks may now be
+                    # reused by others, so a finished request shows how many it released, not their ids.
                     self.pool.release(req.block_table)
+                    req.n_released, req.block_table = len(req.block_table), []
                     req.status = FINISHED
                     self.running.remove(req)
                     finished.append(req.request_id)
@@ -278,6 +333,15 @@ class PagedEngine:
         return {b.block_id: b.ref_count for b in self.pool.blocks if b.ref_count > 0}
 
 
+def _starts(scheduled: Sequence[tuple[Request, list[int]]]) -> list[int]:
+    """Where each scheduled request's new tokens begin in the batch's concatenated [T]."""
+    out, at = [], 0
+    for _, toks in scheduled:
+        out.append(at)
+        at += len(toks)
+    return out
+
+
 # ---- pure views for the page's figures --------------------------------------------------------------------
 @dataclass(frozen=True)
 class BlockView:
@@ -297,9 +361,10 @@ class RequestView:
     output_tokens: int
     n_computed: int
     cached_tokens: int | None
-    block_table: tuple[int, ...]
+    block_table: tuple[int, ...]  # empty once finished: the blocks went back to the pool
     n_preemptions: int
     ttft_s: float | None
+    n_released: int = 0  # blocks released when it finished
 
 
 def snapshot(engine: PagedEngine) -> tuple[list[BlockView], list[RequestView]]:
@@ -310,7 +375,7 @@ def snapshot(engine: PagedEngine) -> tuple[list[BlockView], list[RequestView]]:
     blocks = [BlockView(b.block_id, engine.pool.state(b.block_id), b.ref_count, b.n_filled,
                         tuple(owners.get(b.block_id, ()))) for b in engine.pool.blocks]
     requests = [RequestView(r.request_id, r.label, r.status, len(r.prompt_ids), len(r.output_ids), r.n_computed,
-                            r.cached_tokens, tuple(r.block_table), r.n_preemptions, r.ttft_s)
+                            r.cached_tokens, tuple(r.block_table), r.n_preemptions, r.ttft_s, r.n_released)
                 for r in engine.requests]
     return blocks, requests
 
