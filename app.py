@@ -2,8 +2,8 @@
 import streamlit as st
 
 from kvviz.app.language import tr
-from kvviz.app.lecture import ideas
-from kvviz.app.models import get_backend, model_caption, preload_engine, settings_spec
+from kvviz.app.lecture import idea_title, ideas
+from kvviz.app.models import model_caption, model_spec, preload_engine
 from kvviz.app.navigation import page_map
 from kvviz.app.shell import page_setup
 from kvviz.charts.decode import decode_loop_dot
@@ -15,24 +15,21 @@ show = ideas(titles, "home")  # in lecture mode, one idea per screen
 
 if 0 in show:
     st.write(tr("home.summary"))
-    st.subheader(titles[0])
+    idea_title(titles[0], small=True)
     steps = [tr(f"home.loop_{i}") for i in range(1, 7)]
     st.graphviz_chart(decode_loop_dot(steps, tr("home.loop_repeat"), lecture=settings.lecture), width="stretch")
     st.caption(tr("home.loop_caption"))
 
 if 1 in show:
-    st.subheader(titles[1])
+    idea_title(titles[1], small=True)
     # The shipped model and a custom shape are described from their config alone: the first page a visitor
     # opens loads no weights and imports no torch. A Hugging Face model's description comes with loading it.
-    spec = settings_spec(settings)
-    if spec is None:
-        backend = get_backend(settings)
-        spec = backend.spec if backend is not None else None
+    spec = model_spec(settings)
     if spec is not None:
         model_caption(spec)
 
 if 2 in show:
-    st.subheader(titles[2])
+    idea_title(titles[2], small=True)
     page_map(compact=settings.lecture)  # the sidebar's sections, each page with what it shows
 
 preload_engine()  # the page is drawn: torch and the engine load in the background for the next one

@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--prompt-tokens", type=_positive_int, default=64, help="batch, dtype: prompt length")
     w.add_argument("--new-tokens", type=_positive_int, default=16, help="tokens generated per run")
     w.add_argument("--repeats", type=_positive_int, default=3,
-                   help="whole runs (steps for cache) per setting; the median and range are kept")
+                   help="whole runs (steps for cache) per setting, one per round over every setting after a warm-up "
+                        "round; the median and range are kept")
     w.add_argument("--json", action="store_true")
     _add_shape_flags(w)
 
@@ -204,6 +205,35 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--seed", type=int, default=0)
     pd.add_argument("--json", action="store_true")
     _add_shape_flags(pd)
+
+    od = sub.add_parser("offload-demo", help="KV offload tiers: requests loading stored chunks from CPU memory and "
+                                             "disk instead of recomputing them, each hit and miss explained")
+    od.add_argument("--model", default="tiny", help=MODEL_HELP)
+    od.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    od.add_argument("--chunk-size", type=_positive_int, default=256, help="tokens per stored chunk (LMCache: 256)")
+    od.add_argument("--memory-chunks", type=_non_negative_int, default=3, help="CPU-memory tier size, in chunks")
+    od.add_argument("--disk-chunks", type=_non_negative_int, default=6, help="disk tier size, in chunks")
+    od.add_argument("--store-dir", help="an empty or new folder for the disk tier (default: a temporary one)")
+    od.add_argument("--repeats", type=_positive_int, default=3,
+                    help="times each request's recompute is measured (the median is kept)")
+    od.add_argument("--tier-repeats", type=_non_negative_int, default=5,
+                    help="repeats of the per-tier table (2 chunks loaded from memory, from disk, recomputed); 0: skip")
+    od.add_argument("--json", action="store_true")
+
+    ho = sub.add_parser("handoff", help="prefill on one process, decode on another, the KV moved between them")
+    ho.add_argument("--engine", default="kvviz", choices=["kvviz", "llamacpp"],
+                    help="kvviz: two kvviz worker processes over a loopback socket; llamacpp: two llama-server "
+                         "processes, slot save → copy → restore")
+    ho.add_argument("--model", default="tiny", help="tiny, smollm2, or a kvviz directory (llamacpp: or a .gguf file)")
+    ho.add_argument("--llama-server", help="the llama-server binary (default: KVVIZ_LLAMA_SERVER, else "
+                                           "build/llama.cpp/bin/llama-server)")
+    ho.add_argument("--prompt", help="prompt text (default: --prompt-tokens tokens of English text)")
+    ho.add_argument("--prompt-tokens", type=_positive_int, default=64)
+    ho.add_argument("--new-tokens", type=_positive_int, default=16)
+    ho.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="kvviz engine")
+    ho.add_argument("--ctx-size", type=_positive_int, default=2048, help="llamacpp: each server's -c")
+    ho.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel ranks for the calculator beside it")
+    ho.add_argument("--json", action="store_true")
 
     c = sub.add_parser("compress", help="compress the KV cache (evict, quantize, pool heads): bytes vs quality")
     c.add_argument("--method", required=True, type=_method_list,
@@ -370,6 +400,7 @@ def cmd_generate(args: argparse.Namespace) -> dict:
 
 
 def cmd_sweep(args: argparse.Namespace) -> dict:
+    from kvviz.engine import sweep_stats as stats
     from kvviz.engine import sweeps
     from kvviz.engine.loading import load_backend
 
@@ -381,10 +412,10 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
     backend = load(args.dtype)
     max_len = backend.spec.max_context
     if args.kind == "prompt-length":
-        lengths = args.lengths or sweeps.default_prompt_lengths(max_len, args.new_tokens)
+        lengths = args.lengths or stats.default_prompt_lengths(max_len, args.new_tokens)
         sweep = sweeps.prompt_length_sweep(backend, lengths, n_new=args.new_tokens, repeats=args.repeats)
     elif args.kind == "cache":
-        contexts = args.contexts or sweeps.default_contexts(max_len, args.repeats)
+        contexts = args.contexts or stats.default_contexts(max_len)
         sweep = sweeps.cache_sweep(backend, contexts, repeats=args.repeats)
     elif args.kind == "batch":
         sweep = sweeps.batch_sweep(backend, args.batches, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
@@ -392,7 +423,7 @@ def cmd_sweep(args: argparse.Namespace) -> dict:
         sweep = sweeps.dtype_sweep(load, args.dtypes, n_prompt=args.prompt_tokens, n_new=args.new_tokens)
     rows = sweeps.SweepRun(sweep).run()
     return {"sweep": args.kind, "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype,
-            "columns": list(sweeps.COLUMNS[args.kind]), "rows": rows, "summary": sweeps.summary(args.kind, rows)}
+            "columns": list(stats.COLUMNS[args.kind]), "rows": rows, "summary": stats.summary(args.kind, rows)}
 
 
 def _model_spec(args: argparse.Namespace, command: str):  # noqa: ANN202 - a KVSpec
@@ -524,6 +555,101 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
                          backend.spec.d_model)
     return {**out, "logit_rounding_tolerance": rounding.tolerance, "logits_equal_up_to_rounding": rounding.within,
             "model": backend.spec.name, "device": str(backend.device), "dtype": args.dtype}
+
+
+def _native(args: argparse.Namespace, command: str):  # noqa: ANN202 - a NativeBackend
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.loading import load_backend
+
+    if args.model == "random":
+        raise CliError(f"{command} needs a trained model: --model tiny, smollm2 or a model directory")
+    backend = load_backend(args.model, dtype=args.dtype, device="cpu")
+    if not isinstance(backend, NativeBackend):
+        raise CliError(f"{command} runs kvviz's own decoder: use --model tiny, smollm2 or a kvviz directory")
+    return backend
+
+
+def cmd_offload_demo(args: argparse.Namespace) -> dict:
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kvviz.engine.offload.serve import OffloadDemo, tier_costs
+
+    backend = _native(args, "offload-demo")
+    if args.store_dir and Path(args.store_dir).exists() and any(Path(args.store_dir).iterdir()):
+        raise CliError(f"--store-dir {args.store_dir} is not empty: give a new or empty folder")
+    root = Path(args.store_dir or tempfile.mkdtemp(prefix="kvviz-offload-"))
+    try:
+        demo = OffloadDemo(backend, root / "store", chunk_size=args.chunk_size, memory_chunks=args.memory_chunks,
+                           disk_chunks=args.disk_chunks, repeats=args.repeats)
+        out = demo.run(None if args.json else lambda i, n: print(f"request {i}/{n}…", file=sys.stderr))
+        tiers = []
+        if args.tier_repeats:
+            tiers = [t.to_dict() for t in tier_costs(backend, root / "tiers", n_chunks=2, chunk_size=args.chunk_size,
+                                                     repeats=args.tier_repeats)]
+    finally:
+        if not args.store_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    return {**out, "tiers": tiers, "store_kept": bool(args.store_dir)}
+
+
+def _handoff_prompt(args: argparse.Namespace, backend) -> list[int]:  # noqa: ANN001
+    from kvviz.engine.paged.demo import shared_prefix_ids
+
+    ids = backend.tokenizer.encode(args.prompt) if args.prompt else shared_prefix_ids(backend.tokenizer,
+                                                                                       args.prompt_tokens)
+    limit = min(backend.spec.max_context, args.ctx_size if args.engine == "llamacpp" else backend.spec.max_context)
+    if len(ids) + args.new_tokens > limit:
+        raise CliError(f"the prompt's {len(ids)} tokens and --new-tokens {args.new_tokens} do not fit the "
+                       f"{limit}-token context")
+    return ids
+
+
+def cmd_handoff(args: argparse.Namespace) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    from kvviz.kv.hardware import LINKS
+    from kvviz.kv.transfer import handoff_bytes
+
+    if args.engine == "llamacpp":
+        from kvviz.engine import fetch
+        from kvviz.engine.export import export_gguf
+        from kvviz.engine.loading import load_backend
+        from kvviz.serving.handoff import llamacpp_handoff
+        from kvviz.serving.llamacpp import binary
+
+        if binary(args.llama_server) is None:
+            where = args.llama_server or "KVVIZ_LLAMA_SERVER or build/llama.cpp/bin/llama-server"
+            raise CliError(f"no llama-server at {where}: give --llama-server PATH or run scripts/build_llama_server.sh")
+        backend = load_backend(args.model, device="cpu")
+        ids = _handoff_prompt(args, backend)
+        with tempfile.TemporaryDirectory(prefix="kvviz-gguf-") as tmp:
+            if args.model in fetch.MODELS:
+                gguf = fetch.gguf_path(args.model)
+            elif str(args.model).endswith(".gguf"):
+                gguf = Path(args.model)
+            elif args.model == "tiny":
+                gguf = export_gguf(backend.model, backend.tokenizer, Path(tmp) / "tiny.gguf", name="kvviz-tiny")
+            else:
+                raise CliError("--engine llamacpp takes --model tiny, smollm2 or a .gguf file")
+            out = llamacpp_handoff(gguf, backend.spec, ids, args.new_tokens, server=args.llama_server,
+                                   ctx_size=args.ctx_size)
+        kv_dtype = out["kv_dtype"] or "float16"
+    else:
+        from kvviz.engine.offload.handoff import run_handoff
+
+        backend = _native(args, "handoff")
+        ids = _handoff_prompt(args, backend)
+        out = run_handoff(backend, args.model, ids, args.new_tokens)
+        kv_dtype = args.dtype
+    calc = handoff_bytes(backend.spec, len(ids), kv_dtype, args.tp)
+    out["calculator"] = {**calc.to_dict(), "seconds_per_link": {
+        name: {"per_rank_s": calc.seconds(link), "shared_link_s": calc.seconds(link, shared_link=True),
+               "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s, "source": link.bandwidth_source}
+        for name, link in LINKS.items()}}
+    return out
 
 
 def cmd_compress(args: argparse.Namespace) -> dict:
@@ -870,6 +996,53 @@ def _print_prefix_demo(r: dict) -> None:
           f"(tolerance {r['logit_rounding_tolerance']:.2e}); same tokens: {r['same_tokens_vs_no_sharing']}")
 
 
+def _print_offload_demo(r: dict) -> None:
+    def ms(s: float | None) -> str:
+        return "—" if s is None else f"{s * 1e3:.1f}"
+
+    print(f"[{r['model']} on {r['device']}, {r['dtype']}; chunks of {r['chunk_size']} tokens = {r['chunk_bytes']:,} B; "
+          f"memory tier {r['memory_chunks']} chunks, disk tier {r['disk_chunks']} chunks at {r['directory']}]")
+    print(f"{'req':>3} {'what':>9} {'prompt':>6} {'memory':>6} {'disk':>5} {'comp.':>5} {'load ms':>8} "
+          f"{'recomp ms':>9} {'TTFT ms':>8} {'recomp TTFT':>11}  why the rest was computed")
+    for q in r["requests"]:
+        t, m = q["tokens_by_tier"], q["miss_reason"]
+        why = f"{m['reason']} at token {m['token']}" + (f" ({m['tier']}" + (f", by request {m['request']}"
+                                                                            if m["request"] else "") + ")"
+                                                        if m["tier"] else "")
+        load = sum(q["load_s"].values())
+        print(f"{q['request']:>3} {q['kind']:>9} {q['prompt_tokens']:>6} {t['memory']:>6} {t['disk']:>5} "
+              f"{t['computed']:>5} {ms(load):>8} {ms(q['recompute_s']):>9} {ms(q['ttft_s']):>8} "
+              f"{ms(q['ttft_recompute_s']):>11}  {why}")
+    bad = [q["request"] for q in r["requests"] if not q["logits_equal_up_to_rounding"]]
+    print("logits after every load equal a full recompute within rounding" if not bad
+          else f"logits beyond rounding for requests {bad}")
+    for row in r["tiers"]:
+        print(f"{row['tier']:>6}: {row['tokens']} tokens, {row['bytes']:,} B"
+              + (f" ({row['file_bytes']:,} B on disk)" if row["file_bytes"] else "")
+              + f": load {ms(row['load_s']['median'])} ms vs recompute {ms(row['recompute_s']['median'])} ms "
+              f"(medians of {row['load_s']['n']}; load/recompute {row['load_over_recompute']:.3f})")
+
+
+def _print_handoff(r: dict) -> None:
+    def ms(s: float | None) -> str:
+        return "—" if s is None else f"{s * 1e3:.2f} ms"
+
+    print(f"[{r['engine']}: {r['model']}, prompt {r['prompt_tokens']} tokens, {r['new_tokens']} new]")
+    print(f"bytes moved {r['bytes']:,}: K/V {r['kv_bytes']:,} (kvviz's formula: {r['formula_bytes']:,}) + "
+          f"header {r['header_bytes']:,}")
+    if "file_parts" in r:
+        for part, n in r["file_parts"].items():
+            print(f"  {part:36s} {n:>10,} B")
+    print(f"prefill {ms(r['prefill_s'])}, save {ms(r['save_s'])}, transfer {ms(r['transfer_s'])}, "
+          f"restore {ms(r['restore_s'])}")
+    print(f"tokens equal to one process doing it all: {r['tokens_equal_single']}")
+    calc = r["calculator"]
+    print(f"calculator, tp={calc['tp']}: {calc['per_rank']:,} B per rank, {calc['total']:,} B in all")
+    for name, row in calc["seconds_per_link"].items():
+        print(f"  {name:26s} {row['per_rank_s'] * 1e3:10.4f} ms per rank"
+              + (f", {row['shared_link_s'] * 1e3:.4f} ms on one shared link" if calc["tp"] > 1 else ""))
+
+
 def _print_compress(r: dict) -> None:
     rows = r["results"]
     first = rows[0]
@@ -941,6 +1114,8 @@ COMMANDS = {
     "sweep": (cmd_sweep, _print_sweep),
     "prefix-demo": (cmd_prefix_demo, _print_prefix_demo),
     "compress": (cmd_compress, _print_compress),
+    "offload-demo": (cmd_offload_demo, _print_offload_demo),
+    "handoff": (cmd_handoff, _print_handoff),
     "export-gguf": (cmd_export_gguf, _print_export_gguf),
     "serve-bench": (cmd_serve_bench, _print_serve_bench),
     "speculate": (cmd_speculate, _print_speculate),
@@ -953,7 +1128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         run, show = COMMANDS[args.command]
         result = run(args)
-    except (CliError, ValueError, FileNotFoundError) as exc:
+    except (CliError, ValueError, FileNotFoundError, TimeoutError) as exc:
         print(f"kvviz: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever was typed
         return 2
     if args.json:

@@ -18,14 +18,27 @@ def _round_half_up(value: Fraction, places: int) -> Decimal:
     return exact.quantize(quantum, rounding=ROUND_HALF_UP)
 
 
+def _unit_index(value: Fraction, step: int, units: tuple[str, ...]) -> int:
+    """The largest unit the exact value reaches."""
+    index = 0
+    while index < len(units) - 1 and value >= step ** (index + 1):
+        index += 1
+    return index
+
+
+def binary_unit(n_bytes: float) -> tuple[str, int]:
+    """The binary unit a size reads best in, and its size in bytes: 2.5 TiB → ("TiB", 2**40); a chart's axis
+    of several sizes takes the largest's."""
+    index = _unit_index(abs(Fraction(n_bytes)), 1024, BINARY_UNITS)
+    return BINARY_UNITS[index], 1024**index
+
+
 def _format(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
     value = Fraction(n_bytes)  # exact for every int and float
     sign = "-" if value < 0 else ""
     value = abs(value)
-    index = 0
-    while index < len(units) - 1 and value >= step:  # the largest unit the exact value reaches
-        value /= step
-        index += 1
+    index = _unit_index(value, step, units)
+    value /= step**index
     if index == 0:  # whole bytes; a fractional byte (int4's half a byte per value) keeps its fraction
         text = f"{int(value):,}" if value.denominator == 1 else f"{_round_half_up(value, 2).normalize():,f}"
     else:
@@ -36,6 +49,13 @@ def _format(n_bytes: float, step: int, units: tuple[str, ...]) -> str:
 def format_binary(n_bytes: float) -> str:
     """Binary units, labelled as such (KiB = 1024 B): the usual calculator mistake is GiB printed as GB."""
     return _format(n_bytes, 1024, BINARY_UNITS)
+
+
+def format_exact(n_bytes: int) -> str:
+    """Exact bytes, with the binary size beside them once that says something more: "768 B", "12,288 B (12.00 KiB)"."""
+    exact = f"{n_bytes:,} B"
+    human = format_binary(n_bytes)
+    return exact if human == exact else f"{exact} ({human})"
 
 
 def format_decimal(n_bytes: float) -> str:

@@ -25,8 +25,7 @@ from kvviz.lessons import decode_view, spec_view
 
 settings = page_setup("spec.title")
 lecture = settings.lecture
-st.title(tr("spec.title"))
-head = lecture_head()
+head = lecture_head(tr("spec.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("spec.lead"))
 if settings.model == "hf":

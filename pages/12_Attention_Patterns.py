@@ -3,7 +3,7 @@ import numpy as np
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import demo_seed, ideas, intro_box
+from kvviz.app.lecture import demo_seed, idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import one_of, url_state
@@ -15,7 +15,9 @@ from kvviz.training.prose import PROSE
 
 settings = page_setup("heads.title")
 lecture = settings.lecture
-st.title(tr("heads.title"))
+head = lecture_head(tr("heads.title"))
+with head[0], intro_box():  # on a projector folded away: the presenter says it
+    st.write(tr("heads.intro"))
 backend = get_backend(settings)
 TEXTS = ("en", "ko", "custom")
 THRESHOLD = 0.3  # prefix matching above this names a head an induction head here (a stated cut, not a law)
@@ -43,16 +45,15 @@ def copying(_backend, key: tuple) -> np.ndarray | None:
 
 titles = [tr("heads.sinks_title"), tr("heads.induction_title")]
 show = ideas(titles, "heads")
-if 0 in show:
-    with intro_box():
-        st.write(tr("heads.intro"))
 if backend is None:
     st.stop()
-model_caption(backend.spec)
+with head[1], settings_box(tr("heads.settings")):  # this idea's inputs; on a projector behind one button
+    model_caption(backend.spec)
+    inputs = st.container()
 
 if 0 in show:
-    st.subheader(titles[0])
-    c1, c2 = st.columns([1, 2])
+    idea_title(titles[0], small=True)
+    c1, c2 = inputs.columns([1, 2])
     with c1:
         source = persisted(st.radio, url_state("text", "en", one_of(TEXTS)), tr("heads.text"),
                               options=TEXTS, format_func=lambda s: tr(f"heads.text_{s}"), horizontal=True)
@@ -79,7 +80,7 @@ if 0 in show:
         m2.metric(tr("heads.metric_mean_share"), f"{share.mean():.1%}",
                   help=tr("heads.metric_mean_share_help", uniform=f"{uniform:.1%}", n=len(ids)))
         m3.metric(tr("heads.metric_uniform"), f"{uniform:.1%}", help=tr("heads.metric_uniform_help", n=len(ids)))
-        left, right = (st.container(), st.container()) if lecture else st.columns([3, 2])
+        left, right = st.columns(2 if lecture else [3, 2])  # abreast on a projector too: one screen
         with left:
             chart(charts.sink_heatmap(
                 share, title=tr("heads.sink_heatmap_title", n=len(ids)), x_title=tr("heads.axis_head"),
@@ -89,12 +90,13 @@ if 0 in show:
                 share, uniform, title=tr("heads.profile_title"), x_title=tr("heads.axis_layer"),
                 y_title=tr("heads.axis_share"), mean_name=tr("heads.profile_mean"), max_name=tr("heads.profile_max"),
                 uniform_name=tr("heads.profile_uniform"), lecture=lecture), "heads_profile")
-        st.caption(tr("heads.sinks_reading_strong" if n_sinks else "heads.sinks_reading_none", n_sinks=n_sinks,
-                      share=f"{share.mean():.1%}", uniform=f"{uniform:.1%}"))
+        if not lecture:  # on a projector the metrics above say it, and the presenter reads it out
+            st.caption(tr("heads.sinks_reading_strong" if n_sinks else "heads.sinks_reading_none", n_sinks=n_sinks,
+                          share=f"{share.mean():.1%}", uniform=f"{uniform:.1%}"))
 
 if 1 in show:
-    st.subheader(titles[1])
-    c1, c2 = st.columns(2)
+    idea_title(titles[1], small=True)
+    c1, c2 = inputs.columns(2)
     n_random = int(number_in_range(c1, tr("heads.n_random"), 10, min(200, (backend.spec.max_context or 400) // 2),
                                       50, "heads_n_random", help=tr("heads.n_random_help")))
     seed = int(number_in_range(c2, tr("heads.seed"), 0, 10**6, 0, "heads_seed"))
@@ -112,7 +114,7 @@ if 1 in show:
     m4.metric(tr("heads.metric_best_prefix"), f"{prefix.max():.2f}",
               help=tr("heads.metric_best_prefix_help", layer=int(prefix.argmax() // prefix.shape[1]),
                       head=int(prefix.argmax() % prefix.shape[1])))
-    left, right = (st.container(), st.container()) if lecture else st.columns(2)
+    left, right = st.columns(2)
     with left:
         chart(charts.repeat_loss_chart(rl.losses, n_random, title=tr("heads.loss_title", n=n_random),
                                           x_title=tr("heads.axis_position"), y_title=tr("heads.axis_loss"),
@@ -123,4 +125,5 @@ if 1 in show:
                                           hover=tr("heads.scatter_hover"), lecture=lecture), "heads_induction")
     if ov is None:
         st.caption(tr("heads.copying_unknown"))
-    st.caption(tr("heads.induction_reading", drop=f"{rl.drop:.2f}", named=named, threshold=THRESHOLD))
+    if not lecture:  # on a projector the metrics above say it
+        st.caption(tr("heads.induction_reading", drop=f"{rl.drop:.2f}", named=named, threshold=THRESHOLD))

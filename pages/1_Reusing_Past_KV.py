@@ -8,7 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import chart, persisted, stepper
+from kvviz.app.widgets import chart, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.charts import decode as charts
 from kvviz.engine.chat import chat_prompt
 from kvviz.engine.generation import Generation
@@ -19,8 +19,7 @@ from kvviz.lessons import decode_view, tolerance, work
 
 settings = page_setup("reuse.title")
 lecture = settings.lecture
-st.title(tr("reuse.title"))
-head = lecture_head()
+head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 backend = get_backend(settings)
@@ -29,7 +28,7 @@ state = st.session_state
 state.setdefault("reuse_gen", None)
 state.setdefault("reuse_playing", False)
 state.setdefault("reuse_checks", {})
-state.setdefault("reuse_served", 0)  # Step clicks served so far (the stepper counts clicks, never resets)
+state.setdefault("reuse_served", 0)  # the number of the last press applied (the stepper's log only grows)
 state.setdefault("reuse_play_times", [])  # when Play's recent steps ran: the rate it really keeps
 # The settings a generation was started with: a later sidebar change must not be applied to it silently.
 model_key = decode_view.ModelKey(settings.model, settings.dtype, settings.device, settings.hf_model,
@@ -40,10 +39,8 @@ presets = [t(f"reuse.preset_{i}", language) for language in sorted(LANGS, key=la
            for i in (1, 2, 3)]
 # Kept under non-widget keys, so they survive a visit to another page (as the generation does).
 state.setdefault("reuse_prompt", presets[0])
-state.setdefault("reuse_max_new", 24)
 state.setdefault("reuse_speed", 4.0)
 max_new_limit = limit(settings, "max_new_tokens", 512)  # a hosted demo caps it
-state.reuse_max_new = min(int(state.reuse_max_new), max_new_limit)
 
 
 def use_preset() -> None:
@@ -54,7 +51,7 @@ def prefill() -> None:
     state.reuse_playing = False
     if backend is None:
         return
-    prompt, max_new = state["_w_reuse_prompt"], int(state["_w_reuse_max_new"])
+    prompt, max_new = state["_w_reuse_prompt"], current_number("_w_reuse_max_new")  # never a refused value
     template = getattr(backend.tokenizer, "chat_template", None)
     try:
         if state.get("_w_reuse_chat") and template:
@@ -91,8 +88,13 @@ def reset() -> None:
     state.reuse_clamped = None
 
 
+def is_stale(gen: Generation | None) -> list[str]:
+    """What changed in the sidebar since `gen` started (its settings are never applied to it silently)."""
+    return decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+
+
 gen: Generation | None = state.reuse_gen
-changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+changed = is_stale(gen)
 stale = bool(changed)
 if stale and state.reuse_playing:
     state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
@@ -102,8 +104,7 @@ with head[1], settings_box(tr("reuse.settings"), border=True):
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)
-    persisted(c2.number_input, "reuse_max_new", tr("reuse.max_new"), min_value=1, max_value=max_new_limit,
-              help=tr("reuse.max_new_help"))
+    number_in_range(c2, tr("reuse.max_new"), 1, max_new_limit, 24, "_w_reuse_max_new", help=tr("reuse.max_new_help"))
     persisted(c3.slider, "reuse_speed", tr("reuse.speed"), min_value=0.5, max_value=8.0, step=0.5,
               help=tr("reuse.speed_help"))
     persisted(st.text_area, "reuse_prompt", tr("reuse.prompt"), height=80)
@@ -111,8 +112,10 @@ with head[1], settings_box(tr("reuse.settings"), border=True):
     state.setdefault("reuse_chat", False)
     persisted(st.toggle, "reuse_chat", tr("reuse.chat"), disabled=not has_template,
               help=tr("reuse.chat_help" if has_template else "reuse.chat_none"))
+    if backend is not None and lecture:  # on a projector behind the settings button, with the prompt
+        model_caption(backend.spec)
 
-if backend is not None:
+if backend is not None and not lecture:
     model_caption(backend.spec)
 period = 1.0 / float(state.reuse_speed)
 # Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
@@ -121,45 +124,70 @@ state.reuse_timer_on = bool(state.reuse_playing and can_step)
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
+def apply(action: str) -> None:
+    """One press from the stepper's log, in the order it was made (Prefill, R, Prefill, R, Space ends with none)."""
+    gen: Generation | None = state.reuse_gen
+    can_step = gen is not None and not gen.done and gen.cache is not None and not is_stale(gen)
+    if action == "prefill" and not state.reuse_playing:  # the button is disabled while playing
+        prefill()
+    elif action == "reset":
+        reset()
+    elif action in ("play", "pause", "toggle_play"):
+        on = not state.reuse_playing if action == "toggle_play" else action == "play"
+        if can_step or not on:
+            play(on)
+    elif action == "step" and can_step and not state.reuse_playing:
+        step_once(gen)
+
+
+ORDERED_BUTTONS = {"reuse_btn_prefill": "prefill", "reuse_btn_play": "play", "reuse_btn_pause": "pause",
+                   "reuse_btn_reset": "reset"}
+
+
 @st.fragment(run_every=period if state.reuse_timer_on else None)
 def live_view() -> None:
     """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
     run_start = time.perf_counter()
+    n_before = len(state.reuse_gen.events) if state.reuse_gen is not None else 0
+    # Every press since the last run, in order, before the controls are drawn (so they show its result).
+    for number, action in pending_actions("reuse_stepper", state.reuse_served):
+        apply(action)
+        state.reuse_served = number
     gen: Generation | None = state.reuse_gen
     playing = state.reuse_playing
-    # Read again here: a Prefill in this fragment starts a generation on the current settings.
-    changed = decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
+    changed = is_stale(gen)  # read again here: a Prefill in this run starts a generation on the current settings
     stale = bool(changed)
     can_step = gen is not None and not gen.done and not stale and gen.cache is not None
-    n_events = len(gen.events) if gen is not None else 0
+    n_events = n_before if gen is state.reuse_gen else 0
     b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
+    # Streamlit's buttons for the look (and for AppTest); in the browser the stepper catches their clicks into its log.
     b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
                 key="reuse_btn_prefill")
     with b[1]:
-        clicks = stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served,
-                         disabled=not can_step or playing, help=tr("reuse.step_help"), reset_key="reuse_btn_reset")
+        stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served, disabled=not can_step or playing,
+                help=tr("reuse.step_help"), buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
+                shown=len(gen.token_ids) if gen is not None else 0, playing=playing, behind=tr("reuse.play_jump"))
     if playing:
-        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", shortcut="P",
-                    icon=":material/pause:")
+        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", icon=":material/pause:")
     else:
         b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play",
-                    shortcut="P", icon=":material/play_arrow:")
+                    icon=":material/play_arrow:")
     b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
-    b[4].caption(tr("reuse.keys_help"))
+    # On a projector the status line takes the keys' place (Step's tooltip names them): one row, not two.
+    state.reuse_status_slot = b[4].empty() if lecture else None
+    if not lecture:
+        b[4].caption(tr("reuse.keys_help"))
 
-    # Serve every Step click not served yet, one token each (clicks that arrive together are all kept).
-    pending = max(0, clicks - state.reuse_served)
-    if can_step and not playing:
-        while pending and step_once(gen):
-            pending -= 1
-    state.reuse_served = clicks  # clicks past the end of the generation (or while playing) are dropped
     if playing and gen is not None and not stale:
         # Play keeps a schedule (one step every period from its start), not "a period since the last step":
         # a timer tick that comes late or early still lands on its beat, so jitter does not lose beats.
+        # At most one step per redraw: a late tick shows its step late (and says so), never several at once.
         now = time.monotonic()
         before = state.get("reuse_play_next")
         due, state.reuse_play_next = decode_view.play_beats(before, now, period)
         record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
+        if before is not None and now - before > period:  # a whole beat late: the machine is behind right now
+            state.reuse_play_late = now
         for _ in range(due):
             if step_once(gen):
                 state.reuse_play_times.append(now)
@@ -181,6 +209,8 @@ def live_view() -> None:
         rate = decode_view.achieved_rate(state.reuse_play_times)
         if rate is not None and rate < 0.9 / period:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
+        elif time.monotonic() - state.get("reuse_play_late", -1e9) < 3.0:  # before the rate says it
+            st.warning(tr("reuse.play_late", asked=f"{1 / period:g}"))
     draw(gen)
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
         record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
@@ -193,13 +223,14 @@ def draw(gen: Generation) -> None:
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
     n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
 
-    st.caption(tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
-                  ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
-               + (" " + tr("reuse.done") if gen.done else ""))
+    (state.get("reuse_status_slot") or st).caption(
+        tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
+           ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
+        + (" " + tr("reuse.done") if gen.done else ""))
     if state.get("reuse_clamped"):
         n_fit, max_len = state.reuse_clamped
         st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
-    top_caption = tr("reuse.top_caption", token=decode_view.visible(texts[-1]))
+    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
     st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
 
     # Only the open tab is drawn (Streamlit tells the server which one): a step redraws one lesson, not six charts.
@@ -219,8 +250,9 @@ def growth_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
         legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
     last = gen.events[-1]
-    st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
-                  allocated=f"{last.allocated_bytes:,}"))
+    if not lecture:  # on a projector the Cache bytes tab shows them
+        st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
+                      allocated=f"{last.allocated_bytes:,}"))
 
 
 def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
@@ -231,42 +263,56 @@ def bytes_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
         lecture=lecture), key="reuse_bytes")
 
 
+def beside() -> tuple:
+    """Where a tab's selectors and its chart go: on a projector side by side (the chart keeps the height), else one
+    above the other."""
+    return st.columns([1, 4]) if lecture else (st.container(), st.container())
+
+
 def values_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     be, arch = gen.backend, gen.backend.spec
-    st.subheader(tr("reuse.kv_title"))
-    s1, s2, s3 = st.columns(3)
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.kv_title"))
+    pick, view = beside()
+    s1, s2, s3 = (pick, pick, pick) if lecture else st.columns(3)
     layer = s1.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_kv_layer")
     head = s2.selectbox(tr("reuse.kv_head"), range(arch.n_kv_heads), key="reuse_kv_head")
     kind = s3.radio(tr("reuse.k_or_v"), ("K", "V"), horizontal=True, key="reuse_kv_kind")
     k, v = be.layer_kv(gen.cache, layer)
     values = (k if kind == "K" else v)[0, head].float().cpu().numpy()
-    chart(charts.kv_values_figure(
-        values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
-        x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
+    with view:
+        chart(charts.kv_values_figure(
+            values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
+            x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
 
 
 def attention_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     arch, last = gen.backend.spec, gen.events[-1]
-    st.subheader(tr("reuse.attn_title"))
-    attn_layer = st.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.attn_title"))
+    pick, view = beside()
+    attn_layer = pick.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
     rows = last.attention[attn_layer]
-    chart(charts.attention_figure(
-        rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
-        decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
-        title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
-        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
-    st.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
+    with view:
+        chart(charts.attention_figure(
+            rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
+            decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
+            title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
+            x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
+    pick.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
 
 
 def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     arch, last, n_prompt = gen.backend.spec, gen.events[-1], len(gen.prompt_ids)
-    st.subheader(tr("reuse.work_title"))
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.work_title"))
     pw = work.pass_work(arch, last)
-    m = st.columns(4)
-    m[0].metric(tr("reuse.positions_cached"), pw.cached_positions)
-    m[1].metric(tr("reuse.positions_recompute"), pw.recompute_positions)
-    m[2].metric(tr("reuse.scores_cached"), f"{pw.cached_scores:,}")
-    m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
+    if not lecture:  # on a projector the two charts carry the counts (their bars are labelled)
+        m = st.columns(4)
+        m[0].metric(tr("reuse.positions_cached"), pw.cached_positions)
+        m[1].metric(tr("reuse.positions_recompute"), pw.recompute_positions)
+        m[2].metric(tr("reuse.scores_cached"), f"{pw.cached_scores:,}")
+        m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
     w1, w2 = st.columns(2)
     with w1:
         chart(charts.step_work_figure(
@@ -276,19 +322,24 @@ def work_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
             lecture=lecture), key="reuse_step_work")
     cw = work.cumulative_work(arch, gen.events)
     n_axis = list(range(n_prompt, n_prompt + gen.max_new_tokens))
+    ratio = f"{cw.recompute[-1] / cw.cached[-1]:.1f}"
+    # On a projector the chart's title carries the ratio the caption below gives on the page.
+    cum_title = tr("reuse.cum_chart_ratio", ratio=ratio) if lecture else tr("reuse.cum_chart")
     with w2:
         chart(charts.cumulative_work_figure(
             cw, n_axis, [work.analytic_cached(arch, n) for n in n_axis],
-            [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=tr("reuse.cum_chart"),
+            [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=cum_title,
             x_title=tr("reuse.seq_len"), y_title=tr("reuse.scores"),
             names=(tr("reuse.measured_cached"), tr("reuse.measured_recompute"), tr("reuse.analytic_cached"),
                    tr("reuse.analytic_recompute")), lecture=lecture), key="reuse_cum_work")
-    st.caption(tr("reuse.work_help", ratio=f"{cw.recompute[-1] / cw.cached[-1]:.1f}"))
+    if not lecture:
+        st.caption(tr("reuse.work_help", ratio=ratio))
 
 
 def check_tab(gen: Generation, labels: list[str], texts: list[str]) -> None:
     be = gen.backend
-    st.subheader(tr("reuse.check_title"))
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.check_title"))
     if gen.cache is None:  # freed after idling on a hosted demo: nothing to compare
         st.info(tr("reuse.empty"))
         return

@@ -2,15 +2,16 @@
 the capacity planner, and the live cache's measured bytes beside the formula."""
 
 import math
-from dataclasses import replace
 
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import intro_box
-from kvviz.app.models import check_request, get_backend
+from kvviz.app.lecture import intro_box, lecture_head, lecture_tabs, settings_box
+from kvviz.app.models import check_request, get_backend, preload_engine
 from kvviz.app.shell import page_setup
+from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, read_query, scenario_query
+from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts.memory import (
     CacheCurve,
     Residual,
@@ -19,7 +20,6 @@ from kvviz.charts.memory import (
     cache_vs_weights_figure,
     residual_figure,
 )
-from kvviz.engine.generation import Generation
 from kvviz.errors import InputError
 from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
 from kvviz.kv.formula import (
@@ -35,17 +35,15 @@ from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.log_check import TOLERANCE as LOG_TOLERANCE
 from kvviz.kv.log_check import check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
-from kvviz.kv.reader import parse_config_text
 from kvviz.kv.sglang_pool import plan_sglang
 from kvviz.kv.vllm_profile import ServingFlags, why_text
 from kvviz.units import format_binary, format_decimal
 
 settings = page_setup("memory.title")
 ss, lecture = st.session_state, settings.lecture
-st.title(tr("memory.title"))
-with intro_box():
+head = lecture_head(tr("memory.title"))
+with head[0], intro_box():
     st.write(tr("memory.intro"))
-backend = get_backend(settings)
 LOG_CHECKS = check_all()  # pure arithmetic over kvviz/kv/startup_logs.json, cached once per process
 
 # ---- inputs: seeded once from the URL (a shared link reproduces a scenario), then owned by the widgets ----
@@ -76,18 +74,32 @@ def load_seed(kv_heads: int) -> None:
     )
 
 
-c1, c2 = st.columns([3, 2])
-c1.button(tr("memory.seed_mha"), on_click=load_seed, args=(32,), key="mem_seed_mha")
-c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gqa")
-
-left, right = st.columns([1, 2])
+# The formula, then the tabs; in lecture mode one of them per screen, the scenario's inputs behind one button.
+# (the capacity tab's paged blocks are a screen of their own in lecture mode)
+sections = ["idea_formula", "tab_compare", "tab_growth", "tab_capacity", *(["paged_title"] if lecture else []),
+            "tab_live"]
+top, tab_cmp, tab_growth, tab_cap, *tab_paged, tab_live = lecture_tabs([tr(f"memory.{s}") for s in sections],
+                                                                       "memory", first_on_page=True)
+tab_paged = tab_paged[0] if tab_paged else tab_cap
+if lecture:
+    with head[1]:
+        left = settings_box(tr("memory.settings"))
+    seeds, right = left, top
+else:
+    with top:
+        seeds = st.container()
+        left, right = st.columns([1, 2])
+with seeds:
+    c1, c2 = st.columns([3, 2])
+    c1.button(tr("memory.seed_mha"), on_click=load_seed, args=(32,), key="mem_seed_mha")
+    c2.button(tr("memory.seed_gqa"), on_click=load_seed, args=(8,), key="mem_seed_gqa")
 with left:
     src = st.radio(
         tr("memory.source"),
         ["preset", "custom", "upload"],
         key="mem_src",
         horizontal=True,
-        format_func=lambda s: tr(f"memory.source_{s}"),
+        format_func={s: tr(f"memory.source_{s}") for s in ("preset", "custom", "upload")}.get,
     )
     spec: KVSpec | None = None
     try:
@@ -97,41 +109,27 @@ with left:
             st.caption(tr("memory.preset_source", repo=HF_REPOS[name]))
         elif src == "custom":
             a, b = st.columns(2)
-            layers = a.number_input(tr("memory.layers"), 1, 1000, key="mem_layers")
-            heads = b.number_input(tr("memory.heads"), 1, 1024, key="mem_heads")
-            kv_heads = a.number_input(tr("memory.kv_heads"), 1, 1024, key="mem_kv_heads")
-            d_head = b.number_input(tr("memory.d_head"), 1, 4096, key="mem_d_head")
-            st.number_input(tr("memory.params_b"), 0.001, 10_000.0, key="mem_params_b", format="%.3f")
-            spec = KVSpec(n_layers=int(layers), n_heads=int(heads), n_kv_heads=int(kv_heads), d_head=int(d_head),
-                          name=tr("memory.source_custom"), d_model=int(heads) * int(d_head),
-                          n_params=round(ss.mem_params_b * 1e9), params_source="given")
+            layers = number_in_range(a, tr("memory.layers"), 1, 1000, DEFAULTS["layers"], "mem_layers")
+            heads = number_in_range(b, tr("memory.heads"), 1, 1024, DEFAULTS["heads"], "mem_heads")
+            kv_heads = number_in_range(a, tr("memory.kv_heads"), 1, 1024, DEFAULTS["kv_heads"], "mem_kv_heads")
+            d_head = number_in_range(b, tr("memory.d_head"), 1, 4096, DEFAULTS["d_head"], "mem_d_head")
+            params_b = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, DEFAULTS["params_b"],
+                                       "mem_params_b", whole=False, format="%.3f")
+            spec = KVSpec(n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, d_head=d_head,
+                          name=tr("memory.source_custom"), d_model=heads * d_head,
+                          n_params=round(params_b * 1e9), params_source="given")
         else:
-            # A fresh, empty uploader after every file read: choosing another file is then a new upload, never a
-            # replace (Streamlit's replace, a DELETE and a PUT, can lose the new file when the two overlap).
-            n = ss.setdefault("mem_upload_n", 0)
-            upload = st.file_uploader(tr("memory.upload"), type=None, key=f"mem_upload_{n}")
-            if upload is not None:
-                ss.mem_upload_error = None
-                try:
-                    parsed = parse_config_text(upload.getvalue(), upload.name)
-                    if parsed.model_type:
-                        parsed = replace(parsed, name=f"{upload.name} ({parsed.model_type})")
-                    ss.mem_upload_spec = parsed
-                    # the box shows this config's own count, or stays empty when the config cannot give one
-                    ss.mem_upload_params_b = None if parsed.n_params is None else round(parsed.n_params / 1e9, 3)
-                except InputError as exc:
-                    ss.mem_upload_error = exc  # the last valid config stays in use
-                ss.mem_upload_n = n + 1
-                st.rerun()
-            if ss.get("mem_upload_error"):
-                show_error(ss.mem_upload_error)
-            spec = ss.get("mem_upload_spec")
+            def read(parsed: KVSpec) -> None:
+                # the box shows this config's own count, or stays empty when the config cannot give one
+                ss.mem_upload_params_b = None if parsed.n_params is None else round(parsed.n_params / 1e9, 3)
+
+            spec = config_upload(st, tr("memory.upload"), "mem_upload", read)
             if spec is None:
                 st.info(tr("memory.upload_hint"))
             else:
                 st.caption(tr("memory.upload_loaded", name=spec.name))
-                given = st.number_input(tr("memory.params_b"), 0.001, 10_000.0, value=None, format="%.3f",
-                                        key="mem_upload_params_b", placeholder=tr("memory.params_placeholder"),
+                given = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, None, "mem_upload_params_b",
+                                        whole=False, format="%.3f", placeholder=tr("memory.params_placeholder"),
                                         help=tr("memory.params_help"))
                 if given is None:
                     st.warning(tr("memory.params_unknown"))
@@ -145,8 +143,8 @@ with left:
         spec = ss.mem_last_spec  # keep the last valid result on screen
         st.caption(tr("memory.kept_last", name=spec.name))
     a, b = st.columns(2)
-    tokens = a.number_input(tr("memory.tokens"), 1, 10_000_000, key="mem_tokens", step=1024)
-    batch = b.number_input(tr("memory.batch"), 1, 100_000, key="mem_batch")
+    tokens = number_in_range(a, tr("memory.tokens"), 1, 10_000_000, DEFAULTS["tokens"], "mem_tokens", step=1024)
+    batch = number_in_range(b, tr("memory.batch"), 1, 100_000, DEFAULTS["batch"], "mem_batch")
     kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="mem_kv_dtype")
     w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="mem_w_dtype")
     fmt = KV_DTYPES[kv_dtype_name]
@@ -164,12 +162,12 @@ except InputError as exc:  # a llama.cpp block format this head size is not whol
     show_error(exc)
     st.stop()
 weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
-if spec.max_context is not None and tokens > spec.max_context:
-    st.warning(tr("memory.past_context", tokens=f"{int(tokens):,}", max_context=f"{spec.max_context:,}",
-                  name=spec.name))
 
 
 with right:
+    if spec.max_context is not None and tokens > spec.max_context:
+        st.warning(tr("memory.past_context", tokens=f"{int(tokens):,}", max_context=f"{spec.max_context:,}",
+                      name=spec.name))
     st.subheader(tr("memory.formula_title", name=spec.name, kind=shape.attention_kind))
     elem = f"{fmt.data_bytes:g}"
     if shape.is_mla:
@@ -210,19 +208,20 @@ with right:
         per_layer_factors += f" + {fp.scale_bytes_per_token_per_layer} B ({tr('memory.scales_unit')})"
     steps = [
         ("per_token_per_layer", per_layer_factors, fp.per_token_per_layer),
-        ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit')}", fp.per_token),
+        ("per_token", f"· {shape.n_layers} {tr('memory.layers_unit', n=shape.n_layers)}", fp.per_token),
         (
             "per_request",
-            f"· {tokens:,} {tr('memory.tokens_unit')}"
+            f"· {tokens:,} {tr('memory.tokens_unit', n=tokens)}"
             if not shape.n_sliding_layers
             else f"· Σ {fp.cached_token_layers:,} {tr('memory.token_layers_unit')}",
             fp.per_request,
         ),
-        ("total", f"· {batch} {tr('memory.requests_unit')}", fp.total),
+        ("total", f"· {batch} {tr('memory.requests_unit', n=batch)}", fp.total),
     ]
-    cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
-    for col, (key, _, value) in zip(cols, steps, strict=True):
-        col.metric(tr(f"memory.step_{key}"), format_binary(value), help=f"{value:,} B")
+    if not lecture:  # on a projector the table below gives the same four sizes, in bold
+        cols = [c for _ in range(2) for c in st.columns(2)]  # 2×2: a metric needs ~200 px at this font
+        for col, (key, _, value) in zip(cols, steps, strict=True):
+            col.metric(tr(f"memory.step_{key}"), format_binary(value), help=f"{value:,} B")
     rows = [
         f"| {tr('memory.col_step')} | {tr('memory.col_factors')} | {tr('memory.col_bytes')} | "
         f"{tr('memory.col_binary')} | {tr('memory.col_decimal')} |",
@@ -234,7 +233,8 @@ with right:
         for key, factors, value in steps
     ]
     st.markdown("\n".join(rows))
-    st.caption(tr("memory.units_note"))
+    if not lecture:
+        st.caption(tr("memory.units_note"))
     if weights is not None:
         st.write(
             tr(
@@ -247,9 +247,6 @@ with right:
             )
         )
 
-tab_cmp, tab_growth, tab_cap, tab_live = st.tabs(
-    [tr("memory.tab_compare"), tr("memory.tab_growth"), tr("memory.tab_capacity"), tr("memory.tab_live")]
-)
 
 with tab_cmp:
     variants, per_token, refused = {}, [], []
@@ -263,7 +260,7 @@ with tab_cmp:
     labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]  # MHA/GQA/MQA
     if "MLA" in variants:
         labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
-    st.plotly_chart(
+    chart(
         attention_comparison_figure(
             labels,
             list(variants),
@@ -297,7 +294,7 @@ with tab_growth:
             CacheCurve(b, grid, [kv_footprint(shape, n, b, kv_dtype_name).total for n in grid], crossings[b])
             for b in batches
         ]
-        st.plotly_chart(
+        chart(
             cache_vs_weights_figure(
                 curves,
                 weights,
@@ -324,24 +321,28 @@ with tab_cap:
                       format_func=lambda e: tr(f"memory.engine_{e}"))
     a, b, c = st.columns(3)
     gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="mem_gpu")
-    n_gpus = b.number_input(tr("memory.n_gpus"), 1, 64, key="mem_n_gpus")
+    n_gpus = number_in_range(b, tr("memory.n_gpus"), 1, 64, DEFAULTS["n_gpus"], "mem_n_gpus")
     if engine == "vllm":
         fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
     else:
-        sgl_frac = c.number_input(tr("memory.sgl_frac"), 0.0, 1.0, key="mem_sgl_frac", step=0.01, format="%.3f",
-                                  help=tr("memory.sgl_frac_help"))
+        sgl_frac = number_in_range(c, tr("memory.sgl_frac"), 0.0, 1.0, DEFAULTS["sgl_frac"], "mem_sgl_frac",
+                                   whole=False, step=0.01, format="%.3f", help=tr("memory.sgl_frac_help"))
     gpu = HARDWARE[gpu_name]
-    st.caption(tr("memory.gpu_source", kind=tr(f"memory.gpu_kind_{gpu.memory_kind}"),
-                  source=gpu.memory_source or "—"))
+    st.caption(tr(f"memory.gpu_said_{gpu.memory_kind}"))  # one line; where the number comes from, folded
+    if gpu.memory_source:
+        with st.expander(tr("memory.gpu_source_title")):
+            st.caption(tr(f"memory.gpu_kind_{gpu.memory_kind}"))
+            st.caption(gpu.memory_source)
     d, e = st.columns(2)
-    total_gib = d.number_input(tr("memory.gpu_total"), 0.1, 100_000.0,
-                               None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
-                               key=f"mem_total_{gpu_name}", placeholder=tr("memory.unknown"))
+    # optional: emptied, the device's total is unknown (never a guessed default) and the reserve is predicted
+    total_gib = number_in_range(d, tr("memory.gpu_total"), 0.1, 100_000.0,
+                                None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
+                                f"mem_total_{gpu_name}", whole=False, optional=True, placeholder=tr("memory.unknown"))
     reserve_gib = None
     if engine == "vllm":
-        reserve_gib = e.number_input(tr("memory.reserve"), 0.0, 1000.0, value=None, format="%.2f",
-                                     key=f"mem_reserve_{spec.name}_{n_gpus}",
-                                     placeholder=tr("memory.reserve_estimated"), help=tr("memory.reserve_help"))
+        reserve_gib = number_in_range(e, tr("memory.reserve"), 0.0, 1000.0, None,
+                                      f"mem_reserve_{spec.name}_{n_gpus}", whole=False, format="%.2f",
+                                      placeholder=tr("memory.reserve_estimated"), help=tr("memory.reserve_help"))
         f1, f2, f3 = st.columns([2, 2, 1])
         version = f1.selectbox(tr("memory.vllm_version"), VLLM_VERSIONS, key="mem_vllm",
                                format_func=lambda v: tr("memory.any_version") if v == "any" else v)
@@ -349,8 +350,10 @@ with tab_cap:
                              format_func=lambda v: tr(f"memory.entry_{v}"))
         eager = f3.checkbox(tr("memory.eager"), key="mem_eager")
         g1, g2 = st.columns(2)
-        mbt = g1.number_input(tr("memory.mbt"), 0, 1_000_000, key="mem_mbt", step=1024, help=tr("memory.zero_default"))
-        seqs = g2.number_input(tr("memory.seqs"), 0, 100_000, key="mem_seqs", step=64, help=tr("memory.zero_default"))
+        mbt = number_in_range(g1, tr("memory.mbt"), 0, 1_000_000, DEFAULTS["mbt"], "mem_mbt", step=1024.0,
+                              help=tr("memory.zero_default"))
+        seqs = number_in_range(g2, tr("memory.seqs"), 0, 100_000, DEFAULTS["seqs"], "mem_seqs", step=64.0,
+                               help=tr("memory.zero_default"))
     plan = None
     if weights is None:
         st.warning(tr("memory.cap_params_unknown"))
@@ -483,10 +486,12 @@ with tab_cap:
         st.markdown("\n".join(rows))
         st.caption(tr("memory.logs_notes"))
 
-    st.subheader(tr("memory.paged_title"))
+with tab_paged:
+    if not lecture:
+        st.subheader(tr("memory.paged_title"))
     a, b = st.columns([3, 1])
     lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
-    block = b.number_input(tr("memory.block"), 1, 4096, key="mem_block")
+    block = number_in_range(b, tr("memory.block"), 1, 4096, DEFAULTS["block"], "mem_block")
     try:
         lengths = parse_lengths(lengths_text)
         if longer := [n for n in lengths if n > tokens]:  # the request mix follows the context set above
@@ -498,7 +503,7 @@ with tab_cap:
         show_error(exc)
         alloc = ss.get("mem_last_alloc")
     if alloc is not None:
-        st.plotly_chart(
+        chart(
             allocation_figure(
                 [tr("memory.contiguous"), tr("memory.paged", block=alloc.block_size)],
                 alloc.live_bytes,
@@ -506,7 +511,7 @@ with tab_cap:
                 title=tr("memory.paged_chart", max_len=f"{alloc.max_len:,}"),
                 live_label=tr("memory.live"),
                 waste_label=tr("memory.waste"),
-                y_title=tr("memory.mib_axis"),
+                y_title=tr("memory.bytes_axis"),
                 lecture=lecture,
             ),
             key="mem_alloc_chart",
@@ -523,22 +528,28 @@ with tab_cap:
                     max_len=f"{alloc.max_len:,}",
                 )
             )
-        st.markdown(
-            "\n".join(
-                [
-                    f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |",
-                    "|---|--:|--:|--:|",
-                    f"| {tr('memory.contiguous')} | {format_binary(alloc.contiguous_bytes)} | {live} | "
-                    f"{format_binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
-                    f"| {tr('memory.paged', block=alloc.block_size)} | {format_binary(alloc.paged_bytes)} | {live} | "
-                    f"{format_binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
-                ]
+        if not lecture:  # on a projector the bars carry the waste
+            st.markdown(
+                "\n".join(
+                    [
+                        f"| | {tr('memory.allocated')} | {tr('memory.live')} | {tr('memory.waste')} |",
+                        "|---|--:|--:|--:|",
+                        f"| {tr('memory.contiguous')} | {format_binary(alloc.contiguous_bytes)} | {live} | "
+                        f"{format_binary(alloc.contiguous_waste_bytes)} ({alloc.contiguous_waste_fraction:.1%}) |",
+                        f"| {tr('memory.paged', block=alloc.block_size)} | {format_binary(alloc.paged_bytes)} | "
+                        f"{live} | "
+                        f"{format_binary(alloc.paged_waste_bytes)} ({alloc.paged_waste_fraction:.1%}) |",
+                    ]
+                )
             )
-        )
 
 with tab_live:
     st.write(tr("memory.live_intro"))
-    if st.button(tr("memory.run_here"), key="mem_run_here", disabled=backend is None):
+    # The model loads when asked for (get_backend says why when it cannot): the page's arithmetic needs none, so a
+    # link to this page draws without torch.
+    if st.button(tr("memory.run_here"), key="mem_run_here") and (backend := get_backend(settings)) is not None:
+        from kvviz.engine.generation import Generation
+
         try:
             prompt = tr("memory.run_prompt")
             check_request(settings, backend, batch=1, prompt_tokens=len(backend.tokenizer.encode(prompt)),
@@ -551,7 +562,12 @@ with tab_live:
         except InputError as exc:
             show_error(exc)
     # The decode page's generation, and one run here.
-    shown = [(key, ss[key]) for key in ("reuse_gen", "memory_generation") if isinstance(ss.get(key), Generation)]
+    keys = [key for key in ("reuse_gen", "memory_generation") if ss.get(key) is not None]
+    if keys:  # a generation in this session: the engine is imported already
+        from kvviz.engine.generation import Generation
+
+        keys = [key for key in keys if isinstance(ss[key], Generation)]
+    shown = [(key, ss[key]) for key in keys]
     if not shown:
         st.info(tr("memory.live_none"))
     for key, gen in shown:
@@ -600,10 +616,12 @@ with tab_live:
             st.error(tr("memory.live_differ", diff=f"{event.live_bytes - formula:,}"))
 
 # ---- the scenario back into the URL, so the link reproduces it ---------------------------------------------
-saved = {k[4:]: ss[k] for k in (f"mem_{name}" for name in DEFAULTS) if k in ss}
+# a number box's last valid value, never one it refused
+saved = {k[4:]: ss.get(f"_valid_{k}", ss[k]) for k in (f"mem_{name}" for name in DEFAULTS) if k in ss}
 ss.mem_saved = saved
 for key, value in scenario_query(saved).items():
     if st.query_params.get(key) != value:
         st.query_params[key] = value
 for key in set(st.query_params) - set(scenario_query(saved)) - {"lang", "lecture"}:
     del st.query_params[key]
+preload_engine()  # the page is drawn: torch and the engine load in the background for Run here

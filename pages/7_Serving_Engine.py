@@ -11,7 +11,7 @@ from kvviz.app.lecture import intro_box
 from kvviz.app.models import secrets_dict
 from kvviz.app.navigation import link_to
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, table
+from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint
@@ -23,7 +23,7 @@ from kvviz.serving import policy
 from kvviz.serving.bench import SweepJob, check_plan
 from kvviz.serving.prefix import run_prefix_experiment
 from kvviz.serving.report import detect_engine, known_shape
-from kvviz.units import format_binary
+from kvviz.units import format_exact
 
 TICK_S = 0.5  # the fragment's period while a sweep runs
 
@@ -35,6 +35,17 @@ with intro_box():
 caps = settings.hosted
 secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
+
+
+def localized(rows: list[dict]) -> pd.DataFrame:
+    """Rows as a table in the user's language: its headers, the prefix experiment's request kinds, yes/no as ✓/✗."""
+    df = pd.DataFrame(rows)
+    if "request" in df.columns:
+        df["request"] = df["request"].map(lambda kind: tr(f"serving.pc_{kind}"))
+    for col in df.columns:
+        if df[col].map(lambda v: isinstance(v, bool)).all():
+            df[col] = df[col].map({True: "✓", False: "✗"})
+    return df.rename(columns=lambda col: tr(f"serving.col_{col}"))
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -58,12 +69,12 @@ if env_key:
 else:
     c2.text_input(tr("serving.api_key"), type="password", key="sv_api_key", help=tr("serving.api_key_help"))
 max_timeout = policy.HOSTED_TIMEOUT_S if caps else 600.0
-c3.number_input(tr("serving.timeout_label"), 1.0, max_timeout, min(30.0, max_timeout), key="sv_timeout")
+number_in_range(c3, tr("serving.timeout_label"), 1.0, max_timeout, min(30.0, max_timeout), "sv_timeout", whole=False)
 
 
 def server() -> api.Server:
     url = policy.check_url(ss.sv_url, policy.allowlist(os.environ, secrets)) if caps else ss.sv_url
-    return api.Server(url, env_key or ss.get("sv_api_key") or None, float(ss.sv_timeout))
+    return api.Server(url, env_key or ss.get("sv_api_key") or None, float(current_number("sv_timeout")))
 
 
 def connect() -> None:
@@ -103,11 +114,11 @@ if picked is None:
 else:
     per_token = kv_footprint(shapes[picked], 1, 1, "bfloat16").per_token
     source = "kv_known" if found is not None and picked == found[0] else "kv_picked"
-    k2.caption(tr(f"serving.{source}", shape=picked, bytes=f"{per_token:,}", human=format_binary(per_token)))
+    k2.caption(tr(f"serving.{source}", shape=picked, size=format_exact(per_token)))
     # kvviz's own bound for the same shape on the GPU the user names: one request, mid-way through a sweep request
     g1, g2 = st.columns([1, 3])
     gpu = g1.selectbox(tr("serving.gpu"), list(HARDWARE), key="sv_gpu")
-    n_context = int(ss.get("sv_prompt", 128)) + int(ss.get("sv_max_tokens", 32)) // 2
+    n_context = current_number("sv_prompt", 128) + current_number("sv_max_tokens", 32) // 2
     try:
         bound = Roofline(shapes[picked], HARDWARE[gpu]).decode_bound(batch=1, n_context=n_context)
         g2.caption(tr("serving.roofline", gpu=gpu, n=f"{n_context:,}", tpot=f"{bound.seconds * 1e3:.3g} ms",
@@ -122,10 +133,10 @@ with tab_sweep:
     st.write(tr("serving.sweep_intro"))
     s1, s2, s3, s4 = st.columns(4)
     s1.text_input(tr("serving.concurrency"), "1, 2, 4", key="sv_conc")
-    s2.number_input(tr("serving.requests"), 1, limits.max_requests, min(8, limits.max_requests), key="sv_requests")
-    s3.number_input(tr("serving.prompt_tokens"), 1, limits.max_prompt_tokens, min(128, limits.max_prompt_tokens),
-                    key="sv_prompt")
-    s4.number_input(tr("serving.max_tokens"), 2, limits.max_tokens, min(32, limits.max_tokens), key="sv_max_tokens")
+    number_in_range(s2, tr("serving.requests"), 1, limits.max_requests, min(8, limits.max_requests), "sv_requests")
+    number_in_range(s3, tr("serving.prompt_tokens"), 1, limits.max_prompt_tokens, min(128, limits.max_prompt_tokens),
+                    "sv_prompt")
+    number_in_range(s4, tr("serving.max_tokens"), 2, limits.max_tokens, min(32, limits.max_tokens), "sv_max_tokens")
 
     def start() -> None:
         try:
@@ -134,9 +145,11 @@ with tab_sweep:
             ss.sv_start_error = InputError("serving.no_points")
             return
         try:
-            check_plan(points, int(ss.sv_requests), int(ss.sv_max_tokens), int(ss.sv_prompt), limits)
-            ss.sv_job = SweepJob(server(), ss.sv_model, points, int(ss.sv_requests), int(ss.sv_prompt),
-                                 int(ss.sv_max_tokens), endpoint=ss.sv_endpoint).start()
+            # what the boxes hold now, unless a box refused it (then its last valid value, as the box says)
+            requests, prompt, max_tokens = (current_number(k) for k in ("sv_requests", "sv_prompt", "sv_max_tokens"))
+            check_plan(points, requests, max_tokens, prompt, limits)
+            ss.sv_job = SweepJob(server(), ss.sv_model, points, requests, prompt, max_tokens,
+                                 endpoint=ss.sv_endpoint).start()
             ss.sv_start_error = None
         except InputError as exc:
             ss.sv_start_error = exc  # the previous sweep's results stay on screen
@@ -204,9 +217,9 @@ with tab_sweep:
                 "title", "cache", "requests", "kv_usage", "prefix_hit_rate", "running", "waiting", "preemptions",
                 "x", "y_pct", "y_count")}, lecture=settings.lecture), "serving_metrics")
             st.caption(tr("serving.metrics_names", names=", ".join(job.metrics[-1].recognized) or "—"))
-        table(pd.DataFrame(rows), "serving_sweep")
+        table(localized(rows), "serving_sweep")
         with st.expander(tr("serving.per_request")):
-            table(pd.DataFrame(requests), "serving_requests")
+            table(localized(requests), "serving_requests")
 
     st.fragment(live, run_every=TICK_S if running else None)()
 
@@ -214,17 +227,17 @@ with tab_sweep:
 with tab_prefix:
     st.write(tr("serving.prefix_intro"))
     p1, p2, p3 = st.columns(3)
-    p1.number_input(tr("serving.prefix_words"), 8, limits.max_prompt_tokens, min(256, limits.max_prompt_tokens),
-                    key="sv_prefix_words")
-    p2.number_input(tr("serving.prefix_repeats"), 1, 5, 3, key="sv_prefix_repeats")
-    p3.number_input(tr("serving.block_size"), 1, 256, conn["block_size"] or 16, key="sv_block",
+    prefix_words = number_in_range(p1, tr("serving.prefix_words"), 8, limits.max_prompt_tokens,
+                                   min(256, limits.max_prompt_tokens), "sv_prefix_words")
+    prefix_repeats = number_in_range(p2, tr("serving.prefix_repeats"), 1, 5, 3, "sv_prefix_repeats")
+    block_size = number_in_range(p3, tr("serving.block_size"), 1, 256, conn["block_size"] or 16, "sv_block",
                     help=tr("serving.block_help"))
     if st.button(tr("serving.prefix_run"), key="sv_prefix_run"):
         try:
             with st.spinner(tr("serving.prefix_running")):
-                ss.sv_prefix = run_prefix_experiment(server(), ss.sv_model, prefix_tokens=int(ss.sv_prefix_words),
-                                                     repeats=int(ss.sv_prefix_repeats), engine=conn["engine"],
-                                                     block_size=int(ss.sv_block))
+                ss.sv_prefix = run_prefix_experiment(server(), ss.sv_model, prefix_tokens=prefix_words,
+                                                     repeats=prefix_repeats, engine=conn["engine"],
+                                                     block_size=block_size)
             ss.sv_prefix_error = None
         except InputError as exc:
             ss.sv_prefix_error = exc
@@ -241,7 +254,7 @@ with tab_prefix:
             lecture=settings.lecture), "serving_prefix")
         st.markdown(tr("serving.prefix_result", cold=fmt_ms(s["ttft_cold_p50_s"]), warm=fmt_ms(s["ttft_warm_p50_s"]),
                        control=fmt_ms(s["ttft_control_p50_s"]), saved=fmt_ms(s["ttft_saved_s"])))
-        table(pd.DataFrame(rows), "serving_prefix")
+        table(localized(rows), "serving_prefix")
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

@@ -81,6 +81,14 @@ if stored is None or stored[0] != request:
 rows = stored[1]
 full_row, rows = rows[0], rows[1:]
 
+
+def method_name(r: quality.Quality) -> str:
+    """A method's name in the user's language, with its budget or head count ("window (64)" → "슬라이딩 윈도 (64)")."""
+    return tr(f"compression.method_{r.method}") + r.label.removeprefix(r.method)
+
+
+names = [method_name(r) for r in rows]  # read now: a widget may format its options after this run
+
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
 if 0 in show:
@@ -90,7 +98,8 @@ if 0 in show:
     k1, k2 = st.columns(2)
     kv_dtype = persisted(k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)),
                             tr("compression.kv_dtype"), options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
-    data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() for r in rows]
+    data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() | {"label": name}
+            for r, name in zip(rows, names, strict=True)]
     st.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
         seq_len - n_prompt), seq_len=seq_len, n_prompt=n_prompt, full_ppl=f"{full_row.full_perplexity:.3f}",
         full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=dtype_name(backend.dtype), dtype=kv_dtype))
@@ -140,7 +149,7 @@ if 1 in show or 2 in show:
     if 1 in show:
         st.header(tr("compression.s2_title"))
         st.caption(tr("compression.s2_caption", step=step, position=position))
-        labels = [tr("compression.full")] + [r.label for r in rows]
+        labels = [tr("compression.full"), *names]
         shares_ = [charts.kept_share(r.views[step].kept[layer], position + 1) for r in [full_row, *rows]]
         chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
                                        title=tr("compression.chart_strip_title", layer=layer, step=step),
@@ -150,12 +159,12 @@ if 1 in show or 2 in show:
         if st.session_state.get("cc_attn_method") not in range(len(rows)):
             st.session_state.cc_attn_method = 0
         pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
-                            format_func=lambda i: rows[i].label)
+                            format_func=names.__getitem__)
         st.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
         chart(charts.attention_row_figure(
             charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
             charts.attention_by_position(v.kept[layer], v.attention[layer]),
-            full_name=tr("compression.full"), comp_name=rows[pick].label, x_title=tr("compression.chart_strip_x"),
+            full_name=tr("compression.full"), comp_name=names[pick], x_title=tr("compression.chart_strip_x"),
             y_title=tr("compression.chart_attn_y"), title=tr("compression.chart_attn_title", layer=layer, step=step),
             lecture=lecture), "compression_attention")

@@ -9,7 +9,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, model_caption
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, table
+from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import paged as charts
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -21,9 +21,10 @@ TICK_S = 0.4  # one scheduler step per tick while playing
 BLOCK_SIZES = (4, 8, 16, 32)
 
 settings = page_setup("paged.title")
-st.title(tr("paged.title"))
-head = lecture_head()
-with head[0], intro_box():
+head = lecture_head(tr("paged.title"))
+with head[0]:
+    about = intro_box()
+with about:
     st.write(tr("paged.intro"))
 if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
@@ -31,7 +32,8 @@ if settings.model == "hf":
 backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
-model_caption(backend.spec)
+if not settings.lecture:  # on a projector behind the settings button
+    model_caption(backend.spec)
 model, max_len = backend.model, backend.spec.max_context
 
 
@@ -46,13 +48,13 @@ with head[1]:
 c = box.columns(5)
 block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,
                             help=tr("paged.block_size_help"))
-n_blocks = int(c[1].number_input(tr("paged.pool_blocks"), 2, 1024, 20, key="pg_blocks", on_change=reset,
-                                 help=tr("paged.pool_blocks_help")))
-n_system = int(c[2].number_input(tr("paged.system_tokens"), 1, max_len - 2, min(48, max_len // 4),
-                                 key=f"pg_system_{max_len}"))
-n_own = int(c[3].number_input(tr("paged.own_tokens"), 1, max_len - 2, min(20, max_len // 8), key=f"pg_own_{max_len}"))
-n_new = int(c[4].number_input(tr("paged.new_tokens"), 1, limit(settings, "max_new_tokens", max_len - 2),
-                              min(40, max_len // 8), key=f"pg_new_{max_len}"))
+# (a new pool size or block size builds a new engine below: no on_change reset, which a refused value would trigger)
+n_blocks = number_in_range(c[1], tr("paged.pool_blocks"), 2, 1024, 20, "pg_blocks", help=tr("paged.pool_blocks_help"))
+n_system = number_in_range(c[2], tr("paged.system_tokens"), 1, max_len - 2, min(48, max_len // 4),
+                           f"pg_system_{max_len}")
+n_own = number_in_range(c[3], tr("paged.own_tokens"), 1, max_len - 2, min(20, max_len // 8), f"pg_own_{max_len}")
+n_new = number_in_range(c[4], tr("paged.new_tokens"), 1, limit(settings, "max_new_tokens", max_len - 2),
+                        min(40, max_len // 8), f"pg_new_{max_len}")
 
 if settings.hosted is not None:  # the pool is allocated whole: its token slots count against the session's KV budget
     try:
@@ -70,6 +72,9 @@ if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") !
 engine: PagedEngine = st.session_state.pg_engine
 box.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_blocks * block_size,
                kib=f"{engine.kv.allocated_bytes() / 1024:,.0f}", per_block=f"{engine.kv.bytes_per_block():,}"))
+if settings.lecture:
+    with box:
+        model_caption(backend.spec)
 
 
 def add(shared: bool, count: int = 1) -> None:
@@ -95,7 +100,7 @@ def play(on: bool) -> None:
 
 
 playing = st.session_state.get("pg_playing", False)
-b = st.columns([3, 3, 2, 2, 2, 2])
+b = st.columns([4, 3, 2, 2, 2, 2])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
@@ -125,7 +130,7 @@ def savings() -> dict[int, HitSaving]:
     return out
 
 
-IDEAS = ("tables", "requests", "memory")
+IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
 shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 
 
@@ -160,9 +165,11 @@ def show() -> None:
     labels = {k: tr(f"paged.c_{k}") for k in keys}
     if "tables" in shown:
         chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
-        st.caption(tr("paged.tables_caption", size=block_size))
+        if not lecture:  # said aloud on a projector
+            st.caption(tr("paged.tables_caption", size=block_size))
+    if "pool" in shown:
         chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
-    if "requests" in shown:
+    if shown & {"requests", "savings"}:
         requests_and_hits(requests)
     if "memory" in shown:
         memory()
@@ -187,12 +194,14 @@ def requests_and_hits(requests: list) -> None:
             tr("paged.col_saved"): "—" if hit is None else f"{hit.saved_s * 1e3:.1f}" if hit.measurable
             else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
         })
-    table(pd.DataFrame(rows), "pg_requests")
-    st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
-    if saved:
+    if "requests" in shown:
+        table(pd.DataFrame(rows), "pg_requests")
+        st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
+    if saved and "savings" in shown:
         slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
         chart(charts.hit_savings(list(saved.items()), slabels, lecture=settings.lecture), "pg_savings")
-        st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
+        if not settings.lecture:  # said aloud on a projector
+            st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
 
 
 def memory() -> None:
@@ -210,7 +219,8 @@ def memory() -> None:
             flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
                                                          "bar_text", "frag_title")}
             chart(charts.fragmentation_bars(frag, flabels, lecture=settings.lecture), "pg_frag")
-            st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
+            if not settings.lecture:  # said aloud on a projector
+                st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
 
 
 def live() -> None:
@@ -224,7 +234,13 @@ def live() -> None:
 
 st.fragment(live, run_every=TICK_S if playing else None)()
 
-with st.expander(tr("paged.rules_title")):
-    st.markdown(tr("paged.rules", size=block_size))
-with st.expander(tr("paged.backends_title")):
-    st.markdown(tr("paged.backends"))
+if settings.lecture:  # on a projector the rules sit with the introduction, folded away
+    with about:
+        for title, text in ((tr("paged.rules_title"), tr("paged.rules", size=block_size)),
+                            (tr("paged.backends_title"), tr("paged.backends"))):
+            st.markdown(f"**{title}**\n\n{text}")
+else:
+    with st.expander(tr("paged.rules_title")):
+        st.markdown(tr("paged.rules", size=block_size))
+    with st.expander(tr("paged.backends_title")):
+        st.markdown(tr("paged.backends"))

@@ -56,7 +56,7 @@ def test_decode_page_on_a_hf_model_selected_by_path(tiny_hf):
     at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
     for _ in range(3):  # the Step button sends its running click count
-        at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + 1}
+        at.session_state["reuse_stepper"] = {"events": [[at.session_state["reuse_served"] + 1, "step"]]}
         at.run()
     at.session_state["reuse_tab"] = "Attention row"
     at.run()
@@ -81,7 +81,7 @@ def test_memory_page_shows_the_decode_pages_live_cache():
     at.switch_page(REUSE).run()
     at.text_area(key="_w_reuse_prompt").set_value("Hello KV")
     at.button(key="reuse_btn_prefill").click().run()
-    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + 1}
+    at.session_state["reuse_stepper"] = {"events": [[at.session_state["reuse_served"] + 1, "step"]]}
     at.run()
     live = at.session_state["reuse_gen"].events[-1].live_bytes
     assert live == 2 * 2 * 9 * 2 * 16 * 4  # 2 layers · 9 positions · 2 KV heads · d_head 16 · float32, K and V

@@ -111,7 +111,7 @@ def test_decode_and_memory_pages_open(saved, name):
     at.switch_page("pages/1_Reusing_Past_KV.py").run()
     at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
-    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + 1}  # one Step click
+    at.session_state["reuse_stepper"] = {"events": [[at.session_state["reuse_served"] + 1, "step"]]}  # one Step click
     at.run()
     assert not at.exception, at.exception
     at.switch_page("pages/3_Memory_Footprint.py").run()

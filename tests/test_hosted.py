@@ -1,4 +1,5 @@
 """Hosted-demo mode: how it is switched on, and each cap refusing with a clear, translated message."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,25 @@ def test_the_page_helpers_apply_the_caps():
         check_request(on, be, batch=8, prompt_tokens=10, max_new_tokens=10)
     check_request(on, be, batch=4, prompt_tokens=10, max_new_tokens=10)
     check_request(off, be, batch=64, prompt_tokens=10, max_new_tokens=1000)
+
+
+def test_the_sidebar_lists_every_cap_that_can_refuse(monkeypatch):
+    """Issue 29.5: points per sweep and the parameter count refused requests but were not in the sidebar's list.
+    Every cap a check refuses with is listed, with its value (the idle timeout frees, it never refuses; the Hugging
+    Face allow-list is the model box's own choices)."""
+    values = {"max_params": "123456789", "max_layers": "7", "max_d_model": "384", "max_new_tokens": "33",
+              "max_batch": "3", "max_sweep_points": "5", "kv_budget_bytes": str(3 * 2**20),
+              "offload_store_bytes": str(5 * 2**20)}
+    assert set(values) == {f.name for f in dataclasses.fields(HostedCaps)} - {"idle_timeout_s", "hf_allow"}
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    for name, value in values.items():
+        monkeypatch.setenv("KVVIZ_" + name.upper(), value)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    caption = next(c.value for c in at.sidebar.caption if c.value.startswith("Hosted demo limits"))
+    for shown in ("7 layers", "d_model 384", "123,456,789 model parameters", "33 new tokens per request",
+                  "batch 3", "5 points per sweep", "3.00 MiB of KV cache",
+                  "5.00 MiB of offloaded KV"):
+        assert shown in caption
+    monkeypatch.setenv("KVVIZ_MAX_SWEEP_POINTS", "1")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert "1 point per sweep" in next(c.value for c in at.sidebar.caption if c.value.startswith("Hosted demo"))

@@ -39,6 +39,10 @@ def test_legends_sit_below_the_axis_titles(lecture):
     roof = charts.roofline_chart(curve, LABELS, compute_batch=10.0, max_batch=20, kv_weights_batch=5.0, lecture=lecture)
     for fig in (timeline, roof):
         legend = fig.layout.legend
+        if lecture:  # height is scarce on a 1280×720 screen: the legend stands right of the plot and its 2nd y axis
+            assert legend.orientation == "v" and legend.x >= 1.1 and legend.xanchor == "left"
+            assert fig.layout.margin.b >= 60 and fig.layout.height <= 330  # room for the x-axis title; one screen
+            continue
         # anchored to the figure's foot (container), inside a bottom margin that also holds the x-axis title
         assert legend.yref == "container" and legend.y == 0 and legend.yanchor == "bottom"
-        assert fig.layout.margin.b >= (130 if lecture else 95)
+        assert fig.layout.margin.b >= 95

@@ -1,11 +1,13 @@
 """Prefill & Decode and Latency & Capacity headless (AppTest): they run, stream, sweep, cancel and chart."""
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.engine import sweep_stats as stats
 from kvviz.engine.config import DecoderConfig
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -188,36 +190,43 @@ def test_prompt_length_sweep_fills_its_chart_and_csv():
     assert all(r["repeats"] == 5 and len(r["runs"]) == 5 for r in rows)
     assert ttft["error_y"]["array"] == pytest.approx([(r["ttft_max_s"] - r["ttft_s"]) * 1e3 for r in rows])
     assert ttft["error_y"]["arrayminus"] == pytest.approx([(r["ttft_s"] - r["ttft_min_s"]) * 1e3 for r in rows])
-    assert spec["data"][1]["name"].startswith("TTFT fit, slope")
+    # the dashed curve is the cost model fitted to every run: fixed + per token + per pair of tokens
+    fit = stats.model_fits("prompt-length", rows)["ttft_s"]
+    curve = spec["data"][1]
+    assert curve["name"] == "TTFT fit: fixed + per token + per pair" and len(fit.coef) == 3
+    assert curve["y"] == pytest.approx([fit(x) * 1e3 for x in curve["x"]]) and curve["x"][0] == 8
     axis = spec["layout"]["xaxis"]  # labels are the full numbers, rising: never "…9, 10, 2"
     assert [float(t.replace(",", "")) for t in axis["ticktext"]] == axis["tickvals"] == sorted(axis["tickvals"])
     text = " ".join(m.value for m in at.markdown)
-    assert "over all 15 runs" in text and " ± " in text and "+ -" not in text
-    assert ("per prompt token: its 95% interval lies above zero" in text or "Too noisy to tell" in text
-            or "TTFT is flat" in text)
+    assert "Fitted to all 15 runs" in text and " ± " in text and "+ -" not in text and "+ −" not in text
+    assert ("TTFT rises with the prompt" in text or "Too noisy to tell" in text or "TTFT is flat" in text)
 
 
-def test_cancel_keeps_the_rows_done():
+def test_cancel_keeps_the_rounds_done():
     at = _open("pages/4_Latency_and_Capacity.py", shape=dataclasses.replace(SMALL, max_seq_len=1024))
     max_len = at.session_state["kv_shape"].max_seq_len
-    # Long enough (68 settings, ~600 steps up to 1000 tokens) that one tick's 0.25 s cannot finish it.
-    at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 30))))
+    # 12 contexts in both modes, 10 rounds (the first a warm-up): far more than one tick's second of measuring.
+    at.text_input(key=f"lc_c_contexts_{max_len}").set_value(", ".join(map(str, range(10, 1001, 90))))
     at.number_input(key="lc_c_repeats").set_value(9)
     at.button(key="lc_start_cache").click().run()
     run = at.session_state["lc_run_cache"]
-    assert run.rows == []  # the Start rerun draws the page; measuring begins on the next tick
-    at.run()
-    assert 1 <= len(run.rows) < 68 and not run.finished
+    assert run.done == 0 and run.sweep.total == 10 * 24  # the Start rerun draws the page; measuring begins next
+    _until(at, lambda: run.rows)  # the first measured round complete
+    assert not run.finished and 1 <= run.done < run.sweep.total
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert not any("One decode step" in t for t in titles)  # no chart while measuring
+    assert not at.button(key="lc_cancel_cache").disabled and at.button(key="lc_start_cache").disabled
     at.button(key="lc_cancel_cache").click().run()
-    assert run.cancelled and 1 <= len(run.rows) < 68
-    kept = len(run.rows)
+    assert run.cancelled and run.finished and run.done < run.sweep.total
+    rounds = run.rows[0]["repeats"]
+    assert len(run.rows) == 24 and all(r["repeats"] == rounds == len(r["runs"]) for r in run.rows)
+    assert at.button(key="lc_cancel_cache").disabled and not at.button(key="lc_start_cache").disabled
     at.run()
-    assert len(at.session_state["lc_run_cache"].rows) == kept
     spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                 if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("One decode step"))
-    assert sum(len(d["x"]) for d in spec["data"] if "slope" not in d["name"]) == kept
+    assert sum(len(d["x"]) for d in spec["data"] if not d["name"].startswith("fit")) == 24
+    assert any(f"Cancelled after {run.done} of 240 runs: the 24 settings below are kept" in p.proto.text
+               for p in at.get("progress"))
 
 
 def test_bad_list_shows_a_message_not_a_traceback():
@@ -283,3 +292,165 @@ def test_roofline_refuses_a_block_format_the_heads_do_not_fit():
     assert any("not whole blocks" in e.value for e in at.error)
     at.selectbox(key="lc_r_model").set_value("Llama-3.1-8B").run()  # d_head 128 = 4 blocks: sized
     assert not at.error and any("ms**" in m.value for m in at.markdown)
+
+
+# ---- issue 29 -------------------------------------------------------------------------------------------------
+def _number(text: str, unit: str = "ms") -> float:
+    return float(re.search(rf"([\d.]+) {unit}", text).group(1))
+
+
+def test_cards_and_formula_show_the_same_run():
+    """Issue 29.4: the TTFT card (a median over runs) and the formula under it (the drawn run) disagreed, and
+    'decode alone' came from the mean TPOT beside a p50 card. Every figure is now the drawn run's, named."""
+    at = _open("pages/2_Prefill_and_Decode.py")
+    _run_request(at, 40, 12, repeats=3)
+    runs = at.session_state["pd_request"].finished_runs
+    totals = [sum(e.seconds for e in g.events) + g.events[0].queue_s for g in runs]
+    gen = runs[sorted(range(3), key=totals.__getitem__)[1]]  # the median run by T, the one drawn
+    cards = {m.label: m.value for m in at.metric}
+    ttft = gen.events[0].queue_s + gen.events[0].seconds
+    assert cards["TTFT"] == f"{ttft * 1e3:.2f} ms"
+    assert cards["T (measured)"] == f"{(ttft + sum(e.seconds for e in gen.events[1:])) * 1e3:.2f} ms"
+    formula = next(m.value for m in at.markdown if m.value.startswith("**T = TTFT"))
+    assert f"= {cards['TTFT']} + (12 − 1)·" in formula  # the formula's TTFT is the card's
+    p50 = next(m.value for m in at.markdown if "TPOT_p50 = TTFT" in m.value)
+    assert f"·{cards['TPOT (p50)']} =" in p50
+    rate = next(c.value for c in at.caption if c.value.startswith("decode alone"))
+    assert f"= 1 / TPOT p50 ({cards['TPOT (p50)']})" in rate
+    assert _number(rate, "tokens/s") == pytest.approx(1e3 / _number(cards["TPOT (p50)"]), rel=0.01)  # 2 decimals
+    captions = " ".join(c.value for c in at.caption)
+    assert "the median of the 3 runs by T (the one drawn)" in captions
+
+
+def test_one_run_says_there_is_no_spread_yet():
+    at = _open("pages/2_Prefill_and_Decode.py")
+    _run_request(at, 24, 6, repeats=1)
+    text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    assert "with one run there is no run-to-run spread yet" in text
+    assert "(—)" not in text and "—:" not in text
+    assert re.search(r"Within tolerance in [01] of 1 run\.", text)
+    assert any(p.proto.text == "6 / 6 tokens generated after a 24-token prompt, 1 run" for p in at.get("progress"))
+
+
+def test_stop_before_a_whole_run_says_so():
+    at = _open("pages/2_Prefill_and_Decode.py")
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.number_input(key=f"pd_prompt_{max_len}").set_value(40)
+    at.button(key="pd_run").click().run()  # the Run rerun: measuring starts on the next tick
+    at.button(key="pd_stop").click().run()
+    assert not at.exception and at.session_state["pd_request"].stopped
+    assert any("Stopped before a whole run was measured" in i.value for i in at.info)
+    assert not at.button(key="pd_run").disabled
+
+
+def test_plurals_on_the_latency_pages():
+    at = _open("pages/2_Prefill_and_Decode.py")
+    _run_request(at, 127, 1, repeats=1)  # the context (128) leaves room for one new token
+    assert any(p.proto.text == "1 / 1 token generated after a 127-token prompt, 1 run" for p in at.get("progress"))
+    max_len = at.session_state["kv_shape"].max_seq_len
+    at.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(5).run()
+    assert any("only 1 new token fits after this prompt" in w.value for w in at.warning)
+    at = _open("pages/4_Latency_and_Capacity.py")
+    assert any(json.loads(c.proto.spec)["layout"]["title"]["text"] == "KV cache of 1 request vs the weights"
+               for c in at.get("plotly_chart"))
+
+
+def test_korean_table_headers_are_korean():
+    """Issue 29.8: snake_case column headers (prompt_tokens, ttft_min_s) and English modes on Korean pages."""
+    at = _open("pages/4_Latency_and_Capacity.py", "ko")
+    at.text_input(key="lc_c_contexts_128").set_value("8, 32")
+    at.number_input(key="lc_c_repeats").set_value(1)
+    at.button(key="lc_start_cache").click().run()
+    _until(at, lambda: at.session_state["lc_run_cache"].finished)
+    at.run()
+    frame = at.dataframe[0].value
+    assert list(frame.columns) == ["방식", "컨텍스트 (토큰)", "입력한 토큰", "실행 횟수", "스텝 (ms)",
+                                   "스텝 (ms), 가장 빠름", "스텝 (ms), 가장 느림"]
+    assert list(frame["방식"]) == ["KV 캐시 사용", "캐시 없음 (접두부 재계산)"] * 2
+    rows = at.session_state["lc_run_cache"].rows
+    assert list(frame["스텝 (ms)"]) == pytest.approx([round(r["seconds"] * 1e3, 3) for r in rows])
+
+
+HOSTED_SMALL = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "20000", "KVVIZ_MAX_SWEEP_POINTS": "3"}
+
+
+def test_hosted_defaults_fit_the_caps(monkeypatch):
+    """Issue 29.5: the default batch sweep (1, 2, 4, 8, 16) was refused under the default cap of 4, and defaults
+    could ask for more points or KV bytes than the caps allow. Every default now starts without a refusal."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")  # the default caps: batch 4, 8 points, 64 MiB of KV
+    at = _open("pages/4_Latency_and_Capacity.py")
+    assert at.text_input(key="lc_b_batches").value == "1, 2, 4"
+    at.button(key="lc_start_batch").click().run()
+    assert not at.error and at.session_state["lc_run_batch"] is not None, [e.value for e in at.error]
+    for name, value in HOSTED_SMALL.items():
+        monkeypatch.setenv(name, value)
+    at = _open("pages/4_Latency_and_Capacity.py")  # SMALL: 512 bytes of KV per token, so 39 tokens fit
+    # 4 requests of a prompt and 16 new tokens would need 4 × 17 × 512 bytes: more than the budget
+    assert at.text_input(key="lc_b_batches").value == "1, 2"
+    for kind, key in (("prompt-length", "lc_p_lengths_128"), ("cache", "lc_c_contexts_128")):
+        points = [int(v) for v in at.text_input(key=key).value.split(",")]
+        assert len(points) <= 3 and max(points) <= 39
+        at.button(key=f"lc_start_{kind}").click().run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert at.session_state[f"lc_run_{kind}"] is not None  # started, not refused
+        at.button(key=f"lc_cancel_{kind}").click().run()
+    at.button(key="lc_start_batch").click().run()
+    assert not at.error, [e.value for e in at.error]
+    at = _open("pages/2_Prefill_and_Decode.py")
+    at.button(key="pd_run").click().run()
+    assert not at.error and at.session_state["pd_running"], [e.value for e in at.error]
+
+
+FIRST_SCREEN = """
+import sys, threading
+from streamlit.testing.v1 import AppTest
+held = []
+start = threading.Thread.start
+threading.Thread.start = lambda self: held.append(self.name) if self.name == "kvviz-preload" else start(self)
+at = AppTest.from_file("app.py", default_timeout=60)
+at.switch_page(sys.argv[1]).run()
+assert not at.exception, at.exception
+assert held == ["kvviz-preload"], held
+print("torch" in sys.modules, at.title[0].value, len(at.button), len(at.number_input))
+"""
+
+
+@pytest.mark.parametrize("page, title", [("pages/2_Prefill_and_Decode.py", "Prefill & Decode"),
+                                         ("pages/3_Memory_Footprint.py", "Memory Footprint"),
+                                         ("pages/4_Latency_and_Capacity.py", "Latency & Capacity")])
+def test_opened_directly_the_first_screen_needs_no_torch(page, title):
+    """Issue 29.10: a page opened directly (a link shared in a lecture chat) took 5.6 s on a fresh server against
+    2.7 s for Home, importing torch and loading the model before its first screen. Now its title, settings and
+    buttons are drawn from the model's description; the engine loads in the background afterwards."""
+    import subprocess
+    import sys
+
+    root = Path(APP).parent
+    out = subprocess.run([sys.executable, "-c", FIRST_SCREEN, page], cwd=root, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    torch_loaded, rest = out.stdout.strip().split(" ", 1)
+    assert torch_loaded == "False" and rest.startswith(title)
+    n_buttons, n_numbers = map(int, rest.removeprefix(title).split())
+    assert n_buttons >= 1 and n_numbers >= 3  # Run/Start (Run here); the request's or the scenario's numbers
+
+
+@pytest.mark.parametrize("page, key", [("pages/2_Prefill_and_Decode.py", "pd"),
+                                       ("pages/4_Latency_and_Capacity.py", "lc")])
+def test_check_noise_loads_the_model_it_times(page, key):
+    """The first screen draws without the model; Check noise loads it, then times 30 identical passes."""
+    at = _open(page)
+    at.button(key=f"_noise_{key}_button").click().run()
+    assert not at.exception
+    assert any(re.match(r"Machine now: \*\*(quiet|busy|noisy)\*\* — 30 identical passes", c.value) for c in at.caption)
+
+
+def test_a_budget_that_holds_almost_nothing_still_opens(monkeypatch):
+    """A hosted KV budget of 1,000 bytes (one token of SMALL): the defaults shrink to settings that exist, and
+    Start says why they are refused instead of the page failing (a geometric range cannot start at zero)."""
+    monkeypatch.setenv("KVVIZ_HOSTED", "1")
+    monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", "1000")
+    at = _open("pages/4_Latency_and_Capacity.py")
+    assert not at.exception and at.text_input(key="lc_c_contexts_128").value == "2"
+    at.button(key="lc_start_cache").click().run()
+    assert not at.exception and any("KV cache needs" in e.value for e in at.error)

@@ -131,10 +131,12 @@ def test_charts_carry_the_formula():
     # cache = weights: n = 13,476,831,232 B / (B · 512 KiB) = 25,705.3 for B=1, 803.3 for B=32:
     # first reached at 25,706 and 804 tokens
     assert 25_706 in crossings["x"] and 804 in crossings["x"]
-    alloc = chart(at, "mem_alloc_chart")["data"]
+    alloc_chart = chart(at, "mem_alloc_chart")
+    alloc = alloc_chart["data"]
     live = 37 + 120 + 900 + 1500 + 3000 + 4096
-    assert alloc[0]["y"][0] == pytest.approx(live * 512 / 1024)  # MiB at 512 KiB per token
-    assert alloc[1]["y"][0] == pytest.approx((6 * 4096 - live) * 512 / 1024)
+    assert alloc_chart["layout"]["yaxis"]["title"]["text"].endswith("(GiB)")  # 6 × 4096 × 512 KiB = 12 GiB
+    assert alloc[0]["y"][0] == pytest.approx(live * 512 / 1024**2)  # GiB at 512 KiB per token
+    assert alloc[1]["y"][0] == pytest.approx((6 * 4096 - live) * 512 / 1024**2)
 
 
 def test_capacity_planner_is_vllms_arithmetic():

@@ -51,13 +51,13 @@ def test_single_token_has_no_tpot():
 
 def test_fits_recover_known_powers():
     x = [8, 16, 64, 256, 1024]
-    k, c = metrics.loglog_slope(x, [3e-6 * v**2 for v in x])
-    assert k == pytest.approx(2.0, abs=1e-9) and c == pytest.approx(math.log(3e-6), abs=1e-9)
-    assert metrics.loglog_slope(x, [0.004] * 5)[0] == pytest.approx(0.0, abs=1e-12)
+    power = metrics.loglog_fit(x, [3e-6 * v**2 for v in x])
+    assert power.slope == pytest.approx(2.0, abs=1e-9) and power.intercept == pytest.approx(math.log(3e-6), abs=1e-9)
+    assert metrics.loglog_fit(x, [0.004] * 5).slope == pytest.approx(0.0, abs=1e-12)
     fit = metrics.linear_fit(x, [2e-4 * v + 0.01 for v in x])
     assert fit.slope == pytest.approx(2e-4) and fit.intercept == pytest.approx(0.01)
     assert fit.slope_se == pytest.approx(0.0, abs=1e-12)  # an exact line: no spread
-    assert metrics.loglog_slope([4, 4], [1.0, 2.0]) is None
+    assert metrics.loglog_fit([4, 4], [1.0, 2.0]) is None
 
 
 
@@ -93,7 +93,7 @@ def test_slope_uncertainty_covers_the_truth_and_shrinks_with_repeats():
 
 
 def test_verdicts_on_flat_rising_and_noisy_timings():
-    span = max(LENGTHS) - min(LENGTHS)
+    span = (min(LENGTHS), max(LENGTHS))
 
     def verdict(y):
         return metrics.trend_verdict(metrics.linear_fit(X5, y), span, float(np.median(y)))
@@ -115,7 +115,7 @@ def test_the_issue_sweep_is_too_noisy_not_a_negative_cost():
     y = [0.0449, 0.0188, 0.0391, 0.0062, 0.0291, 0.0046]  # a single noisy run per length
     fit = metrics.linear_fit(LENGTHS, y)
     assert fit.slope < 0
-    assert metrics.trend_verdict(fit, 432, float(np.median(y))) == "too_noisy"
+    assert metrics.trend_verdict(fit, (16, 448), float(np.median(y))) == "too_noisy"
 
 
 def _summary_of(gaps, prefill=0.01):
@@ -163,3 +163,50 @@ def test_spread_of_whole_runs():
     s = metrics.spread([3.0, None, 1.0, 2.0])
     assert (s.median, s.low, s.high, s.n) == (2.0, 1.0, 3.0, 3) and s.relative == 1.0
     assert metrics.spread([None]) is None
+
+
+# ---- cost models: a pass over n tokens costs fixed + per token + per pair (issue 29.2) ------------------------
+PROMPTS = [16, 35, 77, 169, 372, 818, 1800]  # the page's geometric default lengths, up to a 2048 context
+P5 = [v for v in PROMPTS for _ in range(5)]
+
+
+def _pass_costs(x, fixed, per_token, per_pair, rel_noise, seed=0):
+    rng = np.random.default_rng(seed)  # timings scatter in proportion to their size
+    return [(fixed + per_token * v + per_pair * v * v) * (1 + rel_noise * rng.standard_normal()) for v in x]
+
+
+def test_weighted_quadratic_fit_matches_the_normal_equations():
+    """poly_fit against the textbook weighted least squares: β = (XᵀWX)⁻¹XᵀWy, cov = s²(XᵀWX)⁻¹ with
+    s² = Σw·r² / (n − 3) and weights w = 1 / (median y at each x)²."""
+    y = _pass_costs(P5, 3e-3, 4e-5, 2.5e-7, 0.05)
+    fit = metrics.poly_fit(P5, y, 2, relative=True)
+    x, yv = np.asarray(P5, float), np.asarray(y)
+    med = {v: np.median(yv[x == v]) for v in PROMPTS}
+    w = np.array([1 / med[v] ** 2 for v in P5])
+    X = np.vstack([np.ones_like(x), x, x * x]).T
+    xtwx = X.T @ (w[:, None] * X)
+    beta = np.linalg.solve(xtwx, X.T @ (w * yv))
+    s2 = float((w * (yv - X @ beta) ** 2).sum()) / (len(x) - 3)
+    assert fit.coef == pytest.approx(tuple(beta), rel=1e-8)
+    assert np.asarray(fit.cov) == pytest.approx(s2 * np.linalg.inv(xtwx), rel=1e-6)
+    assert fit(1000) == pytest.approx(beta[0] + 1000 * beta[1] + 1e6 * beta[2])
+    lo, hi = fit.change_ci95(16, 1800)
+    g = np.array([0, 1800 - 16, 1800**2 - 16**2])
+    half = metrics.t95(len(x) - 3) * math.sqrt(g @ (s2 * np.linalg.inv(xtwx)) @ g)
+    assert (lo + hi) / 2 == pytest.approx(g @ beta) and (hi - lo) / 2 == pytest.approx(half)
+
+
+def test_the_issue_negative_fixed_cost_is_the_missing_quadratic_term():
+    """The issue's prompt-length fit printed 'TTFT ≈ −55.08 ms + 703.5 µs per token': a straight line through a
+    curve that bends up (each token attends to the ones before it). With the per-pair term the fixed cost comes
+    out positive, and its 95% interval holds the truth."""
+    truth = (2e-3, 4e-5, 2.5e-7)  # 2 ms fixed, 40 µs per token, 0.25 µs per pair
+    y = _pass_costs(P5, *truth, 0.03, seed=2)
+    line = metrics.linear_fit(P5, y)
+    assert line.intercept < 0  # what the old page printed as the fixed cost
+    fit = metrics.poly_fit(P5, y, 2, relative=True)
+    for i, value in enumerate(truth):
+        half = metrics.t95(fit.n - 3) * fit.se(i)
+        assert fit.coef[i] - half < value < fit.coef[i] + half
+    assert fit.intercept > 0
+    assert metrics.trend_verdict(fit, (16, 1800), float(np.median(y))) == "rising"

@@ -33,8 +33,9 @@ def _chart(at: AppTest, key: str) -> dict:
 
 
 def click_step(at: AppTest, clicks: int = 1) -> AppTest:
-    """The Step button sends its running click count (a browser sends the same): `clicks` more clicks at once."""
-    at.session_state["reuse_stepper"] = {"clicks": at.session_state["reuse_served"] + clicks}
+    """The stepper sends its log of presses (a browser sends the same): `clicks` more Step presses at once."""
+    served = at.session_state["reuse_served"]
+    at.session_state["reuse_stepper"] = {"events": [[served + i + 1, "step"] for i in range(clicks)]}
     return at.run()
 
 
@@ -197,13 +198,12 @@ def test_rapid_clicks_each_give_one_token():
 
 def test_clicks_past_the_end_are_dropped():
     at = _page()
-    at.session_state["reuse_max_new"] = 3
-    at.run()
+    at.number_input(key="_w_reuse_max_new").set_value(3).run()
     _prefill_and_step(at, 0)
     click_step(at, 10)
     gen = at.session_state["reuse_gen"]
     assert gen.done and gen.n_generated == 3
-    assert at.session_state["reuse_served"] == at.session_state["reuse_stepper"]["clicks"]
+    assert at.session_state["reuse_served"] == at.session_state["reuse_stepper"]["events"][-1][0]
 
 
 def test_prompt_length_and_speed_survive_another_page():
@@ -255,13 +255,12 @@ def hosted(monkeypatch):
 
 def test_hosted_new_token_cap(hosted):
     at = _page()
-    assert at.number_input(key="_w_reuse_max_new").max == 16
-    at.session_state["reuse_max_new"] = 100  # e.g. kept from before the cap
-    at.run()
+    at.number_input(key="_w_reuse_max_new").set_value(100).run()  # past the cap: refused, with the cap named
+    assert any("1 … 16" in e.value for e in at.error)
     at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
     at.button(key="reuse_btn_prefill").click().run()
     assert not at.exception
-    assert at.session_state["reuse_gen"].max_new_tokens <= 16
+    assert at.session_state["reuse_gen"].max_new_tokens == 16  # the default, 24, lowered to the cap
 
 
 def test_hosted_kv_budget_refuses_before_prefill(hosted, monkeypatch):
@@ -284,3 +283,53 @@ def test_lecture_mode_keeps_settings_behind_one_button():
     _prefill_and_step(at, 2)
     assert not at.exception
     assert at.session_state["reuse_gen"].n_generated == 3
+
+
+def press(at: AppTest, *actions: str) -> AppTest:
+    """Presses that reached the server together, in the order they were made (the stepper's log)."""
+    served = at.session_state["reuse_served"]
+    at.session_state["reuse_stepper"] = {"events": [[served + i + 1, a] for i, a in enumerate(actions)]}
+    return at.run()
+
+
+@pytest.mark.parametrize("presses, generated", [
+    (("prefill", "reset", "prefill", "reset", "step"), None),  # issue 29 #6: ended with a fresh generation
+    (("prefill", "step", "step"), 3),
+    (("prefill", "reset", "prefill", "step"), 2),
+    (("reset", "prefill", "step", "reset", "prefill"), 1),
+])
+def test_fast_presses_are_applied_once_each_in_order(presses, generated):
+    at = _page()
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT).run()
+    press(at, *presses)
+    assert not at.exception
+    gen = at.session_state["reuse_gen"]
+    assert (gen.n_generated if gen is not None else None) == generated
+    at.run()  # a rerun without a press (a widget change, a timer) applies nothing again
+    gen = at.session_state["reuse_gen"]
+    assert (gen.n_generated if gen is not None else None) == generated
+
+
+def test_play_and_pause_keys_in_order():
+    at = _prefill_and_step(_page(), 0)
+    press(at, "toggle_play", "toggle_play", "step")  # P, P, Space: played, paused, then one step
+    assert not at.session_state["reuse_playing"] and at.session_state["reuse_gen"].n_generated == 2
+    press(at, "play")
+    playing_at = at.session_state["reuse_gen"].n_generated
+    assert at.session_state["reuse_playing"] and playing_at >= 3  # Play's first beat
+    at.session_state["reuse_play_next"] = float("inf")  # no beat due in the next run
+    press(at, "step")  # Step is off while playing
+    assert at.session_state["reuse_gen"].n_generated == playing_at
+
+
+def test_a_late_play_tick_shows_one_token_and_says_it_is_behind():
+    """Issue 29 #6: Play under load jumped 7 tokens in one redraw with no notice."""
+    import time
+
+    at = _prefill_and_step(_page(), 0)
+    press(at, "play")
+    before = at.session_state["reuse_gen"].n_generated  # Play's first beat (a slow machine may add one more)
+    at.session_state["reuse_play_next"] = time.monotonic() - 2.0  # ticks stalled for 2 s (8 beats at 4/s)
+    at.run()
+    assert at.session_state["reuse_gen"].n_generated == before + 1  # one token, not a burst
+    assert any("falling behind" in w.value for w in at.warning)

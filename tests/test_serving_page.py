@@ -109,7 +109,7 @@ def test_roofline_bound_beside_a_known_shape():
     at.run()
     assert not at.exception, at.exception
     at.selectbox(key="sv_gpu").set_value("L4").run()
-    n = at.number_input(key="sv_prompt").value + at.number_input(key="sv_max_tokens").value // 2
+    n = int(at.number_input(key="sv_prompt").value + at.number_input(key="sv_max_tokens").value // 2)
     bound = Roofline(load_backend("tiny").spec, HARDWARE["L4"]).decode_bound(batch=1, n_context=n)
     assert any(f"TPOT ≥ **{bound.seconds * 1e3:.3g} ms**" in c.value and "on L4" in c.value for c in at.caption)
 

@@ -4,6 +4,7 @@ import math
 import numpy as np
 
 from kvviz.charts import training as charts
+from kvviz.charts.base import LECTURE_MAX_HEIGHT
 
 
 def test_attention_figure_blanks_the_mask_and_outlines_the_new_row():
@@ -32,7 +33,8 @@ def test_mask_figure_and_lecture_sizes():
     full = charts.mask_figure(list("abc"), False, title="t", key_axis="k", query_axis="q", allowed="a", masked="m",
                               lecture=True)
     assert np.asarray(full.data[0].z).min() == 1
-    assert full.layout.font.size == 20 and full.layout.height == int(420 * 1.4)
+    # larger type, and within one 1280×720 screen beside the page's title and idea stepper (issue 29 #7)
+    assert full.layout.font.size == 18 and full.layout.height == min(int(420 * 1.15), LECTURE_MAX_HEIGHT)
     many = charts.mask_figure(["x"] * 30, True, title="t", key_axis="k", query_axis="q", allowed="a", masked="m")
     assert many.layout.xaxis.tickmode == "auto"  # 30 labels would overlap: positions instead
 
@@ -57,5 +59,5 @@ def test_drift_chart_shows_rounding_sized_bars_on_a_log_axis():
     low, high = fig.layout.yaxis.range
     assert low <= math.log10(2e-7) - 2 and high >= math.log10(1.3)  # ~1e-7 bars stand well above the axis floor
     assert list(k.customdata) == [0.0, 6e-7, 2e-7] and k.y[0] == charts.FLOOR and list(k.text) == ["0", "", ""]
-    assert fig.layout.legend.y < 0  # under the plot, never over the title
+    assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # under the plot and its axis title
     assert list(tol.y) == [5e-6] * 3

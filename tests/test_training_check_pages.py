@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.charts.base import LECTURE_MAX_HEIGHT
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import tokenizer_for
 from kvviz.lessons import causal, quiz
@@ -109,15 +110,16 @@ def test_link_reproduces_the_view_and_bad_values_are_explained():
 
 
 def test_lecture_mode_from_the_link():
-    at = open_page(TRAINING, lecture="1", idea="2")
+    at = open_page(TRAINING, lecture="1", idea="3")
     assert not at.exception
     assert at.session_state["kv_lecture"] is True
     assert at.toggle(key="_w_kv_lecture").value is True
-    assert [h.value for h in at.header] == ["The condition for reuse: the causal mask"]  # one idea per screen
+    # one idea per screen, its title beside the stepper (no section header repeats it)
+    assert [h.value for h in at.subheader] == ["The condition for reuse: the causal mask"] and not at.header
     drift = figure(at, "training_drift")
-    assert drift["layout"]["font"]["size"] == 20 and drift["layout"]["height"] == int(400 * 1.4)
+    assert drift["layout"]["font"]["size"] == 18 and drift["layout"]["height"] <= LECTURE_MAX_HEIGHT
     at.toggle(key="_w_kv_lecture").set_value(False).run()
-    assert len(at.header) == 4 and "lecture" not in at.query_params
+    assert len(at.header) == 5 and "lecture" not in at.query_params
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])

@@ -10,12 +10,14 @@ secrets in, so every check is a pure function that raises InputError("hosted....
 - `check_shape()`, `check_hf_model()`, `check_params()`: what model a visitor may load; `check_weights_fit()` with
   `available_memory_bytes()`: whether this machine can hold a custom shape's weights at all;
 - `check_request()` (`check_batch()`, `check_new_tokens()`, `check_kv_budget()`) and `check_sweep()`: what one
-  request or sweep may ask for.
+  request or sweep may ask for;
+- `points_within()`, `batches_within()`, `tokens_within()`: the pages' defaults cut to fit the caps, so a
+  visitor's first click on a default is never refused.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -43,6 +45,7 @@ class HostedCaps:
     max_sweep_points: int = 8
     kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
     idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
+    offload_store_bytes: int = 32 * 2**20  # one session's offload tiers, memory and disk together
     # Models a visitor may choose: names fetch-model knows (offered when the deployment fetched them) and hub ids.
     hf_allow: tuple[str, ...] = ("smollm2", "HuggingFaceTB/SmolLM2-135M")
 
@@ -173,3 +176,37 @@ def check_request(
     check_batch(batch, caps)
     check_new_tokens(max_new_tokens, caps)
     return check_kv_budget(caps, spec, batch=batch, n_tokens=prompt_tokens + max_new_tokens, dtype=dtype)
+
+
+def check_offload_store(caps: HostedCaps, memory_bytes: int, disk_bytes: int) -> None:
+    """The offload tiers a session asks for, memory and disk together, within its cap (checked before any write)."""
+    need = memory_bytes + disk_bytes
+    if need > caps.offload_store_bytes:
+        raise InputError("hosted.offload_store", need=format_binary(need),
+                         budget=format_binary(caps.offload_store_bytes))
+
+
+# ---- defaults that fit the caps: a visitor's first click on a default is never refused ----------------------
+def points_within(caps: HostedCaps | None, points: int) -> int:
+    """How many points a default sweep may have: `points`, or fewer under the cap."""
+    return points if caps is None else min(points, caps.max_sweep_points)
+
+
+def batches_within(caps: HostedCaps | None, batches: Sequence[int]) -> list[int]:
+    """The default batch sizes the cap allows (every one of them without a cap)."""
+    return [b for b in batches if caps is None or b <= caps.max_batch][:points_within(caps, len(batches))]
+
+
+def tokens_within(caps: HostedCaps | None, spec: KVSpec, dtype: str, limit: int, *, batch: int = 1) -> int:
+    """The most tokens per request, up to `limit`, whose KV cache (by the formula, for `batch` requests) fits the
+    session's budget: where a default prompt or context may reach."""
+    if caps is None:
+        return limit
+    lo, hi = 0, limit  # the cache never shrinks as tokens are added: the largest n within the budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if kv_footprint(spec, mid, batch, dtype).total <= caps.kv_budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,9 +1,11 @@
 """Lecture mode (`?lecture=1`, the sidebar's toggle): a page laid out for a projector at 1280×720.
 
 - `LECTURE_CSS`: large type, the whole width, little padding (page_setup adds it);
-- `lecture_head()`, `intro_box()`, `settings_box()`: where a page's introduction and settings go (folded away or
-  behind one button in lecture mode, so the demo and its idea get the screen);
-- `ideas()`: one idea per screen, with a ← → stepper kept in the link;
+- `lecture_head()`, `intro_box()`, `settings_box()`: a page's title, and where its introduction and settings go
+  (in lecture mode one row: the introduction folded away, the settings behind one button, so the idea gets the
+  screen);
+- `ideas()`: one idea per screen, with a ← → stepper kept in the link; `idea_title()`: a section's heading,
+  which in lecture mode the stepper shows instead; `lecture_tabs()`: a page's tabs, one per screen in lecture mode;
 - `demo_seed()`: every seed pinned, so a demo repeats exactly on the projector.
 """
 from __future__ import annotations
@@ -21,20 +23,40 @@ from kvviz.app.widgets import persisted
 LECTURE_SEED = 0  # lecture mode pins every seed, so a demo repeats exactly on the projector
 # Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
 LECTURE_CSS = """<style>
-html { font-size: 22px; }
-[data-testid='stMainBlockContainer'] { max-width: 100%; padding: 4rem 3rem 2rem 3rem; }
-[data-testid='stMainBlockContainer'] h1 { font-size: 2.2rem; padding-top: 0; }
+html { font-size: 20px; }
+header[data-testid='stHeader'] { height: 2.6rem !important; min-height: 0 !important; }
+[data-testid='stMainBlockContainer'] { max-width: 100%; padding: 3rem 2.5rem 1rem 2.5rem; }
+[data-testid='stMainBlockContainer'] h1 { font-size: 1.7rem; padding: 0; }
+[data-testid='stMainBlockContainer'] h3 { font-size: 1.3rem; padding: 0; }
+[data-testid='stMainBlockContainer'] [data-testid='stVerticalBlock'] { gap: 0.6rem; }
+[data-testid='stMain'] [data-testid='stAlert'] > div { padding: 0.45rem 0.8rem; }
+[data-testid='stMain'] [data-testid='stMetricValue'] { font-size: 1.6rem; }
+[data-testid='stMain'] [data-testid^='stBaseButton'] p { white-space: normal; }
 [data-testid='stMain'] [data-testid='stPageLink-NavLink'] span { white-space: normal; }
-</style>"""  # at 1280×720 the default 6rem top padding (4rem clears the fixed header) and a 2.75rem title took a third;
-# a label wraps onto a second line rather than being cut short (Streamlit ends a long one with "…")
+[data-testid='stMain'] :is([data-testid='stWidgetLabel'], [data-testid='stMetricLabel']) * { white-space: normal; }
+[data-testid='stMain'] :is(summary, [data-testid='stPopover'] button) :is(p, span) { white-space: normal; }
+[data-testid='stLayoutWrapper']:has(> [class*='st-key-kv_hidden_']),
+[class*='st-key-kv_hidden_'] { display: none !important; }
+</style>"""
+# At 1280×720 the default 6rem top padding, a 2.75rem title and 1rem between elements took a third of the screen: a
+# lower fixed header (it holds the sidebar's button), a smaller title and closer elements leave it to the idea. Labels
+# wrap onto a second line rather than being cut short (Streamlit ends a long one with "…").
 
 
-def lecture_head() -> tuple[Any, Any]:
-    """Where the introduction and the settings go: in lecture mode one row of two columns (so the demo's controls
-    and the idea fit one screen); otherwise wherever the page is when each is entered."""
+def lecture_head(title: str | None = None, widths: tuple[float, float] = (2.5, 2.5)) -> tuple[Any, Any]:
+    """The page's title, and where its introduction and settings go: in lecture mode one row holds all three, the
+    title first (so the demo's controls and the idea fit one screen); otherwise the title, then each wherever the
+    page enters it. A page that draws its own title (its idea stepper sits right under it) passes none: the row then
+    holds the introduction and the settings in `widths`."""
     if not st.session_state.get("kv_lecture"):
+        if title is not None:
+            st.title(title)
         return contextlib.nullcontext(), contextlib.nullcontext()
-    intro, settings = st.columns([3, 1], vertical_alignment="center")
+    if title is None:
+        intro, settings = st.columns(list(widths), vertical_alignment="center")
+        return intro, settings
+    heading, intro, settings = st.columns([5, *widths], vertical_alignment="center")
+    heading.title(title)
     return intro, settings
 
 
@@ -54,8 +76,9 @@ def settings_box(label: str | None = None, *, border: bool = False) -> Any:
 def ideas(titles: Sequence[str], key: str) -> list[int]:
     """Which sections a page renders: all of them, or in lecture mode one idea per screen (kept in `?idea=`).
 
-    In lecture mode a stepper heads the page: previous / next buttons around a bar naming every idea, so a
-    presenter moves through the page one screen at a time (the choice is in the link, so a slide can be shared).
+    In lecture mode a stepper heads the page: previous / next buttons around the ideas' numbers, and the current
+    idea's title beside them (so every title shows whole, however many ideas); idea_title() then draws nothing.
+    The choice is in the link, so a slide can be shared.
     """
     if not st.session_state.get("kv_lecture"):
         return list(range(len(titles)))
@@ -64,15 +87,33 @@ def ideas(titles: Sequence[str], key: str) -> list[int]:
     def move(by: int) -> None:
         st.session_state[state] = min(max(st.session_state[state] + by, 1), len(titles))
 
-    back, bar, forward = st.columns([1, 12, 1], vertical_alignment="bottom")
-    back.button("←", key=f"kv_idea_back_{key}", on_click=move, args=(-1,), disabled=st.session_state[state] == 1,
-                help=tr("lecture.previous"), width="stretch")
-    forward.button("→", key=f"kv_idea_next_{key}", on_click=move, args=(1,),
-                   disabled=st.session_state[state] == len(titles), help=tr("lecture.next"), width="stretch")
-    with bar:
+    with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+        st.button("←", key=f"kv_idea_back_{key}", on_click=move, args=(-1,), disabled=st.session_state[state] == 1,
+                  help=tr("lecture.previous"))
         persisted(st.segmented_control, state, tr("lecture.idea"), options=range(1, len(titles) + 1),
-                  format_func=lambda i: f"{i}. {titles[i - 1]}", required=True, width="stretch")
+                  required=True, width="content", label_visibility="collapsed",
+                  help=" · ".join(f"{i}. {t}" for i, t in enumerate(titles, 1)))
+        st.button("→", key=f"kv_idea_next_{key}", on_click=move, args=(1,),
+                  disabled=st.session_state[state] == len(titles), help=tr("lecture.next"))
+        st.subheader(titles[st.session_state[state] - 1], width="stretch")
     return [st.session_state[state] - 1]
+
+
+def idea_title(title: str, *, small: bool = False) -> None:
+    """A section's heading on the page (`small`: a subheader); in lecture mode the stepper already shows it."""
+    if not st.session_state.get("kv_lecture"):
+        (st.subheader if small else st.header)(title)
+
+
+def lecture_tabs(titles: Sequence[str], key: str, *, first_on_page: bool = False) -> list[Any]:
+    """Where a page's sections go: tabs (the first section above them when `first_on_page`), or in lecture mode one
+    section per screen with the ideas() stepper. Each section's code runs either way (its widgets keep their state);
+    in lecture mode the others draw into hidden containers."""
+    if not st.session_state.get("kv_lecture"):
+        first = [st.container()] if first_on_page else []
+        return first + list(st.tabs(list(titles[len(first):])))
+    shown = ideas(titles, key)[0]
+    return [st.container() if i == shown else st.container(key=f"kv_hidden_{key}_{i}") for i in range(len(titles))]
 
 
 def demo_seed(seed: int) -> int:

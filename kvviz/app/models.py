@@ -1,7 +1,8 @@
 """The model a page runs, and what a hosted demo allows it to run:
 
 - `get_backend()`: the shared model for the sidebar's settings (weights cached across sessions, read-only), or
-  None after saying why it could not load; `settings_spec()` describes a native model without loading it;
+  None after saying why it could not load; `settings_spec()` describes a native model without loading it, and
+  `model_spec()` gives any model's description for a page's first screen (loading only a Hugging Face model);
   `model_caption()` names it under a page's title; `preload_engine()` imports torch in the background;
 - `hosted_caps()`, `secrets_dict()`, `hf_policy()`: the deployment's limits, from the environment or
   .streamlit/secrets.toml;
@@ -171,6 +172,17 @@ def settings_spec(settings: Settings) -> KVSpec | None:
     if settings.model in fetch.MODELS and fetch.is_fetched(settings.model):
         return fetched_spec(settings.model)
     return None
+
+
+def model_spec(settings: Settings) -> KVSpec | None:
+    """The chosen model's description for a page's first screen: from its config for a native model (no weights,
+    no torch: a page opened directly draws its settings at once, and loads the model when it first runs it), else
+    from loading it (None, with the reason shown, when it cannot load)."""
+    spec = settings_spec(settings)
+    if spec is None:
+        backend = get_backend(settings)
+        spec = backend.spec if backend is not None else None
+    return spec
 
 
 _preload = threading.Lock()

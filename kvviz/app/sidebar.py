@@ -106,8 +106,10 @@ def sidebar(caps: HostedCaps | None) -> Settings:
     persisted(st.toggle, "kv_lecture", tr("lecture.toggle"), help=tr("lecture.toggle_help"))
     if caps is not None:
         st.caption(tr("hosted.sidebar_caption", max_layers=caps.max_layers, max_d_model=caps.max_d_model,
-                      max_new_tokens=caps.max_new_tokens, max_batch=caps.max_batch,
-                      kv_budget=format_binary(caps.kv_budget_bytes)))
+                      max_params=f"{caps.max_params:,}", max_new_tokens=caps.max_new_tokens,
+                      max_batch=caps.max_batch, max_sweep_points=caps.max_sweep_points,
+                      kv_budget=format_binary(caps.kv_budget_bytes),
+                      offload_store=format_binary(caps.offload_store_bytes)))  # every cap that can refuse a request
     s = st.session_state
     return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_engine,
                     s.kv_lecture, caps)

@@ -1,6 +1,7 @@
 """How fast, and how steadily, this machine runs right now, as the pages that time the model show it:
 
-- `noise_indicator()`: the CPU load always, and on request the spread of identical passes (engine.timing);
+- `noise_indicator()`: the CPU load always, and on request the spread of identical passes (engine.timing), the
+  model loaded only then;
 - `record_timing()`: the server's own time per step, appended to $KVVIZ_TIMING_LOG for bench/ (off unless set).
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -19,14 +21,19 @@ if TYPE_CHECKING:
     from kvviz.engine.backends.base import Backend
 
 
-def noise_indicator(backend: Backend, key: str) -> None:
-    """How noisy this machine is right now: the CPU load always, and on request the spread of identical passes."""
-    from kvviz.engine.timing import cpu_load, noise_probe
+def noise_indicator(model: Callable[[], Backend | None], key: str) -> None:
+    """How noisy this machine is right now: the CPU load always, and on request the spread of identical passes
+    (of the model `model()` gives: it is loaded then, so the page draws this without torch)."""
+    from kvviz.engine.machine import cpu_load
 
     state = f"_noise_{key}"
 
     def probe() -> None:  # in the callback: before anything of the rerun is drawn
-        st.session_state[state] = noise_probe(backend)
+        from kvviz.engine.timing import noise_probe
+
+        backend = model()
+        if backend is not None:
+            st.session_state[state] = noise_probe(backend)
 
     c1, c2 = st.columns([5, 1])
     noise = st.session_state.get(state)

@@ -2,9 +2,11 @@
 
 - `persisted()`: a widget whose value survives a switch to another page (seeded from, and saved to, a session key);
 - `number_in_range()`: a number box whose range is checked here, so a value outside it is refused with a message
-  naming the range while the last valid value stays in use (`number_text()` writes the numbers it names);
+  naming the range while the last valid value stays in use (`number_text()` writes the numbers it names;
+  `current_number()` is its value as a callback sees it);
 - `chart()` and `table()`: a Plotly figure with its toolbar, a table with its CSV download;
-- `stepper()`: a Step button that counts every click and the → / Space / R keys, so no click is lost.
+- `stepper()` and `pending_actions()`: a Step button and one numbered log of a page's presses (its clicks, the
+  → / Space / P / R keys, the page's own buttons), applied once each and in order, so no press is lost or reordered.
 """
 from __future__ import annotations
 
@@ -33,40 +35,71 @@ def persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 -
 
 
 def number_text(x: float) -> str:
-    """1,000 or 2.5 (never 1e+03 or 1000.0)."""
+    """1,000 or 2.5 (never 1e+03 or 1000.0); a number too long to read whole (1e99) in scientific notation."""
+    if abs(x) >= 1e15:
+        return f"{x:.3g}"
     return f"{int(x):,}" if float(x).is_integer() else f"{x:,.6g}"
 
 
+def _in_range(value: float, low: float, high: float, whole: bool) -> bool:
+    return low <= value <= high and (not whole or value == int(value))
+
+
 def number_in_range(where: Any, label: str, low: float, high: float, default: float | None, key: str, *,
-                    whole: bool = True, **kwargs: Any) -> Any:
+                    whole: bool = True, optional: bool | None = None, **kwargs: Any) -> Any:
     """A number box whose bounds are checked here, not by the widget: a value outside [low, high] is refused with a
     message that names the box and the range, and the last valid value (`default` before any) is used.
 
     Streamlit's own min/max are left off on purpose: with them the browser keeps an out-of-range entry in the box
-    while the app silently goes on with the previous value. An emptied box keeps the last valid value; with
-    `default=None` (an optional number, such as a prediction or an unknown memory size) it returns None until a
-    valid value is entered. Other keyword arguments go to st.number_input.
+    while the app silently goes on with the previous value. An emptied box keeps the last valid value, and says so.
+    An `optional` number (the default when `default` is None: a prediction, a memory size to estimate) starts empty
+    and returns None while it is empty. Other keyword arguments go to st.number_input. A callback, which runs before
+    the page draws the box, reads its value with `current_number(key)`.
     """
+    optional = default is None if optional is None else optional
     valid_key = f"_valid_{key}"
     valid = st.session_state.get(valid_key, default)
     if valid is not None and not low <= valid <= high:  # the range itself changed (another model): start again
         valid = None if default is None else min(max(default, low), high)
+    st.session_state[f"_range_{key}"] = (low, high, whole, optional)
     if valid is not None:
-        st.session_state.setdefault(key, int(valid) if whole else float(valid))
+        st.session_state.setdefault(key, float(valid))
     elif key not in st.session_state:
         kwargs["value"] = None  # an optional number starts empty
-    kwargs.setdefault("step", 1 if whole else None)
+    # A float box even for whole numbers: Streamlit reads an integer box with parseInt, so "1e3" became 1 and
+    # "2.5" became 2 without a word; as a float each reaches the checks below and is refused or taken whole.
+    kwargs.setdefault("step", 1.0 if whole else None)
+    if whole:
+        kwargs.setdefault("format", "%.0f")
     value = where.number_input(label, key=key, **kwargs)
+    if value is None and optional:
+        st.session_state.pop(valid_key, None)  # emptied on purpose: unknown, or estimated
+        return None
     if value is None:
+        if valid is not None:
+            where.warning(tr("common.number_empty", name=label, kept=number_text(valid)))
         return valid
-    if not low <= value <= high or (whole and value != int(value)):
+    if not _in_range(value, low, high, whole):
         kept = "" if valid is None else tr("common.out_of_range_kept", kept=number_text(valid))
-        where.error(tr("common.out_of_range", name=label, value=number_text(value), low=number_text(low),
-                       high=number_text(high), kept=kept))
+        why = "common.not_whole" if low <= value <= high else "common.out_of_range"
+        where.error(tr(why, name=label, value=number_text(value), low=number_text(low), high=number_text(high),
+                       kept=kept))
         return valid
     st.session_state[valid_key] = int(value) if whole else float(value)
     return st.session_state[valid_key]
 
+
+def current_number(key: str, before: Any = None) -> Any:
+    """A number box's value as a callback sees it (before the page draws the box again): what was just entered when
+    number_in_range would accept it, else the last valid value (None for an emptied optional box); `before` while the
+    box has not been drawn yet."""
+    if f"_range_{key}" not in st.session_state:
+        return before
+    low, high, whole, optional = st.session_state[f"_range_{key}"]
+    value = st.session_state.get(key)
+    if value is not None and _in_range(value, low, high, whole):
+        return int(value) if whole else float(value)
+    return None if value is None and optional else st.session_state.get(f"_valid_{key}")
 
 
 def chart(fig: go.Figure, key: str) -> None:
@@ -76,11 +109,14 @@ def chart(fig: go.Figure, key: str) -> None:
     shows; Streamlit's theme would override its fonts and margins.
     """
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
+    if st.session_state.get("kv_lecture"):
+        config["displayModeBar"] = "hover"  # on a projector the toolbar would sit on a wrapped title
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
 
 
 def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
-    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean).
+    """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean; not in lecture
+    mode).
 
     `prose`: cells of sentences, shown as a static table that wraps them instead of a scrolling grid.
     """
@@ -88,16 +124,19 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
         st.table(df, hide_index=True)
     else:
         st.dataframe(df, hide_index=True, width="stretch")
-    st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
-                       file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
+    if not st.session_state.get("kv_lecture"):  # nobody downloads from a projector: the table keeps the screen
+        st.download_button(tr("lecture.download_csv"), df.to_csv(index=False).encode("utf-8-sig"),
+                           file_name=f"{key}.csv", mime="text/csv", key=f"{key}_csv")
 
 
-# ---- a Step button that never loses a click --------------------------------------------------------------
-# st.button sends a one-shot trigger: two clicks that reach the server before it picks the first up are
-# merged into one (Streamlit coalesces pending triggers), so a fast lecturer loses steps. This button sends
-# a running count of its clicks instead; the newest count always wins, and the page advances one token per
-# click it has not yet served. It also listens for the → and Space keys (outside text fields) and R, which
-# clicks the page's Reset button (Streamlit reserves R for its own shortcuts, so `shortcut="R"` is refused).
+# ---- one ordered channel for a page's controls: no click or key is lost or reordered --------------------------
+# st.button sends a one-shot trigger, and Streamlit merges the triggers that reach the server before it picks the
+# first up: two clicks on Step became one token, and Prefill, R, Prefill, R pressed quickly ran as one Prefill and one
+# Reset in widget order, not press order, leaving a fresh generation. This component keeps a numbered log of every
+# press instead — its own Step button, the → / Space / P / R keys (outside text fields) and clicks on the page's
+# Streamlit buttons it is given (caught before Streamlit sees them) — and sends the whole unserved log each time; the
+# newest log always wins, and the page applies each action once, in order (pending_actions). While the page plays,
+# it also says so when one redraw shows more than one new token (the browser fell behind the server).
 _STEPPER_JS = """
 export default function(component) {
   const { data, setStateValue, parentElement } = component;
@@ -112,31 +151,61 @@ export default function(component) {
   btn.title = data.title;
   btn.disabled = !!data.disabled;
   btn.dataset.served = String(data.base);
-  // The count only grows: after a remount (another page and back) it restarts from what the server served.
-  const st = parentElement.__kv || (parentElement.__kv = { clicks: 0 });
-  if (data.base > st.clicks) st.clicks = data.base;
-  const send = () => {
-    if (btn.disabled) return;
-    st.clicks += 1;
-    btn.dataset.clicks = String(st.clicks);
-    setStateValue('clicks', st.clicks);
+  // Numbers only grow: after a remount (another page and back) they restart from what the server served.
+  const st = parentElement.__kv || (parentElement.__kv = { seq: 0, log: [] });
+  if (data.base > st.seq) st.seq = data.base;
+  st.log = st.log.filter((e) => e[0] > data.base);  // served: no need to send them again
+  const send = (action) => {
+    st.seq += 1;
+    st.log.push([st.seq, action]);
+    btn.dataset.sent = String(st.seq);
+    setStateValue('events', st.log.slice());
   };
-  btn.onclick = send;
+  // Sent even while the button looks disabled: the page may not have drawn the Prefill that enables it yet.
+  btn.onclick = () => send('step');
   const typing = (el) => el && (el.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName));
   const onKey = (e) => {
     if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
-    if (e.key === 'ArrowRight' || e.key === ' ') {
-      e.preventDefault(); e.stopImmediatePropagation(); send();
-    } else if ((e.key === 'r' || e.key === 'R') && data.reset_selector) {
-      const reset = document.querySelector(data.reset_selector);
-      if (reset && !reset.disabled) { e.preventDefault(); e.stopImmediatePropagation(); reset.click(); }
+    const action = data.keys[e.key.length === 1 ? e.key.toLowerCase() : e.key];
+    if (action) { e.preventDefault(); e.stopImmediatePropagation(); send(action); }
+  };
+  const onClick = (e) => {
+    for (const [selector, action] of Object.entries(data.buttons)) {
+      const b = e.target.closest && e.target.closest(selector);
+      if (b) {
+        e.preventDefault(); e.stopImmediatePropagation();
+        if (!b.disabled) send(action);
+        return;
+      }
     }
   };
-  if (window.__kvStepKey) window.removeEventListener('keydown', window.__kvStepKey, true);
-  window.__kvStepKey = onKey;
-  window.addEventListener('keydown', onKey, true);
+  for (const [name, fn] of [['keydown', onKey], ['click', onClick]]) {
+    const slot = '__kvControls_' + name;
+    if (window[slot]) window.removeEventListener(name, window[slot], true);
+    window[slot] = fn;
+    window.addEventListener(name, fn, true);
+  }
+  // Falling behind: one redraw while playing shows more than one new token.
+  let note = parentElement.querySelector('div.kv-behind');
+  if (!note) {
+    note = document.createElement('div');
+    note.className = 'kv-behind';
+    note.setAttribute('role', 'status');
+    parentElement.appendChild(note);
+  }
+  const jump = st.shown == null ? 0 : data.shown - st.shown;
+  if (data.playing && st.playing && jump > 1) {
+    note.textContent = data.behind.replace('{n}', String(jump));
+    st.noteUntil = Date.now() + 4000;
+  }
+  note.hidden = !(data.playing && st.noteUntil && Date.now() < st.noteUntil);
+  st.shown = data.shown;
+  st.playing = data.playing;
   return () => {
-    if (window.__kvStepKey === onKey) { window.removeEventListener('keydown', onKey, true); window.__kvStepKey = null; }
+    for (const [name, fn] of [['keydown', onKey], ['click', onClick]]) {
+      const slot = '__kvControls_' + name;
+      if (window[slot] === fn) { window.removeEventListener(name, fn, true); window[slot] = null; }
+    }
   };
 }
 """
@@ -147,26 +216,38 @@ button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25
 button.kv-step:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
 button.kv-step:active:not(:disabled) { background: #ff4b4b; color: #fff; }
 button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
+div.kv-behind { position: fixed; top: 3.75rem; right: 1rem; z-index: 1000; max-width: 28rem; padding: 0.5rem 0.75rem;
+  border-radius: 0.5rem; background: #fffce7; color: #926c05; border: 1px solid #f4e3a1; font-size: 0.9rem; }
+div.kv-behind[hidden] { display: none; }
 """
 _stepper_component = None
 
 
 def _no_callback() -> None:
-    """The page reads the click count on its rerun; nothing else to do when it changes."""
+    """The page reads the log on its rerun (pending_actions); nothing else to do when it changes."""
 
 
-def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = "",
-            reset_key: str | None = None) -> int:
-    """A Step button that returns how many times it was clicked in this session (never fewer than `served`).
+def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = "", buttons: dict[str, str] | None = None,
+            keys: dict[str, str] | None = None, shown: int = 0, playing: bool = False, behind: str = "") -> None:
+    """A Step button, and the channel that keeps a page's presses in order: every press of it, of `keys` ({key:
+    action}, e.g. {"ArrowRight": "step", "p": "toggle_play"}) and clicks on the Streamlit buttons keyed in `buttons`
+    ({widget key: action}) becomes one numbered action; the page applies them with pending_actions(key, served).
 
-    The page serves `clicks - served` steps, one token each, and keeps `served` in its own state.
+    `shown` (tokens on screen) and `playing`: while playing, a redraw that shows more than one new token says so,
+    with `behind` ({n}: how many at once).
     """
     global _stepper_component
     if _stepper_component is None:
         _stepper_component = st.components.v2.component("kvviz_stepper", js=_STEPPER_JS, css=_STEPPER_CSS)
-    data = {"label": label, "title": help, "disabled": disabled, "base": served,
-            "reset_selector": f".st-key-{reset_key} button" if reset_key else None}
-    result = _stepper_component(key=key, data=data, default={"clicks": served}, width="content",
-                                on_clicks_change=_no_callback)
-    clicks = getattr(result, "clicks", None)
-    return served if clicks is None else max(int(clicks), 0)
+    data = {"label": label, "title": help, "disabled": disabled, "base": served, "shown": shown, "playing": playing,
+            "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})},
+            "buttons": {f".st-key-{k} button": action for k, action in (buttons or {}).items()}}
+    _stepper_component(key=key, data=data, default={"events": []}, width="content", on_events_change=_no_callback)
+
+
+def pending_actions(key: str, served: int) -> list[tuple[int, str]]:
+    """The presses the stepper `key` has logged past `served`, oldest first: (number, action). Read them before
+    drawing the page's controls, apply each once, and keep the last number as the new `served`."""
+    state = st.session_state.get(key)
+    events = state.get("events") if hasattr(state, "get") else getattr(state, "events", None)
+    return sorted((int(n), str(action)) for n, action in (events or []) if int(n) > served)

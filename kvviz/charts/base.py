@@ -1,6 +1,8 @@
 """Layout every kvviz figure shares: a stable uirevision (zoom survives live updates) and lecture sizing."""
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Sequence
 from functools import cache
 
 import plotly.graph_objects as go
@@ -14,17 +16,86 @@ def _template() -> go.layout.Template:
     return go.layout.Template(layout=pio.templates["plotly_white"].layout)
 
 
-def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, height: int = 360) -> go.Figure:
-    """Apply the shared look. `lecture` enlarges type and plot for projection."""
-    size = 20 if lecture else 13
+LECTURE_MAX_HEIGHT = 360  # px: with the page's title row and idea stepper, one chart per screen at 1280×720
+
+
+LECTURE_TITLE_WIDTH = 56  # characters (a wide one counts two) a title line holds in half a 1280 px screen
+
+
+def _display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def wrap_title(text: str, width: int = LECTURE_TITLE_WIDTH) -> str:
+    """A title broken between words into lines of at most `width` (Plotly clips a title wider than its chart)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and _display_width(lines[-1] + " " + word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, height: int = 360,
+          lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
+    """Apply the shared look. `lecture` enlarges type for projection, keeps a chart within one screen's room (at most
+    `lecture_height`, less where the page shows more above it) and breaks a long title into lines (charts stand two
+    abreast there)."""
+    size = 18 if lecture else 13
+    if title and lecture:
+        title = wrap_title(title)
+    extra_lines = title.count("<br>") if title else 0
     fig.update_layout(
         # The title sits below Plotly's toolbar (pages keep it visible for PNG export), above any legend.
         title=dict(text=title, y=1, yref="container", yanchor="top", pad=dict(t=34), font=dict(size=size + 3))
         if title else None,
         uirevision="kvviz",  # keeps the user's zoom/pan when the data changes
-        height=int(height * (1.4 if lecture else 1.0)),
+        height=min(int(height * 1.15), lecture_height) + 24 * extra_lines if lecture else height,
         font=dict(size=size),
-        margin=dict(l=50, r=20, t=(115 if lecture else 90) if title else 30, b=40),
+        margin=dict(l=50, r=20, t=((100 if lecture else 90) + 26 * extra_lines) if title else 30, b=40),
         template=_template(),
     )
+    if lecture:
+        _wrap_axis_titles(fig, size)
+    return fig
+
+
+def _wrap_axis_titles(fig: go.Figure, size: int) -> None:
+    """A y-axis title longer than its plot is tall runs off the figure: break it into lines (≈ 0.55 font size
+    per character)."""
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    for name in [k for k in fig.layout.to_plotly_json() if k.startswith("yaxis")]:
+        axis = fig.layout[name]
+        text = axis.title.text if axis.title else None
+        if text and "<br>" not in text and _display_width(text) * 0.55 * size > plot_px:
+            axis.title.text = wrap_title(text, max(12, int(plot_px / (0.55 * size))))
+
+
+def legend_below(fig: go.Figure, *, lecture: bool = False) -> go.Figure:
+    """A horizontal legend at the figure's bottom edge, under the x-axis title (placed against the plot, at −0.22 of
+    its height, it sat on the title once the plot was short): the bottom margin holds the tick labels, the axis title
+    and two rows of legend at the figure's font size. In lecture mode, where the figure is short, one row between the
+    title and the plot instead."""
+    font = fig.layout.font.size
+    if lecture:
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
+                          margin_t=fig.layout.margin.t + int(1.8 * font))
+        return fig
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
+                      margin_b=int(8 * font))
+    return fig
+
+
+LABEL_LINE = 1.4  # a tick label's height, in font sizes: labels closer than this overlap
+
+
+def fit_labels(fig: go.Figure, labels: Sequence[str]) -> go.Figure:
+    """Token labels on a figure's y axis (numeric positions, so repeated tokens stay apart): one per position while
+    rows are a line of text apart, else every k-th (13 labels 10 px apart overlapped). Call after style()."""
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    fits = max(1, int(plot_px // (LABEL_LINE * fig.layout.font.size)))
+    every = max(1, -(-len(labels) // fits))
+    ticks = list(range(0, len(labels), every))
+    fig.update_yaxes(tickmode="array", tickvals=ticks, ticktext=[labels[i] for i in ticks])
     return fig

@@ -10,19 +10,20 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from kvviz.charts.base import style
+from kvviz.charts.base import fit_labels, legend_below, style
 from kvviz.lessons.work import CumulativeWork, PassWork
 
 PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
 DRAFT_COLOR = "#9b59d0"  # speculative decoding: K/V an early-exit draft wrote into the target's shared layers
 REJECTED_COLOR = "#e5484d"  # positions a verify pass wrote and the rollback then removed
 MAX_TICKS = 48
+LECTURE_HEIGHT = 310  # px: under the decode page's controls, token strip and tabs, at 1280×720
 
 
-def _position_axis(labels: Sequence[str]) -> dict:
-    """Numeric positions with token labels (a categorical axis would merge repeated tokens)."""
+def _position_axis(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
+    """Numeric positions with token labels (a categorical axis would merge repeated tokens), at most `max_ticks`."""
     n = len(labels)
-    every = max(1, -(-n // MAX_TICKS))
+    every = max(1, -(-n // max(1, max_ticks)))
     vals = list(range(0, n, every))
     return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
 
@@ -121,7 +122,7 @@ def cache_grid_html(
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
-    row_h = 27 if lecture else 22
+    row_h = 22
     label_w = 5 * font
     share = 100 / max(n, 1)
     out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
@@ -163,15 +164,16 @@ def cache_grid_html(
                      f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
         out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + 10}px;margin-top:2px">'
                    f'{"".join(spans)}</div>')
-    out.append(f'<div style="margin-left:{label_w}px;text-align:center;font-family:sans-serif;color:#555">'
-               f"{esc(x_title)}</div>")
     swatch = "".join(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
         f'<span style="width:{font}px;height:{font}px;background:{_GRID_COLORS[k]};display:inline-block;'
         f'border-radius:2px"></span>{esc(text)}</span>'
         for k, text in zip(legend_kinds, legend, strict=True)
     )
-    out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif">{swatch}</div></div>')
+    # The legend and the axis's name share one line (a line less between the grid and the next lesson).
+    out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif;display:flex;flex-wrap:wrap;'
+               f'justify-content:space-between;gap:4px 16px"><span>{swatch}</span>'
+               f'<span style="color:#555">{esc(x_title)}</span></div></div>')
     return "".join(out)
 
 
@@ -197,7 +199,8 @@ def cache_bytes_figure(
     ])
     fig.update_xaxes(title=x_title, dtick=1 if len(passes) <= 20 else None)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=380), y=-0.3)
+    fig = style(fig, title=title, lecture=lecture, height=380, lecture_height=LECTURE_HEIGHT)
+    return legend_below(fig, lecture=lecture)
 
 
 def kv_values_figure(
@@ -211,8 +214,10 @@ def kv_values_figure(
         colorscale="RdBu_r", hovertemplate="%{y} · d%{x}: %{z:.4f}<extra></extra>",
     ))
     fig.update_xaxes(title=x_title)
-    fig.update_yaxes(autorange="reversed", **_position_axis(labels[:n]))
-    return style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n)))
+    fig.update_yaxes(autorange="reversed")
+    fig = style(fig, title=title, lecture=lecture, height=max(260, min(900, 80 + 14 * n)),
+                lecture_height=LECTURE_HEIGHT)
+    return fit_labels(fig, labels[:n])
 
 
 def attention_figure(
@@ -241,7 +246,8 @@ def attention_figure(
                       line=dict(color=NEWEST_COLOR, width=2), fillcolor="rgba(0,0,0,0)")
     fig.update_xaxes(title=x_title, **_position_axis(labels[:n_keys]))
     fig.update_yaxes(tickmode="array", tickvals=list(range(n_heads)), ticktext=list(head_labels), autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(300, 140 + 36 * n_heads))  # readable head rows
+    return style(fig, title=title, lecture=lecture, height=max(300, 140 + 36 * n_heads),  # readable head rows
+                 lecture_height=LECTURE_HEIGHT)
 
 
 def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str], names: tuple[str, str],
@@ -256,7 +262,8 @@ def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str],
     ])
     fig.update_yaxes(type="log", title=y_title, dtick=1)  # one tick per decade
     fig.update_layout(barmode="group")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=340))
+    fig = style(fig, title=title, lecture=lecture, height=340, lecture_height=LECTURE_HEIGHT)
+    return legend_below(fig, lecture=lecture)
 
 
 def cumulative_work_figure(
@@ -284,10 +291,11 @@ def cumulative_work_figure(
     ])
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title, rangemode="tozero")
-    return _legend_below(style(fig, title=title, lecture=lecture, height=380))
+    fig = style(fig, title=title, lecture=lecture, height=380, lecture_height=LECTURE_HEIGHT)
+    if lecture:  # half a projector's width: four entries below would take the plot's height; the top left is empty
+        fig.update_layout(legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.8)",
+                                      font=dict(size=14)))
+        return fig
+    return legend_below(fig, lecture=lecture)
 
 
-def _legend_below(fig: go.Figure, y: float = -0.22) -> go.Figure:
-    """A horizontal legend under the plot (below the x-axis title), clear of the title and the bar labels."""
-    fig.update_layout(legend=dict(orientation="h", x=0, y=y, yanchor="top"), margin_b=130)
-    return fig

@@ -4,7 +4,7 @@ Every visible word arrives in `labels` (translated by the page); times are plott
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -15,6 +15,16 @@ from kvviz.charts.base import style
 PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
 MS = 1e3
 MIN_BARS = 10  # the timeline's x axis spans at least this many tokens: one bar never fills the width
+# In lecture mode a chart shares one 1280×720 screen with the page's title, the idea stepper, the controls and a
+# line under it: at this height (× 1.4 for lecture type, so 294 px) the idea stays whole on screen.
+LECTURE_HEIGHT = 210
+
+
+def _style(fig: go.Figure, title: str, lecture: bool, height: int = 360) -> go.Figure:
+    style(fig, title=title, lecture=lecture, height=LECTURE_HEIGHT if lecture else height)
+    if lecture:  # the title on the left, Plotly's toolbar on the right: no need to stack them
+        fig.update_layout(title_pad_t=12, margin_t=70)
+    return fig
 
 
 def log_ticks(low: float, high: float) -> tuple[list[float], list[str]] | None:
@@ -72,24 +82,34 @@ def token_timeline(seconds: Sequence[float], queue_s: float, labels: Mapping[str
     fig.update_xaxes(title_text=labels["x"], range=[0.5, max(n, MIN_BARS) + 0.5])
     fig.update_yaxes(title_text=labels["y"], secondary_y=False, rangemode="tozero")
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, rangemode="tozero", showgrid=False)
-    style(fig, title=labels["title"], lecture=lecture)
+    _style(fig, labels["title"], lecture)
     return _room_below(fig, lecture)
 
 
 def _room_below(fig: go.Figure, lecture: bool) -> go.Figure:
-    """Bottom margin for the x-axis title and, under it, a one-line legend (anchored to the container's foot)."""
-    fig.update_layout(margin=dict(b=130 if lecture else 95))
+    """Bottom margin for the x-axis title and, under it, a one-line legend (anchored to the container's foot); in
+    lecture mode, where height is scarce, the legend stands right of the plot, clear of the second y axis."""
+    if lecture:
+        fig.update_layout(legend=dict(orientation="v", yref="paper", y=1, yanchor="top", x=1.1, xanchor="left"),
+                          margin=dict(b=60))
+    else:
+        fig.update_layout(margin=dict(b=95))
     return fig
 
 
-def _fit_line(x: Sequence[float], k: float, c: float) -> list[float]:
-    return [float(np.exp(c) * v**k) * MS for v in x]  # fitted on seconds, drawn in ms
+Fit = Callable[[float], float]  # seconds at a token count: a fitted cost model
 
 
-def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+def _fit_curve(x: Sequence[float], fit: Fit) -> tuple[list[float], list[float]]:
+    """The fitted model over the measured range, dense enough to show its bend on log axes, in ms."""
+    grid = np.unique(np.geomspace(min(x), max(x), 48).round(2)).tolist()
+    return grid, [fit(v) * MS for v in grid]  # fitted on seconds, drawn in ms
+
+
+def prompt_length_chart(rows: Sequence[dict], fits: Mapping[str, Fit | None], labels: Mapping[str, str],
                         *, lecture: bool = False) -> go.Figure:
     """TTFT and TPOT (ms) vs prompt length on log-log axes: each point the median of its runs, a bar from the
-    fastest to the slowest run, and the power law fitted to every run."""
+    fastest to the slowest run, and the cost model fitted to every run."""
     x = [r["prompt_tokens"] for r in rows]
     series = {key: (x, [_ms(r.get(key)) for r in rows], [_ms(r.get(f"{key[:-2]}_min_s")) for r in rows],
                     [_ms(r.get(f"{key[:-2]}_max_s")) for r in rows]) for key in ("ttft_s", "tpot_s")}
@@ -100,9 +120,10 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * MS
 
 
-def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+def cache_chart(rows: Sequence[dict], fits: Mapping[str, Fit | None], labels: Mapping[str, str],
                 *, lecture: bool = False) -> go.Figure:
-    """Per-step ms vs context length, with and without the cache, log-log with fitted slopes (median and range)."""
+    """Per-step ms vs context length, with and without the cache, log-log with the fitted cost models (median and
+    range of each point)."""
     series = {}
     for mode in ("cache", "no_cache"):
         mine = [r for r in rows if r["mode"] == mode]
@@ -112,9 +133,10 @@ def cache_chart(rows: Sequence[dict], fits: Mapping[str, tuple[float, float] | N
 
 
 def _loglog_with_fits(series: Mapping[str, tuple[list, ...]], colors: Mapping[str, str],
-                      fits: Mapping[str, tuple[float, float] | None], labels: Mapping[str, str],
+                      fits: Mapping[str, Fit | None], labels: Mapping[str, str],
                       lecture: bool) -> go.Figure:
-    """Measured series (x, y[, low, high]) on log-log axes, each with its fitted power law dashed in the same colour."""
+    """Measured series (x, y[, low, high]) on log-log axes, each with its fitted model dashed in the same colour
+    (labels[f"fit_{key}"] names the model)."""
     fig = go.Figure()
     all_x, all_y = [], []
     for key, (x, y, *band) in series.items():
@@ -128,13 +150,13 @@ def _loglog_with_fits(series: Mapping[str, tuple[list, ...]], colors: Mapping[st
         fig.add_scatter(x=x, y=y, mode="lines+markers", name=labels[key], marker_color=color, error_y=error)
         all_x += x
         all_y += y
-        if fits.get(key):
-            k, c = fits[key]
-            fig.add_scatter(x=x, y=_fit_line(x, k, c), mode="lines", line=dict(color=color, dash="dash", width=1),
-                            name=labels["fit"].format(name=labels[key], slope=f"{k:.2f}"))
+        if fits.get(key) is not None and x:
+            fx, fy = _fit_curve(x, fits[key])
+            fig.add_scatter(x=fx, y=fy, mode="lines", line=dict(color=color, dash="dash", width=1.5),
+                            name=labels[f"fit_{key}"])
     _log_axis(fig, "x", all_x, title_text=labels["x"])
     _log_axis(fig, "y", all_y, title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
 
 
 def batch_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
@@ -152,7 +174,7 @@ def batch_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
                      **(dict(tickmode="array", tickvals=ticks[0], ticktext=ticks[1]) if ticks else {}))
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(showlegend=False)
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
 
 
 def dtype_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
@@ -164,7 +186,7 @@ def dtype_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
     fig.add_bar(x=x, y=[r["tpot_s"] * MS for r in ok], name=labels["tpot_s"], marker_color=DECODE)
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)
 
 
 def _marker(fig: go.Figure, x: float, span: tuple[float, float], name: str, color: str, dash: str) -> None:
@@ -198,10 +220,13 @@ def roofline_chart(curve: Sequence[dict], labels: Mapping[str, str], *, compute_
     _log_axis(fig, "x", x, title_text=labels["x"])
     _log_axis(fig, "y", times, title_text=labels["y"], secondary_y=False)
     fig.update_yaxes(title_text=labels["y2"], secondary_y=True, showgrid=False, rangemode="tozero")
-    style(fig, title=labels["title"], lecture=lecture, height=520)
+    if lecture:  # the chart is the idea on screen: all of the height left under the controls, a compact legend
+        style(fig, title=labels["title"], lecture=True, height=LECTURE_HEIGHT + 25)
+        fig.update_layout(title_pad_t=12, margin_t=70, legend_font_size=15)
+        return _room_below(fig, lecture)
+    style(fig, title=labels["title"], height=520)
     # Legend at the foot of the figure, under the x-axis title (never over it), in as many rows as it needs.
-    fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
-                      margin=dict(b=190 if lecture else 150))
+    fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"), margin=dict(b=150))
     return fig
 
 
@@ -220,4 +245,4 @@ def kv_vs_weights_chart(tokens: Sequence[int], kv_bytes: Sequence[float], weight
         _marker(fig, crossing_tokens, span, labels["crossing"].format(tokens=f"{crossing_tokens:,.0f}"), FIT, "dash")
     _log_axis(fig, "x", list(tokens), title_text=labels["x"])
     _log_axis(fig, "y", [b / 1e9 for b in kv_bytes] + [weight_bytes / 1e9], title_text=labels["y"])
-    return style(fig, title=labels["title"], lecture=lecture)
+    return _style(fig, labels["title"], lecture)

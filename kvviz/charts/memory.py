@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
-from kvviz.units import format_binary
+from kvviz.units import binary_unit, format_binary
 
 GIB = 1024**3
 KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c", "MLA": "#9467bd"}
@@ -110,14 +110,15 @@ def allocation_figure(
     y_title: str,
     lecture: bool = False,
 ) -> go.Figure:
-    """Live vs reserved-but-empty bytes for each allocation scheme, stacked, in MiB."""
-    mib = 1024**2
+    """Live vs reserved-but-empty bytes for each allocation scheme, stacked, in the binary unit the largest reads
+    best in (`y_title` names it as {unit}); plain tick numbers, never SI suffixes ("2.5B" read as bytes)."""
+    unit, size = binary_unit(max(allocated_bytes, default=live_bytes))
     fig = go.Figure(
         [
-            go.Bar(x=list(labels), y=[live_bytes / mib] * len(labels), name=live_label, marker_color="#1f77b4"),
+            go.Bar(x=list(labels), y=[live_bytes / size] * len(labels), name=live_label, marker_color="#1f77b4"),
             go.Bar(
                 x=list(labels),
-                y=[(a - live_bytes) / mib for a in allocated_bytes],
+                y=[(a - live_bytes) / size for a in allocated_bytes],
                 name=waste_label,
                 marker_color="#ff7f0e",
                 text=[format_binary(a - live_bytes) for a in allocated_bytes],
@@ -126,7 +127,7 @@ def allocation_figure(
         ]
     )
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title=y_title)
+    fig.update_yaxes(title=y_title.format(unit=unit), exponentformat="none", tickformat=",~r")
     return style(fig, title=title, lecture=lecture)
 
 

@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 
 from kvviz.charts.base import style
 
+LECTURE_HEIGHT = 330  # px: under the page's buttons, idea stepper and metrics, at 1280×720
+
 if TYPE_CHECKING:  # a chart takes the measurement; it does not import the engine (and torch) to draw it
     from kvviz.engine.paged.demo import HitSaving
 
@@ -82,7 +84,8 @@ def pool_grid(blocks: Sequence[Any], block_size: int, labels: Mapping[str, str],
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, autorange="reversed")
     fig.update_layout(legend=dict(orientation="h", y=-0.02, yanchor="top"), plot_bgcolor="white")
-    return style(fig, title=labels["pool_title"], lecture=lecture, height=120 + 42 * rows)
+    return style(fig, title=labels["pool_title"], lecture=lecture, height=120 + 42 * rows,
+                 lecture_height=LECTURE_HEIGHT)
 
 
 def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int, labels: Mapping[str, str], *,
@@ -121,17 +124,19 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
     fig.update_xaxes(title_text=labels["logical"], dtick=1, range=[-0.5, width - 0.5])
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom"), plot_bgcolor="white")
-    return style(fig, title=labels["tables_title"], lecture=lecture, height=160 + 34 * max(len(requests), 1))
+    return style(fig, title=labels["tables_title"], lecture=lecture, height=160 + 34 * max(len(requests), 1),
+                 lecture_height=LECTURE_HEIGHT)
 
 
 def pool_usage(history: Sequence[Any], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
-    """Blocks in use, cached-but-free and free after each step; a red mark where a request was preempted."""
+    """Blocks in use, cached-but-free and free after each step, one stacked bar per step (a filled area needs two
+    steps before it shows anything: at step 1 the chart was empty); a red mark where a request was preempted."""
     x = [h.step for h in history]
     fig = go.Figure()
     for key, attr, color in (("used", "used", COLORS[4]), ("cached", "cached_free", COLORS[1]),
                              ("free", "free", "#cccccc")):
-        fig.add_scatter(x=x, y=[getattr(h, attr) for h in history], name=labels[key], stackgroup="blocks",
-                        mode="lines", line=dict(color=color, width=0.5), fillcolor=color)
+        fig.add_bar(x=x, y=[getattr(h, attr) for h in history], name=labels[key], marker_color=color)
+    fig.update_layout(barmode="stack", bargap=0.05)
     marks = [(h.step, h.used + h.cached_free + h.free, ", ".join(f"R{i}" for i in h.preempted))
              for h in history if h.preempted]
     if marks:
@@ -141,7 +146,7 @@ def pool_usage(history: Sequence[Any], labels: Mapping[str, str], *, lecture: bo
     fig.update_xaxes(title_text=labels["step"])
     top = max((h.used + h.cached_free + h.free for h in history), default=1)
     fig.update_yaxes(title_text=labels["blocks"], range=[0, top * 1.15])
-    return style(fig, title=labels["usage_title"], lecture=lecture, height=400)
+    return style(fig, title=labels["usage_title"], lecture=lecture, height=400, lecture_height=LECTURE_HEIGHT)
 
 
 def fragmentation_bars(frag: Any, labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
@@ -156,7 +161,7 @@ def fragmentation_bars(frag: Any, labels: Mapping[str, str], *, lecture: bool = 
         textposition="auto"))
     fig.update_xaxes(title_text=labels["kib"], rangemode="tozero")
     fig.update_yaxes(autorange="reversed")
-    return style(fig, title=labels["frag_title"], lecture=lecture, height=300)
+    return style(fig, title=labels["frag_title"], lecture=lecture, height=300, lecture_height=LECTURE_HEIGHT)
 
 
 def saving_text(h: HitSaving, labels: Mapping[str, str]) -> str:
@@ -177,4 +182,4 @@ def hit_savings(rows: Sequence[tuple[int, HitSaving]], labels: Mapping[str, str]
                 text=[saving_text(h, labels) for _, h in rows], textposition="outside")
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     fig.update_yaxes(title_text=labels["ms"], rangemode="tozero")
-    return style(fig, title=labels["savings_title"], lecture=lecture)
+    return style(fig, title=labels["savings_title"], lecture=lecture, lecture_height=LECTURE_HEIGHT)

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.charts.base import style
+from kvviz.charts.base import fit_labels, legend_below, style
 
 K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
 PREFILL_COLOR, DECODE_COLOR = "#7f7f7f", "#2ca02c"
@@ -39,7 +39,8 @@ def mask_figure(
     ))
     fig.update_xaxes(title=key_axis, **_token_axis(tokens))
     fig.update_yaxes(title=query_axis, autorange="reversed", **_token_axis(tokens))
-    return style(fig, title=title, lecture=lecture, height=420)
+    style(fig, title=title, lecture=lecture, height=420)
+    return fit_labels(fig, _token_axis(tokens)["ticktext"]) if len(tokens) <= MAX_TOKEN_LABELS else fig
 
 
 def _dim_ticks(d_head: int) -> dict:
@@ -53,10 +54,14 @@ def kv_side_by_side(
 ) -> go.Figure:
     """One head's K (or V) [T, d_head] from both paths, and their absolute difference, stacked (one shared x axis).
 
-    Stacked rather than side by side: three titles over three narrow columns overlapped at any page width.
+    Stacked rather than side by side: three titles over three narrow columns overlapped at any page width. In
+    lecture mode, where the chart has the screen's width but not its height, side by side (positions down).
     """
     diff = np.abs(parallel - sequential)
     lim = float(max(np.abs(parallel).max(), np.abs(sequential).max()))
+    if lecture:
+        return _kv_abreast(parallel, sequential, diff, lim, tokens, titles=titles, position_axis=position_axis,
+                           dim_axis=dim_axis)
     fig = make_subplots(rows=3, cols=1, subplot_titles=list(titles), shared_xaxes=True, vertical_spacing=0.11)
     for row, z in ((1, parallel), (2, sequential)):
         fig.add_trace(go.Heatmap(z=z.T, zmin=-lim, zmax=lim, colorscale="RdBu", showscale=False,
@@ -72,6 +77,26 @@ def kv_side_by_side(
     style(fig, lecture=lecture, height=540)
     fig.update_layout(margin_t=75)  # subplot titles sit under the always-visible toolbar
     return fig
+
+
+def _kv_abreast(parallel: np.ndarray, sequential: np.ndarray, diff: np.ndarray, lim: float, tokens: Sequence[str], *,
+                titles: Sequence[str], position_axis: str, dim_axis: str) -> go.Figure:
+    """kv_side_by_side for a projector: the three heatmaps side by side, positions down, dimensions across."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=list(titles), shared_yaxes=True, horizontal_spacing=0.04)
+    for col, z in ((1, parallel), (2, sequential)):
+        fig.add_trace(go.Heatmap(z=z, zmin=-lim, zmax=lim, colorscale="RdBu", showscale=False,
+                                 hovertemplate="%{y}, %{x}: %{z:.6f}<extra></extra>"), 1, col)
+    fig.add_trace(go.Heatmap(z=diff, zmin=0, zmax=max(float(diff.max()), 1e-12), colorscale="Greys",
+                             colorbar=dict(tickformat=".1e"),
+                             hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>"), 1, 3)
+    for col in (1, 2, 3):
+        fig.update_xaxes(title=dim_axis if col == 2 else None, **_dim_ticks(parallel.shape[1]), row=1, col=col)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(title=position_axis, row=1, col=1)
+    style(fig, lecture=True, height=400)
+    fig.update_layout(margin_t=75)  # subplot titles sit under the always-visible toolbar
+    labels = _token_axis(tokens)
+    return fit_labels(fig, labels["ticktext"]) if "ticktext" in labels else fig
 
 
 def logits_diff_figure(
@@ -126,11 +151,9 @@ def drift_figure(
                                  hovertemplate="%{x}: %{y:.2e}<extra></extra>"))
     fig.update_yaxes(title=y_title, type="log", range=[np.log10(FLOOR), np.log10(top) + 1], exponentformat="power")
     fig.update_xaxes(title=x_title, type="category")
-    style(fig, title=title, lecture=lecture, height=400)
+    fig.update_layout(barmode="group")
     # The legend under the axis title: above the plot its three entries wrapped onto the chart's title.
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22, yanchor="top", x=0, xanchor="left"),
-                      margin_b=110 if lecture else 95)
-    return fig
+    return legend_below(style(fig, title=title, lecture=lecture, height=400), lecture=lecture)
 
 
 def attention_figure(

@@ -76,6 +76,7 @@ class Generation:
     last_logits: torch.Tensor | None = None  # [B, V] float32, of the latest pass
     created_at: float = field(default_factory=time.perf_counter)
     requested_new_tokens: int = 0  # what was asked, before prefill() capped it at the context
+    adopted: bool = False  # prefilled by another worker (adopt()): events hold this worker's decode steps only
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -89,7 +90,7 @@ class Generation:
     # ---- state -------------------------------------------------------------------------------
     @property
     def started(self) -> bool:
-        return bool(self.events)
+        return bool(self.events) or self.adopted
 
     @property
     def n_generated(self) -> int:
@@ -114,7 +115,10 @@ class Generation:
         return self.backend.tokenizer.decode(self.generated[0]) if self.generated else ""
 
     # ---- the two phases -------------------------------------------------------------------------
-    def prefill(self, prompt: str | list[int]) -> StepEvent:
+    def prefill(self, prompt: str | list[int], *, past: Any = None) -> StepEvent:
+        """Run the prompt and emit the first token. `past`: a cache (from backend.new_cache, room for the prompt
+        and the new tokens) whose first positions already hold this prompt's K/V, loaded from an offload tier:
+        only the rest of the prompt is computed (at least its last token, whose logits pick the first token)."""
         if self.started:
             raise InputError("already_prefilled")
         self.prompt_ids = ids = encode_prompt(self.backend, prompt)
@@ -122,10 +126,29 @@ class Generation:
         # (requested_new_tokens keeps what was asked), the CLI refuses beforehand.
         self.requested_new_tokens = self.max_new_tokens
         self.max_new_tokens = min(self.max_new_tokens, self.backend.spec.max_context - len(ids))
-        if self.use_cache:
+        n_loaded = 0
+        if past is not None:
+            n_loaded = self.backend.cache_lengths(past)[0]
+            if not self.use_cache or self.batch_size != 1 or not 0 <= n_loaded < len(ids):
+                raise InputError("moving.bad_past", n_loaded=n_loaded, n_tokens=len(ids))
+            self.cache = past
+        elif self.use_cache:
             self.cache = self.backend.new_cache(self.batch_size, len(ids) + self.max_new_tokens)
         queue_s = time.perf_counter() - self.created_at
-        return self._pass([ids] * self.batch_size, n_past=0, phase="prefill", queue_s=queue_s)
+        return self._pass([ids[n_loaded:]] * self.batch_size, n_past=n_loaded, phase="prefill", queue_s=queue_s)
+
+    def adopt(self, prompt_ids: list[int], first_token: int, cache: Any) -> None:
+        """Continue a request prefilled by another worker (a prefill→decode handoff): `cache` holds the prompt's
+        K/V and `first_token` is the token that worker's prefill emitted; step() decodes on from there."""
+        if self.started:
+            raise InputError("already_prefilled")
+        if self.backend.cache_lengths(cache)[0] != len(prompt_ids) or self.batch_size != 1:
+            raise InputError("moving.bad_past", n_loaded=self.backend.cache_lengths(cache)[0],
+                             n_tokens=len(prompt_ids))
+        self.prompt_ids, self.cache, self.generated = list(prompt_ids), cache, [[int(first_token)]]
+        self.requested_new_tokens = self.max_new_tokens
+        self.max_new_tokens = min(self.max_new_tokens, self.backend.spec.max_context - len(prompt_ids))
+        self.adopted = True
 
     def step(self) -> StepEvent:
         if not self.started:
@@ -227,10 +250,12 @@ class Generation:
     # ---- measured summaries -----------------------------------------------------------------------
     @property
     def ttft_s(self) -> float | None:
+        if self.adopted:  # the first token came from the worker that prefilled
+            return None
         return self.events[0].queue_s + self.events[0].seconds if self.events else None
 
     @property
     def tpot_s(self) -> float | None:
-        decode = [e.seconds for e in self.events[1:]]
+        decode = [e.seconds for e in self.events[0 if self.adopted else 1:]]
         return sum(decode) / len(decode) if decode else None
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.generation import StepEvent
+if TYPE_CHECKING:  # the events' type only: the metrics themselves need no torch (a page draws them without it)
+    from kvviz.engine.generation import StepEvent
 
 
 def ttft(request_s: float, token_times_s: Sequence[float]) -> float:
@@ -104,48 +106,91 @@ def t95(dof: int) -> float:
 
 
 @dataclass(frozen=True)
-class LineFit:
-    """Least squares y = slope·x + intercept over n points, with the slope's standard error."""
+class PolyFit:
+    """Least squares y = c₀ + c₁·x (+ c₂·x²) over n points, with the coefficients' covariance.
 
-    slope: float
-    intercept: float
-    slope_se: float | None  # None with no residual degrees of freedom (two distinct x: the line is exact)
+    For a model pass timed at n tokens: c₀ is its fixed cost, c₁ its cost per token (the weights applied to
+    each token, or one query reading each cached position) and c₂ its cost per pair of tokens (n queries each
+    attending to the tokens before it, in a pass over n tokens at once).
+    """
+
+    coef: tuple[float, ...]  # constant first
+    cov: tuple[tuple[float, ...], ...] | None  # None without residual degrees of freedom (the curve is exact)
     n: int
 
+    def __call__(self, x: float) -> float:
+        return float(sum(c * x**i for i, c in enumerate(self.coef)))
+
+    @property
+    def intercept(self) -> float:
+        return self.coef[0]
+
+    @property
+    def slope(self) -> float:
+        return self.coef[1]
+
+    def se(self, i: int) -> float | None:
+        """The standard error of coefficient i (None with no residual degrees of freedom)."""
+        return None if self.cov is None else float(np.sqrt(max(self.cov[i][i], 0.0)))
+
+    @property
+    def slope_se(self) -> float | None:
+        return self.se(1)
+
+    def _t(self) -> float:
+        return t95(self.n - len(self.coef))
+
     def slope_ci95(self) -> tuple[float, float] | None:
-        """The slope's 95% confidence interval (Student t with n − 2 degrees of freedom)."""
+        """The slope's 95% confidence interval (Student t with n − (degree + 1) degrees of freedom)."""
         if self.slope_se is None:
             return None
-        half = t95(self.n - 2) * self.slope_se
+        half = self._t() * self.slope_se
         return self.slope - half, self.slope + half
 
+    def change_ci95(self, x0: float, x1: float) -> tuple[float, float] | None:
+        """The 95% interval of y(x1) − y(x0): how much the fitted curve rises over [x0, x1], with its uncertainty
+        (the gradient of the change through the coefficients' covariance)."""
+        if self.cov is None:
+            return None
+        g = np.array([x1**i - x0**i for i in range(len(self.coef))], dtype=float)
+        change = float(g @ np.asarray(self.coef))
+        half = self._t() * float(np.sqrt(max(g @ np.asarray(self.cov) @ g, 0.0)))
+        return change - half, change + half
 
-def linear_fit(x: Sequence[float], y: Sequence[float]) -> LineFit | None:
-    """Least-squares y = a·x + b, e.g. seconds per prompt token and a fixed cost, with a's standard error.
 
-    Give every repeat as its own point (x repeated): the error then reflects the measured spread.
+def poly_fit(x: Sequence[float], y: Sequence[float], degree: int = 1, *, relative: bool = False) -> PolyFit | None:
+    """Least-squares y = c₀ + c₁·x (+ c₂·x²…) with the coefficients' covariance; None with too few distinct x.
+
+    Give every repeat as its own point (x repeated): the errors then reflect the measured spread. `relative`
+    weighs each point by 1 / the median y at its x, so that the fit minimises relative errors: timings scatter in
+    proportion to their size, and on a log axis a 1 ms miss at 2 ms shows as much as 100 ms at 200 ms.
     """
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if np.unique(xs).size < 2:
+    if np.unique(xs).size <= degree:
         return None
+    w = None
+    if relative:
+        scale = {v: float(np.median(ys[xs == v])) for v in np.unique(xs)}
+        if min(scale.values()) <= 0:
+            return None
+        w = np.array([1 / scale[v] for v in xs])
     n = xs.size
-    a, b = np.polyfit(xs, ys, 1)
-    se = None
-    if n > 2:
-        resid = ys - (a * xs + b)
-        sxx = float(((xs - xs.mean()) ** 2).sum())
-        se = float(np.sqrt((resid**2).sum() / (n - 2) / sxx))
-    return LineFit(float(a), float(b), se, n)
+    if n > degree + 1:
+        c, cov = np.polyfit(xs, ys, degree, w=w, cov=True)
+        cov = cov[::-1, ::-1]  # polyfit puts the highest power first
+        cov_t = tuple(tuple(float(v) for v in row) for row in cov)
+    else:
+        c, cov_t = np.polyfit(xs, ys, degree, w=w), None
+    return PolyFit(tuple(float(v) for v in c[::-1]), cov_t, n)
 
 
-def loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
-    """Least-squares fit log y = k·log x + c: (k, c). k ≈ 0 constant, 1 linear, 2 quadratic growth."""
-    fit = loglog_fit(x, y)
-    return None if fit is None else (fit.slope, fit.intercept)
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> PolyFit | None:
+    """Least-squares y = a·x + b (an ordinary straight line), with a's standard error."""
+    return poly_fit(x, y, 1)
 
 
-def loglog_fit(x: Sequence[float], y: Sequence[float]) -> LineFit | None:
-    """log y = k·log x + c as a LineFit (k with its standard error); points ≤ 0 are left out."""
+def loglog_fit(x: Sequence[float], y: Sequence[float]) -> PolyFit | None:
+    """log y = k·log x + c (k with its standard error): k ≈ 0 constant, 1 linear, 2 quadratic; points ≤ 0 left out."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     keep = (xs > 0) & (ys > 0)
     return linear_fit(np.log(xs[keep]), np.log(ys[keep]))
@@ -154,14 +199,14 @@ def loglog_fit(x: Sequence[float], y: Sequence[float]) -> LineFit | None:
 TREND_VERDICTS = ("rising", "flat", "falling", "too_noisy")
 
 
-def trend_verdict(fit: LineFit | None, x_span: float, y_level: float, *, flat_fraction: float = 0.1) -> str:
-    """What a fitted slope supports, from its 95% interval (never a sign the data cannot back):
-
-    rising / falling: the whole interval is above / below zero; flat: it holds zero and even its ends
-    change y by less than `flat_fraction` of `y_level` over `x_span`; too_noisy: anything else (the
-    spread is larger than the effect, or too few points to estimate a spread).
+def trend_verdict(fit: PolyFit | None, x_range: tuple[float, float], y_level: float, *,
+                  flat_fraction: float = 0.1) -> str:
+    """What a fitted curve supports over x_range, from the 95% interval of its rise (never a sign the data cannot
+    back): rising / falling: the whole interval is above / below zero; flat: it holds zero and even its ends
+    change y by less than `flat_fraction` of `y_level`; too_noisy: anything else (the spread is larger than the
+    effect, or too few points to estimate a spread).
     """
-    ci = fit.slope_ci95() if fit is not None else None
+    ci = fit.change_ci95(*x_range) if fit is not None else None
     if ci is None:
         return "too_noisy"
     lo, hi = ci
@@ -169,7 +214,7 @@ def trend_verdict(fit: LineFit | None, x_span: float, y_level: float, *, flat_fr
         return "rising"
     if hi < 0:
         return "falling"
-    if max(abs(lo), abs(hi)) * x_span <= flat_fraction * abs(y_level):
+    if max(abs(lo), abs(hi)) <= flat_fraction * abs(y_level):
         return "flat"
     return "too_noisy"
 

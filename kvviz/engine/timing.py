@@ -22,6 +22,7 @@ import torch
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.device import synchronize
 from kvviz.engine.generation import Generation
+from kvviz.engine.machine import cpu_load
 
 _lock = threading.Lock()
 _depth = 0  # quiet() regions open in this process (any thread): the probe tests read
@@ -59,16 +60,6 @@ def quiet(threads: int | None = None) -> Iterator[None]:
             gc.enable()
         if torch.get_num_threads() != before_threads:
             torch.set_num_threads(before_threads)
-
-
-def cpu_load() -> tuple[float, int] | None:
-    """(1-minute load average, cores this process may use), or None where the OS has no load average."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return load, cores
 
 
 @dataclass(frozen=True)
@@ -146,7 +137,9 @@ class RepeatedRequest:
     """The same request measured `repeats` times as whole runs, a little per UI tick, always in quiet.
 
     advance() does model work only (prefill, decode steps) until its budget is spent, then returns so
-    the page can draw; the first advance() warms the model up first, untimed.
+    the page can draw; the first advance() warms the model up first, untimed. Safe across threads, as a sweep is:
+    a Stop (or any rerun) can arrive while an older script thread is inside advance(); stop() raises a flag that
+    advance() obeys after the pass under way, and an advance() that finds another running returns at once.
     """
 
     backend: Backend
@@ -155,10 +148,16 @@ class RepeatedRequest:
     repeats: int = 3
     runs: list[Generation] = field(default_factory=list)
     warmed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def done(self) -> bool:
         return len(self.runs) == self.repeats and self.runs[-1].done
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     @property
     def finished_runs(self) -> list[Generation]:
@@ -173,22 +172,31 @@ class RepeatedRequest:
         n_new = min(self.max_new_tokens, self.backend.spec.max_context - len(self.prompt_ids))
         return self.repeats * n_new
 
+    def stop(self) -> None:
+        """No more passes after the one under way (if any); the whole runs done are kept."""
+        self._stop.set()
+
     def advance(self, budget_s: float = 1.0) -> None:
         """Model work until budget_s of wall time has passed (at least one pass), in quiet."""
-        start = time.perf_counter()
-        with quiet():
-            if not self.warmed:
-                warm_up(self.backend)
-                settle(self.backend)
-                self.warmed = True
-            while not self.done:
-                gen = self.runs[-1] if self.runs and not self.runs[-1].done else None
-                if gen is None:
-                    # Created right before its prefill: the queue is the wait before work starts, ~0 here.
-                    gen = Generation(self.backend, max_new_tokens=self.max_new_tokens, stop_at_eos=False)
-                    self.runs.append(gen)
-                    gen.prefill(self.prompt_ids)
-                else:
-                    gen.step()
-                if time.perf_counter() - start >= budget_s:
-                    break
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is measuring: two would step the same generation at once
+        try:
+            start = time.perf_counter()
+            with quiet():
+                if not self.warmed:
+                    warm_up(self.backend)
+                    settle(self.backend)
+                    self.warmed = True
+                while not self.done and not self._stop.is_set():
+                    gen = self.runs[-1] if self.runs and not self.runs[-1].done else None
+                    if gen is None:
+                        # Created right before its prefill: the queue is the wait before work starts, ~0 here.
+                        gen = Generation(self.backend, max_new_tokens=self.max_new_tokens, stop_at_eos=False)
+                        self.runs.append(gen)
+                        gen.prefill(self.prompt_ids)
+                    else:
+                        gen.step()
+                    if time.perf_counter() - start >= budget_s:
+                        break
+        finally:
+            self._lock.release()

@@ -169,10 +169,13 @@ class KVSpec:
 
     def keys_attended(self, n_past: int, n_new: int) -> int:
         """Σ over layers and new queries of the keys each query scores (a window caps it at W)."""
+        # Closed forms of Σ_i (n_past + i + 1) and Σ_i min(n_past + i + 1, W): a 128k-token prefill is one step.
         full = self.n_layers - self.n_sliding_layers
-        total = full * sum(n_past + i + 1 for i in range(n_new))
+        total = full * (n_new * n_past + n_new * (n_new + 1) // 2)
         if self.n_sliding_layers:
-            total += self.n_sliding_layers * sum(min(n_past + i + 1, self.sliding_window) for i in range(n_new))
+            first, w = n_past + 1, self.sliding_window
+            below = min(max(w - first, 0), n_new)  # queries that see fewer than W keys
+            total += self.n_sliding_layers * (below * first + below * (below - 1) // 2 + (n_new - below) * w)
         return total
 
     def with_params(self, n_params: int | None, source: str) -> KVSpec:

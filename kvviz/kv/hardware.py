@@ -1,4 +1,5 @@
-"""Accelerators for roofline bounds and capacity planning: each number with its source (kvviz/kv/hardware.toml).
+"""Accelerators for roofline bounds and capacity planning, and the links a KV cache moves over: each number with its
+source (kvviz/kv/hardware.toml).
 
 Memory is one device's total as the device reports it to CUDA (what torch.cuda.mem_get_info() and vLLM's
 "total_gpu_memory" show), not the marketed decimal size; None where it is unknown (Apple's unified memory comes in
@@ -31,10 +32,24 @@ class Hardware:
         return self.peak_flops / self.bandwidth_bytes_per_s
 
 
-def _load() -> dict[str, Hardware]:
-    rows = tomllib.loads(TABLE.read_text(encoding="utf-8"))["device"]
-    keep = {f for f in Hardware.__dataclass_fields__}
-    return {r["name"]: Hardware(**{k: v for k, v in r.items() if k in keep}) for r in rows}
+@dataclass(frozen=True)
+class Link:
+    """A path K/V bytes take: host↔GPU (PCIe), GPU↔GPU (NVLink), machine↔machine (a network), disk→host."""
+
+    name: str
+    kind: str  # host | gpu | network | disk
+    bandwidth_bytes_per_s: float  # one direction, nominal
+    bandwidth_source: str = ""
+
+    def seconds(self, n_bytes: float) -> float:
+        return n_bytes / self.bandwidth_bytes_per_s
 
 
-HARDWARE: dict[str, Hardware] = _load()
+def _load(table: str, cls: type) -> dict:
+    rows = tomllib.loads(TABLE.read_text(encoding="utf-8"))[table]
+    keep = set(cls.__dataclass_fields__)
+    return {r["name"]: cls(**{k: v for k, v in r.items() if k in keep}) for r in rows}
+
+
+HARDWARE: dict[str, Hardware] = _load("device", Hardware)
+LINKS: dict[str, Link] = _load("link", Link)

@@ -64,7 +64,8 @@ STRIP_CSS = """<style>
 .kv-chip.gen{background:#e0ecff;border-color:#7aa7f0}
 .kv-chip.newest{background:#ffb020;border-color:#c77c00;font-weight:700}
 .kv-top{margin-top:8px;font-size:var(--kv-size,15px)}
-.kv-top-row{display:flex;flex-wrap:wrap;gap:4px 18px;margin-top:4px;font-family:ui-monospace,monospace}
+.kv-top-row{display:flex;flex-wrap:wrap;align-items:center;gap:4px 18px;margin-top:4px}
+.kv-top-item{font-family:ui-monospace,monospace}
 .kv-top-item{display:inline-flex;align-items:center;gap:6px;white-space:pre}
 .kv-bar{display:inline-block;height:0.7em;background:#7aa7f0;border-radius:3px}
 </style>"""
@@ -88,13 +89,16 @@ def token_strip_html(
     # One line of five (token, probability, bar): the lesson's charts stay in view on a 720 px projector.
     items = "".join(
         f'<span class="kv-top-item"><b>{html.escape(visible(t.text))}</b> {t.prob:.3f}'
-        f'<span class="kv-bar" style="width:{max(1, round(t.prob / top * 80))}px"></span></span>'
+        f'<span class="kv-bar" style="width:{max(1, round(t.prob / top * (40 if lecture else 80)))}px"></span></span>'
         for t in top_k
     )
-    size = "22px" if lecture else "15px"
+    size = "19px" if lecture else "15px"
+    # On a projector the caption leads the row of five (one line, not two): the chart below stays on screen.
+    caption = html.escape(top_caption)
+    caption, row = ("", f"<span>{caption}</span>{items}") if lecture else (caption, items)
     return (
         f'{STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
-        f'<div class="kv-top">{html.escape(top_caption)}<div class="kv-top-row">{items}</div></div></div>'
+        f'<div class="kv-top">{caption}<div class="kv-top-row">{row}</div></div></div>'
     )
 
 
@@ -124,12 +128,12 @@ def achieved_rate(times: Sequence[float], window: int = 17) -> float | None:
     return (len(recent) - 1) / (recent[-1] - recent[0])
 
 
-def play_beats(next_due: float | None, now: float, period: float, max_catch_up: int = 2) -> tuple[int, float]:
+def play_beats(next_due: float | None, now: float, period: float, max_catch_up: int = 1) -> tuple[int, float]:
     """Play's schedule: how many steps are due at `now`, and when the next one is.
 
-    A beat counts as due up to 0.3 period early (timer ticks jitter). When ticks were merged, up to
-    `max_catch_up` steps run at once so the rate holds; further behind than that, the schedule restarts
-    from now instead of bursting (the page then says the machine keeps a lower rate).
+    A beat counts as due up to 0.3 period early (timer ticks jitter). At most `max_catch_up` steps run at once: one,
+    so that every redraw shows one new token (a late tick shows its step late, and the page says it is behind, rather
+    than several tokens appearing at once); further behind than that, the schedule restarts from now.
     """
     nxt = now if next_due is None else next_due
     due = 0

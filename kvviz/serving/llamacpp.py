@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BINARY = ROOT / "build" / "llama.cpp" / "bin" / "llama-server"
 
 
-def binary() -> Path | None:
-    path = Path(os.environ.get("KVVIZ_LLAMA_SERVER", DEFAULT_BINARY))
+def binary(explicit: str | Path | None = None) -> Path | None:
+    """The llama-server to run: `explicit` (a --llama-server flag), else KVVIZ_LLAMA_SERVER, else the build's."""
+    path = Path(explicit or os.environ.get("KVVIZ_LLAMA_SERVER") or DEFAULT_BINARY)
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
@@ -37,10 +38,11 @@ class LlamaServer:
 
     def __init__(self, model: str | Path, *, alias: str = "kvviz-tiny", metrics: bool = True, n_parallel: int = 4,
                  ctx_size: int = 2048, threads: int = 2, extra: list[str] | None = None,
-                 log: Path | None = None) -> None:
-        exe = binary()
+                 log: Path | None = None, server: str | Path | None = None) -> None:
+        exe = binary(server)
         if exe is None:
-            raise FileNotFoundError(f"llama-server not found at {DEFAULT_BINARY}: run scripts/build_llama_server.sh")
+            where = server or os.environ.get("KVVIZ_LLAMA_SERVER") or DEFAULT_BINARY
+            raise FileNotFoundError(f"llama-server not found at {where}: run scripts/build_llama_server.sh")
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.args = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "--alias", alias,
@@ -81,10 +83,12 @@ class LlamaServer:
         self.stop()
 
 
-def complete_ids(base_url: str, prompt_ids: list[int], n_predict: int, timeout_s: float = 120.0) -> dict:
+def complete_ids(base_url: str, prompt_ids: list[int], n_predict: int, timeout_s: float = 120.0, *,
+                 cache_prompt: bool = False, id_slot: int | None = None) -> dict:
     """llama.cpp's native /completion, greedy, on token ids; returns its JSON (tokens, timings)."""
     body = {"prompt": prompt_ids, "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "ignore_eos": True,
-            "cache_prompt": False, "return_tokens": True, "samplers": ["top_k"]}
+            "cache_prompt": cache_prompt, "return_tokens": True, "samplers": ["top_k"],
+            **({"id_slot": id_slot} if id_slot is not None else {})}
     response = httpx.post(base_url + "/completion", json=body, timeout=timeout_s)
     response.raise_for_status()
     return response.json()
@@ -162,3 +166,12 @@ def kv_cache_log(model: str | Path, *, ctx_size: int, n_parallel: int, cache_typ
         proc.kill()
         proc.wait()
     raise RuntimeError("llama-server logged no KV cache size: " + " | ".join(tail[-5:]))
+
+
+def slot_action(base_url: str, slot: int, action: str, filename: str, timeout_s: float = 120.0) -> dict:
+    """POST /slots/{slot}?action=save|restore (a server started with --slot-save-path): its JSON, with n_saved or
+    n_restored, n_written or n_read, and timings.save_ms or timings.restore_ms."""
+    response = httpx.post(f"{base_url}/slots/{slot}", params={"action": action}, json={"filename": filename},
+                          timeout=timeout_s)
+    response.raise_for_status()
+    return response.json()

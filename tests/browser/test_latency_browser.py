@@ -41,7 +41,7 @@ def test_prefill_decode_streams(page, shots):
     _set_number(page, "New tokens N", 32)
     _set_number(page, "Runs", 3)
     page.get_by_role("button", name="Run request").click()
-    done = page.get_by_text("32 / 32 tokens generated after a 256-token prompt, 3 run(s)")
+    done = page.get_by_text("32 / 32 tokens generated after a 256-token prompt, 3 runs")
     expect(done).to_be_visible(timeout=180_000)
     wait_idle(page)
     expect(page.get_by_role("button", name="Run request")).to_be_enabled()
@@ -73,13 +73,13 @@ def test_cancel_and_edits_during_a_sweep_keep_the_rows(page, shots):
     _open(page, "Latency & Capacity")
     page.get_by_role("tab", name="Cache vs no cache").click()
     contexts = page.get_by_label(re.compile("Context lengths"))
-    settings = 2 * len(range(8, 2000, 12))  # enough work that the sweep is still running when Cancel comes
+    runs = 6 * 2 * len(range(8, 2000, 12))  # enough work that the sweep is still running when Cancel comes
     contexts.fill(", ".join(str(n) for n in range(8, 2000, 12)))
     contexts.press("Enter")
     wait_idle(page)
     panel = page.get_by_role("tabpanel")
     panel.get_by_role("button", name="Start sweep").click()
-    expect(panel.get_by_text(re.compile(rf"Measuring… [1-9]\d* / {settings} settings"))).to_be_visible(timeout=60_000)
+    expect(panel.get_by_text(re.compile(rf"Measuring… [1-9]\d* / {runs} runs"))).to_be_visible(timeout=60_000)
     page.get_by_role("tab", name="Prompt length").click()  # a widget edit mid-sweep (another tab's input)
     lengths = page.get_by_label(re.compile("Prompt lengths"))
     lengths.fill("16, 32")
@@ -88,7 +88,7 @@ def test_cancel_and_edits_during_a_sweep_keep_the_rows(page, shots):
     assert page.locator("[data-testid='stException']").count() == 0
     page.get_by_role("tab", name="Cache vs no cache").click()
     panel.get_by_role("button", name="Cancel").click()
-    cancelled = re.compile(rf"Cancelled: kept the \d+ of {settings} settings")
+    cancelled = re.compile(rf"Cancelled after \d+ of {runs} runs")
     expect(panel.get_by_text(cancelled)).to_be_visible(timeout=60_000)
     wait_idle(page)
     assert page.locator("[data-testid='stException']").count() == 0
@@ -105,9 +105,9 @@ def test_latency_sweeps_and_roofline(page, shots):
     lengths.press("Enter")
     wait_idle(page)
     page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
-    expect(page.get_by_text("Done: 4 / 4 settings")).to_be_visible(timeout=240_000)
+    expect(page.get_by_text("Done: 4 settings, 24 runs")).to_be_visible(timeout=240_000)
     wait_idle(page)
-    expect(page.get_by_text(re.compile("Fitted log-log slopes over all 20 runs"))).to_be_visible()
+    expect(page.get_by_text(re.compile("Fitted to all 20 runs"))).to_be_visible()
     page.screenshot(path=shots / "latency_prompt_sweep_en.png", full_page=True)
     _chart_shot(page, 0, shots / "latency_prompt_chart_en.png")
 
@@ -117,12 +117,12 @@ def test_latency_sweeps_and_roofline(page, shots):
     contexts.press("Enter")
     wait_idle(page)
     page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
-    expect(page.get_by_text("Done: 6 / 6 settings")).to_be_visible(timeout=180_000)
+    expect(page.get_by_text("Done: 6 settings, 36 runs")).to_be_visible(timeout=180_000)
     wait_idle(page)
     page.screenshot(path=shots / "latency_cache_sweep_en.png", full_page=True)
     _chart_shot(page, 0, shots / "latency_cache_chart_en.png")
 
-    for tab, n, name in (("Batch size", 4, "batch"), ("dtype", 3, "dtype")):
+    for tab, done, name in (("Batch size", "4 settings, 16 runs", "batch"), ("dtype", "3 settings, 3 runs", "dtype")):
         page.get_by_role("tab", name=tab, exact=True).click()
         if name == "batch":
             batches = page.get_by_label("Batch sizes (comma-separated)")
@@ -130,7 +130,7 @@ def test_latency_sweeps_and_roofline(page, shots):
             batches.press("Enter")
             wait_idle(page)
         page.get_by_role("tabpanel").get_by_role("button", name="Start sweep").click()
-        expect(page.get_by_role("tabpanel").get_by_text(f"Done: {n} / {n} settings")).to_be_visible(timeout=180_000)
+        expect(page.get_by_role("tabpanel").get_by_text(f"Done: {done}")).to_be_visible(timeout=180_000)
         wait_idle(page)
         _chart_shot(page, 0, shots / f"latency_{name}_chart_en.png")
 
@@ -146,7 +146,7 @@ def test_latency_sweeps_and_roofline(page, shots):
     _chart_shot(page, 0, shots / "latency_roofline_chart_ko.png")
     page.get_by_role("tab", name="프롬프트 길이").click()
     page.get_by_role("tabpanel").get_by_role("button", name="스윕 시작").click()
-    expect(page.get_by_text(re.compile(r"완료: \d+ / \d+ 설정"))).to_be_visible(timeout=240_000)
+    expect(page.get_by_text(re.compile(r"완료: 설정 \d+개, 실행 \d+회"))).to_be_visible(timeout=240_000)
     wait_idle(page)
     page.screenshot(path=shots / "latency_prompt_sweep_ko.png", full_page=True)
     _chart_shot(page, 0, shots / "latency_prompt_chart_ko.png")
@@ -157,9 +157,9 @@ def test_roofline_in_lecture_mode(browser, app_url, shots):
     """Lecture mode at 1280×720: the roofline's legend stays clear of its axis title (issue 19.20)."""
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
-    page.goto(f"{app_url}/Latency_and_Capacity?lecture=1")  # the sidebar is collapsed in lecture mode
+    # the sidebar is collapsed in lecture mode; idea 6 of the stepper is the bound against the batch
+    page.goto(f"{app_url}/Latency_and_Capacity?lecture=1&idea=6")
     wait_idle(page, 90_000)
-    page.get_by_role("tab", name="Roofline & capacity").click()
     page.wait_for_timeout(1000)
     _chart_shot(page, 0, shots / "latency_roofline_chart_lecture.png")
     context.close()

@@ -37,6 +37,11 @@ def _click(page, name: str) -> None:
     page.get_by_role("button", name=name, exact=True).click()
     page.wait_for_timeout(150)  # let the rerun start before waiting for it to end
     wait_idle(page)
+    # Prefill, Play and Reset go through the stepper's ordered log: wait until the page has applied the press.
+    sent = page.locator("button.kv-step").get_attribute("data-sent") if page.locator("button.kv-step").count() else None
+    if sent:
+        page.wait_for_selector(f"button.kv-step[data-served='{sent}']")
+        wait_idle(page)
 
 
 

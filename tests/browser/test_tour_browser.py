@@ -6,9 +6,13 @@
   elsewhere; a sidebar change (dtype) under the Training page redraws with verdicts that agree with their numbers.
 - Hosted mode (`KVVIZ_HOSTED=1`, a 20,000-byte KV budget): every cap on the pages that run the model.
 - Screenshots of Home, Training and Check, English and Korean at 1400 px and lecture mode at 1280×720.
+- Issue 29 #3: every number box (decode page, Memory page) refuses 0, -1, 1e3 and 99999999999 with its range,
+  keeps the previous value in use and says so; Prefill then runs with that value.
+- Issue 29 #6: Prefill, R, Prefill, R, Space pressed faster than the server redraws, six times over, end with no
+  generation (every press applied, in order); Play on a slowed browser never jumps several tokens unannounced.
 """
 import pytest
-from harness import app_server, settle, wait_idle
+from harness import TOKENS_JS, app_server, settle, wait_idle
 from playwright.sync_api import expect
 
 HOSTED = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "2000"}  # about one token of the shipped model
@@ -70,6 +74,133 @@ def test_out_of_range_numbers_are_refused_with_their_range(page):
     type_number(page, "predict_cache_size", "-5")
     expect(page.get_by_text("is outside the allowed range 0 … 1,000,000")).to_be_visible()
     expect(page.locator(f"{key('reveal_cache_size')} button")).to_be_disabled()
+    no_exception(page)
+
+
+def test_number_boxes_refuse_with_their_range_and_keep_the_previous_value(page):
+    page.goto_app("Reusing_Past_KV")
+    kept = "so it was not used. The previous value, 24, stays."
+    for typed, shown in (("0", "0"), ("1e3", "1,000"), ("-1", "-1"), ("99999999999", "99,999,999,999")):
+        type_number(page, "_w_reuse_max_new", typed)
+        message = f"Max new tokens: {shown} is outside the allowed range 1 … 512, {kept}"
+        expect(page.get_by_text(message)).to_be_visible()
+    type_number(page, "_w_reuse_max_new", "2.5")
+    expect(page.get_by_text(f"Max new tokens: 2.5 is not a whole number, {kept}")).to_be_visible()
+    box = page.locator(f"{key('_w_reuse_max_new')} input")
+    for typed in ("", "abc"):  # the browser takes no letters; emptied, the box shows its last entry again
+        box.fill("")
+        box.press_sequentially(typed)
+        box.press("Enter")
+        wait_idle(page)
+        assert box.input_value() != ""
+        expect(page.get_by_text(kept)).to_be_visible()
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    wait_idle(page)
+    expect(page.get_by_text("1 tokens generated").or_(page.get_by_text("1 token generated"))).to_be_visible()
+    expect(page.get_by_text("Generation finished")).to_have_count(0)  # 24 new tokens to go, not 1
+    page.locator("button.kv-step").click()
+    wait_idle(page)
+    expect(page.get_by_text("Generation finished")).to_have_count(0)
+
+    page.goto_app("Memory_Footprint", "?src=custom")
+    results = page.locator("[data-testid='stMetricValue']")
+    before = results.all_inner_texts()
+    for widget_key, label, bounds in (("mem_layers", "Layers L", "1 … 1,000"),
+                                      ("mem_tokens", "Context length n (tokens)", "1 … 10,000,000"),
+                                      ("mem_batch", "Concurrent requests B", "1 … 100,000"),
+                                      ("mem_block", "Block size (tokens)", "1 … 4,096")):
+        if widget_key == "mem_block":
+            page.get_by_role("tab", name="Capacity planner").click()
+        for typed in ("0", "-1", "99999999999"):
+            type_number(page, widget_key, typed)
+            shown = f"{int(typed):,}"
+            expect(page.get_by_text(f"{label}: {shown} is outside the allowed range {bounds}")).to_be_visible()
+            assert results.all_inner_texts() == before  # nothing was computed from the refused value
+        box = page.locator(f"{key(widget_key)} input")
+        previous = {"mem_layers": "32", "mem_tokens": "4096", "mem_batch": "1", "mem_block": "16"}[widget_key]
+        type_number(page, widget_key, previous)
+        expect(page.get_by_text("is outside the allowed range")).to_have_count(0)  # no earlier error stays
+        assert box.input_value() == previous
+    no_exception(page)
+
+
+# The stepper draws inside a shadow root: find its elements there.
+DEEP = """const deep = (sel) => { const roots = [document];
+  while (roots.length) { const r = roots.shift(); const e = r.querySelector(sel); if (e) return e;
+    for (const h of r.querySelectorAll('*')) if (h.shadowRoot) roots.push(h.shadowRoot); }
+  return null; };"""
+FAST_PRESSES = """(presses) => { DEEP
+  const prefill = document.querySelector('.st-key-reuse_btn_prefill button');
+  const key = (k) => window.dispatchEvent(new KeyboardEvent('keydown', {key: k, bubbles: true, cancelable: true}));
+  for (const p of presses) { if (p === 'prefill') prefill.click(); else key(p); }
+  return Number(deep('button.kv-step').dataset.sent);
+}""".replace("DEEP", DEEP)
+
+
+# Each animation frame: its time, the tokens shown, and whether a falling-behind notice is on screen.
+FRAMES = r"""() => { DEEP window.__kvFrames = []; let note = null; const seen = () => {
+  if (!note || !note.isConnected) note = deep('div.kv-behind');
+  const alert = Array.from(document.querySelectorAll("[data-testid='stAlert']"))
+    .some(a => /falling behind|keeps .* steps\/s/i.test(a.textContent));
+  window.__kvFrames.push([performance.now(), TOKENS, !!(note && !note.hidden) || alert]);
+  if (window.__kvFrames.length < 100000) requestAnimationFrame(seen); };
+  requestAnimationFrame(seen); }"""
+
+
+def _all_served(page, sent: int) -> None:  # noqa: ANN001
+    page.wait_for_selector(f"button.kv-step[data-served='{sent}']", timeout=60_000)
+    wait_idle(page)
+
+
+def test_fast_presses_on_the_decode_page_are_applied_in_order(page):
+    page.goto_app("Reusing_Past_KV")
+    for _ in range(6):  # issue 29 #6: 5 of 6 tries ended with a fresh generation (the last R and Space lost)
+        sent = page.evaluate(FAST_PRESSES, ["prefill", "r", "prefill", "r", " "])
+        _all_served(page, sent)
+        assert page.evaluate(TOKENS_JS) == 0
+        expect(page.get_by_text("press Prefill")).to_be_visible()  # the empty page's hint: no generation
+    sent = page.evaluate(FAST_PRESSES, ["prefill", " ", "ArrowRight", "r", "prefill", " "])
+    _all_served(page, sent)
+    n_prompt = page.evaluate(TOKENS_JS) - 2  # the prompt, the prefill's token and one step
+    # The same with real key presses and a real click (Playwright's), as a hand would.
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    for k in ("r", "p", "p"):
+        page.keyboard.press(k)
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    for k in (" ", " ", "ArrowRight"):
+        page.keyboard.press(k)
+    _all_served(page, int(page.locator("button.kv-step").get_attribute("data-sent")))
+    assert page.evaluate(TOKENS_JS) == n_prompt + 1 + 3
+    no_exception(page)
+
+
+def test_play_under_load_says_when_a_redraw_jumps(page):
+    """On a browser slowed fourfold, Play at 8 steps/s: every redraw that shows more than one new token is
+    announced ("falling behind") at once, and the server itself never steps more than one token per redraw."""
+    page.goto_app("Reusing_Past_KV")
+    page.locator(f"{key('reuse_btn_prefill')} button").click()
+    wait_idle(page)
+    page.locator(f"{key('_w_reuse_speed')} input[type='range']").focus()
+    page.keyboard.press("End")  # the fastest speed
+    wait_idle(page)
+    page.locator("h1").first.click()  # focus outside the slider, so P is Play
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
+    try:
+        page.evaluate(FRAMES.replace("TOKENS", TOKENS_JS).replace("DEEP", DEEP))
+        page.keyboard.press("p")
+        page.wait_for_timeout(8_000)
+        page.keyboard.press("p")
+        frames = page.evaluate("window.__kvFrames")
+    finally:
+        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
+    jumps = [i for i in range(1, len(frames)) if frames[i][1] - frames[i - 1][1] > 1]
+    unannounced = [i for i in jumps if not any(f[2] for f in frames[i:] if f[0] - frames[i][0] < 1500)]
+    print(f"{len(frames)} frames, {frames[-1][1] - frames[0][1]} tokens, {len(jumps)} jumps, "
+          f"{len(unannounced)} unannounced")
+    assert frames[-1][1] > frames[0][1]  # it played
+    assert unannounced == []
+    wait_idle(page)
     no_exception(page)
 
 
@@ -181,3 +312,125 @@ def test_hosted_caps_on_memory_run_here(hosted):
     wait_idle(hosted)
     expect(hosted.get_by_text(BUDGET).first).to_be_visible(timeout=5_000)
     no_exception(hosted)
+
+
+# ---- issue 29: Cancel that cancels; the latency pages one idea per 1280×720 screen ------------------------------
+# The lowest edge of anything drawn in the page's main block (a folded expander's content is not drawn).
+LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
+  "[data-testid='stMainBlockContainer'] [data-testid='stElementContainer']"))
+  .filter(e => e.offsetHeight > 0 && e.checkVisibility({visibilityProperty: true}))
+  .map(e => e.getBoundingClientRect().bottom))"""
+
+
+def progress_text(page) -> str:  # noqa: ANN001
+    bar = page.locator("[data-testid='stProgress']")
+    return bar.first.inner_text() if bar.count() else ""
+
+
+def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
+    """Issue 29.1: after 'Cancelled: kept the 14 of 16 settings', measuring went on (14 → 15), Start stayed disabled
+    and no chart came for more than 90 s, nor after leaving the page and coming back. Cancel now stops within one
+    run, re-enables Start and draws every setting measured in the rounds already complete."""
+    import re
+    import time
+
+    page.goto_app("Latency_and_Capacity")
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    panel = page.get_by_role("tabpanel")
+    contexts = panel.get_by_label(re.compile("Context lengths"))
+    contexts.fill("8, 18, 39, 86, 190, 420, 927, 2047")  # the shipped model's defaults: 16 settings
+    contexts.press("Enter")
+    wait_idle(page)
+    panel.locator(f"{key('lc_start_cache')} button").click()
+    # The first round warms up, the second is the first measured: cancel once both are done (32 of 96 runs).
+    page.wait_for_function("""() => { const m = /Measuring… (\\d+) \\/ 96 runs/.exec(document.body.innerText);
+                                      return m && Number(m[1]) >= 34; }""", timeout=240_000)
+    panel.locator(f"{key('lc_cancel_cache')} button").click()
+    clicked = time.monotonic()
+    cancelled = re.compile(r"Cancelled after (\d+) of 96 runs: the 16 settings below are kept")
+    expect(panel.get_by_text(cancelled)).to_be_visible(timeout=60_000)
+    expect(panel.locator(f"{key('lc_start_cache')} button")).to_be_enabled(timeout=30_000)
+    expect(panel.locator(f"{key('lc_cancel_cache')} button")).to_be_disabled()
+    expect(panel.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
+    stopped_s = time.monotonic() - clicked
+    done = int(cancelled.search(progress_text(panel)).group(1))
+    page.wait_for_timeout(3000)
+    assert int(cancelled.search(progress_text(panel)).group(1)) == done  # nothing measured after the Cancel
+    points = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .flatMap(g => g.data.filter(d => d.mode === 'lines+markers').map(d => d.x.length))""")
+    assert points == [8, 8]  # every context, with and without the cache
+    print(f"\nCancel → Start enabled and the chart drawn: {stopped_s:.1f} s; {done} of 96 runs measured")
+    page.screenshot(path=shots / "latency_after_cancel_en.png", full_page=True)
+    sidebar_link(page, "Home")  # leave and come back: the kept rows are still drawn
+    sidebar_link(page, "Latency & Capacity")
+    page.get_by_role("tab", name="Cache vs no cache").click()
+    expect(page.get_by_role("tabpanel").locator("[data-testid='stPlotlyChart']")).to_have_count(1)
+    expect(page.get_by_role("tabpanel").get_by_text(cancelled)).to_be_visible()
+    no_exception(page)
+
+
+def _lecture_page(browser, app_url, path: str, lang: str):  # noqa: ANN001, ANN202
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    pg = context.new_page()
+    pg.goto(f"{app_url}/{path}?lecture=1&lang={lang}")
+    wait_idle(pg, 90_000)
+    settle(pg)
+    return pg
+
+
+def _fill_setting(pg, label: str, value: str) -> None:  # noqa: ANN001
+    import re
+
+    pg.locator("[data-testid='stPopover'] button").first.click()
+    box = pg.get_by_label(re.compile(label))
+    box.fill(value)
+    box.press("Enter")
+    wait_idle(pg)
+    pg.keyboard.press("Escape")
+    settle(pg)
+
+
+def _wait_measured(pg, button_key: str) -> None:  # noqa: ANN001
+    """The click's rerun began (the button disabled), then measuring ended (every copy of it enabled again)."""
+    buttons = f"Array.from(document.querySelectorAll('{key(button_key)} button'))"
+    pg.wait_for_function(f"() => {buttons}.some(b => b.disabled)", timeout=120_000)
+    measuring = "/Measuring|측정 중/.test(document.body.innerText)"
+    pg.wait_for_function(f"() => {buttons}.every(b => !b.disabled) && !{measuring}", timeout=300_000)
+    settle(pg)
+
+
+def _each_idea_fits(pg, stepper: str, n: int, name: str, shots) -> None:  # noqa: ANN001
+    for i in range(1, n + 1):
+        lowest = pg.evaluate(LOWEST)
+        pg.screenshot(path=shots / f"{name}_idea{i}.png")
+        assert lowest <= 720, f"{name}: idea {i} ends at {lowest:.0f} px, below the 720 px screen"
+        if i < n:
+            pg.locator(f"{key(f'kv_idea_next_{stepper}')} button").first.click()
+            pg.wait_for_timeout(500)
+            settle(pg)
+            expect(pg.locator("[data-testid='stException']")).to_have_count(0)
+
+
+LECTURE_PAGES = {
+    # page: (its setting to shorten, en and ko labels, the value; the button that measures; stepper key, ideas)
+    "Prefill_and_Decode": (("Prompt length", "프롬프트 길이"), "256", "pd_run", "pd", 4),
+    "Latency_and_Capacity": (("Prompt lengths", "프롬프트 길이"), "16, 64, 256", "lc_start_prompt-length",
+                             "latency", 7),
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+@pytest.mark.parametrize("path", list(LECTURE_PAGES))
+def test_latency_pages_lecture_one_idea_per_screen(browser, app_url, shots, path, lang):
+    """Issue 29.7: in lecture mode all of Prefill & Decode's results sat below the fold, and Latency & Capacity had
+    no one-idea-per-screen stepper. Each idea (Prefill & Decode: the timeline, the figures, the formula, the phases;
+    Latency: four sweeps, the bounds, the bound against batch, the cache against the weights) is whole on one
+    1280×720 screen, measured results included."""
+    labels, value, button, stepper, n = LECTURE_PAGES[path]
+    pg = _lecture_page(browser, app_url, path, lang)
+    _fill_setting(pg, labels[lang == "ko"], value)
+    pg.locator(f"{key(button)} button").first.click()
+    _wait_measured(pg, button)
+    expect(pg.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
+    _each_idea_fits(pg, stepper, n, f"{path.lower()}_lecture_{lang}", shots)
+    pg.context.close()

@@ -53,15 +53,15 @@ def test_training_page_in_korean(page, shots, bad_responses):
 
 
 def test_training_page_in_lecture_mode(page, shots, bad_responses):
-    page.goto_app(TRAINING, "?lecture=1&idea=2&attn=bidirectional")
+    page.goto_app(TRAINING, "?lecture=1&idea=3&attn=bidirectional")
     expect(page.get_by_role("heading", name="The condition for reuse: the causal mask")).to_be_visible()
     expect(page.get_by_role("heading", name="Why Q is not cached")).to_have_count(0)  # one idea per screen
     expect(page.locator("[data-testid='stSidebar']")).to_have_attribute("data-collapsed", "true")
     full_shot(page, shots / "training_lecture.png")
-    page.get_by_text("3. Why Q is not cached").click()
+    page.get_by_role("button", name="4", exact=True).click()  # the stepper's numbers
     wait_idle(page)
     expect(page.get_by_role("heading", name="Why Q is not cached")).to_be_visible()
-    assert "idea=3" in page.url
+    assert "idea=4" in page.url
     full_shot(page, shots / "training_lecture_idea3.png")
     no_errors(page, bad_responses)
 

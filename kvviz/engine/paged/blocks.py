@@ -29,10 +29,11 @@ def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     return h.digest()
 
 
-def prompt_block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
-    """The chained hashes of every full block of a token sequence."""
+def prompt_block_hashes(token_ids: Sequence[int], block_size: int, root: bytes | None = None) -> list[bytes]:
+    """The chained hashes of every full block of a token sequence. `root` seeds the chain (an offload store
+    keys it by model and dtype, as LMCache's CacheEngineKey carries model_name and kv_dtype beside the hash)."""
     hashes: list[bytes] = []
-    parent = None
+    parent = root
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         parent = block_hash(parent, token_ids[start : start + block_size])
         hashes.append(parent)
