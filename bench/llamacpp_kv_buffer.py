@@ -55,10 +55,7 @@ def main() -> None:
                     row |= {"cells": log.cells, "streams": log.n_streams, "logged_mib": log.total_mib,
                             "logged_k_mib": log.k_mib, "formula_bytes": kv.total_bytes,
                             "formula_mib": kv.total_bytes / MIB,
-                            "equal": (log.cells, log.n_streams, f"{log.total_mib:.2f}", f"{log.k_mib:.2f}",
-                                      f"{log.v_mib:.2f}", f"{log.buffer_mib:.2f}")
-                            == (kv.cells, kv.n_streams, f"{kv.total_bytes / MIB:.2f}", f"{kv.k_bytes / MIB:.2f}",
-                                f"{kv.v_bytes / MIB:.2f}", f"{kv.total_bytes / MIB:.2f}")}
+                            "equal": not log.differences(kv)}
                 else:  # refused: equal when both refuse
                     row |= {"llamacpp": log if isinstance(log, str) else "started", "kvviz": kv if isinstance(
                         kv, str) else "sized", "equal": isinstance(log, str) and isinstance(kv, str)}

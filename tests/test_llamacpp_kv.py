@@ -1,6 +1,8 @@
 """kvviz's KV formula against the KV buffer llama.cpp allocates: llama-server is started once per configuration
 (SmolLM2's own GGUF and the shipped model exported as GGUF; several -c, -np, unified or not, f16/q8_0/q4_0) and its
 start-up log read; kvviz.kv.llamacpp's cells and kvviz.kv.formula's bytes must equal it to the log's precision."""
+from dataclasses import replace
+
 import pytest
 
 from kvviz.engine import fetch
@@ -42,6 +44,17 @@ def test_issue_log_reproduced_without_a_server():
     assert (round(kv.total_bytes / MIB, 2), round(kv.k_bytes / MIB, 2)) == (47.81, 23.91)
 
 
+def test_differences_read_to_the_logs_precision():
+    kv = llamacpp_kv(KVSpec(30, 9, 3, 64, max_context=8192), 4096, 2, "q8_0")
+    log = KVCacheLog(n_ctx=4096, cells=2048, n_layers=30, n_seq_max=2, n_streams=2, type_k="q8_0", type_v="q8_0",
+                     total_mib=47.81, k_mib=23.91, v_mib=23.91, buffer_mib=47.81)  # the issue's log line
+    assert log.differences(kv) == []
+    more = log.differences(replace(kv, k_bytes=kv.k_bytes + 10 * 2**10))  # 10 KiB more: 23.9160 MiB prints 23.92
+    assert more == ["size MiB: logged 47.81, kvviz 47.82", "K MiB: logged 23.91, kvviz 23.92",
+                    "buffer MiB: logged 47.81, kvviz 47.82"]
+    assert log.differences(replace(kv, cells=1024)) == ["cells: logged 2048, kvviz 1024"]
+
+
 def test_bad_llamacpp_inputs():
     spec = KVSpec(30, 9, 3, 64, max_context=8192)
     with pytest.raises(InputError, match="unknown KV dtype q5_1"):
@@ -67,13 +80,8 @@ def tiny_gguf(tmp_path_factory):
 def assert_log_is_the_formula(log: KVCacheLog | str, spec: KVSpec, n_ctx: int, n_par: int, cache_type: str,
                               unified: bool) -> None:
     assert isinstance(log, KVCacheLog), log
-    kv = llamacpp_kv(spec, n_ctx, n_par, cache_type, unified=unified)
-    assert (log.n_ctx, log.cells, log.n_streams, log.n_seq_max) == (kv.n_ctx, kv.cells, kv.n_streams, n_par)
-    assert (log.n_layers, log.type_k, log.type_v) == (spec.n_layers, cache_type, cache_type)
-    # "%7.2f MiB": equal to the log's precision, i.e. the formula rounded to two decimals is what it printed
-    for logged, ours in ((log.total_mib, kv.total_bytes), (log.k_mib, kv.k_bytes), (log.v_mib, kv.v_bytes),
-                         (log.buffer_mib, kv.total_bytes)):
-        assert f"{logged:.2f}" == f"{ours / MIB:.2f}", (logged, ours / MIB)
+    assert log.n_layers == spec.n_layers
+    assert log.differences(llamacpp_kv(spec, n_ctx, n_par, cache_type, unified=unified)) == []
 
 
 SMOLLM2_RUNS = [  # (-c, -np, cache type, unified)

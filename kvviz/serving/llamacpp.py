@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from kvviz.kv.llamacpp import LlamaCppKV
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BINARY = ROOT / "build" / "llama.cpp" / "bin" / "llama-server"
 
@@ -120,6 +122,17 @@ class KVCacheLog:
     k_mib: float
     v_mib: float
     buffer_mib: float  # the backend buffer the tensors live in
+
+    def differences(self, kv: LlamaCppKV) -> list[str]:
+        """Where kvviz's sizing of this start-up differs from the log: cells and streams exactly, bytes to the log's
+        precision ("%7.2f MiB": the formula rounded to two decimals is what it printed). Empty: equal."""
+        pairs = {"n_ctx": (self.n_ctx, kv.n_ctx), "cells": (self.cells, kv.cells),
+                 "streams": (self.n_streams, kv.n_streams), "seqs": (self.n_seq_max, kv.n_seq_max),
+                 "types": ((self.type_k, self.type_v), (kv.cache_type, kv.cache_type)),
+                 **{name: (f"{logged:.2f}", f"{ours / 2**20:.2f}") for name, logged, ours in (
+                     ("size MiB", self.total_mib, kv.total_bytes), ("K MiB", self.k_mib, kv.k_bytes),
+                     ("V MiB", self.v_mib, kv.v_bytes), ("buffer MiB", self.buffer_mib, kv.total_bytes))}}
+        return [f"{name}: logged {a}, kvviz {b}" for name, (a, b) in pairs.items() if a != b]
 
 
 def kv_cache_log(model: str | Path, *, ctx_size: int, n_parallel: int, cache_type: str = "f16",
