@@ -150,13 +150,17 @@ with left:
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
         st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
-                      scale=fmt.scale_bytes_per_group))
+                      scale=fmt.scale_bytes_per_group, block=fmt.vector_bytes(fmt.group_size)))
 
 if spec is None:
     st.stop()
 ss.mem_last_spec = spec
 shape = spec
-fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
+try:
+    fp = kv_footprint(shape, int(tokens), int(batch), kv_dtype_name)
+except InputError as exc:  # a llama.cpp block format this head size is not whole blocks of (llama.cpp refuses it too)
+    show_error(exc)
+    st.stop()
 weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
 
 
@@ -245,11 +249,17 @@ with right:
 
 
 with tab_cmp:
-    variants = attention_variants(shape)
-    per_token = [kv_footprint(s, 1, 1, kv_dtype_name).per_token for s in variants.values()]
-    mla = variants["MLA"]
+    variants, per_token, refused = {}, [], []
+    for kind, variant in attention_variants(shape).items():
+        try:
+            per_token.append(kv_footprint(variant, 1, 1, kv_dtype_name).per_token)
+            variants[kind] = variant
+        except InputError:  # e.g. an MLA latent that is not whole q8_0 blocks: that format cannot store it
+            refused.append(kind)
+    mla = attention_variants(shape)["MLA"]
     labels = [f"{kind} (H_kv={s.n_kv_heads})" for kind, s in variants.items() if kind != "MLA"]  # MHA/GQA/MQA
-    labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
+    if "MLA" in variants:
+        labels.append(f"MLA ({mla.kv_lora_rank}+{mla.qk_rope_head_dim})")
     chart(
         attention_comparison_figure(
             labels,
@@ -268,6 +278,8 @@ with tab_cmp:
         key="mem_compare_chart",
     )
     st.caption(tr("memory.compare_note", rank=mla.kv_lora_rank, rope=mla.qk_rope_head_dim))
+    if refused:
+        st.caption(tr("memory.compare_refused", kinds=", ".join(refused), dtype=kv_dtype_name))
 
 with tab_growth:
     if weights is None:

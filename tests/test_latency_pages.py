@@ -282,6 +282,18 @@ def test_roofline_inputs_at_their_limits_read_truthfully():
     assert any("do not fit in this memory" in e.value for e in at.error)
 
 
+def test_roofline_refuses_a_block_format_the_heads_do_not_fit():
+    """llama.cpp's q8_0 on a d_head of 16 (the SMALL shape): a message, as llama.cpp refuses it, not a traceback."""
+    at = _open("pages/4_Latency_and_Capacity.py")
+    names = at.selectbox(key="lc_r_model").options
+    at.selectbox(key="lc_r_model").set_value(names[-1]).run()  # the model in use, d_head 64 / 4 = 16
+    at.selectbox(key="lc_r_kvdtype").set_value("q8_0").run()
+    assert not at.exception
+    assert any("not whole blocks" in e.value for e in at.error)
+    at.selectbox(key="lc_r_model").set_value("Llama-3.1-8B").run()  # d_head 128 = 4 blocks: sized
+    assert not at.error and any("ms**" in m.value for m in at.markdown)
+
+
 # ---- issue 29 -------------------------------------------------------------------------------------------------
 def _number(text: str, unit: str = "ms") -> float:
     return float(re.search(rf"([\d.]+) {unit}", text).group(1))

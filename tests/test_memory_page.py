@@ -275,6 +275,32 @@ def test_quantized_kv_states_its_scales():
     assert any("2 · 8 · 128 · 0.5 B + 128 B (scales) | 1,152 B" in md.value for md in at.markdown)
 
 
+def test_llamacpp_block_formats_size_a_llamacpp_deployment():
+    """q8_0 and q4_0 as llama.cpp stores them (tests/test_llamacpp_kv.py checks the bytes against its log)."""
+    at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "kv_dtype": "q8_0"})
+    # 16 vectors of 128 values = 4 blocks of 34 B each: 16 · 136 B = 2,176 B
+    assert metrics(at)["Per token, per layer"] == "2.13 KiB"
+    assert any("2 · 8 · 128 · 1 B + 128 B (scales) | 2,176 B" in md.value for md in at.markdown)
+    assert any("block of 32 int8 values" in c.value and "34 B in all" in c.value for c in at.caption)
+    assert "Max requests at 4,096 tokens" in metrics(at)  # the planner sizes it too
+    at.selectbox(key="mem_kv_dtype").set_value("q4_0").run()
+    assert metrics(at)["Per token, per layer"] == "1.13 KiB"  # 16 · 4 · 18 B = 1,152 B
+
+
+@pytest.mark.parametrize("lang, words", [("en", "not whole blocks"), ("ko", "블록으로 나누어떨어지지")])
+def test_block_format_refused_for_a_head_it_does_not_divide(lang, words):
+    at = open_page({"src": "custom", "layers": "4", "heads": "4", "kv_heads": "2", "d_head": "24",
+                    "kv_dtype": "q8_0"}, lang)
+    assert not at.exception
+    assert any(words in e.value for e in at.error)
+    if lang == "ko":
+        return  # AppTest formats the translated source radio's value in English on a re-run: change it in English
+    at.selectbox(key="mem_kv_dtype").set_value("float16").run()
+    assert not any(words in e.value for e in at.error)
+    assert metrics(at)["Per token, per layer"] == "192 B"  # nothing lost: the same shape, now sized (2·2·24·2 B)
+    assert at.number_input(key="mem_d_head").value == 24
+
+
 def test_no_window_claim_for_a_model_without_one():
     """Issue 12 item 6: DeepSeek-V3's cache passes its weights beyond the search limit; it has no window."""
     at = open_page({"preset": "DeepSeek-V3", "tokens": "4096", "batch": "1"})

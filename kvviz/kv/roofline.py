@@ -29,6 +29,7 @@ class Roofline:
         if self.spec.is_moe:
             # A token reads only its experts' weights, which the config alone does not give.
             raise InputError("capacity.moe_weights", name=self.spec.name or "?")
+        self.kv_bytes(1)  # a KV format the model's heads do not fit (llama.cpp's blocks) is refused here, not later
 
     @property
     def weight_bytes(self) -> int:

@@ -6,12 +6,18 @@ build/llama.cpp/bin/ (or named by KVVIZ_LLAMA_SERVER).
 from __future__ import annotations
 
 import os
+import queue
+import re
 import socket
 import subprocess
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from kvviz.kv.llamacpp import LlamaCppKV
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BINARY = ROOT / "build" / "llama.cpp" / "bin" / "llama-server"
@@ -94,6 +100,91 @@ def complete_ids(base_url: str, prompt_ids: list[int], n_predict: int, timeout_s
     response = httpx.post(base_url + "/completion", json=body, timeout=timeout_s)
     response.raise_for_status()
     return response.json()
+
+
+# llama_kv_cache::llama_kv_cache (src/llama-kv-cache.cpp) logs, with "%7.2f MiB" precision:
+#   "llama_kv_cache: size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs), K (%s): %7.2f MiB, V (%s): %7.2f MiB"
+KV_SIZE_LINE = re.compile(
+    r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")
+KV_BUFFER_LINE = re.compile(r"llama_kv_cache: +\S+ KV buffer size = +([\d.]+) MiB")
+N_CTX_LINE = re.compile(r"llama_context: n_ctx += (\d+)")
+REFUSED_LINE = re.compile(r"(cache type \S+ with block size \d+ does not divide \S+|"
+                          r"quantized V cache requires flash_attn)")
+
+
+@dataclass(frozen=True)
+class KVCacheLog:
+    """What llama-server logged about its KV cache at start-up (MiB as it prints them, two decimals)."""
+
+    n_ctx: int
+    cells: int
+    n_layers: int
+    n_seq_max: int
+    n_streams: int
+    type_k: str
+    type_v: str
+    total_mib: float
+    k_mib: float
+    v_mib: float
+    buffer_mib: float  # the backend buffer the tensors live in
+
+    def differences(self, kv: LlamaCppKV) -> list[str]:
+        """Where kvviz's sizing of this start-up differs from the log: cells and streams exactly, bytes to the log's
+        precision ("%7.2f MiB": the formula rounded to two decimals is what it printed). Empty: equal."""
+        pairs = {"n_ctx": (self.n_ctx, kv.n_ctx), "cells": (self.cells, kv.cells),
+                 "streams": (self.n_streams, kv.n_streams), "seqs": (self.n_seq_max, kv.n_seq_max),
+                 "types": ((self.type_k, self.type_v), (kv.cache_type, kv.cache_type)),
+                 **{name: (f"{logged:.2f}", f"{ours / 2**20:.2f}") for name, logged, ours in (
+                     ("size MiB", self.total_mib, kv.total_bytes), ("K MiB", self.k_mib, kv.k_bytes),
+                     ("V MiB", self.v_mib, kv.v_bytes), ("buffer MiB", self.buffer_mib, kv.total_bytes))}}
+        return [f"{name}: logged {a}, kvviz {b}" for name, (a, b) in pairs.items() if a != b]
+
+
+def kv_cache_log(model: str | Path, *, ctx_size: int, n_parallel: int, cache_type: str = "f16",
+                 unified: bool = False, timeout_s: float = 120.0) -> KVCacheLog | str:
+    """Start llama-server with this KV cache, read its log up to the KV cache's size line, stop it. Returns the
+    logged sizes, or the line with which llama.cpp refused the configuration."""
+    srv = LlamaServer(model, n_parallel=n_parallel, ctx_size=ctx_size, metrics=False, threads=1,
+                      extra=["-ctk", cache_type, "-ctv", cache_type, "-fa", "on", "--no-warmup", "-lv", "4",
+                             "-kvu" if unified else "-no-kvu"])
+    proc = subprocess.Popen(srv.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    found: dict[str, re.Match] = {}
+    tail: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            tail = [*tail[-20:], line.rstrip()]
+            if m := REFUSED_LINE.search(line):
+                return m.group(1)
+            for key, pattern in (("n_ctx", N_CTX_LINE), ("buffer", KV_BUFFER_LINE), ("size", KV_SIZE_LINE)):
+                if key not in found and (m := pattern.search(line)):
+                    found[key] = m
+            if "size" in found:
+                size = found["size"]
+                return KVCacheLog(
+                    n_ctx=int(found["n_ctx"].group(1)), cells=int(size.group(2)), n_layers=int(size.group(3)),
+                    n_seq_max=int(size.group(4)), n_streams=int(size.group(5)), type_k=size.group(6),
+                    type_v=size.group(8), total_mib=float(size.group(1)), k_mib=float(size.group(7)),
+                    v_mib=float(size.group(9)), buffer_mib=float(found["buffer"].group(1)))
+    finally:
+        proc.kill()
+        proc.wait()
+    raise RuntimeError("llama-server logged no KV cache size: " + " | ".join(tail[-5:]))
 
 
 def slot_action(base_url: str, slot: int, action: str, filename: str, timeout_s: float = 120.0) -> dict:

@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 from harness import wait_idle
 from playwright.sync_api import expect
 
@@ -78,4 +79,21 @@ def test_config_upload_and_a_bad_one(page, shots, tmp_path):
     # the last valid config stays on screen
     expect(metric(page, "Per token (all layers)")).to_have_text("336.00 KiB", timeout=WAIT)
     page.screenshot(path=shots / "memory_upload_bad_en.png", full_page=True, timeout=3 * WAIT)
+    assert page.locator("[data-testid='stException']").count() == 0
+
+
+# SmolLM2-135M's shape (30 layers, 9 heads, 3 KV heads, d_head 64) at llama-server's `-c 4096 -np 2 -ctk q8_0`: two
+# streams of 2048 cells, which llama.cpp logs as "size = 47.81 MiB ... K (q8_0): 23.91 MiB" (tests/test_llamacpp_kv.py)
+SMOLLM2_Q8_0 = "src=custom&layers=30&heads=9&kv_heads=3&d_head=64&params_b=0.135&tokens=2048&batch=2&kv_dtype=q8_0"
+
+
+@pytest.mark.parametrize("lang, title, all_requests", [("en", "Memory Footprint", "All requests"),
+                                                       ("ko", "메모리 사용량", "전체 요청")])
+def test_llamacpp_q8_0_sizes_what_llamacpp_logs(page, shots, lang, title, all_requests):
+    page.set_viewport_size({"width": 1400, "height": 1800})
+    page.goto_app(PAGE, f"?lang={lang}&{SMOLLM2_Q8_0}")
+    expect(page.get_by_role("heading", name=title).first).to_be_visible(timeout=WAIT)
+    expect(metric(page, all_requests)).to_have_text("47.81 MiB", timeout=WAIT)
+    expect(page.get_by_text("q8_0:", exact=False).first).to_be_visible(timeout=WAIT)  # the block's note
+    page.screenshot(path=shots / f"issue23b_memory_smollm2_q8_0_{lang}.png", full_page=True, timeout=3 * WAIT)
     assert page.locator("[data-testid='stException']").count() == 0
