@@ -189,3 +189,16 @@ def test_streaming_llm_keeps_the_sinks_value_on_the_real_model_and_not_on_the_to
     assert [v.budget for v in real] == [v.budget for v in toy] == [64]
     assert real[0].ratio > 2.0 and real[0].verdict == "helps"
     assert toy[0].verdict == "same"
+
+
+def test_export_names_the_pre_tokenizer_the_gguf_had(smollm2_dir, smollm2):
+    """export-gguf wrote 'gpt-2' for every model; SmolLM2's own GGUF says 'smollm' (digits split one by one), and
+    llama.cpp then split '٣٤' differently from kvviz. The name now comes from the tokenizer itself."""
+    import gguf
+
+    from kvviz.engine.gguf_import import _fields, pre_name
+
+    own = _fields(gguf.GGUFReader(str(smollm2_dir / "model.gguf")))["tokenizer.ggml.pre"]
+    assert own == "smollm"
+    assert pre_name(json.loads(smollm2.tokenizer.to_json())["pre_tokenizer"]) == own
+    assert pre_name(json.loads(load_backend("tiny").tokenizer.to_json())["pre_tokenizer"]) == "gpt-2"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvviz.engine.gguf_import import pre_name
 from kvviz.engine.model import Decoder
 from kvviz.engine.tokenizer import EOS_TOKEN, BPETokenizer
 from kvviz.errors import InputError
@@ -137,7 +138,9 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
 
     tokens, types, merges, _ = _gguf_vocab(tokenizer.to_json(), cfg.vocab_size)
     w.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
-    w.add_tokenizer_pre("gpt-2")  # GPT-2's split regex, the one `ByteLevel(use_regex=True)` applies
+    # The split before BPE, named as llama.cpp names it: GPT-2's regex, or SmolLM's digits first (a GGUF read in
+    # keeps its own; gpt-2 for SmolLM2 split '٣٤' differently from its tokenizer)
+    w.add_tokenizer_pre(pre_name(json.loads(tokenizer.to_json()).get("pre_tokenizer") or {}))
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)

@@ -100,6 +100,14 @@ def _pre_tokenizer(pre: str) -> Any:
     raise InputError("model.native_unsupported", what=f"GGUF pre-tokenizer {pre}")
 
 
+def pre_name(pre_json: dict) -> str:
+    """The `tokenizer.ggml.pre` whose split _pre_tokenizer builds for this tokenizer.json pre_tokenizer (the way
+    back, for export): each digit alone before the byte-level regex is SmolLM's, the regex alone GPT-2's."""
+    parts = pre_json.get("pretokenizers", [pre_json])
+    digits = any(p.get("type") == "Digits" and p.get("individual_digits") for p in parts)
+    return "smollm" if digits else "gpt-2"
+
+
 def build_tokenizer(meta: dict[str, Any]) -> Any:
     """A `tokenizers` byte-level BPE from the file's tokens, token types and merges (llama.cpp's "gpt2" model).
 
