@@ -67,6 +67,9 @@ def test_attention_page_shows_sinks_and_induction_on_smollm2(page, shots, smollm
     metrics = page.locator("[data-testid='stMetricValue']").all_inner_texts()
     sink_heads = int(metrics[0].split("/")[0])
     assert sink_heads >= 30  # measured 78 of 270 on the English prose; the tiny model has 0
+    # the induction idea's charts may come after the sink metrics: wait until all three exist
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=180_000)
+    wait_charts(page, 180_000)
     plots = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => g.data[0].type)")
     assert plots[:2] == ["heatmap", "bar"] and "scatter" in plots[2:]
     _shoot(page, shots / f"smollm2_attention_sinks_{lang}.png")

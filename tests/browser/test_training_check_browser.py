@@ -58,7 +58,7 @@ def test_training_page_in_lecture_mode(page, shots, bad_responses):
     expect(page.get_by_role("heading", name="Why Q is not cached")).to_have_count(0)  # one idea per screen
     expect(page.locator("[data-testid='stSidebar']")).to_have_attribute("data-collapsed", "true")
     full_shot(page, shots / "training_lecture.png")
-    page.get_by_role("button", name="4", exact=True).click()  # the stepper's numbers
+    page.get_by_role("radio", name="4", exact=True).click()  # the stepper's numbers (a segmented control)
     wait_idle(page)
     expect(page.get_by_role("heading", name="Why Q is not cached")).to_be_visible()
     assert "idea=4" in page.url
