@@ -49,6 +49,9 @@ METHODS = drafts.METHODS
 DRAFT_MODELS = ("layers", "random")  # the target's first layers with their own cache, or random weights
 PLAY_PERIOD_S = 0.8
 MEASURE_REPEATS = 3
+# On a projector the target's K/V rows share what the buttons and the token strip leave of a 720 px screen: a deep
+# model's (SmolLM2: 60 rows) thin to fit it.
+LECTURE_GRID_PX = 200
 # Presets in the UI's language first: 1 a list and 2 code, where prompt lookup finds its drafts; 3 plain prose.
 presets = [t(f"spec.preset_{i}", lang) for lang in sorted(LANGS, key=lambda x: x != lang()) for i in (1, 2, 3)]
 n_layers = backend.spec.n_layers
@@ -267,7 +270,7 @@ def step_view(gen: SpeculativeGeneration, bytes_line) -> None:  # noqa: ANN001 -
     st.html(decode_charts.cache_grid_html(
         grid.written, labels, title=tr("spec.grid_title", n=n_kept, rolled=last.rolled_back),
         x_title=tr("spec.position"), hover=tr("spec.grid_hover"), legend=legend, legend_kinds=kinds,
-        kinds=grid.kinds, lecture=lecture))
+        kinds=grid.kinds, lecture=lecture, rows_px=LECTURE_GRID_PX if lecture else None))
     bytes_line.caption(tr("spec.bytes_line", peak=f"{last.peak_live_bytes:,}", live=f"{last.live_bytes:,}",
                   formula=f"{last.formula_bytes:,}", allocated=f"{last.allocated_bytes:,}",
                   verdict=tr("spec.bytes_equal" if last.live_bytes == last.formula_bytes else "spec.bytes_differ")))
@@ -278,7 +281,8 @@ def step_view(gen: SpeculativeGeneration, bytes_line) -> None:  # noqa: ANN001 -
                                           n=last.draft_lengths[0], rolled=last.draft_rolled_back),
             x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
             legend=[tr(f"spec.legend_{k}") for k in ("prefill", "step", "newest")],
-            layer_names=[f"D{i}" for i in range(len(own.written))], lecture=lecture))
+            layer_names=[f"D{i}" for i in range(len(own.written))], lecture=lecture,
+            rows_px=LECTURE_GRID_PX if lecture else None))
         st.caption(tr("spec.draft_bytes", live=f"{last.draft_live_bytes:,}", formula=f"{last.draft_formula_bytes:,}"))
     elif shared:
         st.caption(tr("spec.shared_caption", m=shared, last=shared - 1))

@@ -31,14 +31,14 @@ backend = get_backend(settings)
 if backend is None:
     st.stop()
 native = isinstance(getattr(backend, "model", None), Decoder)
-if not native:
-    st.info(tr("compression.native_needed"))
 with head[1]:  # on a projector one row: the settings behind a button, the run button beside it
     controls = st.container(horizontal=True, vertical_alignment="center") if lecture else st.container()
 with controls:
     box = settings_box()
 with box:
     model_caption(backend.spec)
+if not native:
+    (st if lecture else box).info(tr("compression.native_needed"))
 
 SOURCES = ("held_out", "own")
 METRICS = ("kl", "top1")
