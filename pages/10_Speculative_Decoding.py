@@ -49,6 +49,9 @@ METHODS = drafts.METHODS
 DRAFT_MODELS = ("layers", "random")  # the target's first layers with their own cache, or random weights
 PLAY_PERIOD_S = 0.8
 MEASURE_REPEATS = 3
+# On a projector the target's K/V rows share what the buttons and the token strip leave of a 720 px screen: a deep
+# model's (SmolLM2: 60 rows) thin to fit it.
+LECTURE_GRID_PX = 200
 # Presets in the UI's language first: 1 a list and 2 code, where prompt lookup finds its drafts; 3 plain prose.
 presets = [t(f"spec.preset_{i}", lang) for lang in sorted(LANGS, key=lambda x: x != lang()) for i in (1, 2, 3)]
 n_layers = backend.spec.n_layers
@@ -127,6 +130,8 @@ def measure() -> None:
 
 
 with head[1], settings_box(tr("spec.settings"), border=True):
+    if lecture:  # on a projector the model is named behind the settings button, so the step keeps the screen
+        model_caption(backend.spec)
     c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
     c1.selectbox(tr("spec.preset"), presets, key="spec_preset", index=None, placeholder=tr("spec.preset_pick"),
                  on_change=use_preset)
@@ -149,7 +154,8 @@ with head[1], settings_box(tr("spec.settings"), border=True):
     persisted(o3.slider, "spec_temperature", tr("spec.temperature"), min_value=0.0, max_value=2.0, step=0.1,
                  help=tr("spec.temperature_help"))
 
-model_caption(backend.spec)
+if not lecture:
+    model_caption(backend.spec)
 gen0: SpeculativeGeneration | None = state.spec_gen
 state.spec_timer_on = bool(state.spec_playing and gen0 is not None and not gen0.done)
 IDEAS = ("step", "acceptance", "speed")
@@ -178,11 +184,17 @@ def live_view() -> None:
     gen: SpeculativeGeneration | None = state.spec_gen
     playing = state.spec_playing
     can_step = gen is not None and not gen.done and gen.backend is backend
-    b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
+    # On a projector one row holds the buttons and the run's status line (the keys are in the Step button's help).
+    if lecture:
+        buttons, line = st.columns([5, 8], vertical_alignment="center")
+        b = [buttons.container(horizontal=True, vertical_alignment="center")] * 4 + [line]
+    else:
+        b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
     b[0].button(tr("spec.prefill"), on_click=prefill, disabled=playing, type="primary", key="spec_btn_prefill")
     with b[1]:
         stepper(tr("spec.step"), key="spec_stepper", served=state.spec_served, disabled=not can_step or playing,
-                help=tr("spec.step_help"), buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
+                help=tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else ""),
+                buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
                 shown=len(gen.events) if gen is not None else 0, playing=playing, behind=tr("spec.play_jump"))
     if playing:
         b[2].button(tr("spec.pause"), on_click=play, args=(False,), key="spec_btn_pause", icon=":material/pause:")
@@ -190,7 +202,8 @@ def live_view() -> None:
         b[2].button(tr("spec.play"), on_click=play, args=(True,), disabled=not can_step, key="spec_btn_play",
                     icon=":material/play_arrow:")
     b[3].button(tr("spec.reset"), on_click=reset, key="spec_btn_reset")
-    b[4].caption(tr("spec.keys_help"))
+    if not lecture:
+        b[4].caption(tr("spec.keys_help"))
     if playing and can_step:
         step_once(gen)
     if state.spec_playing and (gen is None or gen.done):
@@ -205,27 +218,30 @@ def live_view() -> None:
     if gen.backend is not backend:
         st.warning(tr("spec.stale", name=gen.backend.spec.name))
         return
-    draw(gen)
+    draw(gen, b[4] if lecture else st)
 
 
 def texts_of(gen: SpeculativeGeneration, ids) -> dict[int, str]:  # noqa: ANN001 - any iterable of ids
     return {i: decode_view.token_texts(gen.backend.tokenizer, [i])[0] for i in set(ids)}
 
 
-def draw(gen: SpeculativeGeneration) -> None:
+def draw(gen: SpeculativeGeneration, status) -> None:  # noqa: ANN001 - where the status line goes
     last, stats = gen.events[-1], gen.stats
-    st.caption(tr("spec.status", n_prompt=len(gen.prompt_ids), n_gen=gen.n_generated, passes=gen.target_passes,
+    if lecture and "step" in shown:  # on a projector this idea's line beside the buttons is its bytes (step_view)
+        step_view(gen, status)
+        return
+    status.caption(tr("spec.status", n_prompt=len(gen.prompt_ids), n_gen=gen.n_generated, passes=gen.target_passes,
                   plain=gen.plain_passes, rolled=gen.rollback_tokens, mal=f"{stats.mean_acceptance_length:.2f}",
                   step_ms=f"{last.seconds * 1e3:.1f}") + (" " + tr("spec.done") if gen.done else ""))
     if "step" in shown:
-        step_view(gen)
+        step_view(gen, st)
     if "acceptance" in shown:
         acceptance_view(gen)
     if "speed" in shown:
         speed_view(gen)
 
 
-def step_view(gen: SpeculativeGeneration) -> None:
+def step_view(gen: SpeculativeGeneration, bytes_line) -> None:  # noqa: ANN001 - where the bytes line goes
     last = gen.events[-1]
     texts = decode_view.token_texts(gen.backend.tokenizer, gen.token_ids)
     names = texts_of(gen, last.drafted)
@@ -254,8 +270,8 @@ def step_view(gen: SpeculativeGeneration) -> None:
     st.html(decode_charts.cache_grid_html(
         grid.written, labels, title=tr("spec.grid_title", n=n_kept, rolled=last.rolled_back),
         x_title=tr("spec.position"), hover=tr("spec.grid_hover"), legend=legend, legend_kinds=kinds,
-        kinds=grid.kinds, lecture=lecture))
-    st.caption(tr("spec.bytes_line", peak=f"{last.peak_live_bytes:,}", live=f"{last.live_bytes:,}",
+        kinds=grid.kinds, lecture=lecture, rows_px=LECTURE_GRID_PX if lecture else None))
+    bytes_line.caption(tr("spec.bytes_line", peak=f"{last.peak_live_bytes:,}", live=f"{last.live_bytes:,}",
                   formula=f"{last.formula_bytes:,}", allocated=f"{last.allocated_bytes:,}",
                   verdict=tr("spec.bytes_equal" if last.live_bytes == last.formula_bytes else "spec.bytes_differ")))
     if gen.draft.cache is not None:  # a separate draft model: its own cache, cropped too
@@ -265,7 +281,8 @@ def step_view(gen: SpeculativeGeneration) -> None:
                                           n=last.draft_lengths[0], rolled=last.draft_rolled_back),
             x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
             legend=[tr(f"spec.legend_{k}") for k in ("prefill", "step", "newest")],
-            layer_names=[f"D{i}" for i in range(len(own.written))], lecture=lecture))
+            layer_names=[f"D{i}" for i in range(len(own.written))], lecture=lecture,
+            rows_px=LECTURE_GRID_PX if lecture else None))
         st.caption(tr("spec.draft_bytes", live=f"{last.draft_live_bytes:,}", formula=f"{last.draft_formula_bytes:,}"))
     elif shared:
         st.caption(tr("spec.shared_caption", m=shared, last=shared - 1))
@@ -289,15 +306,18 @@ def acceptance_view(gen: SpeculativeGeneration) -> None:
         chart(charts.acceptance_figure(series, labels | {"title": tr("spec.c_acceptance_title")}, lecture=lecture),
                  "spec_acceptance")
     with right:
+        # On a projector the bytes chart is folded under this one, so the idea keeps one screen.
         chart(charts.per_position_figure(stats.acceptance_rate_per_pos, {
             "position": tr("spec.c_draft_position"), "rate": tr("spec.c_rate"),
-            "title": tr("spec.c_per_position_title", drafts=stats.num_drafts)}, lecture=lecture), "spec_per_position")
+            "title": tr("spec.c_per_position_title", drafts=stats.num_drafts)}, lecture=lecture, lecture_height=290),
+            "spec_per_position")
     ev = gen.events
-    chart(charts.bytes_figure(
-        [e.index for e in ev], [e.peak_live_bytes for e in ev], [e.live_bytes for e in ev],
-        [e.formula_bytes for e in ev], [e.draft_live_bytes for e in ev],
-        {k: tr(f"spec.c_{k}") for k in ("peak", "live", "formula", "draft", "step", "bytes")}
-        | {"title": tr("spec.c_bytes_title")}, lecture=lecture), "spec_bytes")
+    with right.expander(tr("spec.c_bytes_title")) if lecture else st.container():
+        chart(charts.bytes_figure(
+            [e.index for e in ev], [e.peak_live_bytes for e in ev], [e.live_bytes for e in ev],
+            [e.formula_bytes for e in ev], [e.draft_live_bytes for e in ev],
+            {k: tr(f"spec.c_{k}") for k in ("peak", "live", "formula", "draft", "step", "bytes")}
+            | {"title": tr("spec.c_bytes_title")}, lecture=lecture), "spec_bytes")
 
 
 def _ms(s) -> str:  # noqa: ANN001 - a metrics.Spread

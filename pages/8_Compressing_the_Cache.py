@@ -1,4 +1,5 @@
 """Compressing the Cache: eviction, quantization and head sharing run in the real decode loop, bytes vs quality."""
+import contextlib
 import dataclasses
 import hashlib
 
@@ -6,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import ideas, intro_box
+from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import one_of, url_state
@@ -23,22 +24,28 @@ from kvviz.units import format_binary
 
 settings = page_setup("compression.title")
 lecture = settings.lecture
-st.title(tr("compression.title"))
-with intro_box():
+head = lecture_head(tr("compression.title"), widths=(3, 4))
+with head[0], intro_box():
     st.write(tr("compression.intro"))
 backend = get_backend(settings)
 if backend is None:
     st.stop()
-model_caption(backend.spec)
 native = isinstance(getattr(backend, "model", None), Decoder)
+with head[1]:  # on a projector one row: the settings behind a button, the run button beside it
+    controls = st.container(horizontal=True, vertical_alignment="center") if lecture else st.container()
+with controls:
+    box = settings_box()
+with box:
+    model_caption(backend.spec)
 if not native:
-    st.info(tr("compression.native_needed"))
+    (st if lecture else box).info(tr("compression.native_needed"))
 
 SOURCES = ("held_out", "own")
 METRICS = ("kl", "top1")
 max_len = backend.spec.max_context
 lengths = [n for n in (128, 256, 512) if n <= max_len] or [max_len]
-c1, c2, c3, c4 = st.columns([2, 1, 1, 2])
+with box:  # one above the other in the settings popover
+    c1, c2, c3, c4 = [st.container()] * 4 if lecture else st.columns([2, 1, 1, 2])
 source = persisted(c1.radio, url_state("text", "held_out", one_of(SOURCES)), tr("compression.text_source"),
                    options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
                    horizontal=True)
@@ -54,7 +61,7 @@ shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), opti
                    format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
 own = ""
 if source == "own":
-    own = st.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
+    own = box.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
 
 budgets = sorted({max(SNAPKV_WINDOW + 1, round(s * seq_len)) for s in shares})
 methods = quality.all_methods(budgets, native=native, n_kv_heads=backend.spec.n_kv_heads)
@@ -63,7 +70,7 @@ view_steps = tuple(sorted({round(f * (seq_len - n_prompt - 1)) for f in (0, 0.25
 text_id = hashlib.sha1(own.encode()).hexdigest() if source == "own" else "held_out"
 request = (backend.spec, str(backend.dtype), text_id, seq_len, n_tokens, tuple(budgets))
 
-if st.button(tr("compression.run"), type="primary", key="cc_run"):
+if controls.button(tr("compression.run"), type="primary", key="cc_run"):
     bar = st.progress(0.0, text=tr("compression.running"))
     try:
         text = own if source == "own" else quality.held_out_text()
@@ -92,57 +99,75 @@ names = [method_name(r) for r in rows]  # read now: a widget may format its opti
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
 if 0 in show:
-    st.header(tr("compression.s1_title"))
+    idea_title(tr("compression.s1_title"))
     # Savings against the KV dtype of a deployment (bfloat16 by default): every dtype's bytes were counted in the
-    # run, so changing it redraws without measuring again.
-    k1, k2 = st.columns(2)
+    # run, so changing it redraws without measuring again. On a projector the chart keeps the screen: its choices
+    # beside it, the caption, table and findings folded under them.
+    if lecture:
+        plot, side = st.columns([3, 1])
+        k1 = k2 = side
+        above = below = side.expander(tr("compression.details"))
+    else:
+        k1, k2 = st.columns(2)
+        above, plot, below = st.container(), st.container(), st.container()
     kv_dtype = persisted(k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)),
                             tr("compression.kv_dtype"), options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
     data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() | {"label": name}
             for r, name in zip(rows, names, strict=True)]
-    st.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
+    above.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
         seq_len - n_prompt), seq_len=seq_len, n_prompt=n_prompt, full_ppl=f"{full_row.full_perplexity:.3f}",
         full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=dtype_name(backend.dtype), dtype=kv_dtype))
     metric = persisted(k2.radio, url_state("metric", "kl", one_of(METRICS)), tr("compression.metric"),
                           options=METRICS, horizontal=True,
                           format_func={m: tr(f"compression.metric_{m}") for m in METRICS}.get)
     fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
-    chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
-                                 x_title=tr("compression.chart_x", dtype=kv_dtype),
-                                 y_title=tr(f"compression.chart_{metric}"),
-                                 title=tr("compression.chart_saved_title"), lecture=lecture), "compression_tradeoff")
+    with plot:
+        chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
+                                     x_title=tr("compression.chart_x", dtype=kv_dtype),
+                                     y_title=tr(f"compression.chart_{metric}"),
+                                     title=tr("compression.chart_saved_title"), lecture=lecture),
+              "compression_tradeoff")
     whole = [r["label"] for r in data if r["left_whole"]]
     if whole:
-        st.info(tr("compression.left_whole", labels=", ".join(whole), n_prompt=n_prompt))
-    results = pd.DataFrame({
-        tr("compression.table_method"): [tr("compression.full")] + [r["label"] for r in data],
-        tr("compression.table_ppl"): [round(full_row.full_perplexity, 3)] + [round(r["perplexity"], 3) for r in data],
-        tr("compression.table_kl"): [0.0] + [round(r["kl_divergence"], 5) for r in data],
-        tr("compression.table_top1"): [1.0] + [round(r["top1_agreement"], 4) for r in data],
-        tr("compression.table_kept"): [full_row.full_n_cached] + [r["n_cached"] for r in data],
-        tr("compression.table_bytes"): [full_row.full_kv_bytes] + [r["kv_bytes"] for r in data],
-        tr("compression.table_formula"): [full_row.formula_bytes] + [r["formula_bytes"] for r in data],
-        tr("compression.table_saved", dtype=kv_dtype): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
-    })
-    table(results, "compression_table")
-    for v in quality.sink_values(rows):  # StreamingLLM's central finding, as a measured number
-        st.markdown(tr("compression.sink_value", budget=v.budget, sinks=STREAMING_SINKS,
-                       streaming=f"{v.streaming_perplexity:.2f}", window=f"{v.window_perplexity:.2f}",
-                       ratio=f"{v.ratio:.2f}",
-                       verdict=tr(f"compression.sink_{v.verdict}", tolerance=f"{quality.SINK_TOLERANCE:.0%}")))
-    fp8 = [r for r in data if r["method"] == "fp8"]
-    if fp8:
-        st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
-                      clipped="; ".join(tr("compression.fp8_clipped", label=r["label"], n=r["fp8_clipped"])
-                                        for r in fp8)))
-    kivi = next((r for r in data if r["group"]), None)
-    with st.expander(tr("compression.notes_title")):
-        group = kivi["group"] if kivi else kivi_group(backend.spec.d_head)
-        st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                       group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
+        below.info(tr("compression.left_whole", labels=", ".join(whole), n_prompt=n_prompt))
+    with below:
+        results = pd.DataFrame({
+            tr("compression.table_method"): [tr("compression.full")] + [r["label"] for r in data],
+            tr("compression.table_ppl"): [round(full_row.full_perplexity, 3)]
+            + [round(r["perplexity"], 3) for r in data],
+            tr("compression.table_kl"): [0.0] + [round(r["kl_divergence"], 5) for r in data],
+            tr("compression.table_top1"): [1.0] + [round(r["top1_agreement"], 4) for r in data],
+            tr("compression.table_kept"): [full_row.full_n_cached] + [r["n_cached"] for r in data],
+            tr("compression.table_bytes"): [full_row.full_kv_bytes] + [r["kv_bytes"] for r in data],
+            tr("compression.table_formula"): [full_row.formula_bytes] + [r["formula_bytes"] for r in data],
+            tr("compression.table_saved", dtype=kv_dtype): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
+        })
+        table(results, "compression_table")
+        for v in quality.sink_values(rows):  # StreamingLLM's central finding, as a measured number
+            st.markdown(tr("compression.sink_value", budget=v.budget, sinks=STREAMING_SINKS,
+                           streaming=f"{v.streaming_perplexity:.2f}", window=f"{v.window_perplexity:.2f}",
+                           ratio=f"{v.ratio:.2f}",
+                           verdict=tr(f"compression.sink_{v.verdict}", tolerance=f"{quality.SINK_TOLERANCE:.0%}")))
+        fp8 = [r for r in data if r["method"] == "fp8"]
+        if fp8:
+            st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
+                          clipped="; ".join(tr("compression.fp8_clipped", label=r["label"], n=r["fp8_clipped"])
+                                            for r in fp8)))
+        kivi = next((r for r in data if r["group"]), None)
+        with st.container() if lecture else st.expander(tr("compression.notes_title")):  # none inside another
+            if lecture:
+                st.markdown(f"**{tr('compression.notes_title')}**")
+            group = kivi["group"] if kivi else kivi_group(backend.spec.d_head)
+            st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
+                           group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
 
 if 1 in show or 2 in show:
-    d1, d2, d3 = st.columns(3)
+    if lecture:  # on a projector the chart keeps the screen, its choices and caption beside it
+        plot, side = st.columns([3, 1])
+        d1 = d2 = d3 = side
+    else:
+        d1, d2, d3 = st.columns(3)
+        side, plot = st, contextlib.nullcontext()
     if st.session_state.get("cc_step") not in view_steps:
         st.session_state.cc_step = view_steps[-1]
     step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
@@ -152,24 +177,27 @@ if 1 in show or 2 in show:
     view_full = full_row.views[step]
     position = view_full.position
     if 1 in show:
-        st.header(tr("compression.s2_title"))
-        st.caption(tr("compression.s2_caption", step=step, position=position))
+        idea_title(tr("compression.s2_title"))
+        side.caption(tr("compression.s2_caption", step=step, position=position))
         labels = [tr("compression.full"), *names]
         shares_ = [charts.kept_share(r.views[step].kept[layer], position + 1) for r in [full_row, *rows]]
-        chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
-                                       title=tr("compression.chart_strip_title", layer=layer, step=step),
-                                       lecture=lecture), "compression_strip")
+        with plot:
+            chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
+                                           title=tr("compression.chart_strip_title", layer=layer, step=step),
+                                           lecture=lecture), "compression_strip")
     if 2 in show:
-        st.header(tr("compression.s3_title"))
+        idea_title(tr("compression.s3_title"))
         if st.session_state.get("cc_attn_method") not in range(len(rows)):
             st.session_state.cc_attn_method = 0
         pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
                             format_func=names.__getitem__)
-        st.caption(tr("compression.s3_caption"))
+        side.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
-        chart(charts.attention_row_figure(
-            charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
-            charts.attention_by_position(v.kept[layer], v.attention[layer]),
-            full_name=tr("compression.full"), comp_name=names[pick], x_title=tr("compression.chart_strip_x"),
-            y_title=tr("compression.chart_attn_y"), title=tr("compression.chart_attn_title", layer=layer, step=step),
-            lecture=lecture), "compression_attention")
+        with plot:
+            chart(charts.attention_row_figure(
+                charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
+                charts.attention_by_position(v.kept[layer], v.attention[layer]),
+                full_name=tr("compression.full"), comp_name=names[pick], x_title=tr("compression.chart_strip_x"),
+                y_title=tr("compression.chart_attn_y"),
+                title=tr("compression.chart_attn_title", layer=layer, step=step), lecture=lecture),
+                "compression_attention")

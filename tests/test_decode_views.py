@@ -107,6 +107,25 @@ def test_cache_grid_stays_visible_at_600_positions():
     assert len(re.findall(r">L\d [KV]</div>", html)) == 2 * n_layers
 
 
+def test_cache_grid_of_a_deep_model_fits_its_rows_px():
+    """Issue 29.7: SmolLM2's 30 layers drew 60 rows of 24 px (1,440 px) on a 720 px lecture screen. Given rows_px the
+    rows thin to fit it, every row still drawn and every k-th labelled a line of text apart; a shallow model's grid
+    is the same with or without it."""
+    written = [list(range(40))] * 30
+    kw = dict(title="T", x_title="x", legend=("p", "s", "n"), hover="{row}", lecture=True)
+    html = charts.cache_grid_html(written, [str(i) for i in range(40)], rows_px=200, **kw)
+    rows = re.findall(r'class="kv-row"[^>]*height:(\d+)px;margin-bottom:(\d+)px', html)
+    assert len(rows) == 60 and sum(int(h) + int(g) for h, g in rows) <= 200
+    labelled = re.findall(r">(L\d+ [KV])</div>", html)
+    assert labelled[0] == "L0 K" and 1 < len(labelled) < 60
+    names = re.findall(r'class="kv-row" data-row="([^"]+)"', html)
+    apart = names.index(labelled[1]) - names.index(labelled[0])
+    assert apart * (int(rows[0][0]) + int(rows[0][1])) >= 1.2 * 20  # labels a line of 20 px text apart
+    shallow = [list(range(40))] * 4
+    assert charts.cache_grid_html(shallow, [str(i) for i in range(40)], rows_px=200, **kw) == \
+        charts.cache_grid_html(shallow, [str(i) for i in range(40)], **kw)
+
+
 def test_attention_rows_are_readable(gen):
     rows = gen.events[-1].attention[0]
     h = rows.shape[0]

@@ -43,7 +43,7 @@ def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str
     # A legend taller than the plot scrolls inside a clipped box (entries hidden): the figure grows to hold every
     # entry and family title, at a legend font a little smaller than the axes'. A row is ~1.65 font sizes
     # (measured in Chromium: 16 rows at 13 px took 347 px).
-    legend_px = 15 if lecture else 12
+    legend_px = 13 if lecture else 12  # on a projector 15 px rows ran the figure below a 720 px screen
     n_rows = len(rows) + len({family(r["method"]) for r in rows})
     fig = style(fig, title=title, lecture=lecture, height=440)
     fig.update_layout(legend=dict(font=dict(size=legend_px), grouptitlefont=dict(size=legend_px), tracegroupgap=6))
@@ -69,7 +69,9 @@ def kept_strip_figure(labels: Sequence[str], shares: Sequence[np.ndarray], *, x_
                                hovertemplate="%{y}<br>position %{x}: %{z:.0%}<extra></extra>"))
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(autorange="reversed")
-    return style(fig, title=title, lecture=lecture, height=max(220, 34 * len(labels) + 120))
+    # On a projector the strip has the screen's height below the idea stepper (its choices stand beside it): a row
+    # per method stays taller than its 18 px label.
+    return style(fig, title=title, lecture=lecture, height=max(220, 34 * len(labels) + 120), lecture_height=500)
 
 
 def attention_row_figure(full: tuple[np.ndarray, np.ndarray], comp: tuple[np.ndarray, np.ndarray], *,
@@ -82,7 +84,8 @@ def attention_row_figure(full: tuple[np.ndarray, np.ndarray], comp: tuple[np.nda
                              marker=dict(size=5, color="#d62728")))
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title, type="log")
-    return style(fig, title=title, lecture=lecture, height=380)
+    # On a projector the row has the screen's height below the idea stepper (its choices stand beside it).
+    return style(fig, title=title, lecture=lecture, height=380, lecture_height=460)
 
 
 def attention_by_position(kept: np.ndarray, attention: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -103,6 +103,7 @@ def cache_grid_html(
     kinds: Sequence[Sequence[str]] | None = None,
     legend_kinds: Sequence[str] = ("prefill", "step", "newest"),
     layer_names: Sequence[str] | None = None,
+    rows_px: int | None = None,
 ) -> str:
     """The per-layer cache as an HTML grid: one K row and one V row per layer, a column per cached position.
 
@@ -116,13 +117,20 @@ def cache_grid_html(
 
     `kinds` (per layer, per position) overrides the colour the pass gives: speculative decoding draws the draft's
     writes ("draft") and the rolled-back positions ("rejected", striped); `legend` names each of `legend_kinds`;
-    `layer_names` labels the rows (default L0, L1, ...).
+    `layer_names` labels the rows (default L0, L1, ...). `rows_px`: the rows' total height at most (a deep model's
+    rows thin to fit it, every k-th labelled, so every layer stays on one screen).
     """
     esc = html.escape
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
-    row_h = 22
+    row_h, gap, thin = 22, 2, ""
+    n_rows = 2 * len(written)
+    if rows_px is not None and n_rows * (row_h + gap) > rows_px:
+        gap = 1
+        row_h = max(2, rows_px // n_rows - gap)
+        thin = f"white-space:nowrap;height:{row_h}px;line-height:{row_h}px;"  # a label overflows its thin row
+    label_every = -(-int(1.2 * font) // (row_h + gap))  # a label a line of text below the last
     label_w = 5 * font
     share = 100 / max(n, 1)
     out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
@@ -135,12 +143,13 @@ def cache_grid_html(
                       f'to right,transparent 0,transparent calc(100% / {n} - 1px),#fff calc(100% / {n} - 1px),'
                       f'#fff calc(100% / {n}))"></div>')
     for layer, row in enumerate(written):
-        for kind_name in ("K", "V"):
+        for kind_i, kind_name in enumerate(("K", "V")):
             name = f"{layer_names[layer] if layer_names else f'L{layer}'} {kind_name}"
+            shown = name if (2 * layer + kind_i) % label_every == 0 else ""
             out.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="display:flex;'
-                       f'align-items:center;height:{row_h}px;margin-bottom:2px">'
+                       f'align-items:center;height:{row_h}px;margin-bottom:{gap}px">'
                        f'<div style="flex:none;width:{label_w}px;text-align:right;padding-right:8px;'
-                       f'box-sizing:border-box">{name}</div>'
+                       f'box-sizing:border-box;{thin}">{shown}</div>'
                        f'<div style="flex:1;position:relative;height:100%;display:flex;background:#f7f8fa">')
             for a, b, kind, pa, pb in _segments(row, newest, kinds[layer] if kinds is not None else None):
                 tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",

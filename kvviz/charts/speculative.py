@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from kvviz.charts.base import style
+from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
 from kvviz.charts.decode import DRAFT_COLOR, NEWEST_COLOR, REJECTED_COLOR, STEP_COLOR
 
 ACCEPTED_COLOR = "#2f9e44"
@@ -29,11 +29,12 @@ def acceptance_figure(series: Mapping[str, Sequence], labels: Mapping[str, str],
     fig.update_layout(barmode="stack", legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"), margin_b=120)
     fig.update_xaxes(title=labels["step"], dtick=1 if len(steps) <= 30 else None)
     fig.update_yaxes(title=labels["tokens"], rangemode="tozero")
-    return style(fig, title=labels["title"], lecture=lecture, height=400)
+    fig = style(fig, title=labels["title"], lecture=lecture, height=400)
+    return legend_below(fig, lecture=True) if lecture else fig  # at −0.25 it sat on the short plot's x title
 
 
-def per_position_figure(rates: Sequence[float | None], labels: Mapping[str, str], *, lecture: bool = False
-                        ) -> go.Figure:
+def per_position_figure(rates: Sequence[float | None], labels: Mapping[str, str], *, lecture: bool = False,
+                        lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
     """vLLM's per-position acceptance rate: the share of drafting steps that kept a token at draft position i."""
     xs = list(range(1, len(rates) + 1))
     ys = [r if r is not None else 0 for r in rates]
@@ -41,7 +42,7 @@ def per_position_figure(rates: Sequence[float | None], labels: Mapping[str, str]
                            text=["—" if r is None else f"{r:.0%}" for r in rates], textposition="outside"))
     fig.update_xaxes(title=labels["position"], dtick=1)
     fig.update_yaxes(title=labels["rate"], range=[0, 1.15], tickformat=".0%")
-    return style(fig, title=labels["title"], lecture=lecture, height=340)
+    return style(fig, title=labels["title"], lecture=lecture, height=340, lecture_height=lecture_height)
 
 
 def bytes_figure(steps: Sequence[int], peak: Sequence[int], live: Sequence[int], formula: Sequence[int],
@@ -62,4 +63,5 @@ def bytes_figure(steps: Sequence[int], peak: Sequence[int], live: Sequence[int],
     fig.update_layout(legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"), margin_b=120)
     fig.update_xaxes(title=labels["step"], dtick=1 if len(steps) <= 30 else None)
     fig.update_yaxes(title=labels["bytes"], rangemode="tozero")
-    return style(fig, title=labels["title"], lecture=lecture, height=380)
+    fig = style(fig, title=labels["title"], lecture=lecture, height=380)
+    return legend_below(fig, lecture=True) if lecture else fig  # at −0.25 it sat on the short plot's x title

@@ -379,7 +379,8 @@ def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
 def _lecture_page(browser, app_url, path: str, lang: str):  # noqa: ANN001, ANN202
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     pg = context.new_page()
-    pg.goto(f"{app_url}/{path}?lecture=1&lang={lang}")
+    page, _, query = path.partition("?")  # a page's own settings may come with it ("Page?seq=128")
+    pg.goto(f"{app_url}/{page}?{query + '&' if query else ''}lecture=1&lang={lang}")
     wait_idle(pg, 90_000)
     settle(pg)
     return pg
@@ -477,21 +478,37 @@ def _press(*keys: str):  # noqa: ANN202
     return each
 
 
+def _speculate(pg, steps: int = 4) -> None:  # noqa: ANN001
+    """Speculative Decoding: Prefill and a few Steps (the → button, as a presenter does)."""
+    _press("spec_btn_prefill")(pg)
+    for _ in range(steps):
+        pg.locator("button.kv-step").click()
+        pg.wait_for_timeout(200)
+        wait_idle(pg)
+    settle(pg)
+
+
 LECTURE_IDEAS = {
-    # page: its stepper's key, how many ideas, what a lecture does on each before the screen is measured
+    # page: its stepper's key, how many ideas, what a lecture does on each before the screen is measured, and what it
+    # does once first
     "": ("home", 3, None),
     "Check": ("check", 10, _reveal),
     # every request served, the tiers measured, the handoff run in kvviz's workers: each idea with its results
     "Moving_the_Cache": ("moving", 4, _press("mv_all", "mv_measure", "mv_run_kvviz")),
+    # every method measured on the shipped model (a short text: seconds), then each idea
+    "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press("cc_run")),
+    "Speculative_Decoding": ("spec", 3, _press("spec_btn_measure"), _speculate),
 }
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
-@pytest.mark.parametrize("path", list(LECTURE_IDEAS), ids=lambda p: p or "Home")
+@pytest.mark.parametrize("path", list(LECTURE_IDEAS), ids=lambda p: p.partition("?")[0] or "Home")
 def test_every_idea_fits_a_lecture_screen(browser, app_url, shots, path, lang):
     """Issue 29.7: on every page, in lecture mode, the idea on screen is whole on one 1280×720 screen, in English and
     Korean, with what a lecture clicks there done (Check: a question answered and revealed)."""
-    stepper, n, each = LECTURE_IDEAS[path]
+    stepper, n, each, *first = LECTURE_IDEAS[path]
     pg = _lecture_page(browser, app_url, path, lang)
-    _each_idea_fits(pg, stepper, n, f"{(path or 'home').lower()}_lecture_{lang}", shots, each)
+    for action in first:
+        action(pg)
+    _each_idea_fits(pg, stepper, n, f"{(path.partition('?')[0] or 'home').lower()}_lecture_{lang}", shots, each)
     pg.context.close()
