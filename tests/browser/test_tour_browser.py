@@ -348,13 +348,19 @@ def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
     contexts.fill("8, 18, 39, 86, 190, 420, 927, 2047")  # the shipped model's defaults: 16 settings
     contexts.press("Enter")
     wait_idle(page)
+    # 20 rounds (16 settings × 21 runs): long enough to cancel midway even when a quiet machine runs the tiny
+    # model's 96 default runs within one progress tick
+    rounds = panel.locator(f"{key('lc_c_repeats')} input")
+    rounds.fill("20")
+    rounds.press("Enter")
+    wait_idle(page)
     panel.locator(f"{key('lc_start_cache')} button").click()
-    # The first round warms up, the second is the first measured: cancel once both are done (32 of 96 runs).
-    page.wait_for_function("""() => { const m = /Measuring… (\\d+) \\/ 96 runs/.exec(document.body.innerText);
+    # The first round warms up, the second is the first measured: cancel once both are done (32 runs).
+    page.wait_for_function("""() => { const m = /Measuring… (\\d+) \\/ 336 runs/.exec(document.body.innerText);
                                       return m && Number(m[1]) >= 34; }""", timeout=240_000)
     panel.locator(f"{key('lc_cancel_cache')} button").click()
     clicked = time.monotonic()
-    cancelled = re.compile(r"Cancelled after (\d+) of 96 runs: the 16 settings below are kept")
+    cancelled = re.compile(r"Cancelled after (\d+) of 336 runs: the 16 settings below are kept")
     expect(panel.get_by_text(cancelled)).to_be_visible(timeout=60_000)
     expect(panel.locator(f"{key('lc_start_cache')} button")).to_be_enabled(timeout=30_000)
     expect(panel.locator(f"{key('lc_cancel_cache')} button")).to_be_disabled()
@@ -366,7 +372,7 @@ def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
     points = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
         .flatMap(g => g.data.filter(d => d.mode === 'lines+markers').map(d => d.x.length))""")
     assert points == [8, 8]  # every context, with and without the cache
-    print(f"\nCancel → Start enabled and the chart drawn: {stopped_s:.1f} s; {done} of 96 runs measured")
+    print(f"\nCancel → Start enabled and the chart drawn: {stopped_s:.1f} s; {done} of 336 runs measured")
     page.screenshot(path=shots / "latency_after_cancel_en.png", full_page=True)
     sidebar_link(page, "Home")  # leave and come back: the kept rows are still drawn
     sidebar_link(page, "Latency & Capacity")
