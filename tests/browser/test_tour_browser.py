@@ -194,11 +194,16 @@ def test_play_under_load_says_when_a_redraw_jumps(page):
         frames = page.evaluate("window.__kvFrames")
     finally:
         cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
-    jumps = [i for i in range(1, len(frames)) if frames[i][1] - frames[i - 1][1] > 1]
+    # A frame sampled while the strip is being replaced may count fewer chips: tokens only ever grow, so a jump is
+    # a frame showing more than one token past the most seen before it
+    jumps, seen = [], frames[0][1]
+    for i in range(1, len(frames)):
+        if frames[i][1] - seen > 1:
+            jumps.append(i)
+        seen = max(seen, frames[i][1])
     unannounced = [i for i in jumps if not any(f[2] for f in frames[i:] if f[0] - frames[i][0] < 1500)]
-    print(f"{len(frames)} frames, {frames[-1][1] - frames[0][1]} tokens, {len(jumps)} jumps, "
-          f"{len(unannounced)} unannounced")
-    assert frames[-1][1] > frames[0][1]  # it played
+    print(f"{len(frames)} frames, {seen - frames[0][1]} tokens, {len(jumps)} jumps, {len(unannounced)} unannounced")
+    assert seen > frames[0][1]  # it played
     assert unannounced == []
     wait_idle(page)
     no_exception(page)
