@@ -7,7 +7,7 @@ import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import check_request, get_backend, limit, model_caption
+from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.widgets import (
     apply_press,
@@ -21,16 +21,11 @@ from kvviz.app.widgets import (
 )
 from kvviz.charts import decode as decode_charts
 from kvviz.charts import speculative as charts
-from kvviz.engine.backends.native import NativeBackend
-from kvviz.engine.spec import drafts
-from kvviz.engine.spec.decoding import SpeculativeGeneration
-from kvviz.engine.spec.measure import compare, gpu_prediction
 from kvviz.engine.spec.ngram import NgramConfig
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 from kvviz.i18n import LANGS, t
 from kvviz.kv.hardware import HARDWARE
-from kvviz.lessons import decode_view, spec_view
 
 settings = page_setup("spec.title")
 lecture = settings.lecture
@@ -40,7 +35,15 @@ with head[0], intro_box():  # on a projector folded away: the page is the demo
 if settings.model == "hf":
     st.info(tr("spec.hf_note"))  # the cache is cropped in place inside kvviz's own decoder: the shipped model runs
     settings = dataclasses.replace(settings, model="tiny")
-backend = get_backend(settings)
+IDEAS = ("step", "acceptance", "speed")
+shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.spec import drafts
+    from kvviz.engine.spec.decoding import SpeculativeGeneration
+    from kvviz.engine.spec.measure import compare, gpu_prediction
+    from kvviz.lessons import decode_view, spec_view
+    backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
 
@@ -158,8 +161,6 @@ if not lecture:
     model_caption(backend.spec)
 gen0: SpeculativeGeneration | None = state.spec_gen
 state.spec_timer_on = bool(state.spec_playing and gen0 is not None and not gen0.done)
-IDEAS = ("step", "acceptance", "speed")
-shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 
 
 def apply(action: str) -> None:

@@ -8,13 +8,11 @@ import streamlit as st
 from kvviz.app.hosted import check_offload_store
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import get_backend, model_caption
+from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.uploads import config_upload
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import moving as charts
-from kvviz.engine.backends.native import NativeBackend
-from kvviz.engine.offload.serve import SCRIPT, OffloadDemo, tier_costs
 from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPES, kv_footprint
 from kvviz.kv.hardware import HARDWARE, LINKS
@@ -36,7 +34,12 @@ with about:
 if settings.model == "hf":
     st.info(tr("moving.hf_note"))  # the store copies into kvviz's own cache: the shipped model runs instead
     settings = dataclasses.replace(settings, model="tiny")
-backend = get_backend(settings)
+IDEAS = ("tiers", "ttft", "break_even", "handoff")
+shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.offload.serve import SCRIPT, OffloadDemo, tier_costs
+    backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
 if not lecture:  # on a projector behind the settings button
@@ -49,8 +52,6 @@ if lecture:
 dtype = str(backend.dtype).removeprefix("torch.")
 max_len = backend.spec.max_context
 
-IDEAS = ("tiers", "ttft", "break_even", "handoff")
-shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
 
 
 def reason_text(m: dict) -> str:

@@ -1,16 +1,17 @@
 """Attention patterns: attention sinks (why StreamingLLM keeps the first tokens) and induction heads (copying)."""
+from __future__ import annotations
+
 import numpy as np
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import demo_seed, idea_title, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import get_backend, model_caption
+from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import one_of, url_state
 from kvviz.app.widgets import chart, number_in_range, persisted
 from kvviz.charts import heads as charts
 from kvviz.errors import InputError
-from kvviz.lessons import heads
 from kvviz.training.prose import PROSE
 
 settings = page_setup("heads.title")
@@ -18,7 +19,11 @@ lecture = settings.lecture
 head = lecture_head(tr("heads.title"))
 with head[0], intro_box():  # on a projector folded away: the presenter says it
     st.write(tr("heads.intro"))
-backend = get_backend(settings)
+titles = [tr("heads.sinks_title"), tr("heads.induction_title")]
+show = ideas(titles, "heads")
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.lessons import heads
+    backend = get_backend(settings)
 TEXTS = ("en", "ko", "custom")
 THRESHOLD = 0.3  # prefix matching above this names a head an induction head here (a stated cut, not a law)
 
@@ -43,8 +48,6 @@ def copying(_backend, key: tuple) -> np.ndarray | None:
     return heads.copying_scores(model) if _backend.kind == "native" else None  # reads the decoder's weights
 
 
-titles = [tr("heads.sinks_title"), tr("heads.induction_title")]
-show = ideas(titles, "heads")
 if backend is None:
     st.stop()
 with head[1], settings_box(tr("heads.settings")):  # this idea's inputs; on a projector behind one button

@@ -5,24 +5,25 @@ import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import intro_box, lecture_head, settings_box
-from kvviz.app.models import check_request, get_backend, limit, model_caption
+from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
 from kvviz.app.widgets import apply_press, chart, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.charts import decode as charts
 from kvviz.engine.chat import chat_prompt
-from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 from kvviz.i18n import LANGS, t
-from kvviz.lessons import decode_view, tolerance, work
 
 settings = page_setup("reuse.title")
 lecture = settings.lecture
 head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
-backend = get_backend(settings)
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine.generation import Generation
+    from kvviz.lessons import decode_view, tolerance, work
+    backend = get_backend(settings)
 
 state = st.session_state
 state.setdefault("reuse_gen", None)

@@ -4,22 +4,25 @@ import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import check_request, get_backend, model_caption
+from kvviz.app.models import check_request, get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import int_in, one_of, url_state
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import training as charts
-from kvviz.engine.model import Decoder
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
-from kvviz.lessons import causal, tolerance
 
 settings = page_setup("training.title")
 lecture = settings.lecture
 head = lecture_head(tr("training.title"))
 with head[0], intro_box():  # on a projector folded away: the presenter says it
     st.write(tr("training.intro"))
-backend = get_backend(settings)
+titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
+show = ideas(titles, "training")
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine.model import Decoder
+    from kvviz.lessons import causal, tolerance
+    backend = get_backend(settings)
 
 
 def model_key() -> tuple:
@@ -53,8 +56,6 @@ def phase_table() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[tr(f"training.table_col_{col}") for col in columns])
 
 
-titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
-show = ideas(titles, "training")
 model = getattr(backend, "model", None)
 native = isinstance(model, Decoder)
 if backend is not None and not native:

@@ -8,17 +8,11 @@ import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import get_backend, model_caption
+from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.url_state import one_of, url_state
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
-from kvviz.compression import quality
-from kvviz.compression.caches import dtype_name
-from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
-from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
-from kvviz.compression.runner import DEPLOY_DTYPES, Method, kivi_group, kivi_residual
-from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
 from kvviz.units import format_binary
 
@@ -27,7 +21,16 @@ lecture = settings.lecture
 head = lecture_head(tr("compression.title"), widths=(3, 4))
 with head[0], intro_box():
     st.write(tr("compression.intro"))
-backend = get_backend(settings)
+titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
+show = ideas(titles, "compression")
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.compression import quality
+    from kvviz.compression.caches import dtype_name
+    from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
+    from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
+    from kvviz.compression.runner import DEPLOY_DTYPES, Method, kivi_group, kivi_residual
+    from kvviz.engine.model import Decoder
+    backend = get_backend(settings)
 if backend is None:
     st.stop()
 native = isinstance(getattr(backend, "model", None), Decoder)
@@ -96,8 +99,6 @@ def method_name(r: quality.Quality) -> str:
 
 names = [method_name(r) for r in rows]  # read now: a widget may format its options after this run
 
-titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
-show = ideas(titles, "compression")
 if 0 in show:
     idea_title(tr("compression.s1_title"))
     # Savings against the KV dtype of a deployment (bfloat16 by default): every dtype's bytes were counted in the

@@ -7,14 +7,11 @@ import streamlit as st
 from kvviz.app.hosted import check_kv_budget
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import get_backend, limit, model_caption
+from kvviz.app.models import get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import paged as charts
-from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.paged.blocks import max_cacheable_tokens
-from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
-from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot
 from kvviz.errors import InputError
 
 TICK_S = 0.4  # one scheduler step per tick while playing
@@ -29,7 +26,13 @@ with about:
 if settings.model == "hf":
     st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
     settings = dataclasses.replace(settings, model="tiny")
-backend = get_backend(settings)
+IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
+shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
+with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine.backends.native import NativeBackend
+    from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
+    from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot
+    backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
 if not settings.lecture:  # on a projector behind the settings button
@@ -130,8 +133,6 @@ def savings() -> dict[int, HitSaving]:
     return out
 
 
-IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
-shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 
 
 def show() -> None:

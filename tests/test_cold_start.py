@@ -4,11 +4,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device import available_devices
 from kvviz.engine.device_names import likely_devices
 from kvviz.engine.loading import load_backend
 from kvviz.engine.shape import native_spec, random_name, shipped_spec
+from kvviz.i18n import t
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,3 +51,56 @@ def test_likely_devices_is_torchs_answer_once_torch_is_imported():
             "print('torch' in sys.modules, d[0])"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "cpu"], out.stderr[-2000:]
+
+
+# torch cannot be imported here: whatever a page draws before it needs the engine is its first screen.
+BEFORE_TORCH = """
+import json, sys, threading
+
+
+class NoTorch:  # `import torch` raises ImportError (and "torch" stays out of sys.modules)
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is not importable in this test")
+
+
+sys.meta_path.insert(0, NoTorch())
+from streamlit.testing.v1 import AppTest
+start = threading.Thread.start
+threading.Thread.start = lambda self: None if self.name == "kvviz-preload" else start(self)
+at = AppTest.from_file("app.py", default_timeout=60)
+at.session_state["kv_lecture"] = sys.argv[2] == "lecture"
+at.switch_page(sys.argv[1]).run()
+texts = [e.value for e in (*at.markdown, *at.caption)]
+print(json.dumps({"titles": [e.value for e in at.title], "texts": texts, "n_buttons": len(at.button),
+                  "errors": [str(e.value) for e in at.exception]}))
+"""
+
+MODEL_PAGES = [("pages/1_Reusing_Past_KV.py", "reuse.title", "reuse.lead"),
+               ("pages/5_Training_Prefill_Decode.py", "training.title", "training.intro"),
+               ("pages/8_Compressing_the_Cache.py", "compression.title", "compression.intro"),
+               ("pages/9_Paged_Blocks.py", "paged.title", "paged.intro"),
+               ("pages/10_Speculative_Decoding.py", "spec.title", "spec.lead"),
+               ("pages/11_Moving_the_Cache.py", "moving.title", "moving.intro"),
+               ("pages/12_Attention_Patterns.py", "heads.title", "heads.intro")]
+
+
+@pytest.mark.parametrize("mode", ["page", "lecture"])
+@pytest.mark.parametrize("page, title, intro", MODEL_PAGES)
+def test_a_page_that_runs_the_model_draws_its_title_and_introduction_before_importing_torch(page, title, intro, mode):
+    """Issue 29.10: a page opened directly on a fresh server imported torch (~2.5 s here) before drawing anything.
+    Now its title, its introduction and (in lecture mode) its idea stepper come first; then, under a spinner, the
+    engine and the model. With torch made unimportable the page must still have drawn them, and then stopped at
+    the engine's import (and nowhere earlier)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", BEFORE_TORCH, page, mode], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    drawn = json.loads(out.stdout.strip().splitlines()[-1])
+    assert drawn["titles"] == [t(title, "en")]
+    intro_text = t(intro, "en")
+    assert any(intro_text in text for text in drawn["texts"]), drawn["texts"]
+    assert len(drawn["errors"]) == 1 and "torch" in drawn["errors"][0], drawn["errors"]
+    if mode == "lecture" and page != MODEL_PAGES[0][0]:  # the stepper's ← and → (the decode page is one demo)
+        assert drawn["n_buttons"] >= 2

@@ -363,3 +363,25 @@ def test_speculate_cli_bad_input(argv, capsys):
     assert main(["speculate", "--prompt", PLAIN, "--max-new-tokens", "4", "--repeats", "1", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvviz: error:") and "\n" not in err
+
+
+def test_korean_on_smollm2_shows_characters_not_bytes_in_the_step_strip(smollm2):
+    """Issue 29.7: SmolLM2's byte-level vocabulary splits a Hangul syllable over up to three tokens; the step strip
+    drew each as its own `<0xEC>` chip (Korean lecture mode ran 890 px). Now a run of byte tokens is one chip of the
+    characters it forms, as on the decode page, and the chips' token counts add up to every token."""
+    import re
+
+    from kvviz.lessons import decode_view, spec_view
+
+    gen = SpeculativeGeneration(smollm2, NgramDraft(ngram.NgramConfig(1, 3)), k=2, max_new_tokens=3,
+                                stop_at_eos=False)
+    gen.run("옛날 옛적에 작은 마을이 있었습니다.")
+    texts = decode_view.token_texts(smollm2.tokenizer, gen.token_ids)
+    names = {i: decode_view.token_texts(smollm2.tokenizer, [i])[0] for i in gen.token_ids}
+    strip = spec_view.step_strip_html(texts, len(gen.prompt_ids), gen.events[-1], names, "legend")
+    chips = re.findall(r'class="kv-chip (\w+)"[^>]*data-tokens="(\d+)">([^<]*)</span>', strip)
+    shown = [c for c in chips if c[0] != "rej"]
+    assert sum(int(n) for _, n, _ in shown) == len(texts)
+    prompt_chips = [text for kind, _, text in shown if kind == "prompt"]
+    assert sum("<0x" in t for t in texts[:len(gen.prompt_ids)]) > 10  # the vocabulary really splits the syllables
+    assert "".join(prompt_chips).replace("␣", " ") == "옛날 옛적에 작은 마을이 있었습니다."

@@ -4,6 +4,8 @@
   None after saying why it could not load; `settings_spec()` describes a native model without loading it, and
   `model_spec()` gives any model's description for a page's first screen (loading only a Hugging Face model);
   `model_caption()` names it under a page's title; `preload_engine()` imports torch in the background;
+  `loading_engine()` is where a page that needs the model for its first idea imports the engine and loads it, after
+  its title, introduction and idea stepper are drawn (a page opened directly shows them at once);
 - `hosted_caps()`, `secrets_dict()`, `hf_policy()`: the deployment's limits, from the environment or
   .streamlit/secrets.toml;
 - `limit()`, `check_request()`, `check_sweep()`: a hosted demo's caps on a widget's bound, a request, a sweep.
@@ -204,6 +206,13 @@ def preload_engine() -> None:
         import kvviz.engine.loading  # noqa: F401 - the backends
 
     threading.Thread(target=work, name="kvviz-preload", daemon=True).start()
+
+
+def loading_engine() -> Any:
+    """Wrap a page's engine imports and its get_backend() call, placed after the title and introduction: on a
+    fresh server importing torch takes ~2 s, and the page says what it waits for (the spinner shows only when the
+    wait is longer than Streamlit's half-second delay, so a warm server shows nothing)."""
+    return st.spinner(tr("common.loading_engine"))
 
 
 def model_caption(a: KVSpec) -> None:

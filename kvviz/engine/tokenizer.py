@@ -162,6 +162,11 @@ class Chip:
     stop: int
     text: str
 
+    @property
+    def positions(self) -> str:
+        """Its positions as a tooltip says them: "7", or "7–9" for a run of three tokens."""
+        return str(self.start) if self.stop - self.start == 1 else f"{self.start}–{self.stop - 1}"
+
 
 def _raw(text: str) -> bytes:
     """A token's readable text back to bytes: `<0xNN>` markers are raw bytes, everything else its UTF-8."""

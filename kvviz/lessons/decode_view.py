@@ -81,9 +81,9 @@ def token_strip_html(
     chips = []
     last = len(token_texts) - 1
     for c in byte_run_chips(token_texts):  # a run of byte tokens is one chip showing its characters
-        i, pos = c.stop - 1, str(c.start) if c.stop - c.start == 1 else f"{c.start}–{c.stop - 1}"
+        i = c.stop - 1
         kind = "prompt" if i < n_prompt else ("newest gen" if i == last else "gen")
-        chips.append(f'<span class="kv-chip {kind}" title="position {pos}" data-tokens="{c.stop - c.start}">'
+        chips.append(f'<span class="kv-chip {kind}" title="position {c.positions}" data-tokens="{c.stop - c.start}">'
                      f'{html.escape(visible(c.text))}</span>')
     top = max((t.prob for t in top_k), default=1.0) or 1.0
     # One line of five (token, probability, bar): the lesson's charts stay in view on a 720 px projector.

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvviz.engine.spec.decoding import SpecEvent
+from kvviz.engine.tokenizer import byte_run_chips
 from kvviz.lessons.decode_view import STRIP_CSS, visible, written_at
 
 
@@ -59,15 +60,19 @@ def step_strip_html(token_texts: Sequence[str], n_prompt: int, event: SpecEvent 
     """Prompt and generated tokens as chips; the latest step's accepted drafts (green), the target's own token
     (orange) and the rejected drafts (red, struck through, after them: they never became text)."""
     n_new = len(event.emitted) if event is not None and event.phase == "verify" else 0
+    first_new, last = len(token_texts) - n_new, len(token_texts) - 1
     chips = []
-    for i, text in enumerate(token_texts):
+    for c in byte_run_chips(token_texts):  # a run of byte tokens is one chip showing its characters, as on page 1
+        i = c.stop - 1
         kind = "prompt" if i < n_prompt else "gen"
-        if n_new and i >= len(token_texts) - n_new:
-            kind = "own" if i == len(token_texts) - 1 else "acc"
-        chips.append(f'<span class="kv-chip {kind}" title="position {i}">{html.escape(visible(text))}</span>')
+        if n_new and i >= first_new:
+            kind = "own" if i == last else "acc"
+        chips.append(f'<span class="kv-chip {kind}" title="position {c.positions}" data-tokens="{c.stop - c.start}">'
+                     f'{html.escape(visible(c.text))}</span>')
     if event is not None and event.phase == "verify":
-        for d in event.drafted[event.accepted:]:
-            chips.append(f'<span class="kv-chip rej" title="rejected">{html.escape(visible(texts_of[d]))}</span>')
+        for c in byte_run_chips([texts_of[d] for d in event.drafted[event.accepted:]]):
+            chips.append(f'<span class="kv-chip rej" title="rejected" data-tokens="{c.stop - c.start}">'
+                         f'{html.escape(visible(c.text))}</span>')
     size = "22px" if lecture else "15px"
     return (f'{STRIP_CSS}{_SPEC_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
             f'<div class="kv-spec-legend">{html.escape(legend)}</div></div>')
