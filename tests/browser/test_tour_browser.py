@@ -489,6 +489,16 @@ def _press(*keys: str):  # noqa: ANN202
     return each
 
 
+def _press_and_wait(button_key: str):  # noqa: ANN202
+    """What a lecture clicks on an idea: this button, if on screen, then its measuring to end (a worker's run)."""
+    def each(pg) -> None:  # noqa: ANN001
+        button = pg.locator(f"{key(button_key)} button")
+        if button.count() and button.first.is_visible():
+            button.first.click()
+            _wait_measured(pg, button_key)
+    return each
+
+
 def _speculate(pg, steps: int = 4) -> None:  # noqa: ANN001
     """Speculative Decoding: Prefill and a few Steps (the → button, as a presenter does)."""
     _press("spec_btn_prefill")(pg)
@@ -510,6 +520,40 @@ LECTURE_IDEAS = {
     "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press("cc_run")),
     "Speculative_Decoding": ("spec", 3, _press("spec_btn_measure"), _speculate),
 }
+
+
+def _popover(pg, i: int) -> None:  # noqa: ANN001
+    """Open the i-th settings button on screen (lecture mode puts a page's settings behind them)."""
+    pg.locator("[data-testid='stPopover']:visible button").nth(i).click()
+    settle(pg)
+
+
+def _serve(pg, url: str, lang: str) -> None:  # noqa: ANN001
+    """Serving Engine: connect to a real llama-server (behind the Server button), then measure a small closed-loop
+    sweep (concurrency 1 and 2, 4 requests of 8 tokens each) from the Load settings button."""
+    _popover(pg, 0)
+    type_number(pg, "sv_url", url)  # a text box: filled and entered like a number
+    pg.get_by_role("button", name="연결" if lang == "ko" else "Connect", exact=True).click()
+    wait_idle(pg)
+    pg.keyboard.press("Escape")
+    settle(pg)
+    _popover(pg, 1)
+    for box, value in (("sv_conc", "1, 2"), ("sv_requests", "4"), ("sv_max_tokens", "8")):
+        type_number(pg, box, value)
+    pg.keyboard.press("Escape")
+    pg.locator(f"{key('sv_start')} button").click()
+    _wait_measured(pg, "sv_start")
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_serving_ideas_fit_a_lecture_screen(browser, app_url, shots, llama, lang):
+    """Issue 29.7 on the Serving Engine: after it has measured a real llama-server, each of its six ideas (the load
+    chart, every request, the server's counters, the numbers, the prefix experiment run on its screen, the
+    definitions) is whole on one 1280×720 screen, in English and Korean."""
+    pg = _lecture_page(browser, app_url, "Serving_Engine", lang)
+    _serve(pg, llama.base_url, lang)
+    _each_idea_fits(pg, "serving", 6, f"serving_engine_lecture_{lang}", shots, _press_and_wait("sv_prefix_run"))
+    pg.context.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
