@@ -33,9 +33,11 @@ from kvviz.units import format_exact
 # How often the page reads the worker's state while it runs, drawing live or not: each rerun costs CPU that a
 # server on this machine would use (~0.1 s of it per rerun on a busy 2-core machine).
 TICK_S = {True: 1.0, False: 5.0}
-# Lecture mode, at 1280×720 under the title row, the idea stepper and the buttons: the gauges over the counters'
-# table, the prefix chart over its result.
-LECTURE_METRICS_PX = 280
+# Lecture mode, at 1280×720 under the title row, the idea stepper and the buttons, each chart with what its idea
+# shows under or over it and a line to spare: the load chart over 3–4 lines of result, the gauges under the
+# counters' table, the prefix chart over its result.
+LECTURE_LOAD_PX = 330
+LECTURE_METRICS_PX = 260
 LECTURE_PREFIX_PX = 300
 
 settings = page_setup("serving.title")
@@ -339,8 +341,10 @@ with tab_load:
             st.info(tr("serving.eos_may_stop"))
         points = [p for p in run.get("points", []) if p["sent"]]
         current = run.get("current")
-        if run.get("exact_prompts") is not None and on_screen("numbers"):
-            st.caption(tr("serving.prompts_exact" if run["exact_prompts"] else "serving.prompts_text"))
+        prompts = None if run.get("exact_prompts") is None else tr(
+            "serving.prompts_exact" if run["exact_prompts"] else "serving.prompts_text")
+        if prompts and not lecture:  # on a projector it heads the folded table of every request
+            st.caption(prompts)
         if state["status"] not in FINAL and not ss.get("sv_live_charts"):
             # Drawing charts costs CPU, in this process and in the browser: on a machine that also runs the
             # server, that CPU is the server's, and the numbers would describe a slower server.
@@ -353,7 +357,7 @@ with tab_load:
                 "title", "latency", "throughput", "ttft_median", "ttft_p90", "ttft_p99", "tpot_median", "tpot_p90",
                 "tpot_p99", "tokens_per_s", "requests_per_s", "goodput", "y_ms", "y_tps", "y_rps")}
                 | {"x": tr("serving.cc_x" if closed else "serving.cc_x_rate")}
-                | untitled, lecture=lecture), "serving_load")
+                | untitled, lecture=lecture, lecture_height=LECTURE_LOAD_PX), "serving_load")
             if len(points) >= 2:
                 first, last = points[0], points[-1]
                 ratio = (last["output_throughput"] / first["output_throughput"]
@@ -401,6 +405,8 @@ with tab_load:
                 st.download_button(tr("serving.download_json"), json.dumps(files), file_name="serving_results.json",
                                    mime="application/json", key="sv_download")
             with st.expander(tr("serving.per_request")):
+                if prompts and lecture:
+                    st.caption(prompts)
                 req_cols = {k: tr(f"serving.req_{k}") for k in (
                     "point", "start_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "n_tokens", "prompt_tokens",
                     "cached_tokens", "server_prefill_s", "finish_reason", "error")}
@@ -442,6 +448,19 @@ with tab_prefix:
     if ss.get("sv_prefix_error"):
         show_error(ss.sv_prefix_error)
 
+    def rule_text(result: dict) -> str:
+        """Which prompt tokens the engine can serve from its cache (the prediction's rule)."""
+        rule = {"vllm": "serving.rule_block", "llama.cpp": "serving.rule_token", "sglang": "serving.rule_token"}
+        return tr(rule.get(result["engine"], "serving.rule_unknown"), block=result["block_size"] or "?")
+
+    def trials_table(result: dict) -> None:
+        show = [{**r, "request": tr(f"serving.pc_{r['request']}")} for r in result["rows"]]
+        cols = {k: tr(f"serving.pr_{k}") for k in ("trial", "position", "request", "prompt_tokens", "shared_tokens",
+                                                   "cached_tokens", "predicted_cached_tokens", "ttft_s",
+                                                   "server_prefill_s", "error")}
+        table(pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in show]).dropna(axis=1, how="all"),
+              "serving_prefix")
+
     def prefix_live() -> None:
         state = poll("sv_prefix_worker", "sv_prefix_state")
         if state is None:
@@ -457,15 +476,12 @@ with tab_prefix:
         if not result:
             return
         rows, s = result["rows"], result["summary"]
-        rule = {"vllm": "serving.rule_block", "llama.cpp": "serving.rule_token", "sglang": "serving.rule_token"}
-        rule_text = tr(rule.get(result["engine"], "serving.rule_unknown"), block=result["block_size"] or "?")
-        if not lecture:  # on a projector the rule and the trials' table fold under the chart and its result
-            st.markdown(rule_text)
+        if not lecture:  # on a projector the rule and the trials' table are folded beside the Run button
+            st.markdown(rule_text(result))
         chart(charts.prefix_chart(rows, {k: tr(f"serving.pc_{k}") for k in (
             "title", "ttft", "saving", "cached", "cold", "warm", "control", "saving_client", "saving_server",
             "measured", "predicted", "x", "y_ms", "y_tokens")} | untitled, lecture=lecture,
-            lecture_height=LECTURE_PREFIX_PX),
-            "serving_prefix")
+            lecture_height=LECTURE_PREFIX_PX), "serving_prefix")
 
         def saving(v: dict) -> str:
             if v["verdict"] is None:
@@ -476,17 +492,15 @@ with tab_prefix:
         st.markdown(tr("serving.prefix_result", cold=fmt_ms(s["ttft_cold_p50_s"]), warm=fmt_ms(s["ttft_warm_p50_s"]),
                        control=fmt_ms(s["ttft_control_p50_s"]), saved=saving(s["saving"]),
                        server_saved=saving(s["server_saving"])))
-        show = [{**r, "request": tr(f"serving.pc_{r['request']}")} for r in rows]
-        cols = {k: tr(f"serving.pr_{k}") for k in ("trial", "position", "request", "prompt_tokens", "shared_tokens",
-                                                   "cached_tokens", "predicted_cached_tokens", "ttft_s",
-                                                   "server_prefill_s", "error")}
-        with st.expander(tr("serving.prefix_details")) if lecture else st.container():
-            if lecture:
-                st.markdown(rule_text)
-            table(pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in show]).dropna(axis=1, how="all"),
-                  "serving_prefix")
+        if not lecture:
+            trials_table(result)
 
     st.fragment(prefix_live, run_every=TICK_S[False] if prefix_running else None)()
+    finished = (ss.get("sv_prefix_state") or {}).get("result")
+    if prefix_row and finished:  # drawn by the page, not the fragment: it ticks only while the experiment runs
+        with prefix_row[2], st.expander(tr("serving.prefix_details")):
+            st.markdown(rule_text(finished))
+            trials_table(finished)
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

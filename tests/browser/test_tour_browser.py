@@ -320,9 +320,10 @@ def test_hosted_caps_on_memory_run_here(hosted):
 
 
 # ---- issue 29: Cancel that cancels; the latency pages one idea per 1280×720 screen ------------------------------
-# The lowest edge of anything drawn in the page's main block (a folded expander's content is not drawn).
+# The lowest edge of anything drawn in the page's main block: elements, and expanders (blocks, not elements: a
+# folded one at the foot of a screen was not counted); a folded expander's content is not drawn.
 LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
-  "[data-testid='stMainBlockContainer'] [data-testid='stElementContainer']"))
+  "[data-testid='stMainBlockContainer'] :is([data-testid='stElementContainer'], [data-testid='stExpander'])"))
   .filter(e => e.offsetHeight > 0 && e.checkVisibility({visibilityProperty: true}))
   .map(e => e.getBoundingClientRect().bottom))"""
 
@@ -427,6 +428,7 @@ def _each_idea_fits(pg, stepper: str, n: int, name: str, shots, each=None) -> No
         lowest = pg.evaluate(LOWEST)
         cut = pg.evaluate(CUT_SHORT)
         pg.screenshot(path=shots / f"{name}_idea{i}.png")
+        print(f"{name} idea {i}: lowest {lowest:.0f} px")  # the report's numbers (pytest -s)
         assert lowest <= 720, f"{name}: idea {i} ends at {lowest:.0f} px, below the 720 px screen"
         assert not cut, f"{name}: idea {i} cuts short {cut}"
         if i < n:
