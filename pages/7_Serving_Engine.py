@@ -126,7 +126,7 @@ with server_at, settings_box(tr("serving.server_settings")):
         # Its KV dtype: as the server reports it (vLLM's cache_config_info), else picked by hand; unknown until then.
         found = known_shape(ss.sv_model or "")
         shapes = dict([found] if found is not None else []) | PRESETS
-        k1, k2, k3 = st.columns([1, 1, 3])
+        k1, k2, k3 = st.columns([3, 3, 4] if lecture else [1, 1, 3])  # a popover's narrow boxes cut names
         picked = k1.selectbox(tr("serving.shape"), list(shapes), index=None if found is None else 0,
                               placeholder=tr("serving.shape_pick"), key=f"sv_shape_{ss.sv_model}",
                               help=tr("serving.shape_help"))
