@@ -5,7 +5,8 @@
   (in lecture mode one row: the introduction folded away, the settings behind one button, so the idea gets the
   screen);
 - `ideas()`: one idea per screen, with a ← → stepper kept in the link; `idea_title()`: a section's heading,
-  which in lecture mode the stepper shows instead; `lecture_tabs()`: a page's tabs, one per screen in lecture mode;
+  which in lecture mode the stepper shows instead; `lecture_tabs()`: a page's tabs, one per screen in lecture mode,
+  and `shown_idea()`: which one is on screen;
 - `demo_seed()`: every seed pinned, so a demo repeats exactly on the projector.
 """
 from __future__ import annotations
@@ -105,15 +106,23 @@ def idea_title(title: str, *, small: bool = False) -> None:
         (st.subheader if small else st.header)(title)
 
 
-def lecture_tabs(titles: Sequence[str], key: str, *, first_on_page: bool = False) -> list[Any]:
+def lecture_tabs(titles: Sequence[str], key: str, *, first_on_page: bool = False,
+                 screens: Sequence[tuple[int, str]] | None = None) -> list[Any]:
     """Where a page's sections go: tabs (the first section above them when `first_on_page`), or in lecture mode one
     section per screen with the ideas() stepper. Each section's code runs either way (its widgets keep their state);
-    in lecture mode the others draw into hidden containers."""
+    in lecture mode the others draw into hidden containers. `screens`: a section too long for one screen shown over
+    several, as (its index, the screen's title) in order; `shown_idea(key)` tells the section which is on screen."""
     if not st.session_state.get("kv_lecture"):
         first = [st.container()] if first_on_page else []
         return first + list(st.tabs(list(titles[len(first):])))
-    shown = ideas(titles, key)[0]
+    screens = list(enumerate(titles)) if screens is None else screens
+    shown = screens[ideas([title for _, title in screens], key)[0]][0]
     return [st.container() if i == shown else st.container(key=f"kv_hidden_{key}_{i}") for i in range(len(titles))]
+
+
+def shown_idea(key: str) -> int | None:
+    """Which idea (0-based) of ideas(..., key) a lecture screen shows; None outside lecture mode (all of them)."""
+    return st.session_state[f"kv_idea_{key}"] - 1 if st.session_state.get("kv_lecture") else None
 
 
 def demo_seed(seed: int) -> int:

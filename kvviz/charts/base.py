@@ -72,15 +72,20 @@ def _wrap_axis_titles(fig: go.Figure, size: int) -> None:
             axis.title.text = wrap_title(text, max(12, int(plot_px / (0.55 * size))))
 
 
-def legend_below(fig: go.Figure, *, lecture: bool = False) -> go.Figure:
+def legend_below(fig: go.Figure, *, lecture: bool = False, rows: int = 1) -> go.Figure:
     """A horizontal legend at the figure's bottom edge, under the x-axis title (placed against the plot, at −0.22 of
     its height, it sat on the title once the plot was short): the bottom margin holds the tick labels, the axis title
-    and two rows of legend at the figure's font size. In lecture mode, where the figure is short, one row between the
-    title and the plot instead."""
+    and two rows of legend at the figure's font size. In lecture mode, where the figure is short, `rows` rows between
+    the title and the plot instead, above the subplots' titles where it has them."""
     font = fig.layout.font.size
     if lecture:
-        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom"),
-                          margin_t=fig.layout.margin.t + int(1.8 * font))
+        # make_subplots' titles: annotations standing on a plot's top edge
+        titled = any(a.yref == "paper" and a.yanchor == "bottom" and (a.y or 0) >= 0.99 for a in fig.layout.annotations)
+        over = int(1.6 * font) if titled else 0
+        fig.update_layout(margin_t=fig.layout.margin.t + int(1.8 * font) * rows + over)
+        plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=1.02 + over / plot_px,
+                                      yanchor="bottom"))
         return fig
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
                       margin_b=int(8 * font))

@@ -6,20 +6,29 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.charts.base import style
+from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
 
 TTFT, TPOT, THROUGHPUT, FIT = "#d62728", "#1f77b4", "#2ca02c", "#7f7f7f"
 GAUGE_COLORS = {"kv_usage": "#9467bd", "running": TPOT, "waiting": TTFT}
 DASH = {"median": "solid", "p90": "dash", "p99": "dot"}
 MS = 1e3
+LECTURE_LEGEND_PX = 14  # a legend's type in lecture mode: one row over a short plot (at 18 px eight entries took two)
 
 
 def _ms(values: Sequence[float | None]) -> list[float | None]:
     return [None if v is None else v * MS for v in values]
 
 
+def _lecture_legend(fig: go.Figure, lecture: bool, rows: int = 1) -> go.Figure:
+    """In lecture mode the legend in compact rows over the plots (at −0.25 it sat on a short plot's x title)."""
+    if not lecture:
+        return fig
+    fig.update_layout(legend_font_size=LECTURE_LEGEND_PX)
+    return legend_below(fig, lecture=True, rows=rows)
+
+
 def load_chart(points: Sequence[dict], x: Sequence[str], labels: Mapping[str, str], *,
-               lecture: bool = False) -> go.Figure:
+               lecture: bool = False, lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
     """Per point (x: its concurrency or request rate, as text): TTFT and TPOT median (solid), p90 (dashed) and
     p99 (dotted) in ms; output tokens/s, and requests/s with goodput on the right axis."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=(labels["latency"], labels["throughput"]),
@@ -44,10 +53,12 @@ def load_chart(points: Sequence[dict], x: Sequence[str], labels: Mapping[str, st
     fig.update_yaxes(title_text=labels["y_tps"], rangemode="tozero", row=1, col=2, secondary_y=False)
     fig.update_yaxes(title_text=labels["y_rps"], rangemode="tozero", row=1, col=2, secondary_y=True)
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
-    return style(fig, title=labels["title"], lecture=lecture, height=420)
+    return _lecture_legend(style(fig, title=labels["title"], lecture=lecture, height=420,
+                                 lecture_height=lecture_height), lecture)
 
 
-def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,
+                     lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
     """One row per request of a point, on its clock: waiting in the client for a free slot (grey, open loop with
     a concurrency cap), waiting for its first token (red), then streaming (blue)."""
     fig = go.Figure()
@@ -65,10 +76,12 @@ def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lec
     fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=1.08))
     fig.update_xaxes(title_text=labels["x"])
     fig.update_yaxes(title_text=labels["y"], autorange="reversed", showticklabels=len(ok) <= 40)
-    return style(fig, title=labels["title"], lecture=lecture, height=max(300, min(700, 14 * len(ok) + 150)))
+    return style(fig, title=labels["title"], lecture=lecture, height=max(300, min(700, 14 * len(ok) + 150)),
+                 lecture_height=lecture_height)
 
 
-def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,
+                  lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
     """The server's own gauges over the run (samples: {"t_s", "gauges": {field: {label set: value}}}): KV-cache
     use (%), running and waiting requests. One line per label set, never a sum (two engines at 25% and 75% are
     not one at 100%); series the server does not export are left out (unknown, not zero)."""
@@ -101,10 +114,12 @@ def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture
     fig.update_yaxes(title_text=labels["y_pct"], rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=labels["y_count"], rangemode="tozero", row=1, col=2)
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
-    return style(fig, title=labels["title"], lecture=lecture, height=380)
+    return _lecture_legend(style(fig, title=labels["title"], lecture=lecture, height=380,
+                                 lecture_height=lecture_height), lecture)
 
 
-def prefix_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False) -> go.Figure:
+def prefix_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,
+                 lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
     """Per trial: TTFT of the cold, warm (shared prefix) and control requests; the saving (control − warm) by the
     client's clock and the server's, with the median over trials; and cached vs predicted tokens."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=(labels["ttft"], labels["saving"], labels["cached"]))
@@ -136,4 +151,5 @@ def prefix_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: bo
     fig.update_yaxes(title_text=labels["y_ms"], row=1, col=2)
     fig.update_yaxes(title_text=labels["y_tokens"], rangemode="tozero", row=1, col=3)
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.25))
-    return style(fig, title=labels["title"], lecture=lecture, height=400)
+    return _lecture_legend(style(fig, title=labels["title"], lecture=lecture, height=400,
+                                 lecture_height=lecture_height), lecture, rows=2)  # seven entries

@@ -69,3 +69,19 @@ def shots():
     out = screenshot_dir()
     print(f"\nscreenshots: {out}")
     return out
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A real llama-server serving the shipped tiny model (exported to GGUF), once per module that asks for it."""
+    from kvviz.engine.export import export_gguf
+    from kvviz.engine.loading import load_backend
+    from kvviz.serving.llamacpp import LlamaServer, binary
+
+    if binary() is None:
+        pytest.skip("llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
+    backend = load_backend("tiny", device="cpu")
+    gguf = export_gguf(backend.model, backend.tokenizer, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
+                       name="kvviz-tiny")
+    with LlamaServer(gguf, n_parallel=4, ctx_size=2048) as srv:
+        yield srv

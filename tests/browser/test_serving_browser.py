@@ -5,25 +5,8 @@ the server's own clock (llama.cpp's per-request timings)."""
 import json
 import re
 
-import pytest
 from harness import settle, wait_idle
 from playwright.sync_api import expect
-
-from kvviz.engine.export import export_gguf
-from kvviz.engine.loading import load_backend
-from kvviz.serving.llamacpp import LlamaServer, binary
-
-pytestmark = pytest.mark.skipif(
-    binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
-
-
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    backend = load_backend("tiny", device="cpu")
-    gguf = export_gguf(backend.model, backend.tokenizer, tmp_path_factory.mktemp("gguf") / "kvviz-tiny.gguf",
-                       name="kvviz-tiny")
-    with LlamaServer(gguf, n_parallel=4, ctx_size=2048) as srv:
-        yield srv
 
 
 def _open(page, link: str, query: str = "") -> None:

@@ -320,9 +320,10 @@ def test_hosted_caps_on_memory_run_here(hosted):
 
 
 # ---- issue 29: Cancel that cancels; the latency pages one idea per 1280×720 screen ------------------------------
-# The lowest edge of anything drawn in the page's main block (a folded expander's content is not drawn).
+# The lowest edge of anything drawn in the page's main block: elements, and expanders (blocks, not elements: a
+# folded one at the foot of a screen was not counted); a folded expander's content is not drawn.
 LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
-  "[data-testid='stMainBlockContainer'] [data-testid='stElementContainer']"))
+  "[data-testid='stMainBlockContainer'] :is([data-testid='stElementContainer'], [data-testid='stExpander'])"))
   .filter(e => e.offsetHeight > 0 && e.checkVisibility({visibilityProperty: true}))
   .map(e => e.getBoundingClientRect().bottom))"""
 
@@ -427,6 +428,7 @@ def _each_idea_fits(pg, stepper: str, n: int, name: str, shots, each=None) -> No
         lowest = pg.evaluate(LOWEST)
         cut = pg.evaluate(CUT_SHORT)
         pg.screenshot(path=shots / f"{name}_idea{i}.png")
+        print(f"{name} idea {i}: lowest {lowest:.0f} px")  # the report's numbers (pytest -s)
         assert lowest <= 720, f"{name}: idea {i} ends at {lowest:.0f} px, below the 720 px screen"
         assert not cut, f"{name}: idea {i} cuts short {cut}"
         if i < n:
@@ -489,6 +491,16 @@ def _press(*keys: str):  # noqa: ANN202
     return each
 
 
+def _press_and_wait(button_key: str):  # noqa: ANN202
+    """What a lecture clicks on an idea: this button, if on screen, then its measuring to end (a worker's run)."""
+    def each(pg) -> None:  # noqa: ANN001
+        button = pg.locator(f"{key(button_key)} button")
+        if button.count() and button.first.is_visible():
+            button.first.click()
+            _wait_measured(pg, button_key)
+    return each
+
+
 def _speculate(pg, steps: int = 4) -> None:  # noqa: ANN001
     """Speculative Decoding: Prefill and a few Steps (the → button, as a presenter does)."""
     _press("spec_btn_prefill")(pg)
@@ -510,6 +522,40 @@ LECTURE_IDEAS = {
     "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press("cc_run")),
     "Speculative_Decoding": ("spec", 3, _press("spec_btn_measure"), _speculate),
 }
+
+
+def _popover(pg, i: int) -> None:  # noqa: ANN001
+    """Open the i-th settings button on screen (lecture mode puts a page's settings behind them)."""
+    pg.locator("[data-testid='stPopover']:visible button").nth(i).click()
+    settle(pg)
+
+
+def _serve(pg, url: str, lang: str) -> None:  # noqa: ANN001
+    """Serving Engine: connect to a real llama-server (behind the Server button), then measure a small closed-loop
+    sweep (concurrency 1 and 2, 4 requests of 8 tokens each) from the Load settings button."""
+    _popover(pg, 0)
+    type_number(pg, "sv_url", url)  # a text box: filled and entered like a number
+    pg.get_by_role("button", name="연결" if lang == "ko" else "Connect", exact=True).click()
+    wait_idle(pg)
+    pg.keyboard.press("Escape")
+    settle(pg)
+    _popover(pg, 1)
+    for box, value in (("sv_conc", "1, 2"), ("sv_requests", "4"), ("sv_max_tokens", "8")):
+        type_number(pg, box, value)
+    pg.keyboard.press("Escape")
+    pg.locator(f"{key('sv_start')} button").click()
+    _wait_measured(pg, "sv_start")
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_serving_ideas_fit_a_lecture_screen(browser, app_url, shots, llama, lang):
+    """Issue 29.7 on the Serving Engine: after it has measured a real llama-server, each of its six ideas (the load
+    chart, every request, the server's counters, the numbers, the prefix experiment run on its screen, the
+    definitions) is whole on one 1280×720 screen, in English and Korean."""
+    pg = _lecture_page(browser, app_url, "Serving_Engine", lang)
+    _serve(pg, llama.base_url, lang)
+    _each_idea_fits(pg, "serving", 6, f"serving_engine_lecture_{lang}", shots, _press_and_wait("sv_prefix_run"))
+    pg.context.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
