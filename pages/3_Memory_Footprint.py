@@ -6,7 +6,7 @@ import math
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import intro_box, lecture_head, lecture_tabs, settings_box
+from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs, settings_box, shown_idea
 from kvviz.app.models import check_request, get_backend, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.uploads import config_upload
@@ -78,8 +78,12 @@ def load_seed(kv_heads: int) -> None:
 # (the capacity tab's paged blocks are a screen of their own in lecture mode)
 sections = ["idea_formula", "tab_compare", "tab_growth", "tab_capacity", *(["paged_title"] if lecture else []),
             "tab_live"]
-top, tab_cmp, tab_growth, tab_cap, *tab_paged, tab_live = lecture_tabs([tr(f"memory.{s}") for s in sections],
-                                                                       "memory", first_on_page=True)
+# In lecture mode the capacity planner takes two screens: the planner, then how it did on real start-up logs.
+screens = [(i, tr(f"memory.{s}")) for i, s in enumerate(sections)]
+screens.insert(4, (3, tr("memory.logs_title")))
+CAP_SCREENS = (3, 4)  # those two screens' ideas (0-based)
+top, tab_cmp, tab_growth, tab_cap, *tab_paged, tab_live = lecture_tabs(
+    [tr(f"memory.{s}") for s in sections], "memory", first_on_page=True, screens=screens if lecture else None)
 tab_paged = tab_paged[0] if tab_paged else tab_cap
 if lecture:
     with head[1]:
@@ -317,6 +321,12 @@ with tab_growth:
                 st.write(tr("memory.crossing_beyond", batch=c.batch, tokens=f"{2**24:,}"))
 
 with tab_cap:
+    # In lecture mode two screens: the planner (its inputs behind one button, the answer beside it, how it was
+    # computed folded) and how it did on real start-up logs.
+    screen = shown_idea("memory")
+    planner = st.container() if screen in (None, CAP_SCREENS[0]) else st.container(key="kv_hidden_memory_planner")
+    logs_box = st.container() if screen in (None, CAP_SCREENS[1]) else st.container(key="kv_hidden_memory_logs")
+with planner, settings_box(tr("memory.cap_settings")):  # in lecture mode behind one button
     engine = st.radio(tr("memory.engine"), ["vllm", "sglang"], key="mem_engine", horizontal=True,
                       format_func={e: tr(f"memory.engine_{e}") for e in ("vllm", "sglang")}.get)
     a, b, c = st.columns(3)
@@ -355,6 +365,7 @@ with tab_cap:
                               help=tr("memory.zero_default"))
         seqs = number_in_range(g2, tr("memory.seqs"), 0, 100_000, DEFAULTS["seqs"], "mem_seqs", step=64.0,
                                help=tr("memory.zero_default"))
+with planner:
     plan = None
     if weights is None:
         st.warning(tr("memory.cap_params_unknown"))
@@ -385,7 +396,10 @@ with tab_cap:
         m[2].metric(tr("memory.cap_budget"), format_binary(plan.kv_budget_bytes), help=f"{plan.kv_budget_bytes:,} B")
         m[3].metric(tr("memory.cap_tokens"), f"{plan.kv_cache_tokens:,}")
         m[4].metric(tr("memory.cap_requests", tokens=f"{int(tokens):,}"), f"{plan.max_requests:,}")
-        st.caption(
+        if not plan.weights_fit:
+            st.warning(tr("memory.cap_no_fit"))
+        details = st.expander(tr("memory.cap_details")) if lecture else st.container()
+        details.caption(
             tr(
                 "memory.cap_steps",
                 total=format_binary(plan.device_total_bytes),
@@ -403,35 +417,35 @@ with tab_cap:
                 tokens=f"{int(tokens):,}",
             )
         )
-        if not plan.weights_fit:
-            st.warning(tr("memory.cap_no_fit"))
         if plan.reserve_terms is not None:
-            lo, hi = plan.kv_cache_tokens_range
-            launch = plan.launch
-            st.markdown(tr("memory.range", lo=f"{lo:,}", hi=f"{hi:,}", likely=f"{plan.kv_cache_tokens:,}",
-                           clo=f"{plan.max_concurrency_range[0]:,.2f}", chi=f"{plan.max_concurrency_range[1]:,.2f}",
-                           tokens=f"{int(tokens):,}"))
-            if plan.narrowing_flag:
-                st.caption(tr("memory.narrows", flag="--" + plan.narrowing_flag.replace("_", "-"),
-                              low=launch["low_reserve_launch"]["vllm_line"],
-                              high=launch["high_reserve_launch"]["vllm_line"]))
-            else:
-                st.caption(tr("memory.narrows_none"))
-            terms = plan.reserve_terms
-            rows = [f"| {tr('memory.term')} | {tr('memory.col_bytes')} | {tr('memory.term_how')} |", "|---|--:|---|"]
-            batch_how = tr("memory.how_batch", line=launch["vllm_line"], engine=launch["engine"].upper(),
-                           entry=tr(f"memory.entry_{launch['entry']}"),
-                           tokens=f"{launch['max_num_batched_tokens']:,}", seqs=f"{launch['max_num_seqs']:,}",
-                           source=why_text(launch["batch_why"], settings.lang))
-            for key, how in (("activation", tr("memory.how_activation") + " " + batch_how),
-                             ("sampler", tr(f"memory.how_sampler_{launch['sampler']}")),
-                             ("non_torch", tr("memory.how_non_torch",
-                                              source=why_text(launch["non_torch_why"], settings.lang))),
-                             ("cudagraph", tr("memory.how_cudagraph"))):
-                rows.append(f"| {tr(f'memory.term_{key}')} | {format_binary(terms[key])} | {how} |")
-            rows.append(f"| **{tr('memory.term_reserve')}** | **{format_binary(plan.reserve_bytes)}** | "
-                        f"{tr('memory.how_reserve')} |")
-            st.markdown("\n".join(rows))
+            with details:
+                lo, hi = plan.kv_cache_tokens_range
+                launch = plan.launch
+                st.markdown(tr("memory.range", lo=f"{lo:,}", hi=f"{hi:,}", likely=f"{plan.kv_cache_tokens:,}",
+                               clo=f"{plan.max_concurrency_range[0]:,.2f}", chi=f"{plan.max_concurrency_range[1]:,.2f}",
+                               tokens=f"{int(tokens):,}"))
+                if plan.narrowing_flag:
+                    st.caption(tr("memory.narrows", flag="--" + plan.narrowing_flag.replace("_", "-"),
+                                  low=launch["low_reserve_launch"]["vllm_line"],
+                                  high=launch["high_reserve_launch"]["vllm_line"]))
+                else:
+                    st.caption(tr("memory.narrows_none"))
+                terms = plan.reserve_terms
+                rows = [f"| {tr('memory.term')} | {tr('memory.col_bytes')} | {tr('memory.term_how')} |",
+                        "|---|--:|---|"]
+                batch_how = tr("memory.how_batch", line=launch["vllm_line"], engine=launch["engine"].upper(),
+                               entry=tr(f"memory.entry_{launch['entry']}"),
+                               tokens=f"{launch['max_num_batched_tokens']:,}", seqs=f"{launch['max_num_seqs']:,}",
+                               source=why_text(launch["batch_why"], settings.lang))
+                for key, how in (("activation", tr("memory.how_activation") + " " + batch_how),
+                                 ("sampler", tr(f"memory.how_sampler_{launch['sampler']}")),
+                                 ("non_torch", tr("memory.how_non_torch",
+                                                  source=why_text(launch["non_torch_why"], settings.lang))),
+                                 ("cudagraph", tr("memory.how_cudagraph"))):
+                    rows.append(f"| {tr(f'memory.term_{key}')} | {format_binary(terms[key])} | {how} |")
+                rows.append(f"| **{tr('memory.term_reserve')}** | **{format_binary(plan.reserve_bytes)}** | "
+                            f"{tr('memory.how_reserve')} |")
+                st.markdown("\n".join(rows))
     elif plan is not None:
         m = st.columns(4)
         m[0].metric(tr("memory.sgl_free"), format_binary(plan.free_at_start_bytes),
@@ -440,16 +454,18 @@ with tab_cap:
         m[2].metric(tr("memory.cap_tokens"), f"{plan.kv_cache_tokens:,}")
         m[3].metric(tr("memory.sgl_requests", tokens=f"{int(tokens):,}"), f"{plan.max_concurrency:,.2f}")
         lo, hi = plan.kv_cache_tokens_range
-        st.caption(tr("memory.sgl_steps", free=format_binary(plan.free_at_start_bytes),
+        if not plan.weights_fit:
+            st.warning(tr("memory.cap_no_fit"))
+        details = st.expander(tr("memory.cap_details")) if lecture else st.container()
+        details.caption(tr("memory.sgl_steps", free=format_binary(plan.free_at_start_bytes),
                       after=format_binary(plan.free_after_load_bytes), frac=f"{plan.mem_fraction_static:.3f}",
                       source=tr(plan.mem_fraction_rule), pool=format_binary(plan.kv_budget_bytes),
                       per_token=f"{plan.kv_bytes_per_token:,}", tokens=f"{plan.kv_cache_tokens:,}",
                       lo=f"{lo:,}", hi=f"{hi:,}"))
-        if not plan.weights_fit:
-            st.warning(tr("memory.cap_no_fit"))
 
+with logs_box:
     # ---- the planner against real start-up logs: where its prediction could be wrong, term by term ------
-    st.subheader(tr("memory.logs_title"))
+    idea_title(tr("memory.logs_title"), small=True)  # in lecture mode the stepper shows it
     st.caption(tr("memory.logs_intro", n=len(LOG_CHECKS), tolerance=f"{LOG_TOLERANCE:.0%}"))
     term_names = {t: tr(f"memory.term_{t}") for t in ("weights", "activation", "non_torch", "kv_tokens")}
     st.plotly_chart(

@@ -521,6 +521,12 @@ LECTURE_IDEAS = {
     # every method measured on the shipped model (a short text: seconds), then each idea
     "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press("cc_run")),
     "Speculative_Decoding": ("spec", 3, _press("spec_btn_measure"), _speculate),
+    # the planner is two screens (the answer, then how it did on real start-up logs); the last one runs a cache here
+    "Memory_Footprint": ("memory", 7, _press("mem_run_here")),
+    "Training_Prefill_Decode": ("training", 5, None),
+    # four requests sharing the system prompt, one more, a few scheduler steps: every idea with its blocks
+    "Paged_Blocks": ("paged", 5, None, _press("pg_add4", "pg_step", "pg_step", "pg_add_shared", "pg_step")),
+    "Attention_Patterns": ("heads", 2, None),
 }
 
 
@@ -568,4 +574,30 @@ def test_every_idea_fits_a_lecture_screen(browser, app_url, shots, path, lang):
     for action in first:
         action(pg)
     _each_idea_fits(pg, stepper, n, f"{(path.partition('?')[0] or 'home').lower()}_lecture_{lang}", shots, each)
+    pg.context.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_decode_page_tabs_fit_a_lecture_screen(browser, app_url, shots, lang):
+    """Issue 29.7 on the decode page, whose lessons are tabs (one demo, no idea stepper): after Prefill and ten
+    steps, each tab is whole on one 1280×720 screen with nothing cut short."""
+    pg = _lecture_page(browser, app_url, "Reusing_Past_KV", lang)
+    _press("reuse_btn_prefill")(pg)
+    for _ in range(10):
+        pg.locator("button.kv-step").click()
+        pg.wait_for_timeout(200)
+        wait_idle(pg)
+    settle(pg)
+    tabs = pg.get_by_role("tab")
+    expect(tabs).to_have_count(6)
+    for i in range(6):
+        tabs.nth(i).click()
+        pg.wait_for_timeout(500)
+        wait_idle(pg)
+        settle(pg)
+        lowest, cut = pg.evaluate(LOWEST), pg.evaluate(CUT_SHORT)
+        pg.screenshot(path=shots / f"reusing_past_kv_lecture_{lang}_tab{i + 1}.png")
+        assert lowest <= 720, f"tab {i + 1} ends at {lowest:.0f} px, below the 720 px screen"
+        assert not cut, f"tab {i + 1} cuts short {cut}"
+    expect(pg.locator("[data-testid='stException']")).to_have_count(0)
     pg.context.close()
