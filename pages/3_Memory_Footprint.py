@@ -6,7 +6,7 @@ import math
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs, settings_box, shown_idea
+from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs, screen_part, settings_box
 from kvviz.app.models import check_request, get_backend, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.uploads import config_upload
@@ -79,9 +79,10 @@ def load_seed(kv_heads: int) -> None:
 sections = ["idea_formula", "tab_compare", "tab_growth", "tab_capacity", *(["paged_title"] if lecture else []),
             "tab_live"]
 # In lecture mode the capacity planner takes two screens: the planner, then how it did on real start-up logs.
+CAPACITY = sections.index("tab_capacity")
 screens = [(i, tr(f"memory.{s}")) for i, s in enumerate(sections)]
-screens.insert(4, (3, tr("memory.logs_title")))
-CAP_SCREENS = (3, 4)  # those two screens' ideas (0-based)
+screens.insert(CAPACITY + 1, (CAPACITY, tr("memory.logs_title")))
+CAP_SCREENS = [n for n, (section, _) in enumerate(screens) if section == CAPACITY]  # their ideas (0-based)
 top, tab_cmp, tab_growth, tab_cap, *tab_paged, tab_live = lecture_tabs(
     [tr(f"memory.{s}") for s in sections], "memory", first_on_page=True, screens=screens if lecture else None)
 tab_paged = tab_paged[0] if tab_paged else tab_cap
@@ -323,9 +324,8 @@ with tab_growth:
 with tab_cap:
     # In lecture mode two screens: the planner (its inputs behind one button, the answer beside it, how it was
     # computed folded) and how it did on real start-up logs.
-    screen = shown_idea("memory")
-    planner = st.container() if screen in (None, CAP_SCREENS[0]) else st.container(key="kv_hidden_memory_planner")
-    logs_box = st.container() if screen in (None, CAP_SCREENS[1]) else st.container(key="kv_hidden_memory_logs")
+    planner = screen_part("memory", CAP_SCREENS[0], "planner")
+    logs_box = screen_part("memory", CAP_SCREENS[1], "logs")
 with planner, settings_box(tr("memory.cap_settings")):  # in lecture mode behind one button
     engine = st.radio(tr("memory.engine"), ["vllm", "sglang"], key="mem_engine", horizontal=True,
                       format_func={e: tr(f"memory.engine_{e}") for e in ("vllm", "sglang")}.get)

@@ -6,7 +6,8 @@
   screen);
 - `ideas()`: one idea per screen, with a ← → stepper kept in the link; `idea_title()`: a section's heading,
   which in lecture mode the stepper shows instead; `lecture_tabs()`: a page's tabs, one per screen in lecture mode,
-  and `shown_idea()`: which one is on screen;
+  `shown_idea()`: which one is on screen, and `screen_part()`: where a part of a section shown over several
+  screens goes;
 - `demo_seed()`: every seed pinned, so a demo repeats exactly on the projector.
 """
 from __future__ import annotations
@@ -117,12 +118,24 @@ def lecture_tabs(titles: Sequence[str], key: str, *, first_on_page: bool = False
         return first + list(st.tabs(list(titles[len(first):])))
     screens = list(enumerate(titles)) if screens is None else screens
     shown = screens[ideas([title for _, title in screens], key)[0]][0]
-    return [st.container() if i == shown else st.container(key=f"kv_hidden_{key}_{i}") for i in range(len(titles))]
+    return [_box(i == shown, f"{key}_{i}") for i in range(len(titles))]
 
 
 def shown_idea(key: str) -> int | None:
     """Which idea (0-based) of ideas(..., key) a lecture screen shows; None outside lecture mode (all of them)."""
     return st.session_state[f"kv_idea_{key}"] - 1 if st.session_state.get("kv_lecture") else None
+
+
+def screen_part(key: str, idea: int, part: str) -> Any:
+    """Where one part of a section that lecture_tabs(screens=...) spreads over several screens goes: drawn on its
+    screen `idea` (0-based) and outside lecture mode, hidden on the section's other screens (its widgets keep
+    their state)."""
+    return _box(shown_idea(key) in (None, idea), f"{key}_{part}")
+
+
+def _box(shown: bool, name: str) -> Any:
+    """A container, or one the lecture CSS hides (drawn all the same, so the widgets in it keep their state)."""
+    return st.container() if shown else st.container(key=f"kv_hidden_{name}")
 
 
 def demo_seed(seed: int) -> int:

@@ -72,11 +72,12 @@ def _wrap_axis_titles(fig: go.Figure, size: int) -> None:
             axis.title.text = wrap_title(text, max(12, int(plot_px / (0.55 * size))))
 
 
-def legend_below(fig: go.Figure, *, lecture: bool = False, rows: int = 1) -> go.Figure:
+def legend_below(fig: go.Figure, *, lecture: bool = False, rows: int = 1, page: bool = True) -> go.Figure:
     """A horizontal legend at the figure's bottom edge, under the x-axis title (placed against the plot, at −0.22 of
     its height, it sat on the title once the plot was short): the bottom margin holds the tick labels, the axis title
     and two rows of legend at the figure's font size. In lecture mode, where the figure is short, `rows` rows between
-    the title and the plot instead, above the subplots' titles where it has them."""
+    the title and the plot instead, above the subplots' titles where it has them. `page=False`: outside lecture
+    mode the figure keeps the legend it placed itself."""
     font = fig.layout.font.size
     if lecture:
         # make_subplots' titles: annotations standing on a plot's top edge
@@ -86,6 +87,8 @@ def legend_below(fig: go.Figure, *, lecture: bool = False, rows: int = 1) -> go.
         plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
         fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=1.02 + over / plot_px,
                                       yanchor="bottom"))
+        return fig
+    if not page:
         return fig
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
                       margin_b=int(8 * font))

@@ -72,7 +72,7 @@ def ttft_bars(rows: Sequence[Mapping], labels: Mapping[str, str], *, lecture: bo
     if lecture:
         fig.update_xaxes(tickangle=0, tickfont_size=14)
     fig = style(fig, title=labels["ttft_title"], lecture=lecture, height=400)
-    return legend_below(fig, lecture=True) if lecture else fig
+    return legend_below(fig, lecture=lecture, page=False)
 
 
 def break_even_chart(curves: Mapping[str, Sequence[Mapping]], break_even: Mapping[str, int | None],

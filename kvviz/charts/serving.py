@@ -21,10 +21,9 @@ def _ms(values: Sequence[float | None]) -> list[float | None]:
 
 def _lecture_legend(fig: go.Figure, lecture: bool, rows: int = 1) -> go.Figure:
     """In lecture mode the legend in compact rows over the plots (at −0.25 it sat on a short plot's x title)."""
-    if not lecture:
-        return fig
-    fig.update_layout(legend_font_size=LECTURE_LEGEND_PX)
-    return legend_below(fig, lecture=True, rows=rows)
+    if lecture:
+        fig.update_layout(legend_font_size=LECTURE_LEGEND_PX)
+    return legend_below(fig, lecture=lecture, rows=rows, page=False)
 
 
 def load_chart(points: Sequence[dict], x: Sequence[str], labels: Mapping[str, str], *,

@@ -30,7 +30,7 @@ def acceptance_figure(series: Mapping[str, Sequence], labels: Mapping[str, str],
     fig.update_xaxes(title=labels["step"], dtick=1 if len(steps) <= 30 else None)
     fig.update_yaxes(title=labels["tokens"], rangemode="tozero")
     fig = style(fig, title=labels["title"], lecture=lecture, height=400)
-    return legend_below(fig, lecture=True) if lecture else fig  # at −0.25 it sat on the short plot's x title
+    return legend_below(fig, lecture=lecture, page=False)  # at −0.25 it sat on the short plot's x title
 
 
 def per_position_figure(rates: Sequence[float | None], labels: Mapping[str, str], *, lecture: bool = False,
@@ -64,4 +64,4 @@ def bytes_figure(steps: Sequence[int], peak: Sequence[int], live: Sequence[int],
     fig.update_xaxes(title=labels["step"], dtick=1 if len(steps) <= 30 else None)
     fig.update_yaxes(title=labels["bytes"], rangemode="tozero")
     fig = style(fig, title=labels["title"], lecture=lecture, height=380)
-    return legend_below(fig, lecture=True) if lecture else fig  # at −0.25 it sat on the short plot's x title
+    return legend_below(fig, lecture=lecture, page=False)  # at −0.25 it sat on the short plot's x title
