@@ -11,7 +11,7 @@ Runs the real app (`streamlit run app.py`) and the system Chromium through tests
   (script idle, title shown), and to the decode page drawn after following its link;
 - every page opened directly (a link shared in a lecture chat): for each page its own fresh server, then the time
   from the request to its first screen (the title shown: every page draws its title and introduction before it
-  imports the engine, tests/test_cold_start.py) and to the page drawn (model loaded, script idle, charts drawn);
+  imports the engine, tests/app/test_cold_start.py) and to the page drawn (model loaded, script idle, charts drawn);
   goal: the first screen <= 3 s on each page.
 
     python bench/app_step_latency.py [--model tiny|smollm2] [--steps 20] [--rapid 30] [--play-steps 20]

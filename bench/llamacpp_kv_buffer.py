@@ -3,7 +3,7 @@
 For each configuration llama-server is started (kvviz.serving.llamacpp.kv_cache_log), its
 "llama_kv_cache: size = … MiB (N cells, L layers, P/S seqs), K (…): … MiB, V (…): … MiB" line read, and the server
 stopped; kvviz.kv.llamacpp gives the cells and streams, kvviz.kv.formula the bytes. "equal" is the formula rounded
-to the log's two decimals against what the log printed. tests/test_llamacpp_kv.py checks a subset.
+to the log's two decimals against what the log printed. tests/engine/test_llamacpp_kv.py checks a subset.
 
     python bench/llamacpp_kv_buffer.py [--models smollm2,tiny] [--json]
 """

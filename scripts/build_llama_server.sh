@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's `llama-server` from the source distribution of llama-cpp-python on PyPI (it vendors llama.cpp).
 # Into build/llama.cpp/ (git-ignored); skipped when the binary is already there. Used by .ci/run and the tests in
-# tests/test_serving_llamacpp.py. Takes ~5-6 minutes on 2 cores.
+# tests/serving/test_llamacpp.py. Takes ~5-6 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"

@@ -106,7 +106,7 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
 
     Everything is read from the model's config and its tokenizer.json, so any shape this engine runs
     (and any byte-level BPE tokenizer) exports; llama.cpp then gives the same greedy tokens for the
-    same prompt token ids (tests/test_serving_llamacpp.py checks it against a real llama-server).
+    same prompt token ids (tests/serving/test_llamacpp.py checks it against a real llama-server).
     add_bos: mark the file so llama.cpp prepends the BOS token to text prompts, as Llama models do (kvviz's
     engine prepends none; the serving tests use it to check predictions that count the server's BOS).
     """

@@ -1,5 +1,5 @@
 """How llama.cpp sizes its KV cache for `llama-server -c N -np P [-kvu] -ctk T -ctv T`, so that kvviz's formula is
-compared with the very buffer llama.cpp allocates (tests/test_llamacpp_kv.py reads its log).
+compared with the very buffer llama.cpp allocates (tests/engine/test_llamacpp_kv.py reads its log).
 
 llama.cpp (the copy vendored by llama-cpp-python 0.3.36, src/llama-context.cpp, llama_context::llama_context):
     n_ctx = GGML_PAD(n_ctx, 256)                      (0 means the model's n_ctx_train)

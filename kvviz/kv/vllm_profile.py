@@ -6,7 +6,7 @@ graphs' memory; what is left of total × gpu_memory_utilization after the weight
 predicts each of those terms from what a user knows before launching: the model's config, the GPU, the vLLM
 version and the flags. Every default below was read in vLLM's released source (pip sdists of the versions named)
 and carries the file it came from; every term is checked against real start-up logs in
-kvviz/kv/startup_logs.json (tests/test_vllm_profile.py).
+kvviz/kv/startup_logs.json (tests/kv/test_vllm_profile.py).
 
 The profile run, as read in the code:
 - the batch: V0 `model_runner.profile_run` → `_dummy_run(max_num_batched_tokens, max_num_seqs)`, max_num_seqs

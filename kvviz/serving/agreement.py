@@ -17,7 +17,7 @@ sampler (`n_probs` with post_sampling_probs off: get_token_probabilities, tools/
   from `n_probs`), the largest gap by which kvviz prefers its own pick where they disagree, and the largest
   difference between the two engines' log-probabilities of llama.cpp's token: they part only at near ties, by less
   than their logits differ anywhere (a wide gap would be a bug, not rounding).
-bench/llamacpp_agreement.py prints the table; tests/test_llamacpp_smollm2.py bounds it.
+bench/llamacpp_agreement.py prints the table; tests/engine/test_llamacpp_smollm2.py bounds it.
 """
 from __future__ import annotations
 

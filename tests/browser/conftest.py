@@ -1,14 +1,11 @@
 """Fixtures for real-browser tests: one app server and one Chromium per test session."""
 import os
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import BASE_PATH_PROBE, IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
+
+from tests.browser.harness import BASE_PATH_PROBE, IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
 
 MEDIA_RACE = re.compile(r"Download Button source error - 404")
 expect.set_options(timeout=30_000)  # a loaded CI machine can take seconds per rerun; 5 s flakes

@@ -1,9 +1,10 @@
 """Compressing the Cache in a real browser, English and Korean: every method measured on the shipped model's
 held-out text, the chart, the strips and the attention row drawn, no errors."""
 import pytest
-from harness import settle, wait_idle
 from playwright.sync_api import expect
-from test_training_check_browser import bad_responses, full_shot, no_errors  # noqa: F401 - a fixture
+
+from tests.browser.harness import settle, wait_idle
+from tests.browser.test_training_check_browser import bad_responses, full_shot, no_errors  # noqa: F401 - a fixture
 
 PAGE = "Compressing_the_Cache"
 QUERY = "seq=128&tokens=256"  # two short chunks keep a shared CPU's run to seconds

@@ -1,10 +1,11 @@
 """A saved Hugging Face model chosen in the sidebar of a real browser: its architecture, or a clear error."""
 import pytest
 import torch
-from harness import wait_idle
 from playwright.sync_api import expect
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from tests.browser.harness import wait_idle
 
 
 @pytest.fixture(scope="module")

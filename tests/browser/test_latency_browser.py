@@ -2,8 +2,9 @@
 import re
 
 import pytest
-from harness import app_server, wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import app_server, wait_idle
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@
 import re
 
 import pytest
-from harness import wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import wait_idle
 
 PAGE = "Memory_Footprint"
 WAIT = 30_000  # ms: a rerun on a shared 2-core machine can take several seconds
@@ -62,7 +63,7 @@ def test_memory_page_preset_and_factor(page, shots):
 def test_config_upload_and_a_bad_one(page, shots, tmp_path):
     import json
 
-    from tests.test_memory_formula import GEMMA2_CONFIG
+    from tests.kv.test_formula import GEMMA2_CONFIG
 
     good, bad = tmp_path / "config.json", tmp_path / "broken.json"
     good.write_text(json.dumps(GEMMA2_CONFIG))
@@ -83,7 +84,8 @@ def test_config_upload_and_a_bad_one(page, shots, tmp_path):
 
 
 # SmolLM2-135M's shape (30 layers, 9 heads, 3 KV heads, d_head 64) at llama-server's `-c 4096 -np 2 -ctk q8_0`: two
-# streams of 2048 cells, which llama.cpp logs as "size = 47.81 MiB ... K (q8_0): 23.91 MiB" (tests/test_llamacpp_kv.py)
+# streams of 2048 cells, which llama.cpp logs as "size = 47.81 MiB ... K (q8_0): 23.91 MiB"
+# (tests/engine/test_llamacpp_kv.py)
 SMOLLM2_Q8_0 = "src=custom&layers=30&heads=9&kv_heads=3&d_head=64&params_b=0.135&tokens=2048&batch=2&kv_dtype=q8_0"
 
 

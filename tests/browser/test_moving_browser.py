@@ -1,10 +1,10 @@
 """Moving the Cache in a real browser (issue 25): nine requests through the tiers, the per-tier costs, the
 break-even chart with this machine's points, a kvviz handoff (and llama.cpp's where it is built); the same session
 then in Korean. Screenshots of both."""
-from harness import settle, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.serving.llamacpp import binary
+from tests.browser.harness import settle, wait_idle
 
 
 def test_tiers_break_even_and_handoff(page, shots):

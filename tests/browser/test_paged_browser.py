@@ -3,8 +3,9 @@ the pool runs short; the same session then switches to Korean. Screenshots of bo
 import re
 
 import pytest
-from harness import app_server, settle, wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import app_server, settle, wait_idle
 
 
 @pytest.fixture(scope="module")

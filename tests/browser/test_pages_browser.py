@@ -5,11 +5,11 @@ malformed link. Pages that are not built yet are skipped by name, so the suite g
 import re
 
 import pytest
-from harness import ROOT, settle, url_path
 from playwright.sync_api import expect
 
 from kvviz.app.navigation import PAGES
 from kvviz.i18n import t
+from tests.browser.harness import ROOT, settle, url_path
 
 EXCEPTION = "[data-testid='stException']"
 HANGUL = re.compile("[가-힣]")

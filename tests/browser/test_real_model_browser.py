@@ -1,11 +1,11 @@
 """The real pretrained model in Chromium: the decode page on SmolLM2 in its chat form after 10 Steps, and the
 Attention Sinks & Induction Heads page, in English and Korean (screenshots looked at for each)."""
 import pytest
-from harness import TOKENS_JS, wait_charts, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.engine.chat import chat_prompt
 from kvviz.i18n import t
+from tests.browser.harness import TOKENS_JS, wait_charts, wait_idle
 
 LABELS = {"en": ("Reusing Past K/V", "Prefill", "Chat form", "Attention Sinks & Induction Heads"),
           "ko": (t("nav.reuse", "ko"), t("reuse.prefill", "ko"), t("reuse.chat", "ko"), t("nav.heads", "ko"))}

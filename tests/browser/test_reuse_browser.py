@@ -1,10 +1,10 @@
 """Reusing Past K/V in the system Chromium: Prefill, Step, Play/Pause, and two sessions kept apart."""
 import pytest
-from harness import IDLE, TOKENS_JS, app_server, wait_idle
 from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
 from kvviz.i18n import t
+from tests.browser.harness import IDLE, TOKENS_JS, app_server, wait_idle
 
 PROMPT = t("reuse.preset_1", "en")  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny

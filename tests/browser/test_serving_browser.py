@@ -5,8 +5,9 @@ the server's own clock (llama.cpp's per-request timings)."""
 import json
 import re
 
-from harness import settle, wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import settle, wait_idle
 
 
 def _open(page, link: str, query: str = "") -> None:

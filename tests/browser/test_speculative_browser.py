@@ -1,9 +1,9 @@
 """Speculative Decoding in the system Chromium: a step whose verify had rejections, the rolled-back positions drawn
 striped in the cache grid, in both languages, normal and lecture mode (screenshots/ for the report)."""
 import pytest
-from harness import settle, wait_idle
 
 from kvviz.i18n import t
+from tests.browser.harness import settle, wait_idle
 
 REJECTED = "document.querySelectorAll(\".kv-grid .kv-seg[data-kind='rejected']\").length"
 
@@ -59,7 +59,7 @@ def test_rejection_drawn_in_the_cache_grid(page, lang, lecture):
     assert "draft" in before and "newest" in before, kinds
     assert not page.console_errors
     settle(page)
-    from harness import screenshot_dir
+    from tests.browser.harness import screenshot_dir
 
     # The whole page: Streamlit scrolls inside its own container, so grow the viewport instead.
     page.set_viewport_size({"width": 1400, "height": 2600})

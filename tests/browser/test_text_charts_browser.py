@@ -2,8 +2,9 @@
 the cached-values heatmap's position labels do not overlap at 13 positions (where they did), at 1400 px and in
 lecture mode at 1280×720."""
 import pytest
-from harness import TOKENS_JS, wait_charts, wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import TOKENS_JS, wait_charts, wait_idle
 
 # Every drawn chart: its legend's and x-axis title's boxes, and its y tick labels' boxes.
 GEOMETRY = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {

@@ -12,8 +12,9 @@
   generation (every press applied, in order); Play on a slowed browser never jumps several tokens unannounced.
 """
 import pytest
-from harness import TOKENS_JS, app_server, settle, wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import TOKENS_JS, app_server, settle, wait_idle
 
 HOSTED = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "2000"}  # about one token of the shipped model
 BUDGET = "hosted demo: this request's KV cache needs"

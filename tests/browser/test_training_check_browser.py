@@ -2,8 +2,9 @@
 import re
 
 import pytest
-from harness import wait_idle
 from playwright.sync_api import expect
+
+from tests.browser.harness import wait_idle
 
 TRAINING = "Training_Prefill_Decode"
 CHECK = "Check"

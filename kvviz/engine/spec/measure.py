@@ -33,7 +33,7 @@ class Comparison:
     @property
     def tokens_equal_plain(self) -> bool | None:
         """Greedy: the same tokens as plain decoding. Under sampling not expected token for token (the draws
-        differ); there the distribution is what is lossless (tests/test_speculative.py, chi-square)."""
+        differ); there the distribution is what is lossless (tests/engine/spec/test_speculative.py, chi-square)."""
         if self.spec.temperature > 0:
             return None
         return self.spec.generated == self.plain.generated[0]

@@ -1,0 +1,106 @@
+"""Issue 13, cold start: the first page a visitor opens (Home) imports no torch, and describes the model it
+would load exactly as the loaded model describes itself."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvviz.engine.config import DecoderConfig
+from kvviz.engine.device import available_devices
+from kvviz.engine.device_names import likely_devices
+from kvviz.engine.loading import load_backend
+from kvviz.engine.shape import native_spec, random_name, shipped_spec
+from kvviz.i18n import t
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The page's own imports are checked with the background preload held back (it would import torch right after).
+HOME = """
+import sys, threading
+from streamlit.testing.v1 import AppTest
+held = []
+start = threading.Thread.start
+threading.Thread.start = lambda self: held.append(self.name) if self.name == "kvviz-preload" else start(self)
+at = AppTest.from_file("app.py", default_timeout=60).run()
+assert not at.exception, at.exception
+assert held == ["kvviz-preload"], held
+captions = [c.value for c in at.caption if "layers" in c.value]
+print("torch" in sys.modules, "transformers" in sys.modules, captions[0])
+"""
+
+
+def test_home_draws_the_model_caption_without_importing_torch():
+    out = subprocess.run([sys.executable, "-c", HOME], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    torch_loaded, transformers_loaded, caption = out.stdout.strip().split(" ", 2)
+    assert (torch_loaded, transformers_loaded) == ("False", "False")
+    spec = load_backend("tiny").spec
+    assert spec.name in caption and f"{spec.n_params:,}" in caption and f"d_head {spec.d_head}" in caption
+
+
+def test_descriptions_without_weights_equal_the_loaded_models():
+    assert shipped_spec() == load_backend("tiny").spec
+    cfg = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=1, d_ff=128, vocab_size=300, max_seq_len=64)
+    assert native_spec(cfg, random_name(cfg)) == load_backend("random", shape=cfg).spec
+
+
+def test_likely_devices_is_torchs_answer_once_torch_is_imported():
+    assert likely_devices() == available_devices()  # torch is imported in this process
+    probe = "import sys; from kvviz.engine.device_names import likely_devices; d = likely_devices(); " \
+            "print('torch' in sys.modules, d[0])"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "cpu"], out.stderr[-2000:]
+
+
+# torch cannot be imported here: whatever a page draws before it needs the engine is its first screen.
+BEFORE_TORCH = """
+import json, sys, threading
+
+
+class NoTorch:  # `import torch` raises ImportError (and "torch" stays out of sys.modules)
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is not importable in this test")
+
+
+sys.meta_path.insert(0, NoTorch())
+from streamlit.testing.v1 import AppTest
+start = threading.Thread.start
+threading.Thread.start = lambda self: None if self.name == "kvviz-preload" else start(self)
+at = AppTest.from_file("app.py", default_timeout=60)
+at.session_state["kv_lecture"] = sys.argv[2] == "lecture"
+at.switch_page(sys.argv[1]).run()
+texts = [e.value for e in (*at.markdown, *at.caption)]
+print(json.dumps({"titles": [e.value for e in at.title], "texts": texts, "n_buttons": len(at.button),
+                  "errors": [str(e.value) for e in at.exception]}))
+"""
+
+MODEL_PAGES = [("pages/1_Reusing_Past_KV.py", "reuse.title", "reuse.lead"),
+               ("pages/5_Training_Prefill_Decode.py", "training.title", "training.intro"),
+               ("pages/8_Compressing_the_Cache.py", "compression.title", "compression.intro"),
+               ("pages/9_Paged_Blocks.py", "paged.title", "paged.intro"),
+               ("pages/10_Speculative_Decoding.py", "spec.title", "spec.lead"),
+               ("pages/11_Moving_the_Cache.py", "moving.title", "moving.intro"),
+               ("pages/12_Attention_Patterns.py", "heads.title", "heads.intro")]
+
+
+@pytest.mark.parametrize("mode", ["page", "lecture"])
+@pytest.mark.parametrize("page, title, intro", MODEL_PAGES)
+def test_a_page_that_runs_the_model_draws_its_title_and_introduction_before_importing_torch(page, title, intro, mode):
+    """Issue 29.10: a page opened directly on a fresh server imported torch (~2.5 s here) before drawing anything.
+    Now its title, its introduction and (in lecture mode) its idea stepper come first; then, under a spinner, the
+    engine and the model. With torch made unimportable the page must still have drawn them, and then stopped at
+    the engine's import (and nowhere earlier)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", BEFORE_TORCH, page, mode], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    drawn = json.loads(out.stdout.strip().splitlines()[-1])
+    assert drawn["titles"] == [t(title, "en")]
+    intro_text = t(intro, "en")
+    assert any(intro_text in text for text in drawn["texts"]), drawn["texts"]
+    assert len(drawn["errors"]) == 1 and "torch" in drawn["errors"][0], drawn["errors"]
+    if mode == "lecture" and page != MODEL_PAGES[0][0]:  # the stepper's ← and → (the decode page is one demo)
+        assert drawn["n_buttons"] >= 2

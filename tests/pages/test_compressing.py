@@ -1,0 +1,100 @@
+"""The Compressing the Cache page, headless: every method measured on the user's text, bytes equal to the formula,
+one chart with all methods, the kept-positions strip and the attention rows, in English and Korean."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from kvviz.engine.config import DecoderConfig
+from kvviz.i18n import t
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+PAGE = "pages/8_Compressing_the_Cache.py"
+# d_head 32 (128 / 4 heads): KIVI's group of 32 must divide it
+SMALL = DecoderConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=4096, max_seq_len=128)
+TEXT = "The cache keeps the keys and values of every past token, so each decode step reads them back. " * 20
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def measured(lang: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["kv_model"] = "random"
+    at.session_state["kv_shape"] = SMALL
+    at.query_params["text"] = "own"
+    at.query_params["lang"] = lang
+    at.query_params["tokens"] = "256"
+    at.switch_page(PAGE)
+    at.run()
+    at.text_area(key="cc_own_text").input(TEXT)
+    at.run()
+    at.button(key="cc_run").click()
+    return at.run()
+
+
+def named(method: str, settings: str, lang: str) -> str:
+    """A method as the page names it: in the user's language, with its settings ("FP8 (scale=1.0)")."""
+    return t(f"compression.method_{method}", lang) + settings
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_page_measures_every_method(lang):
+    at = measured(lang)
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    # full, 4 evictions × 2 budgets, int8/int4, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
+    assert len(table) == 1 + 2 * 4 + 2 + 2 + 1
+    measured_bytes = table[t("compression.table_bytes", lang)]
+    assert (measured_bytes == table[t("compression.table_formula", lang)]).all()
+    # full cache: 2 layers · 127 positions · K and V · 2 KV heads · d_head 32 · 4 bytes
+    assert measured_bytes.iloc[0] == 2 * 127 * 2 * 2 * 32 * 4
+    saved = dict(zip(table.iloc[:, 0], table[t("compression.table_saved", lang, dtype="bfloat16")], strict=True))
+    fp8_default, fp8_calculated = named("fp8", " (scale=1.0)", lang), named("fp8", " (--calculate-kv-scales)", lang)
+    assert saved[fp8_default] == saved[fp8_calculated] == "50.0%"  # against bfloat16, not 75%
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    tradeoff, strip, attention = charts
+    assert sum(len(t_["x"]) for t_ in tradeoff["data"]) == len(table) - 1  # every method on one chart
+    assert len(strip["data"][0]["y"]) == len(table)  # a strip row per method
+    assert len(attention["data"]) == 2  # full beside compressed
+    title = tradeoff["layout"]["title"]["text"]
+    assert ("캐시" in title or "방법" in title) if lang == "ko" else "Memory saved" in title
+    # SnapKV at 50% of a 128-token chunk: the 64-token prompt is within its budget, so nothing was dropped
+    assert any(named("snapkv", " (64)", lang) in i.value for i in at.info)
+    # The sinks' value: StreamingLLM against the window at each budget, the same perplexities as the table's
+    ppl = dict(zip(table.iloc[:, 0], table[t("compression.table_ppl", lang)], strict=True))
+    lines = [m.value for m in at.markdown if m.value.startswith(t("compression.sink_value", lang).split("{")[0])]
+    assert len(lines) == 2, lines  # both budgets
+    for line in lines:
+        budget = int(re.search(r"\d+", line).group())
+        streaming, window = (float(x) for x in re.findall(r"\*\*([\d.]+)\*\*", line))
+        assert streaming == pytest.approx(ppl[named("streaming", f" ({budget})", lang)], abs=0.006)
+        assert window == pytest.approx(ppl[named("window", f" ({budget})", lang)], abs=0.006)
+    hollow = [d for d in tradeoff["data"] if d["name"] == named("snapkv", " (64)", lang)]
+    assert hollow[0]["marker"]["symbol"].endswith("-open") and hollow[0]["x"] == [0.0]
+
+
+def test_savings_follow_the_chosen_kv_dtype_and_survive_a_language_switch():
+    """The quality axis (and every choice made after a run) stays when the language changes; savings are
+    redrawn for another KV dtype without measuring again."""
+    at = measured("en")
+    at.radio(key="_w_kv_url_metric").set_value("top1").run()
+    at.selectbox(key="_w_kv_url_kvdtype").set_value("float32").run()
+    assert "Top-1" in json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["title"]["text"]
+    at.radio(key="_w_kv_lang").set_value("ko").run()
+    assert not at.exception
+    assert at.radio(key="_w_kv_url_metric").value == "top1"
+    assert at.selectbox(key="_w_kv_url_kvdtype").value == "float32"
+    table = at.dataframe[0].value
+    saved = dict(zip(table.iloc[:, 0], table[t("compression.table_saved", "ko", dtype="float32")], strict=True))
+    assert saved[named("fp8", " (scale=1.0)", "ko")] == "75.0%"
+    assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["title"]["text"] == t(
+        "compression.chart_top1", "ko")
