@@ -593,7 +593,7 @@ def cmd_prefix_demo(args: argparse.Namespace) -> dict:
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.loading import load_backend
     from kvviz.engine.paged.demo import prefix_demo
-    from kvviz.lessons.tolerance import agreement
+    from kvviz.engine.tolerance import agreement
 
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=_shape(args), seed=args.seed)
     if not isinstance(backend, NativeBackend):

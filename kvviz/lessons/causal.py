@@ -15,7 +15,7 @@ import torch
 from kvviz.engine.cache import KVCache
 from kvviz.engine.model import Decoder
 from kvviz.errors import InputError
-from kvviz.lessons.tolerance import Agreement, agreement, magnitude
+from kvviz.engine.tolerance import Agreement, agreement, magnitude
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from kvviz.engine.paged.demo import shared_prefix_ids, suffix_ids
 from kvviz.engine.timing import quiet, warm_up
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint
-from kvviz.lessons.tolerance import Agreement, agreement, magnitude
+from kvviz.engine.tolerance import Agreement, agreement, magnitude
 
 
 def _prefill_s(backend: NativeBackend, ids: Sequence[int]) -> float:

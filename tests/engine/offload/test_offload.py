@@ -71,7 +71,7 @@ def test_logits_after_a_load_equal_a_full_recompute(model, tiny, request, tmp_pa
 def test_loaded_kv_equals_the_kv_a_prefill_computes(tiny, tmp_path):
     """The K/V copied into the cache are the stored ones, and those equal a fresh prefill's within rounding."""
     from kvviz.engine.generation import Generation
-    from kvviz.lessons.tolerance import agreement, magnitude
+    from kvviz.engine.tolerance import agreement, magnitude
 
     store = _store(tiny, tmp_path)
     ids = shared_prefix_ids(tiny.tokenizer, 2 * C + 3)

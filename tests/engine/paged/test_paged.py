@@ -16,7 +16,7 @@ from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, suffix_ids
 from kvviz.engine.paged.scheduler import FINISHED, PagedEngine, snapshot
 from kvviz.errors import InputError
 from kvviz.i18n import t
-from kvviz.lessons.tolerance import agreement, magnitude
+from kvviz.engine.tolerance import agreement, magnitude
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 
 def rounding_only(a: list[torch.Tensor], b: list[torch.Tensor], model: Decoder) -> bool:
-    """Equal up to float32 rounding, as the app's one tolerance (kvviz.lessons.tolerance) judges it."""
+    """Equal up to float32 rounding, as the app's one tolerance (kvviz.engine.tolerance) judges it."""
     return agreement(max_diff(a, b), torch.float32, magnitude(*a, *b), model.cfg.d_model).within
 
 

@@ -21,7 +21,7 @@ from kvviz.engine.spec.measure import gpu_prediction
 from kvviz.errors import InputError
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.roofline import Roofline
-from kvviz.lessons.tolerance import agreement, magnitude
+from kvviz.engine.tolerance import agreement, magnitude
 
 KS = (1, 2, 4, 8)
 ALPHA = 0.01  # the chi-square tests' significance: a correct sampler fails one 1% of the time (seeds are fixed)

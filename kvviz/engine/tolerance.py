@@ -8,7 +8,7 @@ round differently. Their results differ by
   least float32 (CPU and GPU kernels accumulate bfloat16/float16 products in float32),
 with |x| the largest magnitude of the values compared and eps = torch.finfo(dtype).eps (2⁻²³ for float32,
 2⁻⁷ for bfloat16, 2⁻¹⁰ for float16). Measured on the shipped and random models
-(tests/lessons/test_tolerance.py), rounding alone stays under 0.8 of it (0.73 at most: float32 logits of the shipped
+(tests/engine/test_tolerance.py), rounding alone stays under 0.8 of it (0.73 at most: float32 logits of the shipped
 model); a bidirectional model's drift is more than 100 times above it in float32.
 """
 from __future__ import annotations
