@@ -14,8 +14,8 @@ import torch
 
 from kvviz.engine.cache import KVCache
 from kvviz.engine.model import Decoder
-from kvviz.errors import InputError
 from kvviz.engine.tolerance import Agreement, agreement, magnitude
+from kvviz.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from kvviz.engine import fetch
 from kvviz.engine.chat import chat_prompt
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend
-from kvviz.errors import InputError
 from kvviz.engine.tolerance import agreement, magnitude
+from kvviz.errors import InputError
 from tests.engine.test_hf_backend import byte_bpe
 
 PROMPTS = ["The capital of France is", "A KV cache stores", "In 2024, 12345 apples cost $3.50 at",

@@ -7,8 +7,8 @@ import torch
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend
-from kvviz.lessons import causal
 from kvviz.engine.tolerance import ROUNDING_ULPS, agreement, eps, magnitude, rounding_tolerance
+from kvviz.lessons import causal
 
 SMALL = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=300, max_seq_len=128)
 

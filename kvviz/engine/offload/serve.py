@@ -19,9 +19,9 @@ from kvviz.engine.metrics import Spread, spread
 from kvviz.engine.offload.store import TIERS, Loaded, Saved, TieredStore, copy_into, namespace
 from kvviz.engine.paged.demo import shared_prefix_ids, suffix_ids
 from kvviz.engine.timing import quiet, warm_up
+from kvviz.engine.tolerance import Agreement, agreement, magnitude
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint
-from kvviz.engine.tolerance import Agreement, agreement, magnitude
 
 
 def _prefill_s(backend: NativeBackend, ids: Sequence[int]) -> float:

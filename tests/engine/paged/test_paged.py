@@ -14,9 +14,9 @@ from kvviz.engine.model import Decoder
 from kvviz.engine.paged.blocks import BlockPool, max_cacheable_tokens, prompt_block_hashes
 from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, suffix_ids
 from kvviz.engine.paged.scheduler import FINISHED, PagedEngine, snapshot
+from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
 from kvviz.i18n import t
-from kvviz.engine.tolerance import agreement, magnitude
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ from kvviz.engine.spec import ngram, sampling
 from kvviz.engine.spec.decoding import SpecStats, SpeculativeGeneration
 from kvviz.engine.spec.drafts import EarlyExitDraft, ModelDraft, NgramDraft, first_layers_draft, load_draft
 from kvviz.engine.spec.measure import gpu_prediction
+from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.roofline import Roofline
-from kvviz.engine.tolerance import agreement, magnitude
 
 KS = (1, 2, 4, 8)
 ALPHA = 0.01  # the chi-square tests' significance: a correct sampler fails one 1% of the time (seeds are fixed)
