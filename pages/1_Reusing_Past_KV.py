@@ -21,8 +21,9 @@ head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine import tolerance
     from kvviz.engine.generation import Generation
-    from kvviz.lessons import decode_view, tolerance, work
+    from kvviz.lessons import decode_view, work
     backend = get_backend(settings)
 
 state = st.session_state

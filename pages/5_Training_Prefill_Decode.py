@@ -20,8 +20,9 @@ with head[0], intro_box():  # on a projector folded away: the presenter says it
 titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
 show = ideas(titles, "training")
 with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.engine import tolerance
     from kvviz.engine.model import Decoder
-    from kvviz.lessons import causal, tolerance
+    from kvviz.lessons import causal
     backend = get_backend(settings)
 
 

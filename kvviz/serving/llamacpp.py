@@ -60,6 +60,9 @@ class LlamaServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.args = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "--alias", alias,
                      "-np", str(n_parallel), "-c", str(ctx_size), "-t", str(threads), "--no-webui",
+                     # CPU weight repacking of Q4_1 (SmolLM2's GGUF) segfaults at load in this llama.cpp build
+                     # (llama-cpp-python 0.3.36's vendored copy); repacking is a speed layout, not a different result
+                     "--no-repack",
                      *(["--metrics"] if metrics else []), *(extra or [])]
         self.log = log
         self.proc: subprocess.Popen | None = None
