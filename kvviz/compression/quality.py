@@ -218,3 +218,19 @@ def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Me
         if n_kv_heads > 1:
             out.append(Method("mqa"))
     return out
+
+
+def quality_report(backend: Backend, methods: list[Method], text: str | None = None, *, text_name: str | None = None,
+                   seq_len: int, n_tokens: int = DEFAULT_TOKENS, kv_dtype: str = "bfloat16") -> dict:
+    """`evaluate` as one table: each method's row headed by the model's shape, the dtype it ran in, the text (the
+    held-out split when None) and the chunking, the same shape however many methods (`kvviz compress --json`)."""
+    rows = evaluate(backend, methods, text if text is not None else held_out_text(), seq_len=seq_len,
+                    n_tokens=n_tokens, kv_dtype=kv_dtype)
+    spec = backend.spec
+    n_prompt = seq_len // 2
+    common = {"model": spec.name, "kind": spec.attention_kind, "n_layers": spec.n_layers, "n_heads": spec.n_heads,
+              "n_kv_heads": spec.n_kv_heads, "d_head": spec.d_head,
+              "dtype": str(backend.dtype).removeprefix("torch."),
+              "text": text_name or "held-out split (kvviz.training.corpus)", "seq_len": seq_len, "n_prompt": n_prompt,
+              "n_chunks": rows[0].n_predicted // (seq_len - n_prompt)}
+    return {"results": [{**common, **r.to_dict()} for r in rows]}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kvviz.engine.device_names import DEVICES, DTYPE_NAMES
+from kvviz.engine.device_names import DEVICES, DTYPE_NAMES, available_devices
 from kvviz.errors import InputError
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -14,15 +14,6 @@ def parse_dtype(name: str) -> torch.dtype:
         return DTYPES[name]
     except KeyError:
         raise InputError("unknown_dtype", name=name, choices=", ".join(DTYPES)) from None
-
-
-def available_devices() -> list[str]:
-    found = ["cpu"]
-    if torch.cuda.is_available():
-        found.append("cuda")
-    if torch.backends.mps.is_available():
-        found.append("mps")
-    return found
 
 
 def resolve_device(name: str = "auto") -> torch.device:

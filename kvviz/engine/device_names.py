@@ -1,5 +1,6 @@
 """The device and dtype names the UI offers, known without importing torch (~1 s): the first page a
-visitor opens draws its sidebar before any model is loaded."""
+visitor opens draws its sidebar before any model is loaded. Only available_devices (torch's own answer) imports
+torch, when called; kvviz.engine.device builds on this module, never the other way round."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -17,8 +18,6 @@ def likely_devices() -> list[str]:
     no "+cpu") with an NVIDIA driver loaded, or Apple silicon. A wrong guess is caught when a model loads
     (resolve_device says the device is missing), and the next page draw uses torch's answer."""
     if "torch" in sys.modules:
-        from kvviz.engine.device import available_devices
-
         return available_devices()
     found = ["cpu"]
     try:
@@ -28,5 +27,17 @@ def likely_devices() -> list[str]:
     if not cpu_build and Path("/proc/driver/nvidia/version").exists():
         found.append("cuda")
     if sys.platform == "darwin" and platform.machine() == "arm64":
+        found.append("mps")
+    return found
+
+
+def available_devices() -> list[str]:
+    """torch's own answer: the devices this process can run on (imports torch; kvviz.engine.device re-exports it)."""
+    import torch
+
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if torch.backends.mps.is_available():
         found.append("mps")
     return found

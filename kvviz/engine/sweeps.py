@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kvviz.engine.backends.base import Backend
+from kvviz.engine.device_names import DTYPE_NAMES
 from kvviz.engine.generation import Generation
 from kvviz.engine.metrics import spread, summarize
-from kvviz.engine.sweep_stats import DEFAULT_REPEATS
+from kvviz.engine.sweep_stats import COLUMNS, DEFAULT_REPEATS, default_contexts, default_prompt_lengths, summary
 from kvviz.engine.timing import quiet, warm_up
 from kvviz.errors import InputError
 
@@ -273,3 +274,24 @@ def dtype_sweep(
     return Sweep("dtype", len(dtypes), len(dtypes), runs())
 
 
+def run_sweep(load: Callable[[str], Backend], kind: str, *, dtype: str = "float32",
+              lengths: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
+              batches: Sequence[int] = (1, 2, 4, 8), dtypes: Sequence[str] = DTYPE_NAMES,
+              prompt_tokens: int = 64, new_tokens: int = 16, repeats: int = 3) -> dict:
+    """One whole sweep of `kind` ("prompt-length", "cache", "batch", "dtype"), run to the end: its rows, columns and
+    summary. `load(dtype)` gives the model in a dtype; the sweeps other than dtype run it in `dtype`. Lengths and
+    contexts left out are the defaults of sweep_stats for the model's context."""
+    backend = load(dtype)
+    max_len = backend.spec.max_context
+    if kind == "prompt-length":
+        sweep = prompt_length_sweep(backend, lengths or default_prompt_lengths(max_len, new_tokens),
+                                    n_new=new_tokens, repeats=repeats)
+    elif kind == "cache":
+        sweep = cache_sweep(backend, contexts or default_contexts(max_len), repeats=repeats)
+    elif kind == "batch":
+        sweep = batch_sweep(backend, batches, n_prompt=prompt_tokens, n_new=new_tokens)
+    else:
+        sweep = dtype_sweep(load, dtypes, n_prompt=prompt_tokens, n_new=new_tokens)
+    rows = SweepRun(sweep).run()
+    return {"sweep": kind, "model": backend.spec.name, "device": str(backend.device), "dtype": dtype,
+            "columns": list(COLUMNS[kind]), "rows": rows, "summary": summary(kind, rows)}

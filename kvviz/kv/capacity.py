@@ -263,3 +263,27 @@ def parse_lengths(text: str) -> list[int]:
         return [int(p) for p in parts]
     except ValueError:
         raise InputError("memory.bad_lengths", text=text) from None
+
+
+def capacity_report(spec: KVSpec, device_total_bytes: int, *, device_total_source: str, max_model_len: int,
+                    engine: str = "vllm", tp: int = 1, kv_dtype_name: str = "bfloat16",
+                    weight_dtype: str = "bfloat16", gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                    block_size: int = BLOCK_SIZE, reserve_bytes: int | None = None,
+                    flags: ServingFlags | None = None, gpu_name: str | None = None, smi_mib: int | None = None,
+                    mem_fraction_static: float | None = None, sglang_version: str | None = None) -> dict:
+    """The plan of `engine` ("vllm" or "sglang") as one dict, headed by the model, its parameter count with their
+    source and where the device total came from: what `kvviz capacity --json` prints."""
+    head = {"model": spec.name, "n_params": spec.n_params, "params_source": spec.params_source,
+            "device_total_source": device_total_source}
+    if engine == "sglang":
+        from kvviz.kv.sglang_pool import plan_sglang
+
+        plan = plan_sglang(spec, device_total_bytes, context_len=max_model_len, tp=tp, smi_mib=smi_mib,
+                           mem_fraction_static=mem_fraction_static, sglang_version=sglang_version,
+                           kv_dtype_name=kv_dtype_name, weight_dtype=weight_dtype)
+        return head | plan.to_dict()
+    plan = plan_capacity(spec, device_total_bytes, max_model_len=max_model_len,
+                         gpu_memory_utilization=gpu_memory_utilization, tp=tp, kv_dtype_name=kv_dtype_name,
+                         weight_dtype=weight_dtype, block_size=block_size, reserve_bytes=reserve_bytes, flags=flags,
+                         gpu_name=gpu_name)
+    return head | {"engine": "vllm"} | plan.to_dict()

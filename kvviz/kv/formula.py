@@ -307,3 +307,22 @@ def attention_scores_per_pass(spec: KVSpec, n_new: int, n_past: int) -> int:
     """Dot products q·k for n_new queries after n_past cached keys under a causal mask (a sliding layer's
     query sees at most its window), all layers and query heads."""
     return spec.n_heads * spec.keys_attended(n_past, n_new)
+
+
+def footprint_report(spec: KVSpec, *, n_tokens: int, batch: int = 1, kv_dtype_name: str = "bfloat16",
+                     weight_dtype: str = "bfloat16") -> dict:
+    """A named model's KV footprint with every intermediate, its MLA factors where it has them, and its weights'
+    bytes (None where the parameter count is unknown): what `kvviz memory --preset/--config --json` prints."""
+    out = {"model": spec.name, **kv_footprint(spec, n_tokens, batch, kv_dtype_name).to_dict()}
+    if spec.is_mla:
+        out |= {"kv_lora_rank": spec.kv_lora_rank, "qk_rope_head_dim": spec.qk_rope_head_dim}
+    return out | {"n_params": spec.n_params, "params_source": spec.params_source, "weight_dtype": weight_dtype,
+                  "weight_bytes": weight_bytes(spec.n_params, weight_dtype)}
+
+
+def shape_footprint(n_layers: int, n_kv_heads: int, d_head: int, *, n_tokens: int, batch: int = 1,
+                    kv_dtype_name: str = "bfloat16") -> dict:
+    """The footprint of a bare shape (L, H_kv, d_head). Query heads do not change the bytes, so the attention kind
+    (which needs them) is left out rather than guessed."""
+    fp = kv_footprint(KVSpec(n_layers, n_kv_heads, n_kv_heads, d_head), n_tokens, batch, kv_dtype_name)
+    return {k: v for k, v in fp.to_dict().items() if k != "kind"}

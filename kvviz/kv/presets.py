@@ -10,7 +10,7 @@ leaves out the 14B multi-token-prediction module.
 from __future__ import annotations
 
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec
+from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.kv.reader import parse_hf_config
 
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 4096}
@@ -184,3 +184,15 @@ def get_preset(name: str) -> KVSpec:
         return PRESETS[name]
     except KeyError:
         raise InputError("memory.unknown_preset", name=name, choices=", ".join(PRESETS)) from None
+
+
+def preset_table() -> list[dict]:
+    """One row per preset: its Hugging Face repo, KV shape, context, parameters (with their source) and the bytes
+    one token leaves in a bf16 cache, as `kvviz presets` lists them."""
+    return [{"name": name, "hf_repo": HF_REPOS[name], "kind": s.attention_kind, "n_layers": s.n_layers,
+             "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads, "d_head": s.d_head, "d_model": s.d_model,
+             "kv_lora_rank": s.kv_lora_rank, "qk_rope_head_dim": s.qk_rope_head_dim,
+             "sliding_window": s.sliding_window, "n_sliding_layers": s.n_sliding_layers,
+             "max_context": s.max_context, "n_params": s.n_params, "params_source": s.params_source,
+             "bf16_bytes_per_token": kv_footprint(s, 1).per_token}
+            for name, s in PRESETS.items()]

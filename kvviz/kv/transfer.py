@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from kvviz.errors import InputError
 from kvviz.kv.capacity import shard_for_tp
 from kvviz.kv.formula import KVSpec, kv_footprint
-from kvviz.kv.hardware import Hardware, Link
+from kvviz.kv.hardware import LINKS, Hardware, Link
 from kvviz.kv.roofline import Roofline
 
 
@@ -37,6 +37,12 @@ class HandoffBytes:
     def seconds(self, link: Link, *, shared_link: bool = False) -> float:
         """Transfer time: each rank over its own link (the ranks in parallel), or all of it over one link."""
         return link.seconds(self.total if shared_link else self.per_rank)
+
+    def seconds_per_link(self, links: dict[str, Link] = LINKS) -> dict[str, dict]:
+        """Each link's transfer time, per rank and on one shared link, with its bandwidth and that number's source."""
+        return {name: {"per_rank_s": self.seconds(link), "shared_link_s": self.seconds(link, shared_link=True),
+                       "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s, "source": link.bandwidth_source}
+                for name, link in links.items()}
 
     def to_dict(self) -> dict:
         return asdict(self)

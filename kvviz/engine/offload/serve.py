@@ -288,3 +288,24 @@ class OffloadDemo:
             "directory": str(self.store.disk.directory), "recompute_repeats": self.repeats,
             "requests": self.results,
         }
+
+
+def offload_report(backend: NativeBackend, store_dir: str | Path | None = None, *, chunk_size: int = 256,
+                   memory_chunks: int = 3, disk_chunks: int = 6, repeats: int = 3, tier_repeats: int = 5,
+                   progress: Callable[[int, int], None] | None = None) -> dict:
+    """The whole OffloadDemo and, unless tier_repeats is 0, the per-tier table (2 chunks loaded from memory, from
+    disk, recomputed). The disk tier lives in `store_dir`, kept afterwards, or in a temporary folder removed at the
+    end."""
+    root = Path(store_dir or tempfile.mkdtemp(prefix="kvviz-offload-"))
+    try:
+        demo = OffloadDemo(backend, root / "store", chunk_size=chunk_size, memory_chunks=memory_chunks,
+                           disk_chunks=disk_chunks, repeats=repeats)
+        out = demo.run(progress)
+        tiers = []
+        if tier_repeats:
+            tiers = [t.to_dict() for t in tier_costs(backend, root / "tiers", n_chunks=2, chunk_size=chunk_size,
+                                                     repeats=tier_repeats)]
+    finally:
+        if not store_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    return {**out, "tiers": tiers, "store_kept": bool(store_dir)}

@@ -16,7 +16,8 @@ from kvviz.engine.generation import Generation
 from kvviz.engine.metrics import Spread, spread
 from kvviz.engine.shape import native_spec
 from kvviz.engine.spec.decoding import SpeculativeGeneration
-from kvviz.engine.spec.drafts import Draft, EarlyExitDraft, ModelDraft
+from kvviz.engine.spec.drafts import Draft, EarlyExitDraft, ModelDraft, NgramDraft, default_exit_layer, load_draft
+from kvviz.engine.spec.ngram import NgramConfig
 from kvviz.engine.timing import quiet, warm_up
 from kvviz.kv.formula import KVSpec
 from kvviz.kv.hardware import Hardware
@@ -107,3 +108,49 @@ def gpu_prediction(gen: SpeculativeGeneration, hw: Hardware, dtype: str = "bfloa
             spec += sum(draft.decode_bound(batch=1, n_context=e.position + i + 1).seconds
                         for i in range(len(e.drafted)))
     return GpuPrediction(hw.name, plain, spec, sum(ratios) / len(ratios) if ratios else 1.0)
+
+
+def speculate_report(backend: NativeBackend, prompt: str, *, method: str, k: int, max_new_tokens: int, hw: Hardware,
+                     temperature: float = 0.0, seed: int = 0, repeats: int = 3, exit_layer: int | None = None,
+                     draft: str | None = None, prompt_lookup_min: int | None = None,
+                     prompt_lookup_max: int | None = None) -> dict:
+    """`compare` with the draft of `method` ("ngram": prompt lookup within the bounds; "early-exit": the target's
+    first exit_layer layers, 3/4 by default; "draft": the model `draft` names, see drafts.load_draft), and the
+    roofline prediction on `hw`: the counts, acceptance and timings of `kvviz speculate`, with the context its
+    text output shows."""
+    exit_layer = exit_layer or default_exit_layer(backend.spec.n_layers)
+    lookup = NgramConfig.from_bounds(prompt_lookup_min, prompt_lookup_max)
+    if method == "ngram":
+        make = lambda: NgramDraft(lookup)  # noqa: E731
+    elif method == "early-exit":
+        make = lambda: EarlyExitDraft(exit_layer)  # noqa: E731
+    else:
+        loaded = load_draft(draft, backend, seed=seed)
+        make = lambda: ModelDraft(loaded.backend)  # noqa: E731
+    result = compare(backend, make, prompt, k=k, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                     repeats=repeats)
+    gen, stats = result.spec, result.spec.stats
+    predicted = gpu_prediction(gen, hw)
+    return {
+        "token_ids": gen.generated,
+        "text": gen.text,
+        "tokens_equal_plain": result.tokens_equal_plain,
+        "acceptance_length_mean": stats.mean_acceptance_length,
+        "accepted_per_position": stats.acceptance_rate_per_pos,
+        "target_passes": gen.target_passes,
+        "plain_passes": gen.plain_passes,
+        "rollback_tokens": gen.rollback_tokens,
+        "draft_kv_bytes": max(e.draft_formula_bytes for e in gen.events),
+        "tpot_s": result.tpot_s.median if result.tpot_s else None,
+        "tpot_plain_s": result.tpot_plain_s.median if result.tpot_plain_s else None,
+        # the context of the text output
+        "model": backend.spec.name, "method": method, "k": k, "temperature": temperature,
+        "draft_name": gen.draft.backend.spec.name if isinstance(gen.draft, ModelDraft) else None,
+        "exit_layer": exit_layer if method == "early-exit" else None,
+        "lookup": (lookup.prompt_lookup_min, lookup.prompt_lookup_max), "repeats": repeats,
+        "drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens, "accepted": stats.num_accepted_tokens,
+        "tpot_range": (result.tpot_s.low, result.tpot_s.high) if result.tpot_s else None,
+        "tpot_plain_range": (result.tpot_plain_s.low, result.tpot_plain_s.high) if result.tpot_plain_s else None,
+        "gpu": predicted.gpu, "gpu_speedup": predicted.speedup, "gpu_verify_over_decode": predicted.verify_over_decode,
+        "bytes_equal_formula": all(e.live_bytes == e.formula_bytes for e in gen.events),
+    }

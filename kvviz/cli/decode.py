@@ -1,0 +1,159 @@
+"""`generate` (prefill a prompt and decode it, with TTFT, TPOT and cache bytes) and `sweep` (latency sweeps over
+prompt length, cache, batch or dtype) on the real engine.
+
+The decoding itself is kvviz.engine.generation.Generation and the sweeps kvviz.engine.sweeps; this module only
+reads flags, refuses what cannot run and prints.
+"""
+from __future__ import annotations
+
+import argparse
+
+from kvviz.cli.common import (
+    CliError,
+    add_command,
+    add_json,
+    add_model,
+    add_run_options,
+    add_shape_flags,
+    check_new_tokens_fit,
+    dtype_list,
+    int_list,
+    positive_int,
+    shape,
+)
+from kvviz.engine.device_names import DTYPE_NAMES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = add_command(sub, "generate", generate, show_generate,
+                    help="prefill a prompt and decode, reporting TTFT, TPOT and cache bytes")
+    g.add_argument("--prompt", required=True)
+    add_model(g)
+    g.add_argument("--engine", default="auto", choices=["auto", "native", "hf"],
+                   help="auto: kvviz's decoder where it implements the architecture, else transformers")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (one user turn)")
+    g.add_argument("--max-new-tokens", type=positive_int, default=32)
+    g.add_argument("--no-cache", action="store_true", help="recompute the whole prefix every step")
+    add_run_options(g)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--batch", type=positive_int, default=1)
+    add_json(g)
+    g.add_argument("--no-warm-up", action="store_true",
+                   help="time the process's first passes too (by default an untimed warm-up pass runs first)")
+    add_shape_flags(g)
+
+    w = add_command(sub, "sweep", sweep, show_sweep,
+                    help="latency sweeps on the real engine: prompt-length, cache, batch, dtype")
+    w.add_argument("kind", choices=["prompt-length", "cache", "batch", "dtype"])
+    add_model(w)
+    add_run_options(w)
+    w.add_argument("--lengths", type=int_list, help="prompt-length: prompt lengths, e.g. 16,64,256")
+    w.add_argument("--contexts", type=int_list, help="cache: context lengths to time a step at, e.g. 8,64,1024")
+    w.add_argument("--batches", type=int_list, default=[1, 2, 4, 8], help="batch: batch sizes")
+    w.add_argument("--dtypes", type=dtype_list, default=list(DTYPE_NAMES), help="dtype: dtypes")
+    w.add_argument("--prompt-tokens", type=positive_int, default=64, help="batch, dtype: prompt length")
+    w.add_argument("--new-tokens", type=positive_int, default=16, help="tokens generated per run")
+    w.add_argument("--repeats", type=positive_int, default=3,
+                   help="whole runs (steps for cache) per setting, one per round over every setting after a warm-up "
+                        "round; the median and range are kept")
+    add_json(w)
+    add_shape_flags(w)
+
+
+def generate(args: argparse.Namespace) -> dict:
+    from kvviz.engine.generation import Generation
+    from kvviz.engine.loading import load_backend
+    from kvviz.engine.sweeps import warm_up
+
+    backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape(args), seed=args.seed,
+                           engine=args.engine)
+    prompt = args.prompt
+    if args.chat:
+        from kvviz.engine.chat import chat_prompt
+
+        template = getattr(backend.tokenizer, "chat_template", None)
+        if not template:
+            raise CliError(f"--chat: {backend.spec.name} has no chat template")
+        prompt = chat_prompt(template, prompt)
+    check_new_tokens_fit(len(backend.tokenizer.encode(prompt)), backend.spec.max_context, args.max_new_tokens)
+    if not args.no_warm_up:
+        # A fresh process's first passes pay one-off costs (allocator growth, kernel choice, lazy init):
+        # an untimed warm-up pass first, so TTFT and TPOT are the steady state, as benchmark tools report.
+        warm_up(backend)
+    gen = Generation(
+        backend,
+        max_new_tokens=args.max_new_tokens,
+        use_cache=not args.no_cache,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        batch_size=args.batch,
+    )
+    events = gen.run(prompt)
+    last = events[-1]
+    note = getattr(backend, "native_note", None)
+    return {
+        "model": backend.spec.name,
+        "engine": backend.kind,  # "native" (kvviz's decoder) or "hf" (transformers)
+        "engine_note": note.message("en") if note is not None else None,
+        "chat": args.chat,
+        "device": str(backend.device),
+        "dtype": args.dtype,
+        "use_cache": gen.use_cache,
+        "warm_up": not args.no_warm_up,
+        "prompt_tokens": len(gen.prompt_ids),
+        "token_ids": gen.generated[0],
+        "text": gen.text,
+        "ttft_s": gen.ttft_s,
+        "tpot_s": gen.tpot_s,
+        "step_seconds": [e.seconds for e in events],
+        "cache_live_bytes": last.live_bytes,
+        "cache_allocated_bytes": last.allocated_bytes,
+        "formula_bytes": last.formula_bytes,
+    }
+
+
+def sweep(args: argparse.Namespace) -> dict:
+    from kvviz.engine.loading import load_backend
+    from kvviz.engine.sweeps import run_sweep
+
+    custom = shape(args)
+
+    def load(dtype: str):  # noqa: ANN202 - a Backend
+        return load_backend(args.model, dtype=dtype, device=args.device, shape=custom, seed=args.seed)
+
+    return run_sweep(load, args.kind, dtype=args.dtype, lengths=args.lengths, contexts=args.contexts,
+                     batches=args.batches, dtypes=args.dtypes, prompt_tokens=args.prompt_tokens,
+                     new_tokens=args.new_tokens, repeats=args.repeats)
+
+
+def show_generate(r: dict) -> None:
+    print(r["text"])
+    tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
+    print(
+        f"\n[{r['model']} on {r['device']} ({'kvviz decoder' if r['engine'] == 'native' else 'transformers'}), "
+        f"{r['dtype']}, cache {'on' if r['use_cache'] else 'off'}] "
+        f"prompt {r['prompt_tokens']} tokens, {len(r['token_ids'])} new; "
+        f"TTFT {r['ttft_s'] * 1e3:.2f} ms, TPOT {tpot} "
+        f"({'steady state, after an untimed warm-up pass' if r['warm_up'] else 'cold: no warm-up pass'}); "
+        f"KV cache {r['cache_live_bytes']} B live (formula {r['formula_bytes']} B), "
+        f"{r['cache_allocated_bytes']} B allocated"
+    )
+    if r["engine_note"]:
+        print(f"note: transformers runs it because {r['engine_note']}")
+
+
+def show_sweep(r: dict) -> None:
+    print(f"[{r['sweep']} sweep: {r['model']} on {r['device']}, {r['dtype']}]")
+    print("  ".join(f"{c:>14}" for c in r["columns"]))
+    for row in r["rows"]:
+        print("  ".join(f"{_cell(row.get(c)):>14}" for c in r["columns"]))
+    for key, value in r["summary"].items():
+        print(f"{key}: {value}")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
