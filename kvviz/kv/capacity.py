@@ -7,10 +7,10 @@ checked against real start-up logs in kvviz/kv/startup_logs.json.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.formula import KVSpec, kv_footprint, shard_for_tp, weight_bytes
 from kvviz.kv.vllm_profile import (
     Gpu,
     Reserve,
@@ -25,25 +25,6 @@ from kvviz.kv.vllm_profile import (
 # gpu_memory_utilization 0.9 (EngineArgs), the same in every release read (0.4.1 – 0.33.0).
 BLOCK_SIZE = 16
 GPU_MEMORY_UTILIZATION = 0.9
-
-
-def shard_for_tp(spec: KVSpec, tp: int) -> KVSpec:
-    """One GPU's part of the model under tensor parallelism, as vLLM splits it: query heads ÷ tp, KV heads ÷ tp
-    (replicated when there are fewer KV heads than GPUs), an MLA latent whole on every GPU (vLLM's MLA attention
-    splits the query heads and replicates the latent cache on every rank)."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise InputError("positive_int", name="tp", value=tp)
-    if tp == 1:
-        return spec
-    if spec.n_heads % tp:
-        raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
-    heads = spec.n_heads // tp
-    if spec.is_mla:  # the latent is not split by heads: the KV bytes per token stay whole
-        return replace(spec, n_heads=heads, n_kv_heads=heads)
-    kv = max(1, spec.n_kv_heads // tp)
-    if heads % kv:
-        raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
-    return replace(spec, n_heads=heads, n_kv_heads=kv)
 
 
 @dataclass(frozen=True)

@@ -326,3 +326,22 @@ def shape_footprint(n_layers: int, n_kv_heads: int, d_head: int, *, n_tokens: in
     (which needs them) is left out rather than guessed."""
     fp = kv_footprint(KVSpec(n_layers, n_kv_heads, n_kv_heads, d_head), n_tokens, batch, kv_dtype_name)
     return {k: v for k, v in fp.to_dict().items() if k != "kind"}
+
+
+def shard_for_tp(spec: KVSpec, tp: int) -> KVSpec:
+    """One GPU's part of the model under tensor parallelism, as vLLM splits it: query heads ÷ tp, KV heads ÷ tp
+    (replicated when there are fewer KV heads than GPUs), an MLA latent whole on every GPU (vLLM's MLA attention
+    splits the query heads and replicates the latent cache on every rank)."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise InputError("positive_int", name="tp", value=tp)
+    if tp == 1:
+        return spec
+    if spec.n_heads % tp:
+        raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
+    heads = spec.n_heads // tp
+    if spec.is_mla:  # the latent is not split by heads: the KV bytes per token stay whole
+        return replace(spec, n_heads=heads, n_kv_heads=heads)
+    kv = max(1, spec.n_kv_heads // tp)
+    if heads % kv:
+        raise InputError("capacity.tp_heads", heads=spec.n_heads, tp=tp)
+    return replace(spec, n_heads=heads, n_kv_heads=kv)

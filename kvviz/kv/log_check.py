@@ -176,6 +176,6 @@ def check_all() -> tuple[LogCheck, ...]:
 
 def kv_bytes_per_token(entry: dict) -> int:
     """One GPU's KV bytes per token for a log's model (its 'GPU KV cache size' × this = its KV GiB)."""
-    from kvviz.kv.capacity import shard_for_tp
+    from kvviz.kv.formula import shard_for_tp
 
     return kv_footprint(shard_for_tp(log_spec(entry), entry["flags"]["tp"]), 1).per_token

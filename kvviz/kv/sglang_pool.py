@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from kvviz.errors import InputError
 from kvviz.i18n import t
-from kvviz.kv.formula import KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.formula import KVSpec, kv_footprint, shard_for_tp, weight_bytes
 from kvviz.kv.vllm_profile import parse_version  # the same release numbering (0.4.6, 0.5.2.post1)
 
 GIB = 2**30
@@ -87,7 +87,6 @@ def plan_sglang(spec: KVSpec, device_total_bytes: int, *, context_len: int, tp: 
                 weight_dtype: str = "bfloat16") -> SglangPlan:
     """The pool SGLang sizes for this model on tp GPUs, the likely value and the range over what is unknown
     before launch (memory in use at start, load overhead, the default fraction's rule when no version)."""
-    from kvviz.kv.capacity import shard_for_tp  # one home for how tensor parallelism splits a model
 
     if spec.n_params is None:
         raise InputError("capacity.params_unknown", name=spec.name or "?")

@@ -16,8 +16,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from kvviz.errors import InputError
-from kvviz.kv.capacity import shard_for_tp
-from kvviz.kv.formula import KVSpec, kv_footprint
+from kvviz.kv.formula import KVSpec, kv_footprint, shard_for_tp
 from kvviz.kv.hardware import LINKS, Hardware, Link
 from kvviz.kv.roofline import Roofline
 

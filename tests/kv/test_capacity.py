@@ -7,8 +7,8 @@ import pytest
 
 from kvviz.cli import main
 from kvviz.errors import InputError
-from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity, shard_for_tp
-from kvviz.kv.formula import kv_footprint
+from kvviz.kv.capacity import compare_allocation, parse_lengths, plan_capacity
+from kvviz.kv.formula import kv_footprint, shard_for_tp
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.log_check import load_logs, log_gpu
 from kvviz.kv.presets import CONFIGS, get_preset
