@@ -295,8 +295,8 @@ def acceptance_view(gen: SpeculativeGeneration) -> None:
     m[0].metric(tr("spec.m_mal"), f"{stats.mean_acceptance_length:.2f}", help=tr("spec.m_mal_help"))
     m[1].metric(tr("spec.m_passes"), f"{gen.target_passes} / {gen.plain_passes}", help=tr("spec.m_passes_help"))
     m[2].metric(tr("spec.m_rolled"), gen.rollback_tokens, help=tr("spec.m_rolled_help"))
-    m[3].metric(tr("spec.m_draft_kv"), f"{max(e.draft_formula_bytes for e in gen.events):,} B",
-                help=tr("spec.m_draft_kv_help"))
+    m[3].metric(tr("spec.m_draft_kv"), f"{max(e.draft_peak_formula_bytes for e in gen.events):,} B",
+                help=tr("spec.m_draft_kv_help", after=f"{gen.events[-1].draft_formula_bytes:,}"))
     if len(gen.events) < 2:
         st.info(tr("spec.no_steps"))
         return

@@ -56,7 +56,8 @@ max_len = backend.spec.max_context
 
 def reason_text(m: dict) -> str:
     tier = tr(f"moving.tier_{m['tier']}") if m.get("tier") else ""
-    return tr(f"moving.reason_{m['reason']}", token=m["token"], tier=tier, request=m.get("request") or "?")
+    return tr(f"moving.reason_{m['reason']}", token=m["token"], changed_at=m.get("changed_at"), tier=tier,
+              request=m.get("request") or "?")
 
 
 # ---- the store and its requests ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import demo_seed, idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
+from kvviz.app.state import page_state
 from kvviz.app.url_state import one_of, url_state
 from kvviz.app.widgets import chart, number_in_range, persisted
 from kvviz.charts import heads as charts
@@ -15,6 +16,8 @@ from kvviz.errors import InputError
 from kvviz.training.prose import PROSE
 
 settings = page_setup("heads.title")
+state = page_state("heads", custom_text="")  # the other keys are number boxes and the link's, seeded where drawn
+state.seed()
 lecture = settings.lecture
 head = lecture_head(tr("heads.title"))
 with head[0], intro_box():  # on a projector folded away: the presenter says it
@@ -65,7 +68,7 @@ if 0 in show:
                                        help=tr("heads.max_tokens_help")))
     with c2:
         if source == "custom":
-            text = persisted(st.text_area, "heads_custom_text", tr("heads.custom_text"), height=120,
+            text = persisted(st.text_area, state.key("custom_text"), tr("heads.custom_text"), height=120,
                                 max_chars=8000)
         else:
             text = "\n\n".join(PROSE[source])
@@ -129,4 +132,7 @@ if 1 in show:
     if ov is None:
         st.caption(tr("heads.copying_unknown"))
     if not lecture:  # on a projector the metrics above say it
-        st.caption(tr("heads.induction_reading", drop=f"{rl.drop:.2f}", named=named, threshold=THRESHOLD))
+        # drop > 0: the second copy is cheaper; below 0 it costs more, said as such (never "-0.04 less")
+        cost = "heads.induction_cheaper" if rl.drop >= 0 else "heads.induction_dearer"
+        st.caption(tr(cost, drop=f"{abs(rl.drop):.2f}") + " "
+                   + tr("heads.induction_reading", named=named, threshold=THRESHOLD))

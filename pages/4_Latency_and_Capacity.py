@@ -201,6 +201,7 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
             # an older script thread (a Cancel's rerun starts while the last tick is still measuring).
             st.rerun()
         state = "cancelled" if run.cancelled else "done" if run.finished else "running"
+        state += "_none" if state == "cancelled" and not run.rows else ""  # no whole round: one sentence says it
         if not lecture or state != "done":  # on a projector a finished sweep's chart says it
             st.progress(run.progress, text=tr(f"latency.progress_{state}", done=run.done, total=run.sweep.total,
                                               settings=run.sweep.settings, kept=len(run.rows)))
@@ -209,8 +210,7 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
         if not run.finished:
             return  # while measuring, only the progress bar: a chart redrawn in the browser competes with the model
         if not run.rows:
-            st.info(tr("latency.nothing_kept"))
-            return
+            return  # the progress line says so
         verdict, details = describe(run.rows)
         chart, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
         chart.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")

@@ -66,12 +66,33 @@ own = ""
 if source == "own":
     own = box.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
 
+# Every eviction method runs at the same budgets; SnapKV needs its observation window and one more position, so a
+# smaller share is raised for all of them, and the control says so.
 budgets = sorted({max(SNAPKV_WINDOW + 1, round(s * seq_len)) for s in shares})
+raised = [s for s in shares if round(s * seq_len) < SNAPKV_WINDOW + 1]
+if raised:
+    c4.caption(tr("compression.budget_raised", shares=", ".join(f"{s:.0%}" for s in raised), seq_len=seq_len,
+                  asked=", ".join(str(round(s * seq_len)) for s in raised), kept=SNAPKV_WINDOW + 1,
+                  window=SNAPKV_WINDOW))
+if n_tokens < seq_len:  # whole chunks only: fewer tokens than one chunk still runs one chunk, said here
+    c3.caption(tr("compression.tokens_raised", n_tokens=n_tokens, seq_len=seq_len))
 methods = quality.all_methods(budgets, native=native, n_kv_heads=backend.spec.n_kv_heads)
-n_prompt = seq_len // 2
-view_steps = tuple(sorted({round(f * (seq_len - n_prompt - 1)) for f in (0, 0.25, 0.5, 0.75, 1)}))
 text_id = hashlib.sha1(own.encode()).hexdigest() if source == "own" else "held_out"
 request = (backend.spec, str(backend.dtype), text_id, seq_len, n_tokens, tuple(budgets))
+
+
+
+def chunk_steps(seq_len: int) -> tuple[int, tuple[int, ...]]:
+    """A chunk's prompt (its first half) and the decode steps whose kept positions and attention are recorded."""
+    n_prompt = seq_len // 2
+    return n_prompt, tuple(sorted({round(f * (seq_len - n_prompt - 1)) for f in (0, 0.25, 0.5, 0.75, 1)}))
+
+
+def measured_with(r: tuple) -> str:
+    """The settings a run was measured with, in words: text, chunk, tokens and budgets."""
+    return tr("compression.measured_with", text=tr(f"compression.text_{'held_out' if r[2] == 'held_out' else 'own'}"),
+              seq_len=r[3], n_tokens=r[4], budgets=", ".join(map(str, r[5])))
+
 
 if controls.button(tr("compression.run"), type="primary", key="cc_run"):
     bar = st.progress(0.0, text=tr("compression.running"))
@@ -79,15 +100,19 @@ if controls.button(tr("compression.run"), type="primary", key="cc_run"):
         text = own if source == "own" else quality.held_out_text()
         with quality.torch_threads(1 if backend.device.type == "cpu" else None):
             rows = quality.evaluate(backend, [Method("full"), *methods], text, seq_len=seq_len, n_tokens=n_tokens,
-                                    view_steps=view_steps, progress=lambda d, t: bar.progress(d / t))
+                                    view_steps=chunk_steps(seq_len)[1], progress=lambda d, t: bar.progress(d / t))
         st.session_state.kv_compress = (request, rows)
     except InputError as exc:
         show_error(exc)
     bar.empty()
 
 stored = st.session_state.get("kv_compress")
-if stored is None or stored[0] != request:
+if stored is None or stored[0][0] != backend.spec:  # nothing measured yet on this model
     st.stop()
+if stored[0] != request:  # the last results stay, labelled with the settings they were measured with
+    st.info(tr("compression.settings_changed", run=tr("compression.run"), shown=measured_with(stored[0])))
+seq_len = stored[0][3]  # what the figures below describe is the run's, not the controls'
+n_prompt, view_steps = chunk_steps(seq_len)
 rows = stored[1]
 full_row, rows = rows[0], rows[1:]
 

@@ -27,13 +27,19 @@ PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOpt
 
 
 def persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 - any st widget
-    """A widget whose value survives page switches: seeded from and written back to `key`."""
-    st.session_state["_w_" + key] = st.session_state[key]
+    """A widget whose value survives page switches: seeded from and written back to `key`.
+
+    A key no one seeded yet (a page that forgot to declare it) is not an error: the widget starts at its own default
+    and that value is saved, so a missing seed can never show a traceback."""
+    if key in st.session_state:
+        st.session_state["_w_" + key] = st.session_state[key]
 
     def save() -> None:
         st.session_state[key] = st.session_state["_w_" + key]
 
-    return widget(label, key="_w_" + key, on_change=save, **kwargs)
+    value = widget(label, key="_w_" + key, on_change=save, **kwargs)
+    st.session_state[key] = value
+    return value
 
 
 def number_text(x: float) -> str:

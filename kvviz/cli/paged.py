@@ -209,7 +209,8 @@ def show_offload_demo(r: dict) -> None:
           f"{'recomp ms':>9} {'TTFT ms':>8} {'recomp TTFT':>11}  why the rest was computed")
     for q in r["requests"]:
         n, m = q["tokens_by_tier"], q["miss_reason"]
-        why = f"{m['reason']} at token {m['token']}" + (f" ({m['tier']}" + (f", by request {m['request']}"
+        changed = f" (changed at token {m['changed_at']}, its chunk computed whole)" if "changed_at" in m else ""
+        why = f"{m['reason']} at token {m['token']}{changed}" + (f" ({m['tier']}" + (f", by request {m['request']}"
                                                                             if m["request"] else "") + ")"
                                                         if m["tier"] else "")
         load = sum(q["load_s"].values())

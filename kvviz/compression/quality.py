@@ -40,13 +40,13 @@ def read_text(path: str | Path) -> str:
 
 
 def chunks(backend: Backend, text: str, seq_len: int, n_tokens: int) -> list[list[int]]:
-    """Consecutive pieces of seq_len tokens, at most n_tokens in all (at least one piece of ≥ 4 tokens)."""
+    """Consecutive whole pieces of seq_len tokens, at most n_tokens in all (at least one). A text shorter than one
+    chunk is refused: a shorter piece would be reported as a chunk of seq_len with a prompt it did not have."""
     ids = backend.tokenizer.encode(text)
     n_pieces = max(1, n_tokens // seq_len)
-    out = [ids[i * seq_len : (i + 1) * seq_len] for i in range(n_pieces)]
-    out = [c for c in out if len(c) == seq_len] or ([ids[:seq_len]] if len(ids) >= 4 else [])
+    out = [c for c in (ids[i * seq_len : (i + 1) * seq_len] for i in range(n_pieces)) if len(c) == seq_len]
     if not out:
-        raise InputError("compression.text_too_short", n_tokens=len(ids))
+        raise InputError("compression.text_too_short", n_tokens=len(ids), seq_len=seq_len)
     return out
 
 

@@ -1,5 +1,6 @@
 """The Compressing the Cache page, headless: every method measured on the user's text, bytes equal to the formula,
 one chart with all methods, the kept-positions strip and the attention rows, in English and Korean."""
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -98,3 +99,47 @@ def test_savings_follow_the_chosen_kv_dtype_and_survive_a_language_switch():
     assert saved[named("fp8", " (scale=1.0)", "ko")] == "75.0%"
     assert json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["yaxis"]["title"]["text"] == t(
         "compression.chart_top1", "ko")
+
+
+def opened(lang: str, shape: DecoderConfig = SMALL, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["kv_model"] = "random"
+    at.session_state["kv_shape"] = shape
+    at.query_params["lang"] = lang
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.switch_page(PAGE)
+    return at.run()
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_a_text_shorter_than_a_chunk_is_refused_in_words(lang):
+    at = opened(lang, text="own", tokens="256")
+    at.text_area(key="cc_own_text").input("Just a few words.").run()
+    at.button(key="cc_run").click().run()
+    assert not at.exception
+    (error,) = at.error
+    # the count of tokens the text has, and the 128 one chunk needs
+    assert any(t("compression.text_too_short", lang, n_tokens=n, seq_len=128) in error.value for n in range(1, 20))
+    assert not at.get("plotly_chart") and not at.dataframe  # no figure describes tokens that were not there
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_changed_settings_keep_the_last_results_labelled(lang):
+    at = measured(lang)
+    before = at.dataframe[0].value
+    at.multiselect(key="_w_cc_budgets").set_value([0.5]).run()
+    assert not at.exception
+    (note,) = [i.value for i in at.info if t("compression.run", lang) in i.value]
+    assert "budgets 33, 64" in note or "예산 33, 64" in note  # the budgets the shown run was measured with
+    assert at.dataframe[0].value.equals(before) and len(at.get("plotly_chart")) == 3
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_settings_raised_are_said_next_to_their_control(lang):
+    at = opened(lang)
+    # 25% of 128 is 32 positions: SnapKV's window of 32 needs 33
+    assert t("compression.budget_raised", lang, shares="25%", seq_len=128, asked="32", kept=33, window=32) in [
+        c.value for c in at.caption]
+    at = opened(lang, dataclasses.replace(SMALL, max_seq_len=512), seq="512", tokens="256")
+    assert t("compression.tokens_raised", lang, n_tokens=256, seq_len=512) in [c.value for c in at.caption]

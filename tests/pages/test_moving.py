@@ -38,8 +38,9 @@ def test_requests_through_the_tiers(lang):
     assert [col[0] for col in texts[:2]] == ["A1", t("moving.c_computed_cell", lang, n=2 * 16 + 7 - 16)]
     requests = _table(at, 0)
     assert list(requests[t("moving.col_memory", lang)]) == [0, 32, 16]
-    assert list(requests[t("moving.col_why", lang)])[2] == t("moving.reason_prompt_changed", lang, token=24, tier="",
-                                                             request="?")
+    # changed at 24, inside the chunk 16..31: computed from 16 (as the memory column's 16 says)
+    assert list(requests[t("moving.col_why", lang)])[2] == t("moving.reason_prompt_changed", lang, token=16,
+                                                             changed_at=24, tier="", request="?")
     assert all(v.startswith(t("moving.equal", lang, diff="", tol="").split("(")[0])
                for v in requests[t("moving.col_logits", lang)])
     at.button(key="mv_all").click().run()

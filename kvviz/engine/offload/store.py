@@ -51,9 +51,13 @@ class MissReason:
     token: int  # the first prompt position computed
     tier: str | None = None  # evicted, corrupt: the tier that lost the chunk
     request: int | None = None  # evicted: the request whose store pushed it out
+    changed_at: int | None = None  # prompt_changed: the first token that differs (its whole chunk is computed)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.changed_at is None:  # said only where it differs from `token`
+            del out["changed_at"]
+        return out
 
 
 @dataclass
@@ -167,7 +171,7 @@ class TieredStore:
             best = max(best, same)
         # A first chunk that shares no token with any stored one is a new prompt, not a changed one.
         if best >= 0 and (best > 0 or info.start > 0):
-            return MissReason("prompt_changed", info.start + best)
+            return MissReason("prompt_changed", info.start, changed_at=info.start + best)
         return MissReason("never_stored", info.start)
 
     # ---- load -------------------------------------------------------------------------------------------

@@ -85,7 +85,8 @@ class SpecEvent:
     formula_bytes: int  # kv_footprint() of the positions kept
     peak_live_bytes: int  # live bytes right after the verify pass, before the rollback
     draft_live_bytes: int
-    draft_formula_bytes: int
+    draft_formula_bytes: int  # the draft's own cache after its rollback
+    draft_peak_formula_bytes: int  # the draft's own cache right after drafting, before its rollback: the most it held
     draft_seconds: float
     verify_seconds: float
     seconds: float  # the whole pass: draft, verify, acceptance and rollback
@@ -199,6 +200,7 @@ class SpeculativeGeneration:
             t0 = time.perf_counter()
             proposal = self.draft.propose(self, k_step) if k_step > 0 else None
             drafted = proposal.tokens if proposal else []
+            draft_peak = self.draft.kv_formula_bytes()
             synchronize(self.backend.device)
             t1 = time.perf_counter()
             logits = self.draft.verify(self, [self.generated[-1], *drafted])
@@ -220,7 +222,8 @@ class SpeculativeGeneration:
         draft_probs = ([float(proposal.probs[i, d]) for i, d in enumerate(drafted)]
                        if proposal is not None and proposal.probs is not None else [])
         return self._record("verify", position, drafted, verdict, verify_lengths, rolled, draft_rolled,
-                            emitted=emitted, draft_probs=draft_probs, peak=peak, draft_s=t1 - t0, verify_s=t2 - t1,
+                            emitted=emitted, draft_probs=draft_probs, peak=peak, draft_peak=draft_peak,
+                            draft_s=t1 - t0, verify_s=t2 - t1,
                             seconds=t2 - t0)
 
     def run(self, prompt: str | list[int]) -> list[SpecEvent]:
@@ -246,7 +249,8 @@ class SpeculativeGeneration:
 
     def _record(self, phase: str, position: int, drafted: list[int], verdict: sampling.Verdict,
                 verify_lengths: list[int], rolled: int, draft_rolled: int | None, *, emitted: list[int] | None = None,
-                draft_probs: list[float] | None = None, peak: int | None = None, draft_s: float, verify_s: float,
+                draft_probs: list[float] | None = None, peak: int | None = None,
+                draft_peak: int | None = None, draft_s: float, verify_s: float,
                 seconds: float) -> SpecEvent:
         be, cache, own = self.backend, self.cache, self.draft.cache
         live = cache.live_bytes()
@@ -261,6 +265,7 @@ class SpeculativeGeneration:
             peak_live_bytes=live if peak is None else peak,
             draft_live_bytes=own.live_bytes() if own is not None else 0,
             draft_formula_bytes=self.draft.kv_formula_bytes(),
+            draft_peak_formula_bytes=self.draft.kv_formula_bytes() if draft_peak is None else draft_peak,
             draft_seconds=draft_s, verify_seconds=verify_s, seconds=seconds)
         self.events.append(event)
         return event

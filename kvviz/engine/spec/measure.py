@@ -140,7 +140,7 @@ def speculate_report(backend: NativeBackend, prompt: str, *, method: str, k: int
         "target_passes": gen.target_passes,
         "plain_passes": gen.plain_passes,
         "rollback_tokens": gen.rollback_tokens,
-        "draft_kv_bytes": max(e.draft_formula_bytes for e in gen.events),
+        "draft_kv_bytes": max(e.draft_peak_formula_bytes for e in gen.events),  # right after drafting
         "tpot_s": result.tpot_s.median if result.tpot_s else None,
         "tpot_plain_s": result.tpot_plain_s.median if result.tpot_plain_s else None,
         # the context of the text output

@@ -111,7 +111,9 @@ def test_the_demonstration_explains_every_request(tiny, tmp_path):
     reasons = {k: r["miss_reason"] for k, r in rows.items()}
     assert reasons["first"] == {"reason": "never_stored", "token": 0, "tier": None, "request": None}
     assert reasons["shared"]["reason"] == "chunk_boundary" and reasons["shared"]["token"] == 2 * C
-    assert reasons["changed"] == {"reason": "prompt_changed", "token": C + C // 2, "tier": None, "request": None}
+    # the change at C + C/2 falls in the second chunk, computed whole from C
+    assert reasons["changed"] == {"reason": "prompt_changed", "token": C, "tier": None, "request": None,
+                                  "changed_at": C + C // 2}
     assert reasons["evicted"] == {"reason": "evicted", "token": C, "tier": "disk", "request": 6}
     assert reasons["restart"]["reason"] == "chunk_boundary"
     assert reasons["corrupt"] == {"reason": "corrupt", "token": 0, "tier": "disk", "request": None}

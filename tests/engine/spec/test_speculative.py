@@ -20,6 +20,7 @@ from kvviz.engine.spec.drafts import EarlyExitDraft, ModelDraft, NgramDraft, fir
 from kvviz.engine.spec.measure import gpu_prediction
 from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.roofline import Roofline
 
@@ -277,6 +278,13 @@ def test_draft_model_cache_is_its_own_and_cropped(tiny):
     early.run(REPETITIVE)
     assert all(e.draft_formula_bytes == 0 for e in early.events)  # shares the target's cache: nothing of its own
     assert max(e.draft_formula_bytes for e in gen.events) > 0
+    # The draft's most bytes are held right after drafting: the rollback then frees its rejected positions.
+    per_token = kv_footprint(draft.backend.spec, 1, 1, str(draft.backend.dtype)).total
+    for e in gen.events[1:]:
+        # draft_rolled_back counts positions over all its layers; per_token is one position in every layer
+        assert (e.draft_peak_formula_bytes - e.draft_formula_bytes) * draft.cache.n_layers == (
+            e.draft_rolled_back * per_token)
+    assert any(e.draft_peak_formula_bytes > e.draft_formula_bytes for e in gen.events)
 
 
 def test_bad_drafts_are_refused(tiny, smollm2):
