@@ -1,4 +1,5 @@
-"""Byte sizes as people read them: one formatter for binary units (KiB = 1024 B) and one for decimal (kB = 1000 B).
+"""Byte sizes as people read them: one formatter for binary units (KiB = 1024 B) and one for decimal (kB = 1000 B);
+and `format_fixed`, a measured number with fixed decimals (or "—" where it is unknown).
 
 Rounding is half-up on the exact value (1,152 B = 1.125 KiB → "1.13 KiB", not float's "1.12"); thousands are
 grouped ("1,000 B", "13,878.00 PiB"), and the units run up to PiB (PB), past which the number grows.
@@ -62,3 +63,15 @@ def format_decimal(n_bytes: float) -> str:
     """Decimal units (kB = 1000 B, GB = 10⁹ B), only for comparison with marketed sizes; shown beside binary."""
     return _format(n_bytes, 1000, DECIMAL_UNITS)
 
+
+
+UNKNOWN = "—"  # what a table or a sentence shows for a number nobody measured
+
+
+def format_fixed(value: float | None, digits: int = 1, *, scale: float = 1.0, unit: str = "") -> str:
+    """`value · scale` with `digits` decimals and the unit after a space: format_fixed(0.01234, scale=1e3, unit="ms")
+    is "12.3 ms"; None (not measured) is "—", never 0."""
+    if value is None:
+        return UNKNOWN
+    text = f"{value * scale:.{digits}f}"
+    return f"{text} {unit}" if unit else text

@@ -27,3 +27,13 @@ def test_format_decimal(n_bytes, text):
 def test_check_quotes_gb_as_the_calculator_rounds():
     total = quiz.cache_size_memory().total
     assert format_decimal(total) == "68.72 GB" == quiz.explain_values()["total_gb"]
+
+
+@pytest.mark.parametrize("args, kwargs, text", [
+    ((0.01234,), {"scale": 1e3, "unit": "ms"}, "12.3 ms"), ((None,), {"scale": 1e3, "unit": "ms"}, "—"),
+    ((2.0, 2), {}, "2.00"), ((None, 2), {}, "—"), ((0.0,), {}, "0.0"), ((0.00049, 2), {"scale": 1e3}, "0.49"),
+])
+def test_format_fixed_says_unknown_for_none(args, kwargs, text):
+    from kvviz.units import format_fixed
+
+    assert format_fixed(*args, **kwargs) == text

@@ -3,9 +3,10 @@ page draws (Streamlit's script, its charts, the browser beside it) shares a Pyth
 
 `Worker` starts `python -m kvviz.serving.worker JOB DIR`; the process runs the job (a load run or the prefix
 experiment), writes where it is to DIR/state.json as it goes (whole files, replaced atomically) and ends. The
-page only reads that file. Cancel is SIGTERM: the run stops at the next chunk and writes what it measured. A
-worker whose page process is gone cancels itself. The API key reaches the process in its environment, never
-in a file.
+page only reads that file, as a `WorkerState` (the job's kind, its status, what it measured so far, its error),
+and `poll()` closes a worker once its state is final. Cancel is SIGTERM: the run stops at the next chunk and
+writes what it measured. A worker whose page process is gone cancels itself. The API key reaches the process
+in its environment, never in a file.
 """
 from __future__ import annotations
 
@@ -18,17 +19,43 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kvviz.errors import InputError
-from kvviz.serving.bench import BenchPlan, Limits, error_dict
+from kvviz.serving.bench import BenchPlan, Limits, error_dict, error_from
 from kvviz.serving.llamacpp import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]  # the kvviz checkout this code runs from
 ENV_KEY = "KVVIZ_WORKER_API_KEY"
 STATE, JOB = "state.json", "job.json"
 FINAL = ("done", "cancelled", "failed")
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """Where one job stands, as its process last wrote it: what the page receives and keeps in its session.
+
+    status: "starting" (no state written yet), "running", then one of FINAL. result: the run's snapshot
+    (BenchRun.snapshot(), or PrefixResult.to_dict()) so far, None before the first; error: an InputError as
+    error_dict() writes it, None without one."""
+
+    kind: str  # "bench" or "prefix"
+    status: str
+    result: dict | None = None
+    error: dict | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WorkerState:
+        return cls(d["kind"], d["status"], d.get("result"), d.get("error"))
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+    def failure(self) -> InputError | None:
+        """The job's own error, else the run's (a load run that stopped on one keeps it in its result)."""
+        return error_from(self.error or (self.result or {}).get("error"))
 
 
 def write_state(directory: Path, state: dict) -> None:
@@ -125,7 +152,7 @@ class Worker:
         return cls({"kind": "prefix", "url": url, "model": model, "timeout_s": timeout_s,
                     "prefix_tokens": prefix_tokens, "repeats": repeats, "block_size": block_size}, api_key)
 
-    def state(self) -> dict:
+    def state(self) -> WorkerState:
         """The latest state the process wrote; a process that ended without a final one is reported failed."""
         state = read_state(self.dir) or {"kind": self.kind, "status": "starting", "result": None}
         code = self.proc.poll()
@@ -134,7 +161,7 @@ class Worker:
             if state.get("status") not in FINAL:
                 state = {**state, "status": "failed",
                          "error": {"key": "serving.worker_exited", "params": {"code": code}}}
-        return state
+        return WorkerState.from_dict(state)
 
     @property
     def running(self) -> bool:
@@ -144,7 +171,7 @@ class Worker:
         if self.running:
             self.proc.send_signal(signal.SIGTERM)
 
-    def wait(self, timeout_s: float | None = None) -> dict:
+    def wait(self, timeout_s: float | None = None) -> WorkerState:
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -156,6 +183,18 @@ class Worker:
         stop_process(self.proc)
         self._stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def poll(worker: Worker | None, last: WorkerState | None) -> tuple[Worker | None, WorkerState | None]:
+    """(the worker, its latest state); once the state is final and the process gone the worker is closed (its files
+    removed) and None comes back in its place, with the final state. No worker: (None, the last state kept)."""
+    if worker is None:
+        return None, last
+    state = worker.state()
+    if state.final and not worker.running:
+        worker.close()
+        return None, state
+    return worker, state
 
 
 if __name__ == "__main__":

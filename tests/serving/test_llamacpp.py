@@ -303,7 +303,7 @@ def test_page_numbers_agree_with_serve_bench(server, capsys):
         time.sleep(1.0)
         at.run()
     assert not at.exception
-    page = at.session_state["sv_state"]["result"]["points"][0]["requests"]
+    page = at.session_state["sv_state"].result["points"][0]["requests"]  # a WorkerState
     after = _bench_requests(server.base_url, capsys, *flags)
     assert len(page) == len(before) == len(after) == 6
     for key in ("ttft_s", "tpot_s"):
