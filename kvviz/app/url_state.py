@@ -2,8 +2,10 @@
 
 - `url_state()`: one setting read from `?key=` once per session and mirrored back on every run;
 - the parsers a link's values pass (`int_in`, `float_in`, `one_of`, `parse_bool`): a link is never trusted;
-- the memory calculator's scenario (`DEFAULTS`, `read_query()`, `scenario_query()`): read_query() checks every
-  value the way the widgets would; a malformed one falls back to its default and is reported, never raised.
+- the memory calculator's scenario (`DEFAULTS`, `read_query()`, `scenario_query()`, `scenario_in()`,
+  `query_changes()`): read_query() checks every value the way the widgets would; a malformed one falls back to its
+  default and is reported, never raised; scenario_in() reads it back from the widgets, query_changes() says what the
+  link must set and drop to carry it.
 """
 
 from __future__ import annotations
@@ -173,3 +175,17 @@ def scenario_query(values: Mapping[str, Any]) -> dict[str, str]:
     if values.get("src") == "upload":
         skip.add("preset")
     return {k: str(v) for k, v in values.items() if k in PARSERS and k not in skip}
+
+
+def scenario_in(state: Mapping[str, Any], prefix: str = "mem_") -> dict[str, Any]:
+    """The scenario the page's widgets (`<prefix><name>`) hold: a number box's last valid value, never one it
+    refused (number_in_range keeps it under `_valid_<key>`); names no widget holds yet are left out."""
+    return {name: state.get(f"_valid_{prefix}{name}", state[f"{prefix}{name}"]) for name in DEFAULTS
+            if f"{prefix}{name}" in state}
+
+
+def query_changes(query: Mapping[str, str], wanted: Mapping[str, str], keep: tuple[str, ...] = ("lang", "lecture")
+                  ) -> tuple[dict[str, str], set[str]]:
+    """What a link's query must change to read `wanted`: (the values to set, the keys to drop); `keep` are the
+    app's own settings, never dropped."""
+    return {k: v for k, v in wanted.items() if query.get(k) != v}, set(query) - set(wanted) - set(keep)

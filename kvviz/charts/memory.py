@@ -1,13 +1,14 @@
-"""Figures of the Memory Footprint page: pure functions, data (and translated labels) in, Plotly figure out."""
+"""Figures of the Memory Footprint page: pure functions, data (and translated labels) in, Plotly figure out (the
+curves and residuals they draw are kvviz.lessons.memory's)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
+from kvviz.lessons.memory import CacheCurve, Residual
 from kvviz.units import binary_unit, format_binary
 
 GIB = 1024**3
@@ -37,14 +38,6 @@ def attention_comparison_figure(
     )
     fig.update_yaxes(title=y_title, rangemode="tozero")
     return style(fig, title=title, lecture=lecture)
-
-
-@dataclass(frozen=True)
-class CacheCurve:
-    batch: int
-    tokens: list[int]
-    cache_bytes: list[int]
-    crossing_tokens: int | None  # context where this batch's cache reaches the weights (None: never)
 
 
 def cache_vs_weights_figure(
@@ -129,14 +122,6 @@ def allocation_figure(
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title=y_title.format(unit=unit), exponentformat="none", tickformat=",~r")
     return style(fig, title=title, lecture=lecture)
-
-
-@dataclass(frozen=True)
-class Residual:
-    log: str  # the log's label on hover
-    term: str  # the x category (translated term name)
-    difference: float  # (predicted − logged) / logged
-    named: bool  # the log names its flags
 
 
 def residual_figure(

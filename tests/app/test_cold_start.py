@@ -104,3 +104,18 @@ def test_a_page_that_runs_the_model_draws_its_title_and_introduction_before_impo
     assert len(drawn["errors"]) == 1 and "torch" in drawn["errors"][0], drawn["errors"]
     if mode == "lecture" and page != MODEL_PAGES[0][0]:  # the stepper's ← and → (the decode page is one demo)
         assert drawn["n_buttons"] >= 2
+
+
+@pytest.mark.parametrize("mode", ["page", "lecture"])
+def test_the_memory_page_draws_whole_without_torch(mode):
+    """The Memory page's arithmetic needs no model (kvviz.lessons.memory, kvviz.app.views.memory): with torch made
+    unimportable it draws everything, the formula's exact bytes included, and loads the model only on Run here."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", BEFORE_TORCH, "pages/3_Memory_Footprint.py", mode], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    drawn = json.loads(out.stdout.strip().splitlines()[-1])
+    assert drawn["errors"] == [] and drawn["titles"] == [t("memory.title", "en")]
+    # the default scenario, Llama-3.1-8B at 4,096 tokens, one request: 2 · 32 · 4096 · 8 · 128 · 2 B
+    assert any("536,870,912 B" in text for text in drawn["texts"]), drawn["texts"]

@@ -51,3 +51,23 @@ def test_lecture_mode_pins_the_seed():
     at = _run(lecture="0")
     assert at.session_state["kv_lecture"] is False
     assert "seed=7" in at.markdown[-1].value
+
+
+def test_the_memory_scenario_goes_back_into_the_link_as_its_widgets_hold_it():
+    """scenario_in() reads a number box's last valid value (never one it refused); query_changes() sets only what
+    differs and drops what the scenario no longer has, keeping the app's own lang and lecture."""
+    from kvviz.app.url_state import query_changes, read_query, scenario_in, scenario_query
+
+    state = {"mem_src": "custom", "mem_layers": 40.0, "_valid_mem_layers": 40, "mem_kv_heads": 3000.0,
+             "_valid_mem_kv_heads": 8, "mem_tokens": 8192, "mem_upload_n": 2, "kv_lang": "ko"}
+    scenario = scenario_in(state)
+    assert scenario == {"src": "custom", "layers": 40, "kv_heads": 8, "tokens": 8192}
+    wanted = scenario_query(scenario)
+    assert wanted == {"src": "custom", "layers": "40", "kv_heads": "8", "tokens": "8192"}
+    query = {"lang": "ko", "lecture": "1", "src": "custom", "layers": "32", "preset": "GPT-2"}
+    changed, dropped = query_changes(query, wanted)
+    assert changed == {"layers": "40", "kv_heads": "8", "tokens": "8192"} and dropped == {"preset"}
+    link = {k: v for k, v in {**query, **changed}.items() if k not in dropped}
+    values, bad = read_query(link)
+    assert not bad and {k: values[k] for k in scenario} == scenario  # the link reproduces the scenario
+    assert query_changes(link, wanted) == ({}, set())
