@@ -3,8 +3,10 @@
 Each `config` below copies the field names and values of the model's Hugging Face config.json
 (checked against the public files), and goes through the same reader as an uploaded config, so a preset
 and `--config` on that model's file give the same figures. Parameter counts are exact counts of the
-checkpoint's unique tensors (tied embeddings counted once), except DeepSeek-V3's published 671B, which
-leaves out the 14B multi-token-prediction module.
+checkpoint's unique tensors (tied embeddings counted once; the MoE presets' from their config's tensor shapes,
+gpt-oss-120b's 116,829,156,672 being its model card's 116.83B), except DeepSeek-V3's published 671B, which
+leaves out the 14B multi-token-prediction module, and Gemma-3-27B's, estimated from its text config (the vision
+tower left out).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from kvviz.kv.reader import parse_hf_config
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 4096}
 _LLAMA31 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 131072}
 
-# name: (Hugging Face repository, config.json fields, parameters)
-_PRESETS: dict[str, tuple[str, dict, int]] = {
+# name: (Hugging Face repository, config.json fields, parameters; None: the reader's estimate from the config)
+_PRESETS: dict[str, tuple[str, dict, int | None]] = {
     "Llama-2-7B": (
         "meta-llama/Llama-2-7b-hf",
         {
@@ -164,17 +166,99 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
             "qk_nope_head_dim": 128,
             "v_head_dim": 128,
             "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 2048,
+            "intermediate_size": 18432,
+            "first_k_dense_replace": 3,
             "max_position_embeddings": 163840,
             "vocab_size": 129280,
         },
         671_000_000_000,
+    ),
+    "Mixtral-8x7B": (
+        "mistralai/Mixtral-8x7B-v0.1",
+        {
+            "model_type": "mixtral",
+            "num_hidden_layers": 32,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "sliding_window": None,
+            "max_position_embeddings": 32768,
+            "vocab_size": 32000,
+            "tie_word_embeddings": False,
+        },
+        46_702_792_704,
+    ),
+    "Qwen3-30B-A3B": (
+        "Qwen/Qwen3-30B-A3B",
+        {
+            "model_type": "qwen3_moe",
+            "num_hidden_layers": 48,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "moe_intermediate_size": 768,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "sliding_window": None,
+            "use_sliding_window": False,
+            "max_position_embeddings": 40960,
+            "vocab_size": 151936,
+            "tie_word_embeddings": False,
+        },
+        30_532_134_912,
+    ),
+    "gpt-oss-120b": (
+        "openai/gpt-oss-120b",
+        {
+            "model_type": "gpt_oss",
+            "num_hidden_layers": 36,
+            "hidden_size": 2880,
+            "intermediate_size": 2880,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "num_local_experts": 128,
+            "num_experts_per_tok": 4,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"] * 18,
+            "max_position_embeddings": 131072,
+            "vocab_size": 201088,
+            "tie_word_embeddings": False,
+        },
+        116_829_156_672,
+    ),
+    "Gemma-3-27B": (
+        "google/gemma-3-27b-it",
+        {  # its config.json's text_config, with Gemma3TextConfig's defaults for the fields it leaves out
+            "model_type": "gemma3_text",
+            "num_hidden_layers": 62,
+            "hidden_size": 5376,
+            "intermediate_size": 21504,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 16,
+            "head_dim": 128,
+            "sliding_window": 1024,
+            "sliding_window_pattern": 6,
+            "max_position_embeddings": 131072,
+            "vocab_size": 262208,
+        },
+        None,
     ),
 }
 
 HF_REPOS: dict[str, str] = {name: repo for name, (repo, _, _) in _PRESETS.items()}
 CONFIGS: dict[str, dict] = {name: config for name, (_, config, _) in _PRESETS.items()}
 PRESETS: dict[str, KVSpec] = {
-    name: parse_hf_config(config, name).with_params(params, "published" if name == "DeepSeek-V3" else "counted")
+    name: parse_hf_config(config, name) if params is None else parse_hf_config(config, name).with_params(
+        params, "published" if name == "DeepSeek-V3" else "counted")
     for name, (_, config, params) in _PRESETS.items()
 }
 

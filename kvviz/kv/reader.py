@@ -104,6 +104,23 @@ def _mlp(cfg: dict[str, Any], d_model: int) -> tuple[int | None, bool | None]:
     return d_ff, gated
 
 
+def _moe_and_mla(cfg: dict[str, Any], d_ff: int | None) -> dict[str, Any]:
+    """The routed-MLP and MLA widths vLLM's profile run allocates for (mixtral.py, qwen3_moe.py, gpt_oss.py,
+    deepseek_v2.py read the same fields); zeros where the config has none."""
+    experts = _int_field(cfg, MOE_FIELDS, required=False) or 0
+    out: dict[str, Any] = {"n_experts": experts}
+    if experts:
+        out |= {"n_experts_per_token": _int_field(cfg, ("num_experts_per_tok", "experts_per_token"), required=False)
+                or 0,
+                "moe_d_ff": _int_field(cfg, ("moe_intermediate_size",), required=False) or d_ff,
+                "n_shared_experts": _int_field(cfg, ("n_shared_experts",), required=False) or 0,
+                "n_dense_layers": _int_field(cfg, ("first_k_dense_replace",), required=False) or 0}
+    if cfg.get("kv_lora_rank"):
+        out |= {"q_lora_rank": _int_field(cfg, ("q_lora_rank",), required=False) or 0,
+                "v_head_dim": _int_field(cfg, ("v_head_dim",), required=False) or 0}
+    return out
+
+
 def estimate_params(cfg: dict[str, Any], n_layers: int, n_heads: int, n_kv_heads: int, d_head: int,
                     d_model: int) -> int | None:
     """Parameters of a dense gated-MLP decoder (GATED_MLP_TYPES) from its config; None (unknown) for any other
@@ -152,6 +169,9 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
     params = estimate_params(cfg, n_layers, n_heads, n_kv_heads, d_head, d_model)
     vocab = cfg.get("vocab_size")
     d_ff, gated = _mlp(cfg, d_model)
+    moe = _moe_and_mla(cfg, d_ff)
+    if moe["n_experts"] and gated is None:
+        gated = True  # every MoE family vLLM serves gates its experts (w1·w3 → w2; gpt-oss's gate_up)
     return KVSpec(
         n_layers=n_layers,
         n_heads=n_heads,
@@ -171,6 +191,7 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
         model_type=str(cfg.get("model_type", "")),
         d_ff=d_ff,
         mlp_gated=gated,
+        **moe,
     )
 
 
