@@ -174,3 +174,17 @@ def test_env_defaults_drive_the_lines():
         line = [ln for ln in LINES if ln.first <= first][-1]
         assert (line.samplers == ("flashinfer",)) == (default == "True"), source
     assert all(d == "32768" for _, d, _ in ENV_DEFAULTS["VLLM_FUSED_MOE_CHUNK_SIZE"])
+
+
+def test_the_config_file_gives_the_presets_moe_fields():
+    """DeepSeek-V3's config.json as published (tests/kv/test_formula.py) gives the preset's MoE and MLA widths."""
+    from kvviz.kv.reader import parse_hf_config
+    from tests.kv.test_formula import DEEPSEEK_V3_CONFIG
+
+    # (that copy leaves out first_k_dense_replace, the preset's 3 dense layers)
+    keys = ("n_experts", "n_experts_per_token", "moe_d_ff", "n_shared_experts", "q_lora_rank", "v_head_dim", "d_ff")
+    read, preset = parse_hf_config(DEEPSEEK_V3_CONFIG), get_preset("DeepSeek-V3")
+    assert {k: getattr(read, k) for k in keys} == {k: getattr(preset, k) for k in keys} == {
+        "n_experts": 256, "n_experts_per_token": 8, "moe_d_ff": 2048, "n_shared_experts": 1, "q_lora_rank": 1536,
+        "v_head_dim": 128, "d_ff": 18432}
+    assert preset.n_dense_layers == 3
