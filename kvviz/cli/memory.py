@@ -251,6 +251,8 @@ def _show_vllm(r: dict) -> None:
         padding = f", {r['padding_layers']} padding layers" if r.get("padding_layers") else ""
         print(f"  {len(r['kv_cache_groups'])} KV-cache group(s){padding}: a request takes {groups} = "
               f"{r['blocks_per_request']:,} blocks")
+    if r.get("sliding_as_full"):
+        print(f"  this release counts the sliding-window layers as full attention ({r['kv_rule']})")
     print(f"  maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
     if r.get("kv_cache_tokens_range"):
         lo, hi = r["kv_cache_tokens_range"]

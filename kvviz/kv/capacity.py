@@ -160,6 +160,7 @@ class CapacityPlan:
     kv_cache_groups: list | None = None  # vLLM's KV-cache groups: [kind, blocks one request takes] each
     padding_layers: int = 0  # layers vLLM adds so that every group has group_size layers ("Add %d padding layers")
     kv_rule: str = ""  # the release whose layout and counting rule the plan follows, with the function read
+    sliding_as_full: bool = False  # the release (V0, V1 before 0.9.1) counts sliding-window layers as full attention
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -280,6 +281,7 @@ def plan_capacity(
         kv_cache_groups=[list(g) for g in kv.groups],
         padding_layers=kv.padding_layers,
         kv_rule=kv.source,
+        sliding_as_full=kv.rule != "groups" and shard.n_sliding_layers > 0,
     )
 
 

@@ -95,7 +95,7 @@ def test_before_0_9_1_sliding_layers_count_as_full():
         plan = plan_capacity(get_preset("Gemma-2-9B"), H100, max_model_len=8192, reserve_bytes=2**30,
                              flags=ServingFlags(vllm_version=version, engine=engine))
         assert plan.kv_cache_groups == [["full", 512]] and plan.padding_layers == 0
-        assert plan.max_concurrency == plan.kv_cache_tokens / 8192
+        assert plan.max_concurrency == plan.kv_cache_tokens / 8192 and plan.sliding_as_full
     assert "unify_hybrid_kv_cache_specs" in kv_layout(
         get_preset("Gemma-2-9B"), version=(0, 9, 0), engine="v1", max_model_len=8192, max_num_batched_tokens=8192,
         block_size=16, kv_dtype_name="bfloat16").source
@@ -106,7 +106,10 @@ def test_cli_shows_the_new_concurrency(capsys):
                  "--max-num-batched-tokens", "8192", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["blocks_per_request"] == 1025 and out["kv_cache_groups"] == [["full", 512], ["sliding", 513]]
-    assert out["max_concurrency"] == pytest.approx(out["num_blocks"] / 1025)
+    assert out["max_concurrency"] == pytest.approx(out["num_blocks"] / 1025) and not out["sliding_as_full"]
+    assert main(["capacity", "--preset", "Gemma-2-9B", "--gpu", "H100 SXM", "--max-model-len", "8192",
+                 "--vllm-version", "0.9.0"]) == 0
+    assert "counts the sliding-window layers as full attention" in capsys.readouterr().out
 
 
 # ---- mixtures of experts and MLA ------------------------------------------------------------------------------
