@@ -106,7 +106,8 @@ def kv_layout(shard: KVSpec, *, version: tuple[int, ...] | None, engine: str, ma
         return KVLayout("v0", "V0 worker/cache_engine.py get_cache_block_size; executor_base.py: concurrency = "
                         "num_gpu_blocks · block_size / max_model_len", page, layers, (("full", full_blocks),), 0,
                         "blocks")
-    rule = [r for r in KV_RULES if version is None or r.first <= version][-1]
+    # V1 before 0.8.0 (VLLM_USE_V1=1 on 0.7) is given the first rule read
+    rule = ([r for r in KV_RULES if version is None or r.first <= version] or [KV_RULES[0]])[-1]
     n_sliding, n_full = shard.n_sliding_layers, layers - shard.n_sliding_layers
     window_tokens = min(shard.sliding_window - 1 + max_num_batched_tokens, max_model_len)
     sliding_blocks = -(-window_tokens // block_size) + 1
