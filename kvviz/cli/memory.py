@@ -241,8 +241,18 @@ def _show_vllm(r: dict) -> None:
         print(f"  likely launch: vLLM {launch['vllm_line']}, {launch['engine']}, {launch['entry']}, "
               f"{launch['max_num_batched_tokens']:,} batched tokens, {launch['max_num_seqs']} sequences, "
               f"{launch['sampler']} sampler ({launch['batch_source']})")
-    print(f"  {r['num_blocks']:,} blocks of {r['block_size']} tokens = {r['kv_cache_tokens']:,} tokens "
-          f"({r['kv_bytes_per_token']:,} B per token, {r['kv_dtype']})")
+        if not launch.get("activation_checked", True):
+            print("  the activation of a mixture of experts / MLA is modelled from the config, not yet checked "
+                  "against a log: read the range below")
+    print(f"  {r['num_blocks']:,} blocks of {r['block_size']} tokens: GPU KV cache size {r['kv_cache_tokens']:,} "
+          f"tokens ({r['kv_bytes_per_token']:,} B per token, {r['kv_dtype']})")
+    if r.get("kv_cache_groups") and (len(r["kv_cache_groups"]) > 1 or r["kv_cache_groups"][0][0] == "sliding"):
+        groups = " + ".join(f"{blocks} ({kind})" for kind, blocks in r["kv_cache_groups"])
+        padding = f", {r['padding_layers']} padding layers" if r.get("padding_layers") else ""
+        print(f"  {len(r['kv_cache_groups'])} KV-cache group(s){padding}: a request takes {groups} = "
+              f"{r['blocks_per_request']:,} blocks")
+    if r.get("sliding_as_full"):
+        print(f"  this release counts the sliding-window layers as full attention ({r['kv_rule']})")
     print(f"  maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
     if r.get("kv_cache_tokens_range"):
         lo, hi = r["kv_cache_tokens_range"]

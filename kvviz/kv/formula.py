@@ -111,6 +111,14 @@ class KVSpec:
     model_type: str = ""
     d_ff: int | None = None  # the MLP's inner width (intermediate_size); None = unknown
     mlp_gated: bool | None = None  # gate·up then down (Llama) or fc1 then fc2 (GPT-2, OPT); None = unknown
+    # Mixture of experts (what vLLM's profile run allocates for a routed MLP): 0 / None = not an MoE or not said
+    n_experts: int = 0  # routed experts (num_local_experts, n_routed_experts, num_experts)
+    n_experts_per_token: int = 0  # num_experts_per_tok: the experts each token is routed to
+    moe_d_ff: int | None = None  # one expert's inner width (moe_intermediate_size, else intermediate_size)
+    n_shared_experts: int = 0  # DeepSeek's always-on experts of moe_d_ff each
+    n_dense_layers: int = 0  # DeepSeek's first_k_dense_replace: leading layers with a dense MLP of d_ff
+    q_lora_rank: int = 0  # MLA: the query's low-rank width (0: queries projected directly)
+    v_head_dim: int = 0  # MLA: one head's value width
 
     def __post_init__(self) -> None:
         _check_positive(n_layers=self.n_layers, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head)

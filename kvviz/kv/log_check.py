@@ -103,7 +103,8 @@ def _vllm(entry: dict) -> LogCheck:
                          max_num_seqs=f.get("max_num_seqs"), enforce_eager=bool(f.get("enforce_eager")))
     plan = plan_capacity(spec, total, max_model_len=f["max_model_len"],
                          gpu_memory_utilization=f["gpu_memory_utilization"], tp=f["tp"],
-                         block_size=f.get("block_size") or 16, flags=flags, gpu_name=name)
+                         block_size=f.get("block_size") or 16, flags=flags, gpu_name=name,
+                         weight_dtype=f.get("weight_dtype") or "bfloat16")
     block = plan.block_size
     terms = [Term("weights", logged.get("weights_gib"), plan.weights_bytes / GIB, "GiB")]
     activation, derived = logged.get("activation_peak_gib"), False
@@ -115,13 +116,16 @@ def _vllm(entry: dict) -> LogCheck:
     if kv_tokens is None and logged.get("gpu_blocks") is not None:
         kv_tokens, derived = logged["gpu_blocks"] * block, True
     if kv_tokens is None and logged.get("kv_cache_gib") is not None:
-        kv_tokens, derived = int(logged["kv_cache_gib"] * GIB // plan.kv_bytes_per_block) * block, True
+        # the blocks that memory holds, counted as the planner's release counts them (per KV-cache group)
+        blocks = int(logged["kv_cache_gib"] * GIB // plan.kv_bytes_per_block)
+        kv_tokens, derived = blocks // len(plan.kv_cache_groups) * block, True
     terms.append(Term("kv_tokens", kv_tokens, plan.kv_cache_tokens, "tokens", derived))
     terms = list(_with_kv_effect(terms, None if kv_tokens is None else kv_tokens * plan.kv_bytes_per_token))
     if logged.get("max_concurrency") is not None:
         # vLLM's concurrency is for max_model_len tokens per request, the length the log states
         n = logged.get("max_concurrency_tokens") or f["max_model_len"]
-        terms.append(Term("max_concurrency", logged["max_concurrency"], plan.kv_cache_tokens / n, "x"))
+        terms.append(Term("max_concurrency", logged["max_concurrency"],
+                          plan.max_concurrency * f["max_model_len"] / n, "x"))
     return LogCheck(id=entry["id"], engine="vllm", model=entry["model"], gpu=entry.get("gpu") or name or "",
                     tp=f["tp"], source_url=entry["source_url"], flags_named=entry["flags_named"],
                     flags_note=entry["flags_note"], version=f.get("vllm_version") or "?", terms=tuple(terms),

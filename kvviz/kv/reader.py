@@ -86,6 +86,8 @@ def _sliding_layers(cfg: dict[str, Any], n_layers: int) -> tuple[int, int]:
             return 0, 0
         return window, max(n_layers - first, 0)
     pattern = cfg.get("sliding_window_pattern")
+    if pattern is None and cfg.get("model_type") == "gemma3_text":
+        pattern = 6  # Gemma3TextConfig's default; gemma-3-27b-it's config.json leaves the pattern out
     if isinstance(pattern, int) and pattern > 0:
         return window, n_layers - n_layers // pattern  # Gemma 3: every pattern-th layer is global
     if cfg.get("model_type") == "gemma2":
@@ -102,6 +104,23 @@ def _mlp(cfg: dict[str, Any], d_model: int) -> tuple[int | None, bool | None]:
     if d_ff is None and model_type in ("gpt2", "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode"):
         d_ff = 4 * d_model
     return d_ff, gated
+
+
+def _moe_and_mla(cfg: dict[str, Any], d_ff: int | None) -> dict[str, Any]:
+    """The routed-MLP and MLA widths vLLM's profile run allocates for (mixtral.py, qwen3_moe.py, gpt_oss.py,
+    deepseek_v2.py read the same fields); zeros where the config has none."""
+    experts = _int_field(cfg, MOE_FIELDS, required=False) or 0
+    out: dict[str, Any] = {"n_experts": experts}
+    if experts:
+        out |= {"n_experts_per_token": _int_field(cfg, ("num_experts_per_tok", "experts_per_token"), required=False)
+                or 0,
+                "moe_d_ff": _int_field(cfg, ("moe_intermediate_size",), required=False) or d_ff,
+                "n_shared_experts": _int_field(cfg, ("n_shared_experts",), required=False) or 0,
+                "n_dense_layers": _int_field(cfg, ("first_k_dense_replace",), required=False) or 0}
+    if cfg.get("kv_lora_rank"):
+        out |= {"q_lora_rank": _int_field(cfg, ("q_lora_rank",), required=False) or 0,
+                "v_head_dim": _int_field(cfg, ("v_head_dim",), required=False) or 0}
+    return out
 
 
 def estimate_params(cfg: dict[str, Any], n_layers: int, n_heads: int, n_kv_heads: int, d_head: int,
@@ -152,6 +171,9 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
     params = estimate_params(cfg, n_layers, n_heads, n_kv_heads, d_head, d_model)
     vocab = cfg.get("vocab_size")
     d_ff, gated = _mlp(cfg, d_model)
+    moe = _moe_and_mla(cfg, d_ff)
+    if moe["n_experts"] and gated is None:
+        gated = True  # every MoE family vLLM serves gates its experts (w1·w3 → w2; gpt-oss's gate_up)
     return KVSpec(
         n_layers=n_layers,
         n_heads=n_heads,
@@ -171,6 +193,7 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
         model_type=str(cfg.get("model_type", "")),
         d_ff=d_ff,
         mlp_gated=gated,
+        **moe,
     )
 
 

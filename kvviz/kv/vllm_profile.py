@@ -133,6 +133,26 @@ LINES: tuple[VllmLine, ...] = (
 )
 
 
+# Environment defaults the planner's terms depend on, each as the release's own vllm/envs.py sets it (read in the
+# wheel of that release: `pip download vllm==X --no-deps`, `unzip -p vllm-X-*.whl vllm/envs.py`). The lines above
+# follow them (tests/kv/test_vllm_kv_layout.py): copies of envs.py from other releases differ.
+ENV_DEFAULTS: dict[str, tuple[tuple[tuple[int, ...], str, str], ...]] = {
+    # gpu_worker.py subtracts profile_cudagraph_memory() only when this is on
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": tuple(
+        (v, d, f"vllm {'.'.join(map(str, v))} wheel, vllm/envs.py: os.getenv(..., \"{d}\")")
+        for v, d in (((0, 18, 0), "0"), ((0, 19, 0), "0"), ((0, 20, 0), "1"), ((0, 21, 0), "1"), ((0, 29, 0), "1"),
+                     ((0, 33, 0), "1"), ((0, 34, 0), "1"))),
+    # topk_topp_sampler.py samples with FlashInfer when this is true (None: only when set)
+    "VLLM_USE_FLASHINFER_SAMPLER": tuple(
+        (v, d, f"vllm {'.'.join(map(str, v))} wheel, vllm/envs.py: {d} when the variable is unset")
+        for v, d in (((0, 11, 1), "None"), ((0, 18, 0), "None"), ((0, 20, 0), "None"), ((0, 21, 0), "True"),
+                     ((0, 29, 0), "True"), ((0, 33, 0), "True"), ((0, 34, 0), "True"))),
+    # fused_moe.py: the routed experts' buffers hold at most this many tokens
+    "VLLM_FUSED_MOE_CHUNK_SIZE": tuple(
+        (v, "32768", f"vllm {'.'.join(map(str, v))} wheel, vllm/envs.py: os.getenv(..., \"32768\")")
+        for v in ((0, 8, 5), (0, 9, 0), (0, 9, 1), (0, 9, 2))),
+}
+
 # The releases whose source was read, to name each line by the first and last release read in it.
 READ = ((0, 4, 1), (0, 5, 4), (0, 6, 3), (0, 6, 4), (0, 6, 5), (0, 6, 6), (0, 7, 2), (0, 7, 3), (0, 8, 0), (0, 8, 1),
         (0, 8, 3), (0, 8, 4), (0, 8, 5), (0, 9, 0), (0, 9, 1), (0, 9, 2), (0, 10, 0), (0, 10, 1), (0, 10, 2),
@@ -231,6 +251,7 @@ class Reserve:
     cudagraph: int
     batch_why: tuple[str, dict] = ("", {})  # where the batch came from: a locale key and its values
     non_torch_why: tuple[str, dict] = ("", {})
+    first: tuple[int, ...] = ()  # the line's first release (the KV layout's rule follows it)
 
     def batch_source(self, lang: str = "en") -> str:
         return why_text(self.batch_why, lang)
@@ -306,14 +327,30 @@ def forward_peak(spec: KVSpec, tokens: int, tp: int, act: int, *, line: VllmLine
     - the attention: qkv [(q + 2·kv)/tp] and the attention output [q/tp].
     Where vLLM measures reserved memory (≤ 0.6.3) the attention's freed blocks stay cached beside the MLP's
     (with, before 0.6.3, the copy of FlashAttention's output into the backend's own `output`).
-    None when the shape does not say (no d_model or d_ff, mixture of experts, MLA)."""
-    if spec.d_model is None or spec.d_ff is None or spec.mlp_gated is None or spec.is_moe or spec.is_mla:
+    Mixtures of experts and MLA: moe_layer_peak and mla_attention. None when the shape does not say (no d_model
+    or d_ff, or an MoE without its experts' width and top-k)."""
+    if spec.d_model is None or spec.mlp_gated is None:
+        return None
+    version = line.first if line else LINES[-1].first
+    if spec.is_moe:
+        moe = moe_layer_peak(spec, tokens, tp, act, version)
+        if moe is None:
+            return None
+        attention = mla_attention(spec, tokens, tp, act) if spec.is_mla else None
+        dense = spec.n_dense_layers and spec.d_ff  # DeepSeek's first layers: a dense gated MLP of d_ff
+        dense_mlp = tokens * (3 * spec.d_model + 3 * math.ceil(spec.d_ff / tp)) * act if dense else 0
+        if attention is None:
+            q, kv = spec.n_heads * spec.d_head // tp, max(1, spec.n_kv_heads // tp) * spec.d_head
+            attention = tokens * (3 * spec.d_model + 2 * q + 2 * kv) * act
+        return max(moe, attention, dense_mlp)
+    if spec.d_ff is None:
         return None
     d = spec.d_model
     f = math.ceil(spec.d_ff / tp)
     q = spec.n_heads * spec.d_head // tp
     kv = max(1, spec.n_kv_heads // tp) * spec.d_head
-    version = line.first if line else LINES[-1].first
+    if spec.is_mla:
+        return max(tokens * (3 * d + 3 * f) * act, mla_attention(spec, tokens, tp, act))
     released = RELEASES_GATE_UP.get(spec.model_type)
     holds = spec.mlp_gated and (released is None or version < released)
     mlp = 3 * d + (3 * f if spec.mlp_gated else 2 * f) + (d if holds else 0)
@@ -321,6 +358,53 @@ def forward_peak(spec: KVSpec, tokens: int, tp: int, act: int, *, line: VllmLine
     if line is not None and line.measures == "reserved":
         return tokens * (mlp + 2 * q + 2 * kv + (q if line.prefill_copy else 0)) * act
     return tokens * max(mlp, attention) * act
+
+
+# VLLM_FUSED_MOE_CHUNK_SIZE (ENV_DEFAULTS; the type annotation beside it says 64 * 1024, the getenv default is what
+# runs): the routed experts' buffers hold at most this many tokens.
+FUSED_MOE_CHUNK = int(ENV_DEFAULTS["VLLM_FUSED_MOE_CHUNK_SIZE"][-1][1])
+# The fused-MoE buffers (Triton path, the default for bf16 weights), read in the wheels:
+# - 0.8.5 – 0.9.2 fused_moe.py fused_experts_impl: cache13 [M, k, max(2·I, d)] (cache1 and cache3 share it) and
+#   cache2 [M·k, I], M = min(tokens, chunk);
+# - 0.20.0 TritonExperts.workspace_shapes: workspace1 [M, k, max(I, d)], workspace2 [M, k, max(2·I, d)], output [M, d].
+# Releases between 0.9.2 and 0.20.0 are given the later form (not read).
+MOE_WORKSPACE_FROM = (0, 10, 0)
+
+
+def moe_layer_peak(spec: KVSpec, tokens: int, tp: int, act: int, version: tuple[int, ...]) -> int | None:
+    """One MoE layer's live bytes at the profile run's peak: the residual, the layer's input and the normed input
+    [d each], the router's logits [E], top-k weights (float32) and ids (int32) [k each], the fused experts'
+    buffers above with each expert's width split over tp (FusedMoE shards intermediate_size_per_partition), the
+    experts' output [d], and the shared experts' output [d] held beside them (DeepSeek's shared MLP runs first;
+    its own gate_up + act [3·S/tp] peak is a phase of its own). Not checked against a log: the range around it
+    is the flags' (max_num_batched_tokens narrows it most); FP8 block-quantized, DeepGEMM and FlashInfer MoE
+    kernels allocate their own workspaces, not modelled."""
+    if not (spec.d_model and spec.moe_d_ff and spec.n_experts and spec.n_experts_per_token):
+        return None
+    d, k, e = spec.d_model, spec.n_experts_per_token, spec.n_experts
+    f = math.ceil(spec.moe_d_ff / tp)
+    m = min(tokens, FUSED_MOE_CHUNK)
+    if version >= MOE_WORKSPACE_FROM:
+        routed = m * k * (max(f, d) + max(2 * f, d)) + m * d
+    else:
+        routed = m * k * (max(2 * f, d) + f) + tokens * d
+    shared = math.ceil(spec.n_shared_experts * spec.moe_d_ff / tp)
+    held = tokens * (3 * d + e + (d if shared else 0)) * act
+    routed_phase = held + routed * act + tokens * k * 8
+    shared_phase = tokens * (3 * d + 3 * shared) * act
+    return max(routed_phase, shared_phase)
+
+
+def mla_attention(spec: KVSpec, tokens: int, tp: int, act: int) -> int:
+    """MLA's prefill (the profile run is a prefill) in vLLM's deepseek_v2.py / MLA backend: the residual, input
+    and normed input [d each], the query's latent [q_lora_rank] and its heads [H/tp · (nope + rope)], the
+    compressed KV [kv_lora_rank + rope], kv_b_proj's up-projection [H/tp · (nope + v)], the keys assembled
+    [H/tp · (nope + rope)], the values padded to the key width for FlashAttention, and the output [H/tp · v]."""
+    h, nope, rope = spec.n_heads // tp, spec.d_head, spec.qk_rope_head_dim
+    v = spec.v_head_dim or nope
+    latent = spec.q_lora_rank + spec.kv_lora_rank + rope
+    heads = h * (3 * (nope + rope) + (nope + v) + v)
+    return tokens * (3 * spec.d_model + latent + heads) * act
 
 
 def sampler_peak(spec: KVSpec, tokens: int, rows: int, path: str, act: int) -> int | None:
@@ -373,7 +457,7 @@ def reserve_for(spec: KVSpec, gpu: Gpu, flags: ServingFlags, *, line: VllmLine, 
                    max_num_batched_tokens=tokens,
                    max_num_seqs=seqs, activation=forward, sampler=sample, non_torch=non_torch,
                    cudagraph=cudagraph_estimate(spec, line, tokens, seqs, tp, act, flags.enforce_eager),
-                   batch_why=why, non_torch_why=nt_why)
+                   batch_why=why, non_torch_why=nt_why, first=line.first)
 
 
 @dataclass(frozen=True)
@@ -425,6 +509,19 @@ def _likely(flags: ServingFlags, gpu: Gpu) -> dict:
     sampler = flags.sampler or ("sort" if engine == "v0" else line.samplers[0])
     return {"line": line, "engine": engine, "entry": flags.entry or "serve", "sampler": sampler,
             "gpu_name": gpu.name or ""}
+
+
+def launch_batch(gpu: Gpu, flags: ServingFlags, *, max_model_len: int) -> tuple[tuple[int, ...], str, int]:
+    """(release, engine, max_num_batched_tokens) of the likely launch, for a plan whose reserve the user gave:
+    the KV layout of sliding layers depends on the batch."""
+    args = _likely(flags, gpu)
+    line, engine = args["line"], args["engine"]
+    version = parse_version(flags.vllm_version) if flags.vllm_version else line.first
+    if flags.max_num_batched_tokens is not None:
+        return version, engine, flags.max_num_batched_tokens
+    tokens, _, _ = _batch_defaults(line, engine, args["entry"], args["gpu_name"], gpu, max_model_len,
+                                   engine == "v1")
+    return version, engine, tokens
 
 
 def _scenarios(spec: KVSpec, gpu: Gpu, flags: ServingFlags, common: dict) -> list[Reserve]:

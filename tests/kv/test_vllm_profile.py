@@ -45,7 +45,11 @@ def test_kv_tokens_within_ten_percent_on_every_log_that_names_its_flags(check):
     assert abs(kv.difference) <= TOLERANCE, (check.id, kv.logged, kv.predicted)
 
 
-@pytest.mark.parametrize("check", [c for c in check_all() if not c.flags_named and c.id != "vllm-12330-a100-llama3-8b"],
+# 12330: a max_num_seqs no default gives (below); 27508: MXFP4 + bf16 weights, not one dtype (test_vllm_kv_layout.py)
+OUTSIDE = ("vllm-12330-a100-llama3-8b", "vllm-27508-h100-gpt-oss-120b")
+
+
+@pytest.mark.parametrize("check", [c for c in check_all() if not c.flags_named and c.id not in OUTSIDE],
                          ids=lambda c: c.id)
 def test_logs_without_their_flags_fall_in_the_predicted_range(check):
     kv = check.term("kv_tokens")
@@ -112,7 +116,7 @@ def test_forward_peak_is_one_layers_live_tensors():
     d, f, q, kv = 8192, 28672 // 2, 64 * 128 // 2, 8 * 128 // 2
     assert forward_peak(get_preset("Llama-3.1-70B"), 16000, 2, 2, line=line_for("0.5.4")) == \
         16000 * (4 * d + 3 * f + 3 * q + 2 * kv) * 2
-    assert forward_peak(get_preset("DeepSeek-V3"), 100, 1, 2) is None  # mixture of experts: unknown
+    assert forward_peak(get_preset("DeepSeek-V3"), 100, 1, 2) > 0  # MoE + MLA: modelled from the config
 
 
 @pytest.mark.parametrize("version, engine, entry, gpu, total_gib, mml, expect", [
