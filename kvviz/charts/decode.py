@@ -1,4 +1,5 @@
-"""Figures of the step-by-step decode (Home and Reusing Past K/V): data in, plotly Figure out.
+"""Figures of the step-by-step decode (Home and Reusing Past K/V): data in, plotly Figure out. The cache grid is
+Speculative Decoding's too, with the one rule of which layers it draws on a projector (`grid_layers`).
 
 Every user-visible string comes in as an argument (the pages pass them translated).
 """
@@ -83,6 +84,31 @@ def _segments(row: Sequence[int], newest: int, kinds: Sequence[str] | None = Non
     return out
 
 
+# The cache grid's K or V row at full height and the gap under it.
+GRID_ROW_PX, GRID_GAP_PX = 22, 2
+# On a projector the K/V rows share what the buttons, the token strip and the tabs leave of a 720 px screen: the
+# shipped model's 4 layers (8 rows, 192 px) end Reusing Past K/V's Cache growth at ~655 px.
+LECTURE_GRID_PX = 200
+
+
+def grid_layers(n_layers: int, *, lecture: bool, keep: Sequence[int] = ()) -> list[int]:
+    """Which layers the cache grid draws, one rule for every page that draws it. On a page, all of them (it scrolls).
+    On a projector (1280×720), as many as fit LECTURE_GRID_PX at full height, a K and a V row each (4): the first,
+    the last and the rest evenly between, each layer of `keep` (what the lesson is about: the early exit's last
+    shared layer and the next) in place of the nearest of those between. SmolLM2's 30 layers drew 60 rows, 1,903 px."""
+    fit = max(2, LECTURE_GRID_PX // (2 * (GRID_ROW_PX + GRID_GAP_PX)))
+    if not lecture or n_layers <= fit:
+        return list(range(n_layers))
+    chosen = {round(i * (n_layers - 1) / (fit - 1)) for i in range(fit)}
+    fixed = {0, n_layers - 1} | {k for k in keep if 0 <= k < n_layers}
+    for k in sorted(fixed - chosen):
+        free = [c for c in chosen if c not in fixed]
+        if free:
+            chosen.remove(min(free, key=lambda c: (abs(c - k), c)))
+        chosen.add(k)
+    return sorted(chosen)
+
+
 _GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR, "draft": DRAFT_COLOR,
                 "rejected": f"repeating-linear-gradient(45deg,{REJECTED_COLOR} 0 4px,#ffd6d7 4px 8px)"}
 
@@ -124,7 +150,7 @@ def cache_grid_html(
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
-    row_h, gap, thin = 22, 2, ""
+    row_h, gap, thin = GRID_ROW_PX, GRID_GAP_PX, ""
     n_rows = 2 * len(written)
     if rows_px is not None and n_rows * (row_h + gap) > rows_px:
         gap = 1

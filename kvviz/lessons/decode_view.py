@@ -1,6 +1,5 @@
 """Pure helpers that turn a Generation's state into what the decode pages draw (no streamlit, no plotly): token
-texts and the strip, which layers the cache grid draws (`grid_layers`, for Reusing Past K/V and Speculative
-Decoding alike), the check's verdict, Play's schedule and the warning it earns."""
+texts and the strip, the check's verdict, Play's schedule and the warning it earns."""
 from __future__ import annotations
 
 import html
@@ -172,28 +171,3 @@ def play_warning(rate: float | None, period: float, late_for: float) -> str | No
 def check_verdict(within_rounding: bool, same_token: bool) -> str:
     """The cache-vs-recompute check's verdict: logits beyond rounding, else the same greedy token or not."""
     return "check_beyond" if not within_rounding else "check_same" if same_token else "check_differs"
-
-
-# The cache grid's K or V row at full height and the gap under it (kvviz.charts.decode.cache_grid_html draws them).
-GRID_ROW_PX, GRID_GAP_PX = 22, 2
-# On a projector the K/V rows share what the buttons, the token strip and the tabs leave of a 720 px screen: the
-# shipped model's 4 layers (8 rows, 192 px) end Reusing Past K/V's Cache growth at ~655 px.
-LECTURE_GRID_PX = 200
-
-
-def grid_layers(n_layers: int, *, lecture: bool, keep: Sequence[int] = ()) -> list[int]:
-    """Which layers the cache grid draws, one rule for every page that draws it. On a page, all of them (it scrolls).
-    On a projector (1280×720), as many as fit LECTURE_GRID_PX at full height, a K and a V row each (4): the first,
-    the last and the rest evenly between, each layer of `keep` (what the lesson is about: the early exit's last
-    shared layer and the next) in place of the nearest of those between. SmolLM2's 30 layers drew 60 rows, 1,903 px."""
-    fit = max(2, LECTURE_GRID_PX // (2 * (GRID_ROW_PX + GRID_GAP_PX)))
-    if not lecture or n_layers <= fit:
-        return list(range(n_layers))
-    chosen = {round(i * (n_layers - 1) / (fit - 1)) for i in range(fit)}
-    fixed = {0, n_layers - 1} | {k for k in keep if 0 <= k < n_layers}
-    for k in sorted(fixed - chosen):
-        free = [c for c in chosen if c not in fixed]
-        if free:
-            chosen.remove(min(free, key=lambda c: (abs(c - k), c)))
-        chosen.add(k)
-    return sorted(chosen)

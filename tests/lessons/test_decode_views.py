@@ -201,34 +201,34 @@ def test_grid_layers_fit_a_lecture_screen_for_any_depth():
     on a 720 px screen) while Speculative Decoding thinned them to 2 px rows. One rule now: on a page every layer; on a
     projector as many as fit LECTURE_GRID_PX at full height, the first, the last and the rest evenly between, a
     lesson's own layers kept (the early exit's boundary)."""
-    per_layer = 2 * (decode_view.GRID_ROW_PX + decode_view.GRID_GAP_PX)
-    fit = decode_view.LECTURE_GRID_PX // per_layer
+    per_layer = 2 * (charts.GRID_ROW_PX + charts.GRID_GAP_PX)
+    fit = charts.LECTURE_GRID_PX // per_layer
     assert fit == 4
     for n in range(1, 81):
-        assert decode_view.grid_layers(n, lecture=False) == list(range(n))
-        shown = decode_view.grid_layers(n, lecture=True)
+        assert charts.grid_layers(n, lecture=False) == list(range(n))
+        shown = charts.grid_layers(n, lecture=True)
         assert shown == sorted(set(shown)) and shown[0] == 0 and shown[-1] == n - 1
-        assert len(shown) == min(n, fit) and len(shown) * per_layer <= decode_view.LECTURE_GRID_PX
+        assert len(shown) == min(n, fit) and len(shown) * per_layer <= charts.LECTURE_GRID_PX
         gaps = [b - a for a, b in zip(shown, shown[1:], strict=False)]
         assert not gaps or max(gaps) - min(gaps) <= 1  # evenly spread
         for m in range(1, n):  # an early exit after m layers: layers m - 1 and m both shown
-            kept = decode_view.grid_layers(n, lecture=True, keep=(m - 1, m))
+            kept = charts.grid_layers(n, lecture=True, keep=(m - 1, m))
             assert {0, m - 1, m, n - 1} <= set(kept) and len(kept) == min(n, fit)
-    assert decode_view.grid_layers(4, lecture=True) == [0, 1, 2, 3]  # the shipped model: every layer, as before
-    assert decode_view.grid_layers(30, lecture=True) == [0, 10, 19, 29]  # SmolLM2
-    assert decode_view.grid_layers(30, lecture=True, keep=(21, 22)) == [0, 21, 22, 29]  # its default early exit
+    assert charts.grid_layers(4, lecture=True) == [0, 1, 2, 3]  # the shipped model: every layer, as before
+    assert charts.grid_layers(30, lecture=True) == [0, 10, 19, 29]  # SmolLM2
+    assert charts.grid_layers(30, lecture=True, keep=(21, 22)) == [0, 21, 22, 29]  # its default early exit
 
 
 def test_the_chosen_layers_draw_at_full_height_within_the_budget():
     """The grid of SmolLM2's depth on a projector: 8 rows of 22 px (4 layers), named by their own layer."""
     written = [list(range(40))] * 30
-    layers = decode_view.grid_layers(30, lecture=True)
+    layers = charts.grid_layers(30, lecture=True)
     html = charts.cache_grid_html([written[i] for i in layers], [str(i) for i in range(40)], title="T", x_title="x",
                                   legend=("p", "s", "n"), hover="{row}", lecture=True,
-                                  layer_names=[f"L{i}" for i in layers], rows_px=decode_view.LECTURE_GRID_PX)
+                                  layer_names=[f"L{i}" for i in layers], rows_px=charts.LECTURE_GRID_PX)
     rows = re.findall(r'class="kv-row" data-row="([^"]+)"[^>]*height:(\d+)px;margin-bottom:(\d+)px', html)
     assert [r[0] for r in rows] == ["L0 K", "L0 V", "L10 K", "L10 V", "L19 K", "L19 V", "L29 K", "L29 V"]
-    assert {(int(h), int(g)) for _, h, g in rows} == {(decode_view.GRID_ROW_PX, decode_view.GRID_GAP_PX)}
+    assert {(int(h), int(g)) for _, h, g in rows} == {(charts.GRID_ROW_PX, charts.GRID_GAP_PX)}
     assert re.findall(r">(L\d+ [KV])</div>", html) == [r[0] for r in rows]  # every row labelled
 
 

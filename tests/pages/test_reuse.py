@@ -341,7 +341,7 @@ DEEP = DecoderConfig(n_layers=30, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_lecture_grid_of_a_deep_model_shows_the_layers_that_fit_and_says_which(lang):
     """Issue 38.5: in lecture mode the Cache growth idea drew all 60 K/V rows of a 30-layer model (SmolLM2: 1,903 px
-    on a 720 px screen). Now the layers decode_view.grid_layers chooses, at full height, the title naming them; on a
+    on a 720 px screen). Now the layers charts.decode.grid_layers chooses, at full height, the title naming them; on a
     page every layer, the title unchanged."""
     from kvviz.i18n import t
 

@@ -143,7 +143,7 @@ def test_bad_lookup_bounds_are_said_and_nothing_is_lost():
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_lecture_grid_of_a_deep_model_keeps_the_early_exit_boundary(lang):
-    """Issue 38.5: one rule with Reusing Past K/V (decode_view.grid_layers). On a projector a 30-layer model's grid
+    """Issue 38.5: one rule with Reusing Past K/V (charts.decode.grid_layers). On a projector a 30-layer model's grid
     draws 4 layers at full height (it thinned 60 rows to 2 px each): the first, the last, and the early exit's last
     shared layer (the draft's writes, purple) beside the target's first own one; the title says which."""
     from kvviz.engine.config import DecoderConfig

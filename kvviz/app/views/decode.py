@@ -49,16 +49,16 @@ def draw(gen: Generation, *, lecture: bool) -> None:
 
 def grid_html(written: list[list[int]], labels: list[str], *, title: str, lecture: bool, keep: tuple[int, ...] = (),
               prefix: str = "L", **kw) -> str:
-    """The cache grid of the layers decode_view.grid_layers chooses for this screen (both decode pages draw theirs
+    """The cache grid of the layers charts.grid_layers chooses for this screen (both decode pages draw theirs
     here), its title saying which layers when not all: a deep model's grid fits a 1280×720 projector."""
-    layers = decode_view.grid_layers(len(written), lecture=lecture, keep=keep)
+    layers = charts.grid_layers(len(written), lecture=lecture, keep=keep)
     if len(layers) < len(written):
         title = tr("common.grid_layers", title=title, shown=", ".join(str(i) for i in layers), n=len(written))
     kinds = kw.pop("kinds", None)
     return charts.cache_grid_html(
         [written[i] for i in layers], labels, title=title, layer_names=[f"{prefix}{i}" for i in layers],
         kinds=None if kinds is None else [kinds[i] for i in layers], lecture=lecture,
-        rows_px=decode_view.LECTURE_GRID_PX if lecture else None, **kw)
+        rows_px=charts.LECTURE_GRID_PX if lecture else None, **kw)
 
 
 def growth_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
