@@ -150,6 +150,9 @@ def cache_grid_html(
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
+    # On a projector the spaces between title, rows, ticks and legend are trimmed (10 px): the step idea of
+    # Speculative Decoding keeps its grid, strip and legend on one 720 px screen.
+    space = (2, 6, 4) if lecture else (6, 10, 6)
     row_h, gap, thin = GRID_ROW_PX, GRID_GAP_PX, ""
     n_rows = 2 * len(written)
     if rows_px is not None and n_rows * (row_h + gap) > rows_px:
@@ -161,7 +164,7 @@ def cache_grid_html(
     share = 100 / max(n, 1)
     out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
            f'font-size:{font}px;line-height:1.2;color:#31333f">',
-           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:6px">'
+           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
            f"{esc(title)}</div>"]
     separators = ""
     if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
@@ -197,7 +200,7 @@ def cache_grid_html(
                          f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
         spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:0;white-space:pre;'
                      f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
-        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + 10}px;margin-top:2px">'
+        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + space[1]}px;margin-top:2px">'
                    f'{"".join(spans)}</div>')
     swatch = "".join(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
@@ -206,7 +209,7 @@ def cache_grid_html(
         for k, text in zip(legend_kinds, legend, strict=True)
     )
     # The legend and the axis's name share one line (a line less between the grid and the next lesson).
-    out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif;display:flex;flex-wrap:wrap;'
+    out.append(f'<div style="margin:{space[2]}px 0 0 {label_w}px;font-family:sans-serif;display:flex;flex-wrap:wrap;'
                f'justify-content:space-between;gap:4px 16px"><span>{swatch}</span>'
                f'<span style="color:#555">{esc(x_title)}</span></div></div>')
     return "".join(out)

@@ -16,11 +16,13 @@ SMALL = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, 
 PROMPT = "Hello KV"  # 8 byte tokens with the custom-shape model's ByteTokenizer
 
 
-def _page(lang: str = "en") -> AppTest:
+def _page(lang: str = "en", *, lecture: bool = False, shape: DecoderConfig = SMALL) -> AppTest:
     at = AppTest.from_file(HOME, default_timeout=60)
     at.query_params["lang"] = lang
+    if lecture:
+        at.query_params["lecture"] = "1"
     at.session_state["kv_model"] = "random"
-    at.session_state["kv_shape"] = SMALL
+    at.session_state["kv_shape"] = shape
     at.run()
     at.switch_page(PAGE).run()
     return at
@@ -345,14 +347,7 @@ def test_lecture_grid_of_a_deep_model_shows_the_layers_that_fit_and_says_which(l
     page every layer, the title unchanged."""
     from kvviz.i18n import t
 
-    at = AppTest.from_file(HOME, default_timeout=60)
-    at.query_params["lang"] = lang
-    at.query_params["lecture"] = "1"
-    at.session_state["kv_model"] = "random"
-    at.session_state["kv_shape"] = DEEP
-    at.run()
-    at.switch_page(PAGE).run()
-    _prefill_and_step(at, 2)
+    at = _prefill_and_step(_page(lang, lecture=True, shape=DEEP), 2)
     rows = _grid_rows(at)
     assert list(rows) == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in ("K", "V")]
     n = at.session_state["reuse_gen"].events[-1].cache_lengths[0]
