@@ -130,3 +130,15 @@ def screenshot_dir() -> Path:
     out = Path(os.environ.get("KVVIZ_SCREENSHOTS", ROOT / "screenshots"))
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def lowest_on_screen(page, path: Path, what: str, height: int = 720) -> float:  # noqa: ANN001 - a Playwright Page
+    """Settled, the screen as a projector shows it saved to `path`, and the lowest edge of what is drawn: above
+    `height` px, with no exception on the page (the report's number printed, pytest -s)."""
+    settle(page)
+    lowest = page.evaluate(LOWEST)
+    page.screenshot(path=path)
+    print(f"{what}: lowest edge {lowest:.0f} px")
+    assert lowest <= height, f"{what} ends at {lowest:.0f} px, below the {height} px screen"
+    assert page.locator("[data-testid='stException']").count() == 0
+    return lowest

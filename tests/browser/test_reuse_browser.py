@@ -4,7 +4,7 @@ from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
 from kvviz.i18n import t
-from tests.browser.harness import IDLE, LOWEST, TOKENS_JS, app_server, settle, wait_idle
+from tests.browser.harness import IDLE, TOKENS_JS, app_server, lowest_on_screen, wait_idle
 
 PROMPT = t("reuse.preset_1", "en")  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny
@@ -251,9 +251,4 @@ def test_lecture_cache_growth_on_smollm2_fits_the_screen(page, shots, smollm2_di
     assert grid["rows"] == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in "KV"]
     expect(page.locator(".kv-grid")).to_contain_text(
         t("common.grid_layers", lang, title="", shown="0, 10, 19, 29", n=30).strip(" ·"))
-    settle(page)
-    lowest = page.evaluate(LOWEST)
-    page.screenshot(path=shots / f"reuse_smollm2_lecture_growth_{lang}.png")  # what the projector shows
-    print(f"Cache growth on SmolLM2, lecture, {lang}: lowest edge {lowest:.0f} px")
-    assert lowest <= 720, f"the Cache growth idea ends at {lowest:.0f} px, below the 720 px screen"
-    assert page.locator("[data-testid='stException']").count() == 0
+    lowest_on_screen(page, shots / f"reuse_smollm2_lecture_growth_{lang}.png", f"Cache growth on SmolLM2 ({lang})")

@@ -3,7 +3,7 @@ striped in the cache grid, in both languages, normal and lecture mode (screensho
 import pytest
 
 from kvviz.i18n import t
-from tests.browser.harness import LOWEST, settle, wait_idle
+from tests.browser.harness import lowest_on_screen, settle, wait_idle
 
 REJECTED = "document.querySelectorAll(\".kv-grid .kv-seg[data-kind='rejected']\").length"
 
@@ -83,9 +83,5 @@ def test_lecture_step_on_smollm2_fits_the_screen(page, shots, smollm2_dir, lang)
     assert rows == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in "KV"]
     title = t("common.grid_layers", lang, title="", shown="0, 10, 19, 29", n=30).strip(" ·")
     assert title in page.locator(".kv-grid").inner_text()
-    settle(page)
-    lowest = page.evaluate(LOWEST)
-    page.screenshot(path=shots / f"speculative_smollm2_lecture_step_{lang}.png")  # what the projector shows
-    print(f"Speculative Decoding's step on SmolLM2, lecture, {lang}: lowest edge {lowest:.0f} px")
-    assert lowest <= 720, f"the step idea ends at {lowest:.0f} px, below the 720 px screen"
-    assert page.locator("[data-testid='stException']").count() == 0
+    lowest_on_screen(page, shots / f"speculative_smollm2_lecture_step_{lang}.png",
+                     f"Speculative Decoding's step on SmolLM2 ({lang})")
