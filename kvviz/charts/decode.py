@@ -1,4 +1,5 @@
-"""Figures of the step-by-step decode (Home and Reusing Past K/V): data in, plotly Figure out.
+"""Figures of the step-by-step decode (Home and Reusing Past K/V): data in, plotly Figure out. The cache grid is
+Speculative Decoding's too, with the one rule of which layers it draws on a projector (`grid_layers`).
 
 Every user-visible string comes in as an argument (the pages pass them translated).
 """
@@ -83,6 +84,31 @@ def _segments(row: Sequence[int], newest: int, kinds: Sequence[str] | None = Non
     return out
 
 
+# The cache grid's K or V row at full height and the gap under it.
+GRID_ROW_PX, GRID_GAP_PX = 22, 2
+# On a projector the K/V rows share what the buttons, the token strip and the tabs leave of a 720 px screen: the
+# shipped model's 4 layers (8 rows, 192 px) end Reusing Past K/V's Cache growth at ~655 px.
+LECTURE_GRID_PX = 200
+
+
+def grid_layers(n_layers: int, *, lecture: bool, keep: Sequence[int] = ()) -> list[int]:
+    """Which layers the cache grid draws, one rule for every page that draws it. On a page, all of them (it scrolls).
+    On a projector (1280×720), as many as fit LECTURE_GRID_PX at full height, a K and a V row each (4): the first,
+    the last and the rest evenly between, each layer of `keep` (what the lesson is about: the early exit's last
+    shared layer and the next) in place of the nearest of those between. SmolLM2's 30 layers drew 60 rows, 1,903 px."""
+    fit = max(2, LECTURE_GRID_PX // (2 * (GRID_ROW_PX + GRID_GAP_PX)))
+    if not lecture or n_layers <= fit:
+        return list(range(n_layers))
+    chosen = {round(i * (n_layers - 1) / (fit - 1)) for i in range(fit)}
+    fixed = {0, n_layers - 1} | {k for k in keep if 0 <= k < n_layers}
+    for k in sorted(fixed - chosen):
+        free = [c for c in chosen if c not in fixed]
+        if free:
+            chosen.remove(min(free, key=lambda c: (abs(c - k), c)))
+        chosen.add(k)
+    return sorted(chosen)
+
+
 _GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR, "draft": DRAFT_COLOR,
                 "rejected": f"repeating-linear-gradient(45deg,{REJECTED_COLOR} 0 4px,#ffd6d7 4px 8px)"}
 
@@ -124,7 +150,10 @@ def cache_grid_html(
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
-    row_h, gap, thin = 22, 2, ""
+    # On a projector the spaces between title, rows, ticks and legend are trimmed (10 px): the step idea of
+    # Speculative Decoding keeps its grid, strip and legend on one 720 px screen.
+    space = (2, 6, 4) if lecture else (6, 10, 6)
+    row_h, gap, thin = GRID_ROW_PX, GRID_GAP_PX, ""
     n_rows = 2 * len(written)
     if rows_px is not None and n_rows * (row_h + gap) > rows_px:
         gap = 1
@@ -135,7 +164,7 @@ def cache_grid_html(
     share = 100 / max(n, 1)
     out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
            f'font-size:{font}px;line-height:1.2;color:#31333f">',
-           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:6px">'
+           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
            f"{esc(title)}</div>"]
     separators = ""
     if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
@@ -171,7 +200,7 @@ def cache_grid_html(
                          f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
         spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:0;white-space:pre;'
                      f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
-        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + 10}px;margin-top:2px">'
+        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + space[1]}px;margin-top:2px">'
                    f'{"".join(spans)}</div>')
     swatch = "".join(
         f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
@@ -180,7 +209,7 @@ def cache_grid_html(
         for k, text in zip(legend_kinds, legend, strict=True)
     )
     # The legend and the axis's name share one line (a line less between the grid and the next lesson).
-    out.append(f'<div style="margin:6px 0 0 {label_w}px;font-family:sans-serif;display:flex;flex-wrap:wrap;'
+    out.append(f'<div style="margin:{space[2]}px 0 0 {label_w}px;font-family:sans-serif;display:flex;flex-wrap:wrap;'
                f'justify-content:space-between;gap:4px 16px"><span>{swatch}</span>'
                f'<span style="color:#555">{esc(x_title)}</span></div></div>')
     return "".join(out)

@@ -1,4 +1,5 @@
-"""Pure helpers that turn a Generation's state into what the decode pages draw (no streamlit, no plotly)."""
+"""Pure helpers that turn a Generation's state into what the decode pages draw (no streamlit, no plotly): token
+texts and the strip, the check's verdict, Play's schedule and the warning it earns."""
 from __future__ import annotations
 
 import html
@@ -7,6 +8,7 @@ from typing import NamedTuple
 
 from kvviz.engine.generation import StepEvent, TopToken
 from kvviz.engine.tokenizer import Tokenizer, byte_run_chips
+from kvviz.i18n import LANGS, t
 
 _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 
@@ -143,3 +145,29 @@ def play_beats(next_due: float | None, now: float, period: float, max_catch_up: 
     if nxt < now:
         nxt = now + period
     return due, nxt
+
+
+def presets(section: str, first: str, n: int = 3) -> list[str]:
+    """A page's example prompts `<section>.preset_1..n`, in the language `first` first, then the other language's."""
+    return [t(f"{section}.preset_{i}", language) for language in sorted(LANGS, key=lambda x: x != first)
+            for i in range(1, n + 1)]
+
+
+def can_step(gen: object | None, stale: bool = False) -> bool:
+    """Whether Step (and Play) may run a pass on `gen`: one is started, not finished, its cache still held (a hosted
+    demo frees an idle one) and the sidebar not changed since it started."""
+    return gen is not None and not gen.done and not stale and getattr(gen, "cache", True) is not None
+
+
+def play_warning(rate: float | None, period: float, late_for: float) -> str | None:
+    """Which warning Play earns: "play_behind" when the steps it really ran (`rate`, per second) fall under 90 % of
+    the asked one (1 / period); before the rate can say it, "play_late" for 3 s after a beat came a whole period
+    late (`late_for`: seconds since); else none."""
+    if rate is not None and rate < 0.9 / period:
+        return "play_behind"
+    return "play_late" if late_for < 3.0 else None
+
+
+def check_verdict(within_rounding: bool, same_token: bool) -> str:
+    """The cache-vs-recompute check's verdict: logits beyond rounding, else the same greedy token or not."""
+    return "check_beyond" if not within_rounding else "check_same" if same_token else "check_differs"

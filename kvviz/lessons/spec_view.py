@@ -103,3 +103,28 @@ def acceptance_series(events: Sequence[SpecEvent]) -> dict[str, list]:
         out["emitted"].append(len(e.emitted))
         out["mean_length"].append(1 + accepted / drafts if drafts else None)
     return out
+
+
+def strip_legend(event: SpecEvent) -> str:
+    """Which line names the strip's colours (a spec.* locale key): the prefill's, a step with no draft, else the
+    drafted / accepted / rolled-back counts."""
+    if event.phase == "prefill":
+        return "strip_prefill"
+    return "strip_legend" if event.drafted else "strip_nodraft"
+
+
+def grid_legend(shared_layers: int) -> tuple[str, ...]:
+    """The kinds the target's cache grid draws: with an early exit, the draft's writes into its shared layers too."""
+    return ("prefill", "step", "draft", "newest", "rejected") if shared_layers else ("prefill", "step", "newest",
+                                                                                      "rejected")
+
+
+def per_token_us(prediction: object, n_generated: int) -> tuple[float, float]:
+    """A GPU prediction's plain and speculative seconds per token after the first, in µs."""
+    per = max(n_generated - 1, 1)
+    return prediction.plain_s / per * 1e6, prediction.spec_s / per * 1e6
+
+
+def spread_ms(s: object) -> str:
+    """A metrics.Spread of seconds as 'median ms (low–high)'."""
+    return f"{s.median * 1e3:.2f} ms ({s.low * 1e3:.2f}–{s.high * 1e3:.2f})"

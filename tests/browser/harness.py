@@ -25,6 +25,12 @@ CHROMIUM_ARGS = [
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 # Tokens on the decode page's strip: a chip spans data-tokens tokens (a run of byte tokens is one chip).
 TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
+# The lowest edge of anything drawn in the page's main block: elements, and expanders (blocks, not elements: a
+# folded one at the foot of a screen was not counted); a folded expander's content is not drawn.
+LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
+  "[data-testid='stMainBlockContainer'] :is([data-testid='stElementContainer'], [data-testid='stExpander'])"))
+  .filter(e => e.offsetHeight > 0 && e.checkVisibility({visibilityProperty: true}))
+  .map(e => e.getBoundingClientRect().bottom))"""
 # Opened directly at a page's URL (/Check), Streamlit's frontend first probes /Check/_stcore/... for its
 # base path and gets 404s, then uses the right one: those two console errors are not the app's.
 BASE_PATH_PROBE = re.compile(r"/[^/]+/_stcore/(health|host-config)$")
@@ -124,3 +130,15 @@ def screenshot_dir() -> Path:
     out = Path(os.environ.get("KVVIZ_SCREENSHOTS", ROOT / "screenshots"))
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def lowest_on_screen(page, path: Path, what: str, height: int = 720) -> float:  # noqa: ANN001 - a Playwright Page
+    """Settled, the screen as a projector shows it saved to `path`, and the lowest edge of what is drawn: above
+    `height` px, with no exception on the page (the report's number printed, pytest -s)."""
+    settle(page)
+    lowest = page.evaluate(LOWEST)
+    page.screenshot(path=path)
+    print(f"{what}: lowest edge {lowest:.0f} px")
+    assert lowest <= height, f"{what} ends at {lowest:.0f} px, below the {height} px screen"
+    assert page.locator("[data-testid='stException']").count() == 0
+    return lowest

@@ -4,7 +4,7 @@ from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
 from kvviz.i18n import t
-from tests.browser.harness import IDLE, TOKENS_JS, app_server, wait_idle
+from tests.browser.harness import IDLE, TOKENS_JS, app_server, lowest_on_screen, wait_idle
 
 PROMPT = t("reuse.preset_1", "en")  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny
@@ -234,3 +234,21 @@ def test_two_sessions_keep_separate_generations(browser, app_url):
     finally:
         for c in contexts:
             c.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_lecture_cache_growth_on_smollm2_fits_the_screen(page, shots, smollm2_dir, lang):
+    """Issue 38.5: on a projector the Cache growth idea drew all 60 K/V rows of SmolLM2's 30 layers at full height and
+    ended at 1,903 px on a 720 px screen. Now the layers charts.decode.grid_layers chooses (the first, the last, two
+    between), the title naming them: after Prefill and 10 steps it ends above 720 px at 1280×720."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.set_default_timeout(120_000)
+    page.goto_app("Reusing_Past_KV", f"?model=smollm2&lecture=1&lang={lang}")
+    _click(page, t("reuse.prefill", lang))
+    for _ in range(10):
+        _step(page)
+    grid = _wait_grid(page, _chips(page) - 1)  # every token but the newest is cached
+    assert grid["rows"] == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in "KV"]
+    expect(page.locator(".kv-grid")).to_contain_text(
+        t("common.grid_layers", lang, title="", shown="0, 10, 19, 29", n=30).strip(" ·"))
+    lowest_on_screen(page, shots / f"reuse_smollm2_lecture_growth_{lang}.png", f"Cache growth on SmolLM2 ({lang})")

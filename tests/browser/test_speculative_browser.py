@@ -3,7 +3,7 @@ striped in the cache grid, in both languages, normal and lecture mode (screensho
 import pytest
 
 from kvviz.i18n import t
-from tests.browser.harness import settle, wait_idle
+from tests.browser.harness import lowest_on_screen, settle, wait_idle
 
 REJECTED = "document.querySelectorAll(\".kv-grid .kv-seg[data-kind='rejected']\").length"
 
@@ -65,3 +65,23 @@ def test_rejection_drawn_in_the_cache_grid(page, lang, lecture):
     page.set_viewport_size({"width": 1400, "height": 2600})
     page.wait_for_timeout(800)
     page.screenshot(path=str(screenshot_dir() / f"speculative_rejection_{lang}{'_lecture' if lecture else ''}.png"))
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_lecture_step_on_smollm2_fits_the_screen(page, shots, smollm2_dir, lang):
+    """Issue 38.5, the same rule as Reusing Past K/V's (charts.decode.grid_layers): on a projector SmolLM2's grid draws
+    4 of its 30 layers at full height (it thinned 60 rows to 2 px each), the title naming them; after Prefill and four
+    steps of prompt lookup (the lecture's default) the step idea ends above 720 px at 1280×720."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    _open(page, f"?model=smollm2&lecture=1&lang={lang}", lang)
+    _click(page, t("spec.prefill", lang))
+    for _ in range(4):
+        page.locator("button.kv-step").click()
+        page.wait_for_timeout(200)
+        wait_idle(page)
+    rows = page.evaluate("() => Array.from(document.querySelectorAll('.kv-grid .kv-row')).map(r => r.dataset.row)")
+    assert rows == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in "KV"]
+    title = t("common.grid_layers", lang, title="", shown="0, 10, 19, 29", n=30).strip(" ·")
+    assert title in page.locator(".kv-grid").inner_text()
+    lowest_on_screen(page, shots / f"speculative_smollm2_lecture_step_{lang}.png",
+                     f"Speculative Decoding's step on SmolLM2 ({lang})")

@@ -14,7 +14,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import TOKENS_JS, app_server, settle, wait_idle
+from tests.browser.harness import LOWEST, TOKENS_JS, app_server, settle, wait_idle
 
 HOSTED = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "2000"}  # about one token of the shipped model
 BUDGET = "hosted demo: this request's KV cache needs"
@@ -321,12 +321,6 @@ def test_hosted_caps_on_memory_run_here(hosted):
 
 
 # ---- issue 29: Cancel that cancels; the latency pages one idea per 1280×720 screen ------------------------------
-# The lowest edge of anything drawn in the page's main block: elements, and expanders (blocks, not elements: a
-# folded one at the foot of a screen was not counted); a folded expander's content is not drawn.
-LOWEST = """() => Math.max(...Array.from(document.querySelectorAll(
-  "[data-testid='stMainBlockContainer'] :is([data-testid='stElementContainer'], [data-testid='stExpander'])"))
-  .filter(e => e.offsetHeight > 0 && e.checkVisibility({visibilityProperty: true}))
-  .map(e => e.getBoundingClientRect().bottom))"""
 
 
 # Text the browser ends with "…" because it does not fit its box.

@@ -194,3 +194,69 @@ def test_achieved_rate():
     assert decode_view.achieved_rate([0.0, 0.25, 0.5]) is None  # too few steps to say
     assert decode_view.achieved_rate([i * 0.25 for i in range(20)]) == pytest.approx(4.0)
     assert decode_view.achieved_rate([i * 0.5 for i in range(20)]) == pytest.approx(2.0)
+
+
+def test_grid_layers_fit_a_lecture_screen_for_any_depth():
+    """Issue 38.5: on a projector Reusing Past K/V drew all 60 K/V rows of SmolLM2's 30 layers at full height (1,903 px
+    on a 720 px screen) while Speculative Decoding thinned them to 2 px rows. One rule now: on a page every layer; on a
+    projector as many as fit LECTURE_GRID_PX at full height, the first, the last and the rest evenly between, a
+    lesson's own layers kept (the early exit's boundary)."""
+    per_layer = 2 * (charts.GRID_ROW_PX + charts.GRID_GAP_PX)
+    fit = charts.LECTURE_GRID_PX // per_layer
+    assert fit == 4
+    for n in range(1, 81):
+        assert charts.grid_layers(n, lecture=False) == list(range(n))
+        shown = charts.grid_layers(n, lecture=True)
+        assert shown == sorted(set(shown)) and shown[0] == 0 and shown[-1] == n - 1
+        assert len(shown) == min(n, fit) and len(shown) * per_layer <= charts.LECTURE_GRID_PX
+        gaps = [b - a for a, b in zip(shown, shown[1:], strict=False)]
+        assert not gaps or max(gaps) - min(gaps) <= 1  # evenly spread
+        for m in range(1, n):  # an early exit after m layers: layers m - 1 and m both shown
+            kept = charts.grid_layers(n, lecture=True, keep=(m - 1, m))
+            assert {0, m - 1, m, n - 1} <= set(kept) and len(kept) == min(n, fit)
+    assert charts.grid_layers(4, lecture=True) == [0, 1, 2, 3]  # the shipped model: every layer, as before
+    assert charts.grid_layers(30, lecture=True) == [0, 10, 19, 29]  # SmolLM2
+    assert charts.grid_layers(30, lecture=True, keep=(21, 22)) == [0, 21, 22, 29]  # its default early exit
+
+
+def test_the_chosen_layers_draw_at_full_height_within_the_budget():
+    """The grid of SmolLM2's depth on a projector: 8 rows of 22 px (4 layers), named by their own layer."""
+    written = [list(range(40))] * 30
+    layers = charts.grid_layers(30, lecture=True)
+    html = charts.cache_grid_html([written[i] for i in layers], [str(i) for i in range(40)], title="T", x_title="x",
+                                  legend=("p", "s", "n"), hover="{row}", lecture=True,
+                                  layer_names=[f"L{i}" for i in layers], rows_px=charts.LECTURE_GRID_PX)
+    rows = re.findall(r'class="kv-row" data-row="([^"]+)"[^>]*height:(\d+)px;margin-bottom:(\d+)px', html)
+    assert [r[0] for r in rows] == ["L0 K", "L0 V", "L10 K", "L10 V", "L19 K", "L19 V", "L29 K", "L29 V"]
+    assert {(int(h), int(g)) for _, h, g in rows} == {(charts.GRID_ROW_PX, charts.GRID_GAP_PX)}
+    assert re.findall(r">(L\d+ [KV])</div>", html) == [r[0] for r in rows]  # every row labelled
+
+
+def test_presets_come_in_the_ui_language_first():
+    from kvviz.i18n import t
+
+    ko = decode_view.presets("reuse", "ko")
+    assert ko == [t(f"reuse.preset_{i}", "ko") for i in (1, 2, 3)] + [t(f"reuse.preset_{i}", "en") for i in (1, 2, 3)]
+    assert decode_view.presets("spec", "en")[:3] == [t(f"spec.preset_{i}", "en") for i in (1, 2, 3)]
+    assert sorted(decode_view.presets("spec", "en")) == sorted(decode_view.presets("spec", "ko"))
+
+
+def test_can_step_play_warning_and_check_verdict(gen):
+    assert decode_view.can_step(gen) and not decode_view.can_step(gen, stale=True)
+    assert not decode_view.can_step(None)
+    done = Generation(random_backend(CFG), max_new_tokens=1)
+    done.prefill("ab")
+    assert done.done and not decode_view.can_step(done)
+    freed = Generation(random_backend(CFG), max_new_tokens=4)
+    freed.prefill("ab")
+    freed.cache = None  # a hosted demo freed it after idling
+    assert not decode_view.can_step(freed)
+    period = 0.25  # 4 steps/s asked
+    assert decode_view.play_warning(3.5, period, 1e9) == "play_behind"  # under 3.6 = 90 % of 4
+    assert decode_view.play_warning(3.7, period, 1e9) is None
+    assert decode_view.play_warning(None, period, 2.9) == "play_late"  # a beat late 2.9 s ago, no rate yet
+    assert decode_view.play_warning(None, period, 3.1) is None
+    assert decode_view.play_warning(3.0, period, 0.0) == "play_behind"  # the rate, once known, says it first
+    assert decode_view.check_verdict(True, True) == "check_same"
+    assert decode_view.check_verdict(True, False) == "check_differs"
+    assert decode_view.check_verdict(False, True) == "check_beyond"

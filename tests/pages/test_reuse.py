@@ -16,11 +16,13 @@ SMALL = DecoderConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, 
 PROMPT = "Hello KV"  # 8 byte tokens with the custom-shape model's ByteTokenizer
 
 
-def _page(lang: str = "en") -> AppTest:
+def _page(lang: str = "en", *, lecture: bool = False, shape: DecoderConfig = SMALL) -> AppTest:
     at = AppTest.from_file(HOME, default_timeout=60)
     at.query_params["lang"] = lang
+    if lecture:
+        at.query_params["lecture"] = "1"
     at.session_state["kv_model"] = "random"
-    at.session_state["kv_shape"] = SMALL
+    at.session_state["kv_shape"] = shape
     at.run()
     at.switch_page(PAGE).run()
     return at
@@ -333,3 +335,23 @@ def test_a_late_play_tick_shows_one_token_and_says_it_is_behind():
     at.run()
     assert at.session_state["reuse_gen"].n_generated == before + 1  # one token, not a burst
     assert any("falling behind" in w.value for w in at.warning)
+
+
+DEEP = DecoderConfig(n_layers=30, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=256, max_seq_len=128)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_lecture_grid_of_a_deep_model_shows_the_layers_that_fit_and_says_which(lang):
+    """Issue 38.5: in lecture mode the Cache growth idea drew all 60 K/V rows of a 30-layer model (SmolLM2: 1,903 px
+    on a 720 px screen). Now the layers charts.decode.grid_layers chooses, at full height, the title naming them; on a
+    page every layer, the title unchanged."""
+    from kvviz.i18n import t
+
+    at = _prefill_and_step(_page(lang, lecture=True, shape=DEEP), 2)
+    rows = _grid_rows(at)
+    assert list(rows) == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in ("K", "V")]
+    n = at.session_state["reuse_gen"].events[-1].cache_lengths[0]
+    html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
+    title = t("common.grid_layers", lang, title=t("reuse.growth_chart", lang, n=n), shown="0, 10, 19, 29", n=30)
+    assert f">{title}</div>" in html
+    assert all(segs[-1][2] == n - 1 for segs in rows.values())

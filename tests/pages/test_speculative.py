@@ -139,3 +139,24 @@ def test_bad_lookup_bounds_are_said_and_nothing_is_lost():
     assert not at.exception
     assert at.session_state["spec_gen"] is before
     assert any(t("spec.lookup_order", "ko", low=5, high=2) in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_lecture_grid_of_a_deep_model_keeps_the_early_exit_boundary(lang):
+    """Issue 38.5: one rule with Reusing Past K/V (charts.decode.grid_layers). On a projector a 30-layer model's grid
+    draws 4 layers at full height (it thinned 60 rows to 2 px each): the first, the last, and the early exit's last
+    shared layer (the draft's writes, purple) beside the target's first own one; the title says which."""
+    from kvviz.engine.config import DecoderConfig
+
+    deep = DecoderConfig(n_layers=30, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=256, max_seq_len=256)
+    at = _run(_page(lang, lecture=True, kv_model="random", kv_shape=deep), "early-exit", 2)
+    gen = at.session_state["spec_gen"]
+    m = gen.draft.shared_layers
+    assert m == 22  # drafts.default_exit_layer(30)
+    rows = _grid(at)
+    assert list(rows) == [f"L{i} {kv}" for i in (0, m - 1, m, 29) for kv in ("K", "V")]
+    newest = -2 if gen.events[-1].rolled_back else -1
+    assert rows[f"L{m - 1} K"][newest][0] == "draft" and rows[f"L{m} K"][newest][0] == "newest"
+    html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
+    assert t("common.grid_layers", lang, title="", shown=f"0, {m - 1}, {m}, 29", n=30) in html
+    assert not re.findall(r'class="kv-row"[^>]*height:(?!22px)', html)  # every row at full height

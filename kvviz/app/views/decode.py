@@ -1,0 +1,177 @@
+"""What the Reusing Past K/V page draws beyond its controls: the session keys it keeps (`REUSE`), the run's status,
+the token strip and the open tab (`draw`): the cache growing per layer, its bytes, the cached K/V values, the newest
+token's attention, the work with and without a cache, and the check against recomputing. Imports the engine (torch):
+the page imports it after its first screen is drawn."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.app.language import tr
+from kvviz.app.state import page_state
+from kvviz.app.widgets import chart
+from kvviz.charts import decode as charts
+from kvviz.engine import tolerance
+from kvviz.engine.generation import Generation
+from kvviz.engine.tokenizer import chip_labels
+from kvviz.lessons import decode_view, work
+
+# The keys the page keeps besides its widgets': the generation and the settings it started with, Play's state (on,
+# its schedule, the times its steps ran, the timer), the stepper's last press applied, the check's result, the
+# prompt and speed (kept across a visit to another page), an error or a clamp to say once, the status line's slot.
+REUSE = page_state("reuse", gen=None, model_key=None, playing=False, play_times=[], play_next=None, play_late=-1e9,
+                   timer_on=False, served=0, checks={}, prompt=None, speed=4.0, chat=False, error=None, clamped=None,
+                   status_slot=None)
+TABS = ("growth", "bytes", "values", "attention", "work", "check")
+
+
+def draw(gen: Generation, *, lecture: bool) -> None:
+    """The run's status line, a clamp said, the token strip with the top five, and the open tab (only that one is
+    drawn: Streamlit tells the server which one, so a step redraws one lesson, not six charts)."""
+    last = gen.events[-1]
+    texts = decode_view.token_texts(gen.backend.tokenizer, gen.token_ids)
+    labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
+    n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
+    (REUSE.get("status_slot") or st).caption(
+        tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
+           ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
+        + (" " + tr("reuse.done") if gen.done else ""))
+    if REUSE.get("clamped"):
+        n_fit, max_len = REUSE.get("clamped")
+        st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
+    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
+    st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
+    tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
+    opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
+    with tabs[TABS.index(opened)]:
+        {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
+         "check": check_tab}[opened](gen, labels, texts, lecture)
+
+
+def grid_html(written: list[list[int]], labels: list[str], *, title: str, lecture: bool, keep: tuple[int, ...] = (),
+              prefix: str = "L", **kw) -> str:
+    """The cache grid of the layers charts.grid_layers chooses for this screen (both decode pages draw theirs
+    here), its title saying which layers when not all: a deep model's grid fits a 1280×720 projector."""
+    layers = charts.grid_layers(len(written), lecture=lecture, keep=keep)
+    if len(layers) < len(written):
+        title = tr("common.grid_layers", title=title, shown=", ".join(str(i) for i in layers), n=len(written))
+    kinds = kw.pop("kinds", None)
+    return charts.cache_grid_html(
+        [written[i] for i in layers], labels, title=title, layer_names=[f"{prefix}{i}" for i in layers],
+        kinds=None if kinds is None else [kinds[i] for i in layers], lecture=lecture,
+        rows_px=charts.LECTURE_GRID_PX if lecture else None, **kw)
+
+
+def growth_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
+    last = gen.events[-1]
+    if not lecture:  # said aloud on a projector; the legend under the grid names the colours
+        st.caption(tr("reuse.growth_help"))
+    st.html(grid_html(
+        decode_view.written_at(gen.events), labels, title=tr("reuse.growth_chart", n=last.cache_lengths[0]),
+        x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
+        legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
+    if not lecture:  # on a projector the Cache bytes tab shows them
+        st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
+                      allocated=f"{last.allocated_bytes:,}"))
+
+
+def bytes_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
+    ev = gen.events
+    chart(charts.cache_bytes_figure(
+        [e.index for e in ev], [e.live_bytes for e in ev], [e.allocated_bytes for e in ev],
+        [e.formula_bytes for e in ev], title=tr("reuse.bytes_chart"), x_title=tr("reuse.pass"),
+        y_title=tr("reuse.bytes"), names=(tr("reuse.live"), tr("reuse.allocated"), tr("reuse.formula")),
+        lecture=lecture), key="reuse_bytes")
+
+
+def beside(lecture: bool) -> tuple:
+    """Where a tab's selectors and its chart go: on a projector side by side (the chart keeps the height), else one
+    above the other."""
+    return st.columns([1, 4]) if lecture else (st.container(), st.container())
+
+
+def values_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
+    be, arch = gen.backend, gen.backend.spec
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.kv_title"))
+    pick, view = beside(lecture)
+    s1, s2, s3 = (pick, pick, pick) if lecture else st.columns(3)
+    layer = s1.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_kv_layer")
+    head = s2.selectbox(tr("reuse.kv_head"), range(arch.n_kv_heads), key="reuse_kv_head")
+    kind = s3.radio(tr("reuse.k_or_v"), ("K", "V"), horizontal=True, key="reuse_kv_kind")
+    k, v = be.layer_kv(gen.cache, layer)
+    values = (k if kind == "K" else v)[0, head].float().cpu().numpy()
+    with view:
+        chart(charts.kv_values_figure(
+            values, labels, title=tr("reuse.kv_chart", kind=kind, layer=layer, head=head, n=values.shape[0]),
+            x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
+
+
+def attention_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
+    arch, last = gen.backend.spec, gen.events[-1]
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.attn_title"))
+    pick, view = beside(lecture)
+    attn_layer = pick.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
+    rows = last.attention[attn_layer]
+    with view:
+        chart(charts.attention_figure(
+            rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
+            decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
+            title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
+            x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
+    pick.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
+
+
+def work_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
+    arch, last, n_prompt = gen.backend.spec, gen.events[-1], len(gen.prompt_ids)
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.work_title"))
+    pw = work.pass_work(arch, last)
+    if not lecture:  # on a projector the two charts carry the counts (their bars are labelled)
+        m = st.columns(4)
+        m[0].metric(tr("reuse.positions_cached"), pw.cached_positions)
+        m[1].metric(tr("reuse.positions_recompute"), pw.recompute_positions)
+        m[2].metric(tr("reuse.scores_cached"), f"{pw.cached_scores:,}")
+        m[3].metric(tr("reuse.scores_recompute"), f"{pw.recompute_scores:,}")
+    w1, w2 = st.columns(2)
+    with w1:
+        chart(charts.step_work_figure(
+            pw, title=tr("reuse.step_work_chart", t=pw.n_keys),
+            categories=(tr("reuse.qkv_vectors"), tr("reuse.scores")),
+            names=(tr("reuse.with_cache"), tr("reuse.without_cache")), y_title=tr("reuse.count_log"),
+            lecture=lecture), key="reuse_step_work")
+    cw = work.cumulative_work(arch, gen.events)
+    n_axis = list(range(n_prompt, n_prompt + gen.max_new_tokens))
+    ratio = f"{cw.recompute[-1] / cw.cached[-1]:.1f}"
+    # On a projector the chart's title carries the ratio the caption below gives on the page.
+    cum_title = tr("reuse.cum_chart_ratio", ratio=ratio) if lecture else tr("reuse.cum_chart")
+    with w2:
+        chart(charts.cumulative_work_figure(
+            cw, n_axis, [work.analytic_cached(arch, n) for n in n_axis],
+            [work.analytic_recompute(arch, n_prompt, n) for n in n_axis], title=cum_title,
+            x_title=tr("reuse.seq_len"), y_title=tr("reuse.scores"),
+            names=(tr("reuse.measured_cached"), tr("reuse.measured_recompute"), tr("reuse.analytic_cached"),
+                   tr("reuse.analytic_recompute")), lecture=lecture), key="reuse_cum_work")
+    if not lecture:
+        st.caption(tr("reuse.work_help", ratio=ratio))
+
+
+def check_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
+    be = gen.backend
+    if not lecture:  # the tab names it
+        st.subheader(tr("reuse.check_title"))
+    if gen.cache is None:  # freed after idling on a hosted demo: nothing to compare
+        st.info(tr("reuse.empty"))
+        return
+    check_key = (id(gen), len(gen.events))
+    if check_key not in REUSE.get("checks"):  # once per pass, and only when this tab is open
+        REUSE.set("checks", {check_key: gen.cache_vs_recompute()})
+    delta, tok_cached, tok_fresh = REUSE.get("checks")[check_key]
+    e = st.columns(3)
+    e[0].metric(tr("reuse.max_delta"), f"{delta:.2e}")
+    e[1].metric(tr("reuse.greedy_cached"), decode_view.visible(be.tokenizer.token_text(tok_cached)))
+    e[2].metric(tr("reuse.greedy_recompute"), decode_view.visible(be.tokenizer.token_text(tok_fresh)))
+    rounding = tolerance.agreement(delta, be.dtype, tolerance.magnitude(gen.last_logits), be.spec.d_model)
+    verdict = decode_view.check_verdict(rounding.within, tok_cached == tok_fresh)
+    (st.success if verdict == "check_same" else st.warning)(
+        tr(f"reuse.{verdict}", delta=f"{delta:.2e}", tol=f"{rounding.tolerance:.2e}"))
