@@ -34,7 +34,7 @@ def choices(at: AppTest) -> list[tuple[str, str, object]]:
     out = []
     for kind in KINDS:
         for w in at.main.get(kind):
-            if not w.key:
+            if not w.key or getattr(w.proto, "disabled", False):  # a browser user cannot change a disabled widget
                 continue
             if kind == "toggle":
                 out.append((kind, w.key, not w.value))
