@@ -2,7 +2,7 @@
 under the page's prefix (`mem_`, `pg_`, `sv_` ...): a widget is never read before its key is seeded, two pages cannot
 reuse a key by accident, and idle freeing and the tests can list every key a page owns.
 
-Lives here: PageState (one page's keys: seed, get, set, reset, key), page_state (declare a page's keys), REGISTRY.
+Lives here: PageState (one page's keys: seed, get, set, pop, reset, key), page_state (declare a page's keys), REGISTRY.
 Does not: import torch or hold anything but the session's own values."""
 from __future__ import annotations
 
@@ -40,6 +40,11 @@ class PageState:
 
     def set(self, name: str, value: Any, state: MutableMapping[str, Any] | None = None) -> None:
         (st.session_state if state is None else state)[self.key(name)] = value
+
+    def pop(self, name: str, state: MutableMapping[str, Any] | None = None) -> Any:
+        """Take the value out of the session (its default where it is missing): a flag read once."""
+        state = st.session_state if state is None else state
+        return state.pop(self.key(name), copy.deepcopy(self.defaults[name]))
 
     def reset(self, *names: str, state: MutableMapping[str, Any] | None = None) -> None:
         """Back to the defaults: the names given, or every key of the page."""

@@ -2,11 +2,13 @@
 results before (or without) loading a model; `sweeps` measures.
 
 Settings: the kinds, their default points and repeats, and the parsing of a typed list. Results: the rows'
-columns, every run as (x, y), the cost model each series is fitted with and what the fits support (a verdict
-computed from 95% intervals, never a sign the data cannot back).
+columns, every run as (x, y) and as CSV records, the cost model each series is fitted with and what the fits
+support (a verdict computed from 95% intervals, never a sign the data cannot back).
 """
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Sequence
 
 import numpy as np
@@ -173,6 +175,16 @@ def run_records(rows: Sequence[dict]) -> list[dict]:
         for i, run in enumerate(runs, 1):
             out.append({**setting, "run": i, **run})
     return out
+
+
+def records_csv(rows: Sequence[dict]) -> str:
+    """The CSV a page offers for download: run_records' every whole run (not only the medians), one line each."""
+    records = run_records(rows)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(k for r in records for k in r)))
+    writer.writeheader()
+    writer.writerows(records)
+    return out.getvalue()
 
 
 def total_seconds(contexts: Sequence[int], seconds: Sequence[float]) -> float | None:

@@ -69,6 +69,14 @@ class SweepRun:
     def progress(self) -> float:
         return min(1.0, self.done / self.sweep.total) if self.sweep.total else 1.0
 
+    @property
+    def state(self) -> str:
+        """Where the run stands, as a page names it: running, done, cancelled, or cancelled_none (cancelled before
+        one whole round, so no row to keep)."""
+        if self.cancelled:
+            return "cancelled" if self.rows else "cancelled_none"
+        return "done" if self.finished else "running"
+
     def advance(self, budget_s: float = 0.0) -> int:
         """Measure at least one more whole run, then more until budget_s of wall time has passed; returns how many."""
         count = 0

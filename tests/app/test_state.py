@@ -22,3 +22,12 @@ def test_an_undeclared_name_or_a_second_declaration_is_refused():
     with pytest.raises(ValueError, match="declared twice"):
         page_state("t2", a=1, b=2)
     assert keys.get("a", {}) == 1 and keys.get("a", {"t2_a": 5}) == 5
+
+
+def test_pop_takes_a_flag_out_once():
+    keys = page_state("t3", start=False, run=None)
+    state = {"t3_start": True}
+    assert keys.pop("start", state) is True and "t3_start" not in state
+    assert keys.pop("start", state) is False and keys.pop("run", state) is None and state == {}
+    with pytest.raises(KeyError, match="no session key 'other'"):
+        keys.pop("other", state)

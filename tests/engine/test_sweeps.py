@@ -268,3 +268,37 @@ def test_cache_fits_are_the_cost_models():
     assert len(fits["cache"].coef) == 2 and len(fits["no_cache"].coef) == 3  # linear; quadratic
     assert fits["cache"].coef == pytest.approx((7e-3, 3.6e-6)) and fits["no_cache"].coef == pytest.approx(
         (8.4e-3, 1.72e-4, 2.5e-7))
+
+
+def test_a_runs_state_as_the_page_names_it(backend):
+    """running → done; a cancel before one whole round keeps nothing (cancelled_none), after one keeps its rows."""
+    run = sweeps.SweepRun(sweeps.prompt_length_sweep(backend, [4, 8], n_new=2, repeats=1))
+    assert run.state == "running"
+    run.run()
+    assert run.state == "done" and run.progress == 1.0
+    early = sweeps.SweepRun(sweeps.prompt_length_sweep(backend, [4, 8], n_new=2, repeats=2))
+    early.advance()  # one warm-up run: no whole round yet
+    early.cancel()
+    assert early.state == "cancelled_none" and early.rows == []
+    late = sweeps.SweepRun(sweeps.prompt_length_sweep(backend, [4, 8], n_new=2, repeats=2))
+    while late.done < 4:  # the warm-up round and one measured round
+        late.advance()
+    late.cancel()
+    assert late.state == "cancelled" and len(late.rows) == 2
+    done = sweeps.SweepRun(sweeps.prompt_length_sweep(backend, [4], n_new=2, repeats=1))
+    done.run()
+    done.cancel()  # a Cancel that arrives after the last run: still done
+    assert done.state == "done"
+
+
+def test_the_csv_holds_every_whole_run(backend):
+    import csv
+    import io
+
+    rows = sweeps.SweepRun(sweeps.cache_sweep(backend, [4, 16], repeats=2)).run()
+    records = list(csv.DictReader(io.StringIO(stats.records_csv(rows))))
+    assert len(records) == 2 * 2 * 2  # contexts × modes × runs
+    assert list(records[0]) == ["mode", "context_tokens", "input_tokens", "repeats", "run", "seconds"]
+    runs = [run for r in rows for run in r["runs"]]
+    assert [float(r["seconds"]) for r in records] == [run["seconds"] for run in runs]  # repr round-trips exactly
+    assert [r["run"] for r in records] == ["1", "2"] * 4 and {r["mode"] for r in records} == {"cache", "no_cache"}

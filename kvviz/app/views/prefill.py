@@ -1,0 +1,184 @@
+"""What the Prefill & Decode page draws: the session keys it keeps (`PD`), the request's settings (`controls`), Run and
+Stop (`start_request`, `stop_request`), the fragment that measures a little per tick and then draws the results
+(`live`), the median run's timeline, cards, runs and formula (`show`) and the table of phases (`phases`). The
+measuring is kvviz.engine.timing.RepeatedRequest's (imported with the model, when Run is clicked), always in quiet;
+what its runs say comes from kvviz.lessons.prefill_decode. Nothing here imports torch before Run."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from kvviz.app.language import lang, show_error, tr
+from kvviz.app.models import check_request, get_backend
+from kvviz.app.state import page_state
+from kvviz.app.widgets import number_in_range
+from kvviz.charts import latency as charts
+from kvviz.engine import metrics
+from kvviz.errors import InputError
+from kvviz.lessons import prefill_decode as lessons
+from kvviz.lessons.latency import fmt_ms as ms
+
+if TYPE_CHECKING:
+    from kvviz.app.sidebar import Settings
+    from kvviz.engine.timing import RepeatedRequest
+
+TICK_S = 0.25  # the fragment's period while measuring
+CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn between chunks
+PHASES_IDEA = 3  # the table of phases: nothing measured belongs on it
+# The request being measured, Run clicked (built on the next rerun), the error that refused it, whether it runs,
+# the tick to skip after Run (the click redraws the whole page), and the model it was measured on (its key and name).
+PD = page_state("pd", request=None, start=False, error=None, running=False, skip_tick=False, model=None,
+                model_label="?")
+
+
+def controls(max_len: int, max_new: int, default: tuple[int, int]) -> tuple[int, int, int]:
+    """The prompt length, new tokens and runs, each refused out of its range; a warning when the context clamps N."""
+    c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
+    n_prompt = number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, default[0],
+                               f"pd_prompt_{max_len}")  # keyed by the context: another model starts from defaults
+    n_new = number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, default[1], f"pd_new_{max_len}_{max_new}")
+    repeats = number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
+                              help=tr("prefill_decode.repeats_help"))
+    if n_prompt + n_new > max_len:
+        c4.warning(tr("prefill_decode.clamped", n_new=max_len - n_prompt, max_len=max_len))
+    return n_prompt, n_new, repeats
+
+
+def start() -> None:
+    PD.set("start", True)  # built on the rerun, from its checked values (a callback would see the last run's)
+
+
+def stop() -> None:
+    PD.set("running", False)
+    if PD.get("request") is not None:
+        PD.get("request").stop()  # a thread still measuring stops after its pass
+
+
+def start_request(settings: Settings, request: tuple[int, int, int], model: tuple[tuple, str]) -> None:
+    """After a Run click: load the model, check the request against a hosted demo's caps, and start measuring it
+    (an InputError is kept to be shown; the results before it stay)."""
+    if not PD.pop("start"):
+        return
+    PD.set("error", None)
+    n_prompt, n_new, repeats = request
+    try:
+        backend = get_backend(settings)
+        if backend is not None:
+            check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=n_new)
+            from kvviz.engine.sweeps import prompt_ids  # the engine, imported with the model
+            from kvviz.engine.timing import RepeatedRequest
+
+            PD.set("request", RepeatedRequest(backend, prompt_ids(backend, n_prompt), n_new, repeats))
+            PD.set("model", model[0])
+            PD.set("model_label", model[1])
+            PD.set("running", True)
+            PD.set("skip_tick", True)
+    except InputError as exc:
+        PD.set("error", exc)
+        PD.set("running", False)
+
+
+def live(shown: list[int], model: tuple[tuple, str], lecture: bool) -> None:
+    """One tick: while running, model work in quiet then only a progress bar; once done, the results of the model
+    they were measured on (another model's are named, not shown as this one's)."""
+    request: RepeatedRequest | None = PD.get("request")
+    if PD.get("running") and request is not None:
+        # The page's own elements are still being drawn by the browser after the Run click: start measuring
+        # on the fragment's first tick, when only this fragment reruns.
+        if not PD.pop("skip_tick"):
+            request.advance(CHUNK_S)  # model work only, in quiet: nothing of this rerun is drawn meanwhile
+        if request.done or request.stopped or not PD.get("running"):
+            PD.set("running", False)
+            st.rerun()  # the whole page, so the fragment stops ticking and the buttons flip
+        st.progress(request.passes_done / request.passes_total,
+                    text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
+                            passes=request.passes_done, total=request.passes_total, prompt=len(request.prompt_ids)))
+        return
+    if shown == [PHASES_IDEA]:
+        return
+    if PD.get("error"):
+        show_error(PD.get("error"))
+    if request is None:
+        st.info(tr("prefill_decode.idle"))
+        return
+    if not request.finished_runs:
+        st.info(tr("prefill_decode.stopped_early"))
+        return
+    if PD.get("model") != model[0]:  # measured on another model: say so instead of showing them as this one's
+        st.warning(tr("prefill_decode.other_model", old=PD.get("model_label"), new=model[1]))
+        return
+    gen = request.finished_runs[-1]
+    if not lecture:  # on a projector the chart's title says it
+        st.progress(1.0, text=tr("prefill_decode.progress", done=gen.n_generated, total=gen.max_new_tokens,
+                                 prompt=len(gen.prompt_ids), runs=len(request.finished_runs)))
+    show(request, shown, lecture)
+
+
+def show(request: RepeatedRequest, shown: list[int], lecture: bool) -> None:
+    """The median run by T (every figure is that one run's) with each figure's range over all runs beside it."""
+    runs = request.finished_runs
+    summaries = [metrics.summarize(g.events) for g in runs]
+    gaps = [[e.seconds for e in g.events[1:]] for g in runs]
+    i_run = lessons.median_run(summaries)
+    gen, s = runs[i_run], summaries[i_run]
+    if 0 in shown:
+        names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
+        labels = {k: tr(f"prefill_decode.chart_{k}") for k in names}
+        labels["title"] = tr("prefill_decode.chart_title_run", run=i_run + 1, runs=len(runs))
+        st.plotly_chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=lecture),
+                        key="pd_timeline", width="stretch")
+        if s.tpot_p50_s:
+            st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}",
+                          prompt=len(gen.prompt_ids)))
+    if 1 in shown:
+        cards(summaries, i_run, gen.text, lecture)
+    if 2 in shown:
+        formula = lessons.formula_text(summaries, gaps, i_run, lang())
+        if formula is not None:
+            st.markdown(formula[0])
+            st.markdown(formula[1])
+        noise = lessons.step_noise(s, gaps[i_run], lang())
+        if noise is not None:
+            st.caption(noise)
+
+
+def cards(summaries: list[metrics.LatencySummary], i_run: int, text: str, lecture: bool) -> None:
+    """TTFT, TPOT p50, tokens/s and T as cards, each with its range over the runs; the runs and the text under them
+    (how each figure splits, queue + prefill, mean and p90 beside the p50: under the cards, or on a projector folded
+    with the runs, so the cards, their ranges and what they are fit one screen)."""
+    s = summaries[i_run]
+    ttft, p50, e2e = (metrics.spread([getattr(x, k) for x in summaries]) for k in ("ttft_s", "tpot_p50_s", "e2e_s"))
+    splits = lessons.splits(s, lang())
+    m = st.columns(4)
+    m[0].metric(tr("prefill_decode.ttft"), ms(s.ttft_s))
+    m[1].metric(tr("prefill_decode.tpot_p50"), ms(s.tpot_p50_s))
+    m[2].metric(tr("prefill_decode.tokens_per_s"), "—" if s.tokens_per_s is None else f"{s.tokens_per_s:.1f}")
+    m[3].metric(tr("prefill_decode.e2e"), ms(s.e2e_s))
+    for i, spread in enumerate((ttft, p50, None, e2e)):
+        parts = ("" if lecture else splits.get(i, ""), lessons.spread_text(spread, lang()))
+        caption = " · ".join(x for x in parts if x)
+        if caption or i == 3:
+            m[i].caption(caption or tr("prefill_decode.one_run"))
+    n = len(summaries)
+    st.caption(tr("prefill_decode.statistic", run=i_run + 1, runs=n) if n > 1 else tr("prefill_decode.statistic_one"))
+    table = lessons.runs_table(summaries, lang())
+    if lecture:  # one fold for the splits, the runs and the text
+        with st.expander(tr("prefill_decode.details")):
+            st.markdown("\n".join(f"- {splits[i]}" for i in sorted(splits)))
+            st.dataframe(table, hide_index=True)
+            st.code(text or " ", language=None, wrap_lines=True)
+    else:
+        with st.expander(tr("prefill_decode.runs_table")):
+            st.dataframe(table, hide_index=True)
+        with st.expander(tr("prefill_decode.text")):
+            st.code(text or " ", language=None, wrap_lines=True)
+
+
+def phases(lecture: bool) -> None:
+    """Training, prefill and decode side by side: what each takes in, computes, stores and costs."""
+    if not lecture:
+        st.subheader(tr("prefill_decode.table_title"))
+    if lecture:  # twelve cells of prose on one projected screen: a smaller type than the page's, still large
+        st.html("<style>.st-key-pd_phases :is(th, td) { font-size: 0.8rem; padding: 0.3rem 0.6rem; }</style>")
+    st.container(key="pd_phases").markdown(lessons.phases_table(lang()))
