@@ -22,8 +22,9 @@ REF = ROOT / "build" / "vllm-ref"
 RUNNER = Path(__file__).with_name("vllm_kv_reference.py")
 VERSION = "0.34.0"  # scripts/install_vllm_ref.sh
 
-pytestmark = pytest.mark.skipif(not (REF / f".installed-{VERSION}").exists(),
-                                reason="vLLM reference not installed here: run scripts/install_vllm_ref.sh (.ci/run does)")
+pytestmark = pytest.mark.skipif(
+    not (REF / f".installed-{VERSION}").exists(),
+    reason="vLLM reference not installed here: run scripts/install_vllm_ref.sh (.ci/run does)")
 
 
 @pytest.fixture(scope="module")
