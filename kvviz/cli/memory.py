@@ -241,8 +241,8 @@ def _show_vllm(r: dict) -> None:
         print(f"  likely launch: vLLM {launch['vllm_line']}, {launch['engine']}, {launch['entry']}, "
               f"{launch['max_num_batched_tokens']:,} batched tokens, {launch['max_num_seqs']} sequences, "
               f"{launch['sampler']} sampler ({launch['batch_source']})")
-    print(f"  {r['num_blocks']:,} blocks of {r['block_size']} tokens = {r['kv_cache_tokens']:,} tokens "
-          f"({r['kv_bytes_per_token']:,} B per token, {r['kv_dtype']})")
+    print(f"  {r['num_blocks']:,} blocks of {r['block_size']} tokens; GPU KV cache size {r['kv_cache_tokens']:,} "
+          f"tokens ({r['kv_bytes_per_token']:,} B per token, {r['kv_dtype']})")
     print(f"  maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
     if r.get("kv_cache_tokens_range"):
         lo, hi = r["kv_cache_tokens_range"]

@@ -45,7 +45,9 @@ class CapacityPlan:
     kv_bytes_per_token: int  # one GPU, all layers
     kv_bytes_per_block: int
     num_blocks: int
-    kv_cache_tokens: int  # num_blocks · block_size (vLLM's "GPU KV cache size: N tokens")
+    # vLLM 0.33/0.34's "GPU KV cache size: N tokens", get_kv_cache_capacity: int(max_concurrency · max_model_len);
+    # num_blocks · block_size (the earlier V1 formula) when max_model_len fills whole blocks and no layer slides
+    kv_cache_tokens: int
     max_model_len: int
     blocks_per_request: int  # blocks one max_model_len request needs (sliding layers need fewer)
     max_concurrency: float  # num_blocks / blocks_per_request
@@ -67,9 +69,9 @@ def _launch(r: Reserve) -> dict:
             "max_num_batched_tokens": r.max_num_batched_tokens, "max_num_seqs": r.max_num_seqs}
 
 
-def _kv_split(budget_of, per_block: int, block_size: int, blocks_per_request: int, reserve: int):
+def _kv_split(budget_of, per_block: int, max_model_len: int, blocks_per_request: int, reserve: int):
     blocks = max(budget_of(reserve), 0) // per_block
-    return blocks * block_size, blocks / blocks_per_request
+    return int(blocks / blocks_per_request * max_model_len), blocks / blocks_per_request  # as kv_cache_tokens
 
 
 def plan_capacity(
@@ -128,8 +130,8 @@ def plan_capacity(
         reserve_bytes = likely.total
         terms = likely.terms() | {"activation_peak": likely.activation_peak}
         reserve_range = (prediction.low.total, prediction.high.total)
-        hi_tokens, hi_conc = _kv_split(budget, per_block, block_size, blocks_per_request, prediction.low.total)
-        lo_tokens, lo_conc = _kv_split(budget, per_block, block_size, blocks_per_request, prediction.high.total)
+        hi_tokens, hi_conc = _kv_split(budget, per_block, max_model_len, blocks_per_request, prediction.low.total)
+        lo_tokens, lo_conc = _kv_split(budget, per_block, max_model_len, blocks_per_request, prediction.high.total)
         tokens_range, concurrency_range = (lo_tokens, hi_tokens), (lo_conc, hi_conc)
         narrows = prediction.narrows
         launch = {"vllm_line": likely.line, "engine": likely.engine, "entry": likely.entry,
@@ -156,7 +158,7 @@ def plan_capacity(
         kv_bytes_per_token=fp.per_token,
         kv_bytes_per_block=per_block,
         num_blocks=num_blocks,
-        kv_cache_tokens=num_blocks * block_size,
+        kv_cache_tokens=int(num_blocks / blocks_per_request * max_model_len),
         max_model_len=max_model_len,
         blocks_per_request=blocks_per_request,
         max_concurrency=num_blocks / blocks_per_request,
