@@ -159,7 +159,7 @@ def show() -> None:
     if not requests:
         st.info(tr("paged.idle"))
         return
-    keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "hover_block", "hover_table", "row",
+    keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "null", "hover_block", "hover_table", "row",
             "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own", "released",
             "hover_released") + tuple(
         f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))

@@ -18,16 +18,19 @@ LECTURE_HEIGHT = 330  # px: under the page's buttons, idea stepper and metrics, 
 if TYPE_CHECKING:  # a chart takes the measurement; it does not import the engine (and torch) to draw it
     from kvviz.engine.paged.demo import HitSaving
 
-# free, cached-but-free (evictable), used by 1, shared by 2, by 3, by 4 or more
-COLORS = ("#eeeeee", "#9ecae1", "#fdd0a2", "#fd8d3c", "#e6550d", "#a63603")
-CATEGORY_KEYS = ("free", "cached", "used1", "shared2", "shared3", "shared4")
+# free, cached-but-free (evictable), used by 1, shared by 2, by 3, by 4 or more, the null block (vLLM's block 0)
+COLORS = ("#eeeeee", "#9ecae1", "#fdd0a2", "#fd8d3c", "#e6550d", "#a63603", "#636363")
+CATEGORY_KEYS = ("free", "cached", "used1", "shared2", "shared3", "shared4", "null")
+NULL = 6
 HIT = "#2ca02c"
 PREEMPT = "#d62728"
 KIB = 1024
 
 
 def category(state: str, ref_count: int) -> int:
-    """0 free, 1 cached-but-free, 2 + min(sharers, 4) − 1 for a block in use."""
+    """0 free, 1 cached-but-free, 2 + min(sharers, 4) − 1 for a block in use, 6 the null block."""
+    if state == "null":
+        return NULL
     if state == "free":
         return 0
     if state == "cached":
@@ -120,7 +123,7 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
             x = r.cached_tokens / block_size - 0.5
             fig.add_shape(type="line", x0=x, x1=x, y0=idx - 0.5, y1=idx + 0.5, line=dict(color=HIT, width=5))
     fig.add_scatter(x=[None], y=[None], mode="lines", name=labels["hit_boundary"], line=dict(color=HIT, width=5))
-    _legend(fig, labels, range(2, len(COLORS)))
+    _legend(fig, labels, range(2, NULL))  # a block table holds only blocks in use
     fig.update_xaxes(title_text=labels["logical"], dtick=1, range=[-0.5, width - 0.5])
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(legend=dict(orientation="h", y=1.02, yanchor="bottom"), plot_bgcolor="white")

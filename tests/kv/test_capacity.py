@@ -34,6 +34,16 @@ def test_plan_by_hand():
     assert plan.weights_fit and not plan.reserve_estimated
 
 
+
+def test_kv_cache_tokens_is_max_concurrency_times_max_model_len():
+    """vLLM 0.33/0.34's get_kv_cache_capacity logs int(max_concurrency · max_model_len): with 1000-token requests
+    (63 blocks of 16, the last one partial) the 12,338 blocks of test_plan_by_hand hold int(12338 / 63 · 1000)
+    tokens of requests, not 12,338 · 16 (the formula before, still equal when max_model_len fills whole blocks)."""
+    spec = replace(LLAMA, n_params=8 * 10**9, params_source="given")
+    plan = plan_capacity(spec, 80 * GIB, max_model_len=1000, gpu_memory_utilization=0.5, reserve_bytes=GIB)
+    assert plan.num_blocks == 12_338 and plan.blocks_per_request == 63
+    assert plan.kv_cache_tokens == int(12_338 / 63 * 1000) == 195_841 != 12_338 * 16
+
 def test_weights_that_do_not_fit():
     plan = plan_capacity(get_preset("Llama-3.1-70B"), HARDWARE["L4"].memory_bytes, max_model_len=100)
     assert not plan.weights_fit and plan.kv_budget_bytes == 0 and plan.num_blocks == 0 and plan.max_requests == 0

@@ -62,7 +62,7 @@ def test_finished_requests_show_released_blocks(lang):
 
 def test_small_pool_preempts_and_recomputes():
     at = _open("en")
-    at.number_input(key="pg_blocks").set_value(12).run()
+    at.number_input(key="pg_blocks").set_value(13).run()  # 12 to hand out and the null block: one victim
     at.button(key="pg_add4").click().run()
     for _ in range(40):
         at.button(key="pg_step").click().run()

@@ -6,7 +6,10 @@ Rules (vLLM v1 automatic prefix caching, docs/design/prefix_caching.md and vllm/
 - a lookup walks the prompt's full blocks from the start and stops at the first miss;
 - the last prompt token is always computed (its logits pick the next token), so an n-token prompt reuses at
   most ⌊(n−1)/B⌋·B tokens;
-- a freed block keeps its hash on an LRU free list and can be hit again until it is taken for new tokens;
+- a freed block keeps its hash on an LRU free list and can be hit again until it is taken for new tokens; a freed
+  block without a hash (a partial last block) goes to the front of the list, to be reused first (free_blocks);
+- block 0 is the null block (BlockPool.__init__ takes it off the free list): never handed out, and usage counts
+  the other n − 1 (get_usage);
 - blocks are not de-duplicated: every block id is kept under its hash (BlockHashToBlockMap.insert), a lookup
   takes the first (get_one_block), and evicting one copy leaves the others findable (BlockHashToBlockMap.pop).
 """
@@ -53,9 +56,13 @@ class Block:
     n_filled: int = 0  # token slots written (a partial last block has fewer than block_size)
 
 
+NULL_BLOCK = 0  # vLLM's null_block: a placeholder id (padding of sliding-window tables), never allocated
+
+
 class BlockPool:
-    """Physical blocks 0..n_blocks−1. A block is in use (ref_count > 0), cached-but-free (ref_count 0 with a
-    hash: reusable on a hit, evicted when taken) or free (ref_count 0, no hash)."""
+    """Physical blocks 0..n_blocks−1, block 0 the null block. Any other block is in use (ref_count > 0),
+    cached-but-free (ref_count 0 with a hash: reusable on a hit, evicted when taken) or free (ref_count 0, no
+    hash)."""
 
     def __init__(self, n_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         if n_blocks <= 0:
@@ -64,8 +71,9 @@ class BlockPool:
             raise InputError("positive_int", name="block size", value=block_size)
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(n_blocks)]
-        # Free blocks, least recently freed first: allocation takes from the front (evicting a cached one).
-        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(n_blocks))
+        # Free blocks in the order allocation takes them, from the front (evicting a cached one). Block 0 is taken
+        # off at once as the null block (vLLM's BlockPool.__init__: null_block = free_block_queue.popleft()).
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, n_blocks))
         # hash -> every block id holding it, first cached first (vLLM's BlockHashToBlockMap: block tables are
         # append-only, so a block that fills up equal to a cached one stays, and both are findable)
         self.cached: dict[bytes, dict[int, None]] = {}
@@ -78,12 +86,21 @@ class BlockPool:
         return len(self.blocks)
 
     @property
+    def n_usable(self) -> int:
+        """Blocks a request can ever hold: all but the null block."""
+        return self.n_blocks - 1
+
+    @property
     def n_free(self) -> int:
         """Blocks that can be taken now: the free ones and the cached-but-free ones."""
         return len(self.free)
 
     def n_in_use(self) -> int:
-        return self.n_blocks - len(self.free)
+        return self.n_usable - len(self.free)
+
+    def usage(self) -> float:
+        """The share of usable blocks not free, as vLLM's get_usage (over num_gpu_blocks − 1; 0 with none)."""
+        return 1.0 - self.n_free / self.n_usable if self.n_usable else 0.0
 
     def n_cached_free(self) -> int:
         return sum(1 for i in self.free if self.blocks[i].hash is not None)
@@ -128,15 +145,24 @@ class BlockPool:
         return out
 
     def release(self, block_ids: Sequence[int]) -> None:
-        """A request lets go of its blocks. Blocks left unused join the free list tail in reverse order, so a
-        request's last blocks (least likely to be a shared prefix) are evicted first, as vLLM does."""
+        """A request lets go of its blocks, last block first (vLLM's SingleTypeKVCacheManager.free). Those left
+        unused with a hash join the tail of the free list, so a request's last cached blocks are evicted first of
+        its own; those without one (never a hit) go to the front in that order, to be reused first
+        (BlockPool.free_blocks: prepend_n, "LIFO reuse of non-cached blocks", then append_n)."""
+        first: list[int] = []
         for i in reversed(block_ids):
             b = self.blocks[i]
             b.ref_count -= 1
             if b.ref_count < 0:
                 raise RuntimeError(f"block {i} released more often than taken")
             if b.ref_count == 0:
-                self.free[i] = None
+                if b.hash is None:
+                    first.append(i)
+                else:
+                    self.free[i] = None
+        for i in reversed(first):  # prepend_n keeps its order: the first of `first` ends at the very front
+            self.free[i] = None
+            self.free.move_to_end(i, last=False)
 
     def register(self, block_id: int, h: bytes) -> None:
         """A full block becomes findable by its hash, beside any other copy (vLLM's cache_full_blocks)."""
@@ -149,6 +175,8 @@ class BlockPool:
         self.cached.setdefault(h, {})[block_id] = None
 
     def state(self, block_id: int) -> str:
+        if block_id == NULL_BLOCK:
+            return "null"
         b = self.blocks[block_id]
         if b.ref_count > 0:
             return "used"

@@ -89,7 +89,8 @@ def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, sh
         raise InputError("sequence_too_long", n_tokens=total, max_len=model.cfg.max_seq_len)
     prefix = shared_prefix_ids(tokenizer, shared_prefix)
     prompts = [prefix + suffix_ids(model.cfg.vocab_size, suffix, i) for i in range(n_requests)]
-    n_blocks = n_requests * math.ceil(total / block_size)  # room for all without sharing: nothing is preempted
+    # room for all without sharing, nothing preempted, and the null block (vLLM's block 0, never handed out)
+    n_blocks = n_requests * math.ceil(total / block_size) + 1
     warm_up(model)
     off = run_arrivals(model, prompts, new_tokens=new_tokens, block_size=block_size, n_blocks=n_blocks,
                        prefix_caching=False, same_step=same_step)

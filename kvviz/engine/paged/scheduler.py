@@ -146,9 +146,11 @@ class PagedEngine:
         total = len(prompt) + max_new_tokens
         if total > max_len:
             raise InputError("sequence_too_long", n_tokens=total, max_len=max_len)
-        if math.ceil(total / self.block_size) > self.pool.n_blocks:  # it could never run, even alone
-            raise InputError("paged.request_too_big", blocks=math.ceil(total / self.block_size),
-                             pool=self.pool.n_blocks)
+        # Slots its last verify may write: drafts run past max_new_tokens up to the context (see _propose).
+        slots = min(total + self.num_speculative_tokens, max_len)
+        if math.ceil(slots / self.block_size) > self.pool.n_usable:  # it could never run, even alone
+            raise InputError("paged.request_too_big", blocks=math.ceil(slots / self.block_size),
+                             pool=self.pool.n_usable)
         req = Request(len(self.requests), prompt, max_new_tokens, label)
         self.requests.append(req)
         if at_step is not None and at_step > self.n_steps:
@@ -246,8 +248,11 @@ class PagedEngine:
         return scheduled, admitted, preempted
 
     def _propose(self, req: Request) -> list[int]:
-        """Up to k drafts by prompt lookup, never more than the request still emits after the target's own token."""
-        k = min(self.num_speculative_tokens, req.max_new_tokens - len(req.output_ids) - 1)
+        """Up to k drafts by prompt lookup, cut only where the context ends, not at max_new_tokens: vLLM's
+        Scheduler.schedule caps a running request's new tokens by the token budget and by max_model_len −
+        num_computed_tokens − 1 and trims spec_token_ids to what fits; the tokens past max_tokens are dropped
+        after the verify (check_stop), while the acceptance statistics count every draft verified."""
+        k = min(self.num_speculative_tokens, self.model.cfg.max_seq_len - 1 - req.n_computed - 1)
         return ngram.propose(req.all_ids, k, self.ngram_config, self.model.cfg.max_seq_len) if k > 0 else []
 
     @torch.inference_mode()
@@ -283,7 +288,11 @@ class PagedEngine:
                     req.rolled_back += rejected
                     self.spec_stats.observe_draft(len(drafted), verdict.n_accepted)
                 req.draft_ids = []
-                emitted = verdict.emitted(drafted)[: req.max_new_tokens - len(req.output_ids)]
+                produced = verdict.emitted(drafted)
+                emitted = produced[: req.max_new_tokens - len(req.output_ids)]
+                # vLLM's _update_request_with_output trims at the stop and keeps num_computed_tokens one short of
+                # the tokens kept (num_computed_tokens -= len(new_token_ids) − num_new).
+                req.n_computed -= len(produced) - len(emitted)
                 req.output_ids.extend(emitted)
                 self._note_filled(req)
                 if req.first_token_s is None:

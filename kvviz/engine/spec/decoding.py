@@ -171,8 +171,9 @@ class SpeculativeGeneration:
         self.prompt_ids = ids = encode_prompt(self.backend, prompt)
         self.requested_new_tokens = self.max_new_tokens  # as Generation: fewer new tokens if the context is short
         self.max_new_tokens = min(self.max_new_tokens, self.backend.spec.max_context - len(ids))
-        # Room for every token kept; a verify never writes past it (a step drafts at most what is left to emit).
-        self.cache = self.backend.new_cache(1, len(ids) + self.max_new_tokens)
+        # Room for every token kept and for the last verify's drafts, which run past max_new_tokens (see step).
+        self.cache = self.backend.new_cache(1, min(len(ids) + self.max_new_tokens + self.k,
+                                                   self.backend.spec.max_context))
         with torch.inference_mode():
             synchronize(self.backend.device)
             t0 = time.perf_counter()
@@ -193,8 +194,10 @@ class SpeculativeGeneration:
         if self.done:
             raise InputError("finished")
         position = self.cache.length
-        # Each pass emits at most k_step + 1 tokens: never draft past max_new_tokens (nor the cache).
-        k_step = min(self.k, self.max_new_tokens - self.n_generated - 1)
+        # k drafts even when fewer tokens are left to emit: vLLM's Scheduler.schedule cuts a request's new tokens
+        # only by the token budget and by max_model_len − num_computed_tokens − 1, then check_stop drops the
+        # tokens past max_tokens while the acceptance statistics count every draft verified.
+        k_step = min(self.k, self.backend.spec.max_context - 2 - position)
         with torch.inference_mode():
             synchronize(self.backend.device)
             t0 = time.perf_counter()
@@ -210,7 +213,7 @@ class SpeculativeGeneration:
             else:
                 verdict = sampling.speculative_sample(drafted, proposal.probs if proposal else None,
                                                       sampling.probabilities(logits, self.temperature), self.rng)
-            emitted = self._until_eos(verdict.emitted(drafted))
+            emitted = self._until_eos(verdict.emitted(drafted))[: self.max_new_tokens - self.n_generated]
             # Roll back: every layer keeps the newest token and the drafts kept; the new token is not fed yet.
             rolled = self.cache.crop(position + len(emitted)) // self.cache.n_layers
             draft_rolled = self.draft.rollback(position + len(emitted))

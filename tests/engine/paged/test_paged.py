@@ -128,7 +128,7 @@ def test_same_step_requests_hit_blocks_hashed_at_allocation(tiny):
 def test_a_duplicate_full_block_stays_findable_after_the_first_copy_is_evicted():
     """vLLM keeps every block id under its hash (BlockHashToBlockMap.insert) and evicts one copy at a time
     (pop(key, block_id)); main kept only the first copy, so the duplicate could never be hit again."""
-    pool = BlockPool(3, 2)
+    pool = BlockPool(4, 2)  # blocks 1, 2, 3 (0 is the null block)
     h = prompt_block_hashes([5, 6, 7], 2)
     a, b = pool.allocate(2)
     pool.register(a, h[0])
@@ -136,7 +136,7 @@ def test_a_duplicate_full_block_stays_findable_after_the_first_copy_is_evicted()
     assert pool.lookup(h, 3) == [a]  # the first copy, as get_one_block
     pool.release([a])
     pool.release([b])
-    assert pool.allocate(2) == [2, a]  # the never-used block, then a (freed first): a's copy is evicted
+    assert pool.allocate(2) == [3, a]  # the never-used block, then a (freed first): a's copy is evicted
     assert pool.lookup(h, 3) == [b]  # the surviving copy is still a hit
     pool.take_cached([b])
     assert pool.n_free == 0
@@ -160,13 +160,13 @@ def test_identical_requests_cache_both_copies_of_a_decoded_block(small):
 def test_a_finished_request_releases_its_block_table(small):
     """vLLM's free() drops a finished request's blocks: the page must not show its old block ids, which other
     requests may hold by then."""
-    engine = PagedEngine(small, 3, 4)  # room for one request of 9 + 2 computed tokens (3 blocks)
+    engine = PagedEngine(small, 4, 4)  # room for one request of 9 + 2 computed tokens (3 blocks and the null one)
     a = engine.add(ids(small, 9, 0), 3)
     engine.run()
     b = engine.add(ids(small, 9, 1), 3)
     engine.step()
     _, views = snapshot(engine)
-    assert sorted(b.block_table) == [0, 1, 2]  # every block a released now belongs to b
+    assert sorted(b.block_table) == [1, 2, 3]  # every block a released now belongs to b
     assert views[0].status == FINISHED and views[0].block_table == () and views[0].n_released == 3 == a.n_released
 
 
@@ -228,7 +228,7 @@ def test_shared_prefix_reuses_floor_p(small, block_size, p, n):
 
 
 def test_lookup_stops_at_first_miss_and_lru_eviction():
-    pool = BlockPool(4, 2)
+    pool = BlockPool(5, 2)  # block 0 is the null block: 4 to hand out
     tokens = [1, 2, 3, 4, 5, 6, 7]
     hashes = prompt_block_hashes(tokens, 2)
     assert len(hashes) == 3  # full blocks only
@@ -244,13 +244,48 @@ def test_lookup_stops_at_first_miss_and_lru_eviction():
     assert pool.lookup(hashes, len(tokens)) == blocks  # freed, still hashable
     # Allocation takes the never-used block first, then the request's last block (freed first): LRU order.
     first = pool.allocate(2)
-    assert first == [3, blocks[2]]
+    assert first == [4, blocks[2]]
     assert pool.lookup(hashes, len(tokens)) == blocks[:2]
     assert pool.evictions == 1
     pool.take_cached(blocks[:2])
     assert pool.n_free == 0
     with pytest.raises(InputError):
         pool.allocate(1)
+
+
+def test_block_zero_is_the_null_block_as_vllm(small):
+    """vLLM's BlockPool.__init__ takes block 0 off the free queue as the null_block and get_usage divides by
+    num_gpu_blocks − 1: a 4-block pool hands out 3 (main handed out all 4)."""
+    pool = BlockPool(4, 16)
+    assert (pool.n_usable, pool.n_free, pool.usage()) == (3, 3, 0.0)
+    assert pool.allocate(3) == [1, 2, 3] and pool.usage() == 1.0 and pool.state(0) == "null"
+    with pytest.raises(InputError):
+        pool.allocate(1)
+    # So preemption starts one block earlier than main's: two 4-token requests, 4 blocks of 4 tokens; each needs
+    # its second block for its 5th token, and only one is left (tests/engine/paged/test_vllm_reference.py: the same
+    # step in vLLM's KVCacheManager).
+    engine = PagedEngine(small, 4, 4)
+    a, b = engine.add(ids(small, 4, 0), 4), engine.add(ids(small, 4, 1), 4)
+    assert engine.step().admitted == [a.request_id, b.request_id]
+    assert engine.step().preempted == [b.request_id]
+    with pytest.raises(InputError, match="needs 4 blocks"):
+        engine.add(ids(small, 12, 2), 4)  # 16 tokens: 4 blocks, one more than the pool hands out
+
+
+def test_a_freed_block_without_a_hash_is_reused_first_as_vllm(small):
+    """vLLM's BlockPool.free_blocks puts freed blocks without a hash at the FRONT of the free queue (prepend_n,
+    "LIFO reuse of non-cached blocks") and hashed ones at the tail. Blocks of 16, 4 to hand out: A (32 tokens),
+    then 17 other tokens (its partial second block has no hash), then 10: they take that partial block, so A's
+    blocks survive and A + 1 token hits 32 tokens (main appended every block: the 10 took A's, a 16-token hit)."""
+    engine = PagedEngine(small, 5, 16)
+    a = ids(small, 32, 0)
+    for prompt in (a, ids(small, 17, 1), ids(small, 10, 2)):
+        engine.add(prompt, 1)
+        engine.run()
+    assert list(engine.pool.free)[:1] == [4]  # the 17-token request's partial block, freed first, in front
+    again = engine.add(a + ids(small, 1, 3), 1)
+    engine.run()
+    assert again.cached_tokens == 32 and engine.pool.evictions == 0
 
 
 def test_too_big_or_empty_request_is_refused(small):

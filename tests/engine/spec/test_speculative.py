@@ -74,7 +74,11 @@ def check_run(gen: SpeculativeGeneration) -> None:
             assert e.rolled_back == len(e.drafted) + 1 - len(e.emitted)
             assert e.peak_live_bytes > e.live_bytes or e.rolled_back == 0
     assert gen.cache.length == len(gen.token_ids) - 1  # every token but the newest, as plain decoding
-    assert gen.target_passes + sum(e.accepted for e in gen.events) == gen.plain_passes
+    # Each pass emits its accepted drafts and one token of its own; the last may be cut at max_new_tokens, its
+    # drafts not (vLLM trims drafts only at max_model_len; check_stop drops the tokens past max_tokens).
+    *passes, last = gen.events
+    assert all(len(e.emitted) == e.accepted + 1 for e in passes)
+    assert len(last.emitted) <= last.accepted + 1 and gen.n_generated == sum(len(e.emitted) for e in gen.events)
 
 
 @pytest.mark.parametrize("prompt", [REPETITIVE, PLAIN])
@@ -324,6 +328,43 @@ def test_paged_speculation_keeps_blocks_and_hashes_verified_tokens_only(tiny):
     assert [r.output_ids for r in spec.requests] == [r.output_ids for r in plain.requests]
     assert spec.spec_stats.num_drafts > 0 and sum(r.rolled_back for r in spec.requests) > 0
     assert spec.n_steps < plain.n_steps and spec.pool.n_in_use() == 0
+
+
+def test_the_last_step_drafts_k_and_counts_them_as_vllm(tiny):
+    """vLLM drafts k even when fewer tokens are left: Scheduler.schedule cuts a running request's new tokens only
+    by the token budget and max_model_len − num_computed_tokens − 1, update_from_output counts every draft
+    verified (SpecDecodingStats), and check_stop drops the tokens past max_tokens. A draft that agrees with the
+    target every time (the target itself, with a cache of its own), k = 4: the prefill emits 1 token, six passes 5
+    each, the seventh has 3 left: 28 of 28 drafts accepted, mean acceptance length 5.0 (main drafted 2 there:
+    1 + 26/7 = 4.71)."""
+    ref = plain_tokens(tiny, REPETITIVE, 34)
+    gen = SpeculativeGeneration(tiny, ModelDraft(tiny), k=4, max_new_tokens=34, stop_at_eos=False)
+    gen.run(REPETITIVE)
+    assert gen.generated == ref
+    assert [len(e.drafted) for e in gen.events[1:]] == [4] * 7
+    assert [len(e.emitted) for e in gen.events] == [1] + [5] * 6 + [3]
+    assert (gen.stats.num_drafts, gen.stats.num_draft_tokens, gen.stats.num_accepted_tokens) == (7, 28, 28)
+    assert gen.stats.mean_acceptance_length == 5.0
+    assert gen.cache.length == len(gen.token_ids) - 1  # the 2 accepted tokens past max_new were cropped
+    check_run(gen)
+
+
+def test_paged_speculation_drafts_past_max_new_tokens_as_vllm(tiny):
+    """The paged engine's proposer too: a request with 2 new tokens drafts k = 4 at its one decode step (main
+    drafted min(k, max_new − n − 1) = 0), allocates slots for all 5, and emits only its 2 tokens, equal to
+    plain decoding."""
+    prompt = tiny.tokenizer.encode(REPETITIVE)
+    plain = PagedEngine(tiny.model, 16, 16)
+    spec = PagedEngine(tiny.model, 16, 16, num_speculative_tokens=4, ngram_config=ngram.NgramConfig(1, 3))
+    for eng in (plain, spec):
+        eng.add(prompt, 2)
+    spec.step()  # the prefill: its first token
+    req = spec.requests[0]
+    spec.step()  # one decode step: the newest token and 4 drafts in one forward
+    plain.run()
+    assert spec.idle and req.output_ids == plain.requests[0].output_ids
+    assert (spec.spec_stats.num_drafts, spec.spec_stats.num_draft_tokens) == (1, 4)
+    assert req.n_computed == len(req.all_ids) - 1  # rolled back to the tokens kept (check_stop's trim)
 
 
 # ---- measurements ---------------------------------------------------------------------------------------------
