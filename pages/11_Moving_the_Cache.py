@@ -1,22 +1,13 @@
 """Moving the Cache: offload tiers and reuse across requests, TTFT loading vs recomputing, the break-even for real
 deployments, and the prefill→decode handoff (kvviz workers and llama.cpp). kvviz.app.views.moving draws each idea;
 kvviz.lessons.moving lays out its tables."""
-import dataclasses
-
 import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import get_backend, loading_engine, model_caption
+from kvviz.app.models import get_backend, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.views.moving import (
-    break_even_view,
-    deployment,
-    handoff_view,
-    requests_view,
-    store_section,
-    ttft_view,
-)
+from kvviz.app.views.moving import break_even_view, deployment, handoff_view, requests_view, store_section, ttft_view
 
 settings = page_setup("moving.title")
 lecture = settings.lecture
@@ -25,9 +16,7 @@ with head[0]:
     about = intro_box()
 with about:
     st.write(tr("moving.intro"))
-if settings.model == "hf":
-    st.info(tr("moving.hf_note"))  # the store copies into kvviz's own cache: the shipped model runs instead
-    settings = dataclasses.replace(settings, model="tiny")
+settings = shipped_for_hf(settings, "moving.hf_note")  # the store copies into kvviz's own cache
 IDEAS = ("tiers", "ttft", "break_even", "handoff")
 shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
 with loading_engine():  # the first screen is drawn: now torch and the model
