@@ -11,8 +11,11 @@ from kvviz.kv.hardware import HARDWARE, LINKS
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.transfer import LoadVsRecompute, handoff_bytes
 from kvviz.lessons import moving
+from kvviz.serving.llamacpp import binary
 from kvviz.units import format_binary
 
+needs_server = pytest.mark.skipif(
+    binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
 SHAPE = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=300, max_seq_len=100)
 
 
@@ -109,3 +112,16 @@ def test_handoff_over_kvviz_workers_as_the_timeline_draws_it(tmp_path):
     row = moving.handoff_rows({"kvviz": r}, "ko")[0]
     assert row[t("moving.col_tokens_equal", "ko")] == t("moving.yes", "ko")
     assert row[t("moving.col_bytes", "ko")] == r["formula_bytes"] == r["kv_bytes"]
+
+
+@needs_server
+def test_handoff_over_two_llama_servers_exports_the_shipped_model(tmp_path):
+    tiny = load_backend("tiny", device="cpu")
+    r = moving.run_handoff("llamacpp", tiny, "tiny", 24, 3, tmp_path)
+    assert r["gguf"] == str(tmp_path / "tiny.gguf") and r["tokens_equal_single"] and r["prompt_tokens"] == 24
+    both = {"kvviz": moving.run_handoff("kvviz", tiny, "tiny", 24, 3, tmp_path), "llamacpp": r}
+    steps = moving.handoff_steps(both, "en")
+    assert [s["seconds"] for s in steps[5:]] == [r["prefill_s"], r["save_s"], r["transfer_s"], r["restore_s"],
+                                                 r["decode_prompt_s"]]  # llama.cpp's decode: its prompt's last token
+    assert [row["engine"] for row in moving.handoff_rows(both, "en")] == [t("moving.engine_kvviz", "en"),
+                                                                         t("moving.engine_llamacpp", "en")]
