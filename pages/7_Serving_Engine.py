@@ -111,17 +111,14 @@ def on_screen(name: str) -> bool:
     return view is None or view == name
 
 
-def read_worker(name: str) -> None:
-    """The worker's latest state into the session; once it is final, the worker closed and its files removed."""
+def follow(name: str) -> None:
+    """The worker's latest state into the session; once it is final, the worker closed and its files removed. Its
+    final state read and its process gone: the whole page again, so the fragment stops ticking and the buttons
+    flip."""
     worker, state = poll(SV.get(f"{name}worker"), SV.get(f"{name}state"))
     SV.set(f"{name}worker", worker)
     SV.set(f"{name}state", state)
-
-
-def rerun_once_ended(name: str) -> None:
-    """Its final state read and its process gone: the whole page again, so the fragment stops ticking and the
-    buttons flip."""
-    if SV.get(f"{name}worker") is None and SV.get(f"{name}was_running"):
+    if state is not None and worker is None and SV.get(f"{name}was_running"):
         SV.set(f"{name}was_running", False)
         st.rerun()
 
@@ -169,9 +166,7 @@ with tab_load:
         show_error(SV.get("start_error"))
 
     def live() -> None:
-        read_worker("")
-        if SV.get("state") is not None:
-            rerun_once_ended("")
+        follow("")
         sweep_results(SV.get("state"), n_requests=int(num("requests")), live_charts=bool(ss.get("sv_live_charts")),
                       lecture=lecture, on_screen=on_screen)
 
@@ -206,9 +201,7 @@ with tab_prefix:
         show_error(SV.get("prefix_error"))
 
     def prefix_live() -> None:
-        read_worker("prefix_")
-        if SV.get("prefix_state") is not None:
-            rerun_once_ended("prefix_")
+        follow("prefix_")
         prefix_results(SV.get("prefix_state"), lecture)
 
     st.fragment(prefix_live, run_every=TICK_S[False] if prefix_running else None)()

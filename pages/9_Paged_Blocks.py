@@ -1,13 +1,11 @@
 """Paged Blocks & Prefix Sharing: many requests in one block pool, prefix hits, preemption, fragmentation."""
-import dataclasses
-
 import pandas as pd
 import streamlit as st
 
 from kvviz.app.hosted import check_kv_budget
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import get_backend, limit, loading_engine, model_caption
+from kvviz.app.models import get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import paged as charts
@@ -23,9 +21,7 @@ with head[0]:
     about = intro_box()
 with about:
     st.write(tr("paged.intro"))
-if settings.model == "hf":
-    st.info(tr("paged.hf_note"))  # the paged path gathers K/V inside our own attention: the shipped model runs
-    settings = dataclasses.replace(settings, model="tiny")
+settings = shipped_for_hf(settings, "paged.hf_note")  # the paged path gathers K/V inside our own attention
 IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
 shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model

@@ -3,7 +3,8 @@
 - `get_backend()`: the shared model for the sidebar's settings (weights cached across sessions, read-only), or
   None after saying why it could not load; `settings_spec()` describes a native model without loading it, and
   `model_spec()` gives any model's description for a page's first screen (loading only a Hugging Face model);
-  `model_caption()` names it under a page's title; `preload_engine()` imports torch in the background;
+  `model_caption()` names it under a page's title; `shipped_for_hf()` runs the shipped model on a page that needs
+  kvviz's own decoder; `preload_engine()` imports torch in the background;
   `loading_engine()` is where a page that needs the model for its first idea imports the engine and loads it, after
   its title, introduction and idea stepper are drawn (a page opened directly shows them at once);
 - `hosted_caps()`, `secrets_dict()`, `hf_policy()`: the deployment's limits, from the environment or
@@ -12,6 +13,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -218,3 +220,12 @@ def loading_engine() -> Any:
 def model_caption(a: KVSpec) -> None:
     st.caption(tr("common.model_info", name=a.name, layers=a.n_layers, heads=a.n_heads, kv_heads=a.n_kv_heads,
                   kind=a.attention_kind, d_head=a.d_head, params=f"{a.n_params:,}"))
+
+
+def shipped_for_hf(settings: Settings, note_key: str) -> Settings:
+    """The settings a page that runs inside kvviz's own decoder uses: with a Hugging Face model chosen, the note
+    (`note_key`, why this page needs the native decoder) and the shipped model instead; otherwise unchanged."""
+    if settings.model != "hf":
+        return settings
+    st.info(tr(note_key))
+    return dataclasses.replace(settings, model="tiny")

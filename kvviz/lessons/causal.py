@@ -5,9 +5,11 @@
 - `past_kv_drift`: append one token and compare the past positions' K/V. Under the causal mask they do
   not move; with bidirectional attention they do, in every layer above the first, so a cache would be wrong.
 - `attention_rows`: the full causal attention matrix next to the one row a decode step computes.
+- `demo_ids`, `drift_verdict`, `overall`: what the Training page runs and the verdicts it states.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +54,19 @@ class ParallelVsSequential:
             "logits": agreement(max(self.logits_max_diff), dtype, self.logits_magnitude, n_terms),
         }
 
+    @property
+    def same_argmax(self) -> int:
+        """Positions where both paths pick the same greedy next token."""
+        return sum(a == b for a, b in zip(self.parallel_argmax, self.sequential_argmax, strict=True))
+
+    def logits_note(self, tolerance: float) -> dict:
+        """What the logits chart's caption states: whether every position is within `tolerance`, how many prefill
+        positions agree exactly, and the largest difference among the prefill and among the decode positions."""
+        prefill, decode = self.logits_max_diff[: self.n_prompt], self.logits_max_diff[self.n_prompt :]
+        return {"note": "within" if max(self.logits_max_diff) <= tolerance else "beyond",
+                "n_exact": sum(d == 0 for d in prefill), "n_prefill": len(prefill), "prefill_max": max(prefill),
+                "decode_max": max(decode)}
+
 
 @dataclass(frozen=True)
 class PastDrift:
@@ -69,6 +84,22 @@ class PastDrift:
         (the larger of max |K| and max |V|)."""
         return [agreement(max(dk, dv), dtype, max(sk, sv), n_terms)
                 for dk, dv, sk, sv in zip(self.k_max_diff, self.v_max_diff, self.k_scale, self.v_scale, strict=True)]
+
+    def max_change(self, start: int = 0, stop: int | None = None) -> float:
+        """The largest K or V change over layers start … stop − 1 (0 when there are none)."""
+        return max(self.k_max_diff[start:stop] + self.v_max_diff[start:stop], default=0.0)
+
+
+def drift_verdict(agreements: Sequence[Agreement]) -> tuple[list[Agreement], Agreement]:
+    """The layers whose past K/V changed beyond rounding, and the largest change to state: the largest of those,
+    or of every layer when none did."""
+    changed = [a for a in agreements if not a.within]
+    return changed, max(changed or agreements, key=lambda a: a.diff)
+
+
+def overall(agreements: Sequence[Agreement]) -> str:
+    """"exact" when every difference is zero, "within" when every one is within its tolerance, else "beyond"."""
+    return "exact" if all(a.exact for a in agreements) else "within" if all(a.within for a in agreements) else "beyond"
 
 
 def _check_ids(model: Decoder, ids: list[int], min_len: int) -> None:
@@ -186,3 +217,12 @@ PRESETS: dict[str, str] = {
     "korean": "고양이가 따뜻한 매트 위에 앉았다.",
 }
 MAX_DEMO_TOKENS = 64  # one decode pass per token on a shared CPU: keep the live demo quick
+
+
+def demo_ids(tokenizer, text: str) -> list[int]:  # noqa: ANN001 - any kvviz tokenizer
+    """The text's token ids as the demo runs them: at most MAX_DEMO_TOKENS, and at least 2 (a prompt and one decode
+    step), else InputError."""
+    ids = tokenizer.encode(text)[:MAX_DEMO_TOKENS]
+    if len(ids) < 2:
+        raise InputError("training.too_short", n_tokens=len(ids), min_len=2)
+    return ids

@@ -86,3 +86,46 @@ def test_bad_inputs_raise_input_errors(backend, ids):
 def test_presets_fit_the_demo():
     for text in causal.PRESETS.values():
         assert 2 <= len(text.encode("utf-8")) <= causal.MAX_DEMO_TOKENS
+
+
+def test_demo_ids_are_the_texts_tokens_cut_to_the_demo(backend):
+    assert causal.demo_ids(backend.tokenizer, TEXT) == backend.tokenizer.encode(TEXT)
+    long = " ".join([TEXT] * 20)
+    assert causal.demo_ids(backend.tokenizer, long) == backend.tokenizer.encode(long)[: causal.MAX_DEMO_TOKENS]
+    with pytest.raises(InputError, match="at least 2") as err:
+        causal.demo_ids(backend.tokenizer, "a")
+    assert err.value.params["n_tokens"] == len(backend.tokenizer.encode("a"))
+
+
+def test_the_verdicts_the_training_page_states(backend, ids):
+    n_prompt = 5
+    par = causal.run_parallel(backend.model, ids)
+    same = causal.compare_passes(par, causal.run_sequential(backend.model, ids, n_prompt), n_prompt)
+    assert same.same_argmax == len(ids)
+    tol = same.agreements(torch.float32, SHAPE.d_model)["logits"].tolerance
+    note = same.logits_note(tol)
+    assert note["note"] == "within" and note["n_prefill"] == n_prompt
+    assert note["n_exact"] == sum(d == 0 for d in same.logits_max_diff[:n_prompt])
+    assert note["prefill_max"] == max(same.logits_max_diff[:n_prompt])
+    assert note["decode_max"] == max(same.logits_max_diff[n_prompt:])
+    # Against another model's sequential pass the logits differ far beyond rounding, and the note says so.
+    other = causal.run_sequential(random_backend(SHAPE, seed=2).model, ids, n_prompt)
+    apart = causal.compare_passes(par, other, n_prompt)
+    assert apart.logits_note(tol)["note"] == "beyond" and apart.same_argmax < len(ids)
+
+
+def test_drift_verdicts_with_and_without_the_mask(backend, ids):
+    kept, moved = (causal.past_kv_drift(backend.model, ids, causal=c) for c in (True, False))
+    for d in (kept, moved):
+        assert d.max_change(0, 1) == max(d.k_max_diff[0], d.v_max_diff[0]) == 0.0  # layer 0: its own embedding
+        assert d.max_change(1) == max(d.k_max_diff[1:] + d.v_max_diff[1:])
+    assert kept.max_change(SHAPE.n_layers) == 0.0  # no layers: nothing changed
+    agreements = kept.kv_agreements(torch.float32, SHAPE.d_model)
+    changed, largest = causal.drift_verdict(agreements)
+    assert not changed and largest.diff == kept.max_change()
+    changed, largest = causal.drift_verdict(moved.kv_agreements(torch.float32, SHAPE.d_model))
+    assert len(changed) == SHAPE.n_layers - 1 and largest.diff == moved.max_change(1)
+    layer0 = [d.kv_agreements(torch.float32, SHAPE.d_model)[0] for d in (kept, moved)]
+    assert causal.overall(layer0) == "exact"
+    assert causal.overall(agreements) in ("exact", "within")
+    assert causal.overall(moved.kv_agreements(torch.float32, SHAPE.d_model)) == "beyond"
