@@ -1,5 +1,6 @@
-"""kvviz.Session (kvviz/notebook.py): the run's numbers are the engine's and the CLI's, its figures carry the measured
-bytes and attention, and the example notebook runs end to end offline in a real kernel (nbclient)."""
+"""kvviz.Session (kvviz/notebook.py): the run's numbers are the engine's and the CLI's, its figures are the ones
+Reusing Past K/V draws for the same run and carry the measured bytes and attention, and the example notebook runs
+end to end offline in a real kernel (nbclient)."""
 import json
 import os
 import subprocess
@@ -83,6 +84,36 @@ def test_attention_row_is_the_newest_querys_row_recomputed_without_a_cache(run):
         tol = tolerance.rounding_tolerance(torch.float32, 1.0, run.backend.spec.d_model)
         assert np.abs(z - want).max() <= tol
         np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=tol)  # each head's row is a distribution
+
+
+def test_the_figures_are_the_ones_reusing_past_kv_draws_for_the_same_run():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.pages.test_reuse import HOME, PAGE, click_step, open_tab
+
+    at = AppTest.from_file(HOME, default_timeout=120).run()
+    at.switch_page(PAGE).run()  # the default model (tiny) and 24 new tokens
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT)
+    at.button(key="reuse_btn_prefill").click().run()
+    click_step(at, 3)
+    assert not at.exception
+    s = Session("tiny", max_new_tokens=24)
+    s.prefill(PROMPT)
+    s.step(3)
+    assert s.numbers()["token_ids"] == at.session_state["reuse_gen"].generated[0]
+    assert next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body) == s.cache_grid().html
+
+    def page_chart(key: str) -> dict:
+        return next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith("-" + key))
+
+    open_tab(at, "bytes")
+    page, mine = page_chart("reuse_bytes"), json.loads(s.cache_bytes().to_json())
+    assert page["data"] == mine["data"] and page["layout"]["title"] == mine["layout"]["title"]
+    open_tab(at, "attention")  # layer 0 first, as attention_row's default
+    page, mine = page_chart("reuse_attn"), json.loads(s.attention_row().to_json())
+    assert page["layout"]["title"] == mine["layout"]["title"] and page["layout"]["shapes"] == mine["layout"]["shapes"]
+    tol = tolerance.rounding_tolerance(torch.float32, 1.0, s.backend.spec.d_model)
+    assert np.abs(np.array(page["data"][0]["z"]) - np.array(mine["data"][0]["z"])).max() <= tol
 
 
 def test_memory_curves_are_the_formula(run):
