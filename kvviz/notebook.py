@@ -81,10 +81,12 @@ class Session:
 
     # ---- the run ---------------------------------------------------------------------------------------------
     def prefill(self, prompt: str | list[int]) -> dict:
-        """Run the prompt in one pass (a new request: the previous run is dropped) and emit the first token;
-        returns that pass's numbers."""
-        self.gen = self._new_generation()
-        return _step_numbers(self.gen.prefill(prompt))
+        """Run the prompt in one pass (a new request: it replaces the previous run, which a refused prompt keeps) and
+        emit the first token; returns that pass's numbers."""
+        gen = self._new_generation()
+        event = gen.prefill(prompt)
+        self.gen = gen
+        return _step_numbers(event)
 
     def step(self, n: int = 1) -> dict:
         """`n` decode steps (fewer when the run ends: the token budget or end-of-sequence); the last one's numbers."""
@@ -178,6 +180,8 @@ class Session:
         dtype = str(self.backend.dtype).removeprefix("torch.")
         kv_dtype = kv_dtype or dtype
         weights = weight_bytes(spec.n_params, dtype)
+        if weights is None:
+            raise InputError("notebook.no_params", model=spec.name)
         if n_tokens is None:
             n_tokens = self.gen.events[-1].position + 1 if self.gen.events else spec.max_context
         curves = growth_curves(spec, weights, batch, n_tokens, kv_dtype)

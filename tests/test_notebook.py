@@ -136,6 +136,11 @@ def test_korean_titles_and_one_line_errors():
     with pytest.raises(InputError) as exc:
         s.attention_row(layer=99)
     assert "99" in exc.value.message("ko") and "\n" not in str(exc.value)
+    before = s.numbers()
+    with pytest.raises(InputError) as exc:
+        s.prefill("   ")
+    assert exc.value.message("ko") == t("errors.empty_prompt", "ko")
+    assert s.numbers() == before  # a refused prompt loses nothing
     s.step(5)  # a 2-token budget ends after one step
     assert s.done and s.numbers()["token_ids"] == s.gen.generated[0] and len(s.gen.generated[0]) == 2
     with pytest.raises(InputError, match="language"):
