@@ -13,11 +13,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-from kvviz.cli import compress, decode, export, memory, paged, serving, speculate
+from kvviz.cli import compress, decode, export, memory, paged, serve, serving, speculate
 from kvviz.cli.common import CliError, Parser, RunFailed
 
 # In the order `kvviz --help` lists their commands.
-GROUPS = (decode, memory, paged, compress, speculate, export, serving)
+GROUPS = (decode, memory, paged, compress, speculate, export, serving, serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
