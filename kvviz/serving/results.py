@@ -161,5 +161,5 @@ def load_defaults(limits: Limits) -> dict[str, float]:
     """The load and prefix boxes' first values (by box name, without the page's prefix), within the limits."""
     return {"maxc": 0, "burst": 1.0, "requests": min(8, limits.max_requests),
             "prompt": min(128, limits.max_prompt_tokens), "max_tokens": min(32, limits.max_tokens), "range": 0.0,
-            "prefix_len": 0, "warmups": 1, "slo_ttft": 0.0, "slo_tpot": 0.0,
+            "prefix_len": 0, "warmups": 0, "slo_ttft": 0.0, "slo_tpot": 0.0,
             "prefix_words": min(256, limits.max_prompt_tokens), "prefix_repeats": 5}

@@ -95,7 +95,8 @@ def test_chat_endpoint_streams(server):
 
 def test_serve_bench_cli(server, capsys):
     assert main(["serve-bench", "--url", server.base_url, "--prompt-len", "32", "--max-tokens", "8",
-                 "--concurrency", "1,2", "--requests", "4", "--num-warmups", "2", "--json"]) == 0
+                 "--concurrency", "1,2", "--requests", "4", "--num-warmups", "2", "--metric-percentiles", "90,99",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["engine"] == "llama.cpp" and out["exact_prompts"] is True and out["tokens_from_usage"] is True
     assert [p["max_concurrency"] for p in out["points"]] == [1, 2]
@@ -108,7 +109,9 @@ def test_serve_bench_cli(server, capsys):
         # The server's counters over this point only: the two warm-ups and earlier tests are not in it.
         w = p["server"]
         assert (w["prompt_tokens"], w["generation_tokens"]) == (4 * 32, 4 * 8)
-        assert w["cached_tokens"] == 0 and w["prefix_cache_hit_rate"] == 0.0  # no two prompts share a prefix
+        # The warm-ups sent the first request twice, as vLLM's do: its prompt (less the token llama.cpp always
+        # computes again) is cached when it is measured; no other two prompts share a prefix.
+        assert 0 < w["cached_tokens"] <= 31 and w["prefix_cache_hit_rate"] > 0
         # Its own clock beside the client's: prefill alone is part of TTFT (which adds queue and HTTP).
         x = p["server_timings"]
         assert x["n_with_server_timings"] == 4 and 0 < x["server_mean_prefill_ms"] <= x["client_mean_ttft_ms"]
@@ -316,3 +319,18 @@ def test_page_numbers_agree_with_serve_bench(server, capsys):
     headers = [c for df in at.dataframe for c in df.value.columns]
     assert any(re.search("[가-힣]", h) for h in headers), headers
     assert not [h for h in headers if re.fullmatch(r"[a-z0-9_]+", h) or h.startswith("serving.")], headers
+
+
+def test_without_usage_counts_as_vllm(server):
+    """A stream without usage: input tokens are the prompts' own counts and output tokens the generated text
+    tokenized (vLLM's calculate_metrics), here by the server's /tokenize; no warm-up by default, so nothing cached."""
+    plan = BenchPlan(server.base_url, "kvviz-tiny", closed_loop((2,)), 4, Workload(32, 8))
+    run = BenchRun(plan, api.Server(server.base_url), model="kvviz-tiny")
+    run._include_usage = False  # as a server that refuses stream_options would leave it
+    point = run.run().snapshot()["points"][0]
+    srv = api.Server(server.base_url)
+    assert point["completed"] == 4 and point["total_input_tokens"] == 4 * 32  # 0 before: no usage, no count
+    texts = [r["text"] for r in point["requests"]]
+    assert point["tokens_from"] == ["tokenizer"]
+    assert point["total_output_tokens"] == sum(len(api.tokenize(srv, "kvviz-tiny", t)) for t in texts)
+    assert point["server"]["cached_tokens"] == 0  # --num-warmups 0: no request was sent twice
