@@ -13,11 +13,10 @@ import json
 import sys
 from importlib.metadata import version
 
-import torch
-from transformers import AutoModelForCausalLM, DynamicCache
-
 import kvpress
+import torch
 from kvpress.utils import compute_n_kept
+from transformers import AutoModelForCausalLM, DynamicCache
 
 
 def kept_positions(model, ids: torch.Tensor, full: DynamicCache, spec: str) -> list:  # noqa: ANN001
