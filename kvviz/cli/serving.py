@@ -142,12 +142,10 @@ def serve_bench(args: argparse.Namespace) -> dict:
 
 
 def _n_source(r: dict) -> str:
-    sources = {s for p in r["points"] for s in p.get("tokens_from", [])}
-    if sources <= {"usage"}:
-        return "the server usage"
-    if "messages" in sources:
-        return "counted token messages (no usage, no /tokenize)"
-    return "the generated text by the server's /tokenize (no usage)"
+    from kvviz.serving.results import n_source
+
+    return {"usage": "the server usage", "messages": "counted token messages (no usage, no /tokenize)",
+            "tokenizer": "the generated text by the server's /tokenize (no usage)"}[n_source(r.get("tokens_from", []))]
 
 
 def _num(value: float | None) -> str:
