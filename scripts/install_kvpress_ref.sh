@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${KVVIZ_KVPRESS_VENV:-build/kvpress-venv}"
 VERSION="${KVPRESS_VERSION:-0.5.5}"
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import kvpress, importlib.metadata as m; assert m.version('kvpress') == '$VERSION'" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import importlib.metadata as m; assert m.version('kvpress') == '$VERSION'" 2>/dev/null; then
   echo "kvpress $VERSION already installed: $VENV"; exit 0
 fi
 python -m venv --system-site-packages "$VENV"
