@@ -15,7 +15,7 @@ from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend
 from kvviz.errors import InputError
 from kvviz.serving import client as api
-from kvviz.serving.bench import BenchPlan, BenchRun, closed_loop
+from kvviz.serving.bench import BenchPlan, BenchRun, calculate_metrics, closed_loop
 from kvviz.serving.llamacpp import LlamaServer, binary, complete_ids
 from kvviz.serving.prefix import ORDERS, VERDICTS, run_prefix_experiment
 from kvviz.serving.prom import scrape
@@ -322,15 +322,31 @@ def test_page_numbers_agree_with_serve_bench(server, capsys):
 
 
 def test_without_usage_counts_as_vllm(server):
-    """A stream without usage: input tokens are the prompts' own counts and output tokens the generated text
-    tokenized (vLLM's calculate_metrics), here by the server's /tokenize; no warm-up by default, so nothing cached."""
-    plan = BenchPlan(server.base_url, "kvviz-tiny", closed_loop((2,)), 4, Workload(32, 8))
-    run = BenchRun(plan, api.Server(server.base_url), model="kvviz-tiny")
-    run._include_usage = False  # as a server that refuses stream_options would leave it
-    point = run.run().snapshot()["points"][0]
+    """Without usage, input tokens are the prompts' own counts and output tokens the generated text tokenized
+    (vLLM's calculate_metrics), here by the server's /tokenize. llama-server always sends usage, so its
+    counts are dropped from the real streams and the server's own say what the others must equal."""
     srv = api.Server(server.base_url)
-    assert point["completed"] == 4 and point["total_input_tokens"] == 4 * 32  # 0 before: no usage, no count
-    texts = [r["text"] for r in point["requests"]]
-    assert point["tokens_from"] == ["tokenizer"]
-    assert point["total_output_tokens"] == sum(len(api.tokenize(srv, "kvviz-tiny", t)) for t in texts)
-    assert point["server"]["cached_tokens"] == 0  # --num-warmups 0: no request was sent twice
+    plan = BenchPlan(server.base_url, "kvviz-tiny", closed_loop((1,)), 3, Workload(32, 8))
+    run = BenchRun(plan, srv, model="kvviz-tiny")
+    with srv.client() as http:
+        reqs = run._requests(http, 0, 3)
+        results = [run._send(http, r) for r in reqs]
+        assert all(r.ok and r.tokens_from == "usage" for r in results)
+        usage = calculate_metrics(results, 1.0)
+        for r in results:
+            r.completion_tokens = r.prompt_tokens = None  # what a server without usage leaves
+        assert calculate_metrics(results, 1.0)["total_output_tokens"] == sum(r.n_chunks for r in results)
+        run._count_text_tokens(http, results)
+    counted = calculate_metrics(results, 1.0)
+    assert [r.tokens_from for r in results] == ["tokenizer"] * 3
+    assert counted["total_input_tokens"] == usage["total_input_tokens"] == 3 * 32  # 0 before: no usage, no count
+    assert counted["total_output_tokens"] == sum(len(api.tokenize(srv, "kvviz-tiny", r.text)) for r in results)
+    assert usage["total_output_tokens"] == 3 * 8
+
+
+def test_no_warmup_by_default_caches_nothing(server, capsys):
+    """--num-warmups defaults to 0, as vLLM's: no request is sent twice, so nothing is served from the cache."""
+    assert main(["serve-bench", "--url", server.base_url, "--prompt-len", "32", "--max-tokens", "4",
+                 "--concurrency", "1", "--requests", "3", "--json"]) == 0
+    point = json.loads(capsys.readouterr().out)["points"][0]
+    assert point["server"]["cached_tokens"] == 0 and "p99_ttft_ms" in point and "p90_ttft_ms" not in point
