@@ -65,8 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier, > 1 more even (vLLM's)")
     load.add_argument("--requests", "--num-prompts", dest="requests", type=positive_int, default=None,
                       help="requests per point (default: 2 × the concurrency, at least 4; 16 with --request-rate)")
-    load.add_argument("--num-warmups", type=non_negative_int, default=1,
-                      help="warm-up requests before each point, left out of its numbers (vLLM's default is 0)")
+    load.add_argument("--num-warmups", type=non_negative_int, default=0,
+                      help="warm-ups before each point, left out of its numbers: the point's first request sent "
+                           "this many times, so it may then find its prompt cached (vLLM's, default 0)")
     load.add_argument("--seed", type=non_negative_int, default=0, help="seed of the lengths and arrival times")
     work = sb.add_argument_group("requests")
     work.add_argument("--prompt-len", "--random-input-len", dest="prompt_len", type=positive_int, default=128,
@@ -84,8 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     out = sb.add_argument_group("results")
     out.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                      help="SLOs for goodput, e.g. ttft:500 tpot:50 (keys ttft, tpot, e2el; vLLM's)")
-    out.add_argument("--metric-percentiles", type=percentile_list, default=[90.0, 99.0],
-                     help="percentiles to report besides the mean and median, e.g. 90,99 (vLLM: 99)")
+    out.add_argument("--metric-percentiles", type=percentile_list, default=[99.0],
+                     help="percentiles to report besides the mean and median, e.g. 90,99 (vLLM's, default 99); "
+                          "kvviz reports them for E2E too, where vLLM's --percentile-metrics defaults to ttft,tpot,itl")
     out.add_argument("--result-dir", default=None,
                      help="write one result JSON per point, with vllm bench serve's key names and file names")
     sb.add_argument("--prefix-tokens", type=positive_int, default=None,
@@ -139,6 +141,13 @@ def serve_bench(args: argparse.Namespace) -> dict:
     return out
 
 
+def _n_source(r: dict) -> str:
+    from kvviz.serving.results import n_source
+
+    return {"usage": "the server usage", "messages": "counted token messages (no usage, no /tokenize)",
+            "tokenizer": "the generated text by the server's /tokenize (no usage)"}[n_source(r.get("tokens_from", []))]
+
+
 def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
@@ -152,7 +161,7 @@ def show_serve_bench(r: dict) -> None:
 
     print(f"[{r['model']} at {r['url']}, engine {r['engine'] or 'unknown'}; prompts "
           f"{'exact token ids' if r['exact_prompts'] else 'text (token counts approximate)'}; N from "
-          f"{'the server usage' if r['tokens_from_usage'] else 'counted token messages (no usage)'}]")
+          f"{_n_source(r)}]")
     pcts = [k.split("_")[0] for k in (r["points"][0] if r["points"] else {}) if k.endswith("_ttft_ms")
             and k.startswith("p")]
     for p in r["points"]:

@@ -114,8 +114,9 @@ class EvictingCache:
 
 
 def kivi_dtype(fmt: str, group: int):  # noqa: ANN201 - a KVDtype
-    """The shared int8/int4 description with KIVI's group size (its scale bytes per group unchanged)."""
-    return dataclasses.replace(KV_DTYPES[fmt], name=f"{fmt}-g{group}", group_size=group)
+    """The shared int8/int4 description with KIVI's group size and per-group fp16 scale + fp16 minimum (KIVI is
+    asymmetric at every bit width, kvviz.compression.quant)."""
+    return dataclasses.replace(KV_DTYPES[fmt], name=f"{fmt}-g{group}", group_size=group, scale_bytes_per_group=4)
 
 
 class QuantizedCache:

@@ -2,9 +2,11 @@
 
 KIVI (Liu et al. 2024, arXiv:2402.02750): keys are quantized per channel (one scale for a channel over a
 group of G tokens, because outliers live in a few channels), values per token (one scale for G channels
-of one token). int8 here is symmetric (an fp16 scale per group); int4 is asymmetric as in KIVI (fp16 scale
-and fp16 zero point per group), packed two values per byte. Scales are rounded *outwards* to fp16 (scale up,
-zero point down) so every value of a group stays inside the grid and the error bound below holds exactly.
+of one token). Both widths are asymmetric as in KIVI, which quantizes every bit width the same way (paper
+§3.1: z = min X, s = (max X − min X)/(2^B − 1), Q(X) = ⌊(X − z)/s⌉; jy-yuan/KIVI quant/new_pack.py
+quant_and_pack_kcache / quant_and_pack_vcache): an fp16 scale and an fp16 minimum per group, levels 0..2^B − 1
+(uint8 for int8, two int4 values per byte). Scales are rounded *outwards* to fp16 (scale up, minimum down) so
+every value of a group stays inside the grid and the error bound below holds exactly.
 """
 from __future__ import annotations
 
@@ -36,18 +38,18 @@ def _down(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class IntGroups:
-    """Quantized values with their per-group fp16 scale (and zero point for int4); grouped along `axis`."""
+    """Quantized values with their per-group fp16 scale and minimum (KIVI's zero point); grouped along `axis`."""
 
-    data: torch.Tensor  # int8 values, or uint8 with two int4 values per byte
+    data: torch.Tensor  # uint8: one int8 level per byte, or two int4 levels per byte
     scale: torch.Tensor  # fp16, one per group
-    zero: torch.Tensor | None  # fp16, one per group (int4 only)
+    zero: torch.Tensor  # fp16, one per group: the group's minimum, rounded down
     fmt: str
     shape: tuple[int, ...]  # the float tensor's shape
     axis: int  # the grouped axis of the float tensor (-2 tokens for keys, -1 channels for values)
     group: int
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.data, self.scale, self.zero) if t is not None]
+        return [self.data, self.scale, self.zero]
 
     @property
     def nbytes(self) -> int:
@@ -74,21 +76,14 @@ def quantize_int(x: torch.Tensor, fmt: str, group: int, axis: int) -> IntGroups:
         raise ValueError(f"{x.shape[axis]} not a multiple of the group size {group}")
     bits = INT_BITS[fmt]
     g = _grouped(x.float(), axis, group)
-    if fmt == "int8":
-        qmax = 2 ** (bits - 1) - 1  # symmetric: −127..127
-        scale = _up(g.abs().amax(-1, keepdim=True) / qmax)
-        q = torch.round(g / scale.float()).clamp(-qmax, qmax).to(torch.int8)
-        zero = None
-        data = _ungrouped(q, axis, tuple(x.shape))
-    else:
-        levels = 2**bits - 1  # asymmetric: 0..15 from the group's minimum
-        zero = _down(g.amin(-1, keepdim=True))
-        scale = _up((g.amax(-1, keepdim=True) - zero.float()) / levels)
-        q = torch.round((g - zero.float()) / scale.float()).clamp(0, levels).to(torch.uint8)
-        q = _ungrouped(q, axis, tuple(x.shape))
-        data = q[..., 0::2] | (q[..., 1::2] << 4)  # two 4-bit values per byte (d_head is even)
-        zero = zero.squeeze(-1)
-    return IntGroups(data, scale.squeeze(-1), zero, fmt, tuple(x.shape), axis, group)
+    levels = 2**bits - 1  # 0..255 for int8, 0..15 for int4, counted from the group's minimum
+    zero = _down(g.amin(-1, keepdim=True))
+    scale = _up((g.amax(-1, keepdim=True) - zero.float()) / levels)
+    q = torch.round((g - zero.float()) / scale.float()).clamp(0, levels).to(torch.uint8)
+    data = _ungrouped(q, axis, tuple(x.shape))
+    if fmt == "int4":
+        data = data[..., 0::2] | (data[..., 1::2] << 4)  # two 4-bit values per byte (d_head is even)
+    return IntGroups(data, scale.squeeze(-1), zero.squeeze(-1), fmt, tuple(x.shape), axis, group)
 
 
 def dequantize_int(q: IntGroups, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -98,9 +93,7 @@ def dequantize_int(q: IntGroups, dtype: torch.dtype = torch.float32) -> torch.Te
         lo, hi = q.data & 0xF, q.data >> 4
         values = torch.stack([lo, hi], dim=-1).reshape(q.shape).float()
     g = _grouped(values, q.axis, q.group)
-    g = g * q.scale.float().unsqueeze(-1)
-    if q.zero is not None:
-        g = g + q.zero.float().unsqueeze(-1)
+    g = g * q.scale.float().unsqueeze(-1) + q.zero.float().unsqueeze(-1)
     return _ungrouped(g, q.axis, q.shape).to(dtype)
 
 

@@ -102,14 +102,34 @@ def read_tokenizer(path: Path, *, eos_id: int | None = None) -> BPETokenizer:
         raise InputError("model.corrupt_file", path=path, reason=_one_line(exc)) from None
 
 
+def transformers_tokenizer(directory: Path, *, eos_id: int | None = None) -> BPETokenizer:
+    """A transformers directory's tokenizer as AutoTokenizer.from_pretrained builds it, so its prompt ids are
+    transformers' own: its tokenizer class may replace tokenizer.json's normalizer and pre-tokenizer (transformers
+    5 rebuilds LlamaTokenizer's Metaspace pipeline, for one), and reading tokenizer.json alone would then tokenize
+    differently. Any tokenizer type transformers loads (BPE, WordLevel, Unigram); the chat template is the one
+    AutoTokenizer reads (tokenizer_config.json or chat_template.jinja)."""
+    _require(directory / "tokenizer.json")  # without it the Hugging Face backend runs the directory
+    from transformers import AutoTokenizer  # only when a transformers directory is loaded
+
+    try:
+        auto = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
+        backend = auto.backend_tokenizer  # the tokenizers.Tokenizer the fast tokenizer encodes with
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds on a damaged tokenizer
+        raise InputError("model.corrupt_file", path=directory / "tokenizer.json", reason=_one_line(exc)) from None
+    template = auto.chat_template if isinstance(auto.chat_template, str) else None
+    return BPETokenizer(backend, eos_id=eos_id if eos_id is not None else auto.eos_token_id, chat_template=template)
+
+
 def load_directory(
     directory: str | Path, *, dtype: str = "float32", device: str = "auto", name: str | None = None
 ) -> NativeBackend:
-    """A kvviz-format directory: config.json, model.safetensors and tokenizer.json."""
+    """A kvviz-format directory (config.json, model.safetensors, tokenizer.json) or a transformers one (its
+    tokenizer as AutoTokenizer loads it)."""
     directory = Path(directory)
     torch_dtype, torch_device = parse_dtype(dtype), resolve_device(device)
     cfg = read_config(directory / "config.json")
-    tokenizer = read_tokenizer(directory / "tokenizer.json", eos_id=cfg.eos_id)
+    tokenizer = (transformers_tokenizer(directory, eos_id=cfg.eos_id) if _is_transformers_dir(directory)
+                 else read_tokenizer(directory / "tokenizer.json", eos_id=cfg.eos_id))
     model = read_weights(directory / "model.safetensors", cfg).to(device=torch_device, dtype=torch_dtype)
     return NativeBackend(model, tokenizer, name or directory.name)
 

@@ -90,7 +90,8 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
 class BPETokenizer:
-    """A byte-level BPE from a `tokenizers` tokenizer.json: any UTF-8 text round-trips exactly."""
+    """A `tokenizers` tokenizer (the shipped byte-level BPE, where any UTF-8 text round-trips exactly; or a
+    transformers directory's, whatever its model: BPE, WordLevel, Unigram)."""
 
     def __init__(self, source: str | Path | object, eos_token: str = EOS_TOKEN, *, eos_id: int | None = None,
                  chat_template: str | None = None) -> None:

@@ -2,16 +2,21 @@
 
 A point is a request rate (∞: all at once) and an optional cap on requests in flight (--max-concurrency):
 concurrency 1, 2, 4 at rate ∞ is a closed-loop sweep; rates 1, 2, 4 req/s an open-loop one. Each point sends
-warm-up requests (left out of its numbers), reads /metrics, sends its requests at their arrival times
+its warm-ups (vLLM's benchmark(): the first request sent again --num-warmups times, default 0, left out of the
+numbers), reads /metrics, sends its requests at their arrival times
 (kvviz.serving.workload.arrival_times), waits for every one of them, reads /metrics again, and summarizes
 with vLLM's definitions (vllm/benchmarks/serve.py @009e6d4a, calculate_metrics and benchmark()):
 
 - duration: from just before the first request is sent until every request, failed ones included, finished;
 - request_throughput = completed / duration; output_throughput = output tokens / duration;
-  total_token_throughput = (input + output tokens) / duration;
+  total_token_throughput = (input + output tokens) / duration; input tokens: usage's prompt_tokens, else the
+  request's own count (the dataset's prompt_len); output tokens: usage's completion_tokens, else the generated
+  text tokenized (the server's /tokenize standing in for vLLM's local tokenizer), else token messages counted
+  (where vLLM without a tokenizer counts 1);
 - TPOT per request = (E2E − TTFT) / (N − 1) for N > 1; ITL = every gap between token messages, pooled;
-- mean, median, std (population) and the chosen percentiles (numpy's linear interpolation) of TTFT, TPOT, ITL
-  and E2E, in ms, under vLLM's key names (mean_ttft_ms, median_tpot_ms, p99_itl_ms, …);
+- mean, median, std (population) and the chosen percentiles (numpy's linear interpolation; default 99 as
+  vLLM's --metric-percentiles) of TTFT, TPOT, ITL and E2E, in ms, under vLLM's key names (mean_ttft_ms,
+  median_tpot_ms, p99_itl_ms, …); kvviz adds E2E's, which vLLM writes only when --percentile-metrics names it;
 - request_goodput = requests meeting every SLO of --goodput (ttft, tpot, e2el in ms; a request with N ≤ 1 has
   TPOT 0 for this) / duration (the DistServe definition vLLM cites).
 Where vLLM writes 0 for a metric with no samples, kvviz writes None (unknown).
@@ -48,7 +53,7 @@ from kvviz.serving.workload import (
 )
 
 INF = math.inf
-PERCENTILES = (90.0, 99.0)  # with the median, which is always reported
+PERCENTILES = (99.0,)  # vLLM's --metric-percentiles default; with the median, which is always reported
 METRICS = ("ttft", "tpot", "itl", "e2el")
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # vllm/benchmarks/serve.py check_goodput_args VALID_NAMES
 
@@ -119,7 +124,7 @@ class BenchPlan:
     endpoint: str = "completions"
     timeout_s: float = 60.0
     burstiness: float = 1.0
-    num_warmups: int = 1
+    num_warmups: int = 0  # vLLM's --num-warmups default
     goodput: tuple[tuple[str, float], ...] = ()  # (metric, ms)
     percentiles: tuple[float, ...] = PERCENTILES
     ignore_eos: bool = True
@@ -138,7 +143,7 @@ class BenchPlan:
         return cls(url=d["url"], model=d.get("model", ""), points=tuple(Point.from_dict(p) for p in d["points"]),
                    num_prompts=int(d["num_prompts"]), workload=Workload(**d.get("workload", {})),
                    endpoint=d.get("endpoint", "completions"), timeout_s=float(d.get("timeout_s", 60.0)),
-                   burstiness=float(d.get("burstiness", 1.0)), num_warmups=int(d.get("num_warmups", 1)),
+                   burstiness=float(d.get("burstiness", 1.0)), num_warmups=int(d.get("num_warmups", 0)),
                    goodput=tuple((k, float(v)) for k, v in (d.get("goodput") or {}).items()),
                    percentiles=tuple(float(p) for p in d.get("percentiles", PERCENTILES)),
                    ignore_eos=bool(d.get("ignore_eos", True)), scrape_every_s=float(d.get("scrape_every_s", 0.5)))
@@ -214,7 +219,7 @@ def calculate_metrics(results: Sequence[api.RequestResult], duration_s: float,
     sent = [r for r in results if not r.cancelled]
     ok = [r for r in sent if r.ok]
     output_lens = [r.n_tokens for r in ok]
-    total_input = sum(r.prompt_tokens or 0 for r in ok)
+    total_input = sum(r.input_len or 0 for r in ok)
     ttfts = [r.ttft_s for r in ok]
     e2els = [r.e2e_s for r in ok]
     tpots = [r.tpot_s for r in ok if r.n_tokens > 1]
@@ -362,8 +367,9 @@ class BenchRun:
     def _run_point(self, http: httpx.Client, index: int, point: Point) -> None:
         plan = self.plan
         n = plan.num_prompts
-        reqs = self._requests(http, index, n + plan.num_warmups)
-        measured, warmups = reqs[:n], reqs[n:]  # warm-ups have prompts of their own: nothing measured is cached
+        measured = self._requests(http, index, n)
+        # vLLM's warm-up sends the first request again (its test_input), so that request may find its prompt cached
+        warmups = measured[:1] * plan.num_warmups
         with self._lock:
             self.current = {"index": index, **point.to_dict(), "burstiness": plan.to_dict()["burstiness"],
                             "phase": "warmup", "requests": [], "gauges": []}
@@ -399,17 +405,21 @@ class BenchRun:
         stop_poll.set()
         poller.join(5)
         after = self._scrape(http) if before is not None else None
+        self._count_text_tokens(http, results)
         sent = [r for r in results if not r.cancelled]
         ok = [r for r in sent if r.ok]
         metrics = calculate_metrics(results, duration, plan.percentiles, plan.goodput)
         server_window = window(before, after, duration) if before is not None and after is not None else None
         with self._lock:
             gauges = list(self.current["gauges"])  # type: ignore[index]
-            rows = list(self.current["requests"])  # type: ignore[index]
+            # rows were appended with their results, in the same order; N may have been counted since
+            rows = [{**row, **r.to_dict()} for row, r in zip(self.current["requests"], results, strict=True)]  # type: ignore[index]
         result = {**point.to_dict(), "burstiness": plan.to_dict()["burstiness"], "num_prompts": n,
                   "sent": len(sent), **metrics, "server": server_window,
                   "server_timings": server_crosscheck(ok, metrics, server_window),
                   "tokens_from_usage": all(r.tokens_from_usage for r in ok) if ok else None,
+                  "tokens_from": sorted({r.tokens_from for r in ok}),
+                  "start_perf_counter_s": start,  # the point's clock zero: vLLM's start_times are perf_counter()
                   "cancelled": self.cancel_event.is_set(), "requests": rows, "gauges": gauges}
         with self._lock:
             self.points.append(result)
@@ -424,7 +434,7 @@ class BenchRun:
         r = api.stream_request(self.server, self.model, req.prompt, req.expected_output_len,
                                endpoint=self.plan.endpoint, include_usage=self._include_usage,
                                ignore_eos=self._ignore_eos, client=http, cancel=cancel,
-                               clock_zero=self._t0 if clock_zero is None else clock_zero)
+                               clock_zero=self._t0 if clock_zero is None else clock_zero, prompt_len=req.prompt_len)
         if "stream_options" in r.refused:
             self._include_usage, self.usage_fallback = False, True  # N counted from messages, and said so
         if "ignore_eos" in r.refused:
@@ -439,6 +449,8 @@ class BenchRun:
         r = self._send(http, req, cancel=self.cancel_event, clock_zero=start)
         if r.cancelled:
             return
+        if r.stream_cut:
+            self._note(InputError("serving.stream_cut", url=self.server.base_url, n_chunks=r.n_chunks))
         if r.error is not None:
             self._note(r.error)
             if r.error.key in ("serving.unreachable", "serving.auth", "serving.unknown_model"):
@@ -450,6 +462,14 @@ class BenchRun:
             if self.current is not None:
                 self.current["requests"].append(row)
         self._update()
+
+    def _count_text_tokens(self, http: httpx.Client, results: Sequence[api.RequestResult]) -> None:
+        """N of a finished request without usage: its generated text tokenized without special tokens, after the
+        point as vLLM's calculate_metrics does (the server's /tokenize; where it has none, messages counted)."""
+        for r in results:
+            if r.ok and not r.completion_tokens and r.text_tokens is None:
+                ids = api.tokenize(self.server, self.model, r.text, http)
+                r.text_tokens = None if ids is None else len(ids)
 
     def _scrape(self, http: httpx.Client) -> MetricsSnapshot | None:
         if not self._metrics_ok:
@@ -475,24 +495,31 @@ class BenchRun:
 
 def vllm_result(run: dict, point: dict, date: str) -> dict:
     """One point as `vllm bench serve --save-result --save-detailed` writes its JSON (serve.py main_async:
-    setup keys, then the benchmark's), so files from both tools can be compared key by key. kvviz's own
-    additions (the server's window and clock) are under "kvviz"."""
+    setup keys, then benchmark()'s result dict), so files from both tools load in the same readers key for key:
+    per-request lists over every sent request (a failed one: output length 0, TTFT and latency 0.0 as vLLM's
+    RequestFuncOutput defaults, its error text), start_times on the sender's perf_counter() clock, rtfx 0.0 (no
+    audio). kvviz's own additions (the server's window and clock) are under "kvviz"."""
     rows = point["requests"]
     plan = run["plan"]
     backend = "openai-chat" if plan["endpoint"] == "chat" else "openai"
-    skip = {"requests", "gauges", "server", "server_timings", "sent", "cancelled", "tokens_from_usage"}
+    skip = {"requests", "gauges", "server", "server_timings", "sent", "cancelled", "tokens_from_usage", "tokens_from",
+            "start_perf_counter_s"}
+    zero = point.get("start_perf_counter_s", 0.0)
     return {"date": date, "endpoint_type": backend, "backend": backend, "label": None, "model_id": run["model"],
             "tokenizer_id": None, "num_prompts": point["num_prompts"], "request_rate": point["request_rate"],
             "burstiness": point["burstiness"], "max_concurrency": point["max_concurrency"],
             **{k: v for k, v in point.items() if k not in skip and k not in ("request_rate", "burstiness",
                                                                               "max_concurrency", "num_prompts")},
-            "input_lens": [r["prompt_tokens"] for r in rows], "output_lens": [r["n_tokens"] if r["ok"] else 0
-                                                                              for r in rows],
-            "ttfts": [r["ttft_s"] for r in rows], "itls": [r.get("itl_s", []) for r in rows],
-            "latencies": [r["e2e_s"] for r in rows], "start_times": [r["start_s"] for r in rows],
-            "queue_times": [r["queue_s"] for r in rows], "errors": [r["error"] or "" for r in rows],
+            "input_lens": [r.get("input_len") or 0 for r in rows],
+            "output_lens": [r["n_tokens"] if r["ok"] else 0 for r in rows],
+            "ttfts": [r["ttft_s"] or 0.0 for r in rows], "itls": [r.get("itl_s", []) for r in rows],
+            "latencies": [r["e2e_s"] if r["ok"] else 0.0 for r in rows],
+            "start_times": [zero + r["start_s"] for r in rows],
+            "queue_times": [r["queue_s"] for r in rows], "generated_texts": [r.get("text", "") for r in rows],
+            "errors": [r["error"] or "" for r in rows], "rtfx": 0.0,
             "kvviz": {"url": run["url"], "engine": run["engine"], "server": point["server"],
-                      "server_timings": point["server_timings"], "workload": plan["workload"]}}
+                      "server_timings": point["server_timings"], "workload": plan["workload"],
+                      "tokens_from": point.get("tokens_from")}}
 
 
 def result_filename(run: dict, point: dict, date: str) -> str:

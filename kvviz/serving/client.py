@@ -6,7 +6,12 @@ just before the request is sent; TTFT is the arrival of the first SSE message wh
 even when its text is empty (held-back UTF-8 bytes, a special token); every later such message adds one
 inter-token latency (a message may hold several tokens) and moves the request's end (E2E); a message with
 empty `choices` (the usage summary) times nothing. N comes from the `usage` the server reports (asked for
-with `stream_options.include_usage`), else from counting those messages, which the result says.
+with `stream_options.include_usage`), else from the generated text's tokens (serve.py calculate_metrics
+tokenizes it; kvviz asks the server's /tokenize, set by the caller as `text_tokens`), else from counting those
+messages, which the result says. The prompt's length likewise: usage's prompt_tokens, else the request's own
+count (RequestFuncOutput.prompt_len). A stream that ends without [DONE] after a token message succeeded, as
+vLLM's loop ends with success once a chunk arrived (it is marked `stream_cut`); a connection that breaks
+mid-stream failed, as vLLM's `except` branch fails it.
 llama.cpp's own clock for the request (its `timings`: prompt_ms, predicted_per_token_ms) is kept beside.
 
 The API key goes only into the Authorization header, and credentials written into the URL
@@ -204,6 +209,7 @@ class RequestResult:
 
     start_s: float  # when it was sent, on the caller's clock (perf_counter − the run's start)
     prompt_tokens: int | None = None  # from usage
+    expected_prompt_len: int | None = None  # the request's own count of its prompt (the dataset's prompt_len)
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where reported
     completion_tokens: int | None = None  # N from usage; None when the server gave none
     n_chunks: int = 0  # SSE messages with non-empty choices (vLLM's token messages)
@@ -214,6 +220,8 @@ class RequestResult:
     cancelled: bool = False
     refused: list[str] = field(default_factory=list)  # optional request fields the server refused
     server_timings: dict | None = None  # llama.cpp's own `timings` for this request, where it sends them
+    text_tokens: int | None = None  # the generated text's tokens by the server's tokenizer (set after the run)
+    stream_cut: bool = False  # ended without [DONE] or a finish_reason, after at least one token message
 
     @property
     def ok(self) -> bool:
@@ -221,12 +229,27 @@ class RequestResult:
 
     @property
     def n_tokens(self) -> int:
-        """N for TPOT: the server's usage count, else the token messages counted."""
-        return self.completion_tokens if self.completion_tokens is not None else self.n_chunks
+        """N for TPOT: the server's usage count; without one (or 0, as vLLM's `if not output_len`) the generated
+        text's tokens, else the token messages counted."""
+        if self.completion_tokens:
+            return self.completion_tokens
+        return self.text_tokens if self.text_tokens is not None else self.n_chunks
+
+    @property
+    def tokens_from(self) -> str:
+        """Where N came from: "usage", "tokenizer" (the generated text tokenized) or "messages" (counted)."""
+        if self.completion_tokens:
+            return "usage"
+        return "tokenizer" if self.text_tokens is not None else "messages"
 
     @property
     def tokens_from_usage(self) -> bool:
-        return self.completion_tokens is not None
+        return self.tokens_from == "usage"
+
+    @property
+    def input_len(self) -> int | None:
+        """The prompt's tokens as vLLM counts them: usage's prompt_tokens, else the request's own count."""
+        return self.prompt_tokens if self.prompt_tokens is not None else self.expected_prompt_len
 
     @property
     def ttft_s(self) -> float | None:
@@ -267,7 +290,8 @@ class RequestResult:
     def to_dict(self) -> dict:
         return {"start_s": self.start_s, "ok": self.ok, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
                 "e2e_s": self.e2e_s, "itl_s": self.itl_s, "n_tokens": self.n_tokens,
-                "tokens_from_usage": self.tokens_from_usage,
+                "tokens_from_usage": self.tokens_from_usage, "tokens_from": self.tokens_from,
+                "input_len": self.input_len, "text": self.text, "stream_cut": self.stream_cut,
                 "n_chunks": self.n_chunks, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
                 "server_prefill_s": self.server_prefill_s, "server_tpot_s": self.server_tpot_s,
                 "finish_reason": self.finish_reason, "error": str(self.error) if self.error else None,
@@ -317,6 +341,7 @@ def stream_request(
     on_chunk: Callable[[RequestResult], None] | None = None,
     extra_body: dict | None = None,
     ignore_eos: bool = True,
+    prompt_len: int | None = None,
 ) -> RequestResult:
     """Send one streamed request and time its chunks. Never raises: a failure is the result's `error`.
 
@@ -331,7 +356,7 @@ def stream_request(
         detail = str(result.error.params.get("detail", "")) if result.error is not None else ""
         field_ = next((f for f in OPTIONAL_FIELDS if f in detail and f not in refused), None)
         if result.error is None or result.error.key != "serving.http_error" or field_ is None:
-            result.refused = refused
+            result.refused, result.expected_prompt_len = refused, prompt_len
             return result
         refused.append(field_)
         include_usage = include_usage and field_ != "stream_options"
@@ -408,14 +433,17 @@ def _stream_once(
                     if isinstance(details, dict) and details.get("cached_tokens") is not None:
                         result.cached_tokens = details["cached_tokens"]
     except httpx.HTTPError as exc:
-        if not result.n_chunks:
-            result.error = transport_error(server, exc)
-            return result
-        done = False  # the connection broke mid-stream: reported below as a stream cut
+        # The connection broke: failed, as vLLM's request function fails any exception, chunks or not.
+        result.error = (transport_error(server, exc) if not result.n_chunks else
+                        InputError("serving.stream_cut", url=server.base_url, n_chunks=result.n_chunks))
+        return result
     finally:
         if own:
             client.close()
     if not done and result.finish_reason is None and not result.cancelled:
-        # No [DONE] and no finish_reason: the server stopped halfway. What arrived stays measured.
-        result.error = InputError("serving.stream_cut", url=server.base_url, n_chunks=result.n_chunks)
+        # The stream ended without [DONE] or a finish_reason. vLLM counts it a success once a token message came
+        # (endpoint_request_func.py: success = first_chunk_received); without one it failed.
+        result.stream_cut = True
+        if not result.n_chunks:
+            result.error = InputError("serving.stream_cut", url=server.base_url, n_chunks=0)
     return result

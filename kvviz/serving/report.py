@@ -118,6 +118,7 @@ def run_bench(plan: BenchPlan, api_key: str | None = None, *, limits: Limits | N
     ok = [p for p in out["points"] if p["completed"]]
     return {**out, "block_size": info["block_size"], "server_kv_dtype": info["kv_dtype"],
             "tokens_from_usage": all(p["tokens_from_usage"] for p in ok) if ok else None,
+            "tokens_from": sorted({s for p in ok for s in p.get("tokens_from", [])}),
             **kv_per_token(info["model"], info["kv_dtype"])}
 
 

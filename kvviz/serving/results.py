@@ -37,6 +37,11 @@ def load_plan(*, url: str, model: str, endpoint: str, timeout_s: float, mode: st
                      num_warmups=warmups, goodput=goodput)
 
 
+def n_source(tokens_from: list[str]) -> str:
+    """Where a run's N came from, worst first: "messages" (counted), "tokenizer" (the text tokenized) or "usage"."""
+    return next((s for s in ("messages", "tokenizer") if s in tokens_from), "usage")
+
+
 def x_label(point: dict) -> str:
     """A point on the load axis: its concurrency ("4", "∞" unbounded) or its rate ("2/s", "2/s ≤4" when capped)."""
     if point["request_rate"] == "inf":
@@ -111,7 +116,9 @@ class Sweep:
         return {"c0": xs[0], "c": xs[-1], "first_ttft": first["median_ttft_ms"], "ttft": last["median_ttft_ms"],
                 "first_tpot": first["median_tpot_ms"], "tpot": last["median_tpot_ms"], "first_tps": tps0,
                 "tps": tps, "ratio": tps / tps0 if tps and tps0 else None,
-                "tokens_from_usage": self.run.get("tokens_from_usage", True)}
+                "tokens_from_usage": self.run.get("tokens_from_usage", True),
+                "n_source": n_source(self.run.get("tokens_from") or (
+                    ["usage"] if self.run.get("tokens_from_usage", True) else ["messages"]))}
 
     def point_rows(self) -> list[dict]:
         return [{**p, "x": x} for p, x in zip(self.points, self.xs, strict=True)]
@@ -161,5 +168,5 @@ def load_defaults(limits: Limits) -> dict[str, float]:
     """The load and prefix boxes' first values (by box name, without the page's prefix), within the limits."""
     return {"maxc": 0, "burst": 1.0, "requests": min(8, limits.max_requests),
             "prompt": min(128, limits.max_prompt_tokens), "max_tokens": min(32, limits.max_tokens), "range": 0.0,
-            "prefix_len": 0, "warmups": 1, "slo_ttft": 0.0, "slo_tpot": 0.0,
+            "prefix_len": 0, "warmups": 0, "slo_ttft": 0.0, "slo_tpot": 0.0,
             "prefix_words": min(256, limits.max_prompt_tokens), "prefix_repeats": 5}

@@ -81,12 +81,30 @@ def test_int_error_within_half_a_step(fmt, axis):
     bound = quant.int_error_bound(q)
     assert bool((err <= bound * (1 + 1e-6) + 1e-7).all())
     assert err.max() > bound.max() / 4  # the bound is tight, not vacuous
-    levels = {"int8": 127, "int4": 15}[fmt]  # symmetric int8: amax/127; asymmetric int4: (max−min)/15
+    levels = {"int8": 255, "int4": 15}[fmt]  # KIVI, asymmetric at both widths: (max − min)/(2^B − 1)
     # keys: one scale per channel per 32 tokens [2, 3, 2, 32]; values: one per token per 32 channels [2, 3, 64, 1]
     groups = x.view(2, 3, 2, 32, 32) if axis == -2 else x.view(2, 3, 64, 1, 32).transpose(-1, -2)
-    spread = groups.abs().amax(3) if fmt == "int8" else groups.amax(3) - groups.amin(3)
+    spread = groups.amax(3) - groups.amin(3)
     assert q.scale.dtype == torch.float16 and q.scale.shape == spread.shape
     assert torch.allclose(q.scale.float(), spread / levels, rtol=2e-3)
+    assert q.zero.dtype == torch.float16 and bool((q.zero.float() <= groups.amin(3)).all())
+
+
+@pytest.mark.parametrize("fmt,bits", [("int8", 8), ("int4", 4)])
+def test_int_levels_as_kivi_quant_and_pack(fmt, bits):
+    """KIVI (arXiv:2402.02750 §3.1; jy-yuan/KIVI quant/new_pack.py quant_and_pack_vcache): per group
+    mn = min, scale = (max − mn)/(2^B − 1), levels round((x − mn)/scale) in 0..2^B − 1, at every bit width. The
+    group's range is chosen so that scale is a power of two (exact in fp16, where kvviz rounds it outwards)."""
+    scale = 2.0**-5 if fmt == "int8" else 0.5
+    g = torch.tensor([[-3.0, -1.0, 0.53, 2.0, -3.0 + scale * (2**bits - 1), 1.27, -2.49, 0.9]])  # one group of 8
+    q = quant.quantize_int(g, fmt, 8, -1)
+    mn, mx = g.min(-1, keepdim=True).values, g.max(-1, keepdim=True).values
+    kivi = torch.round((g - mn) / ((mx - mn) / (2**bits - 1))).clamp(0, 2**bits - 1)
+    assert q.zero.float().item() == -3.0 and q.scale.float().item() == scale
+    ours = q.data.float() if fmt == "int8" else torch.stack([q.data & 0xF, q.data >> 4], -1).reshape(g.shape).float()
+    assert torch.equal(ours, kivi)
+    assert ours.min() == 0 and ours.max() == 2**bits - 1  # the whole unsigned range, from the minimum up
+    assert q.data.dtype == torch.uint8 and q.nbytes == {"int8": 8, "int4": 4}[fmt] + 2 + 2  # data + scale + min
 
 
 def test_fp8_error_within_three_mantissa_bits():

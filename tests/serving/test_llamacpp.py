@@ -15,7 +15,7 @@ from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend
 from kvviz.errors import InputError
 from kvviz.serving import client as api
-from kvviz.serving.bench import BenchPlan, BenchRun, closed_loop
+from kvviz.serving.bench import BenchPlan, BenchRun, calculate_metrics, closed_loop
 from kvviz.serving.llamacpp import LlamaServer, binary, complete_ids
 from kvviz.serving.prefix import ORDERS, VERDICTS, run_prefix_experiment
 from kvviz.serving.prom import scrape
@@ -95,7 +95,8 @@ def test_chat_endpoint_streams(server):
 
 def test_serve_bench_cli(server, capsys):
     assert main(["serve-bench", "--url", server.base_url, "--prompt-len", "32", "--max-tokens", "8",
-                 "--concurrency", "1,2", "--requests", "4", "--num-warmups", "2", "--json"]) == 0
+                 "--concurrency", "1,2", "--requests", "4", "--num-warmups", "2", "--metric-percentiles", "90,99",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["engine"] == "llama.cpp" and out["exact_prompts"] is True and out["tokens_from_usage"] is True
     assert [p["max_concurrency"] for p in out["points"]] == [1, 2]
@@ -108,7 +109,9 @@ def test_serve_bench_cli(server, capsys):
         # The server's counters over this point only: the two warm-ups and earlier tests are not in it.
         w = p["server"]
         assert (w["prompt_tokens"], w["generation_tokens"]) == (4 * 32, 4 * 8)
-        assert w["cached_tokens"] == 0 and w["prefix_cache_hit_rate"] == 0.0  # no two prompts share a prefix
+        # The warm-ups sent the first request twice, as vLLM's do: its prompt (less the token llama.cpp always
+        # computes again) is cached when it is measured; no other two prompts share a prefix.
+        assert 0 < w["cached_tokens"] <= 31 and w["prefix_cache_hit_rate"] > 0
         # Its own clock beside the client's: prefill alone is part of TTFT (which adds queue and HTTP).
         x = p["server_timings"]
         assert x["n_with_server_timings"] == 4 and 0 < x["server_mean_prefill_ms"] <= x["client_mean_ttft_ms"]
@@ -316,3 +319,34 @@ def test_page_numbers_agree_with_serve_bench(server, capsys):
     headers = [c for df in at.dataframe for c in df.value.columns]
     assert any(re.search("[가-힣]", h) for h in headers), headers
     assert not [h for h in headers if re.fullmatch(r"[a-z0-9_]+", h) or h.startswith("serving.")], headers
+
+
+def test_without_usage_counts_as_vllm(server):
+    """Without usage, input tokens are the prompts' own counts and output tokens the generated text tokenized
+    (vLLM's calculate_metrics), here by the server's /tokenize. llama-server always sends usage, so its
+    counts are dropped from the real streams and the server's own say what the others must equal."""
+    srv = api.Server(server.base_url)
+    plan = BenchPlan(server.base_url, "kvviz-tiny", closed_loop((1,)), 3, Workload(32, 8))
+    run = BenchRun(plan, srv, model="kvviz-tiny")
+    with srv.client() as http:
+        reqs = run._requests(http, 0, 3)
+        results = [run._send(http, r) for r in reqs]
+        assert all(r.ok and r.tokens_from == "usage" for r in results)
+        usage = calculate_metrics(results, 1.0)
+        for r in results:
+            r.completion_tokens = r.prompt_tokens = None  # what a server without usage leaves
+        assert calculate_metrics(results, 1.0)["total_output_tokens"] == sum(r.n_chunks for r in results)
+        run._count_text_tokens(http, results)
+    counted = calculate_metrics(results, 1.0)
+    assert [r.tokens_from for r in results] == ["tokenizer"] * 3
+    assert counted["total_input_tokens"] == usage["total_input_tokens"] == 3 * 32  # 0 before: no usage, no count
+    assert counted["total_output_tokens"] == sum(len(api.tokenize(srv, "kvviz-tiny", r.text)) for r in results)
+    assert usage["total_output_tokens"] == 3 * 8
+
+
+def test_no_warmup_by_default_caches_nothing(server, capsys):
+    """--num-warmups defaults to 0, as vLLM's: no request is sent twice, so nothing is served from the cache."""
+    assert main(["serve-bench", "--url", server.base_url, "--prompt-len", "32", "--max-tokens", "4",
+                 "--concurrency", "1", "--requests", "3", "--json"]) == 0
+    point = json.loads(capsys.readouterr().out)["points"][0]
+    assert point["server"]["cached_tokens"] == 0 and "p99_ttft_ms" in point and "p90_ttft_ms" not in point

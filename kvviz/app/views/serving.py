@@ -232,7 +232,8 @@ def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bo
                            **{k: format_fixed(ends[k]) for k in ("first_ttft", "ttft", "first_tpot", "tpot",
                                                                 "first_tps", "tps")},
                            ratio=format_fixed(ends["ratio"], 2),
-                           source=tr("serving.n_usage" if ends["tokens_from_usage"] else "serving.n_chunks")))
+                           source=tr({"usage": "serving.n_usage", "tokenizer": "serving.n_text",
+                                      "messages": "serving.n_chunks"}[ends["n_source"]])))
     if points and on_screen("numbers"):
         show_table(sweep.point_rows(), _point_columns(points), "serving_points")
     windows = sweep.window_rows()
