@@ -17,7 +17,7 @@ from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, model_caption, model_spec, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
-from kvviz.app.widgets import number_in_range
+from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
 from kvviz.errors import InputError
@@ -146,8 +146,8 @@ def show(request: RepeatedRequest) -> None:
         names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
         labels = {k: tr(f"prefill_decode.chart_{k}") for k in names}
         labels["title"] = tr("prefill_decode.chart_title_run", run=shown_run + 1, runs=len(runs))
-        st.plotly_chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=lecture),
-                        key="pd_timeline", width="stretch")
+        chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=lecture),
+              "pd_timeline")
         if s.tpot_p50_s:
             st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}",
                           prompt=len(gen.prompt_ids)))

@@ -19,7 +19,7 @@ from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit, model_caption, model_spec, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
-from kvviz.app.widgets import number_in_range
+from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
@@ -212,8 +212,9 @@ def sweep_panel(name: str, controls: Callable[[], dict], make: Callable[[dict], 
         if not run.rows:
             return  # the progress line says so
         verdict, details = describe(run.rows)
-        chart, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
-        chart.plotly_chart(draw(run.rows), key=f"lc_chart_{kind}", width="stretch")
+        where, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
+        with where:
+            chart(draw(run.rows), f"lc_chart_{kind}")
         text.markdown(verdict)
         with text, st.expander(tr("latency.details")) if lecture else st.container():
             st.markdown(details)
@@ -484,16 +485,14 @@ def roofline(parts: tuple[str, ...] = ROOF_PARTS) -> None:
         curve = roof.decode_curve(batches=batches, n_context=n_context)
         names = labels("rchart", "title", "x", "y", "y2", "memory", "compute", "bound", "tokens_per_s",
                        "compute_batch", "max_batch", "kv_weights")
-        st.plotly_chart(charts.roofline_chart(curve, names, compute_batch=b_star, max_batch=fits,
-                                              kv_weights_batch=weights / kv_req, lecture=lecture),
-                        key="lc_roofline", width="stretch")
+        chart(charts.roofline_chart(curve, names, compute_batch=b_star, max_batch=fits,
+                                    kv_weights_batch=weights / kv_req, lecture=lecture), "lc_roofline")
     if "kv" in parts:
         tokens = sorted({2**i for i in range(7, 21)} | {n_context})
         kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
         kv_labels["title"] = tr("latency.kchart_title", batch=batch)
-        st.plotly_chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens],
-                                                   weights, crossing, kv_labels, lecture=lecture),
-                        key="lc_kv_weights", width="stretch")
+        chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens], weights, crossing,
+                                         kv_labels, lecture=lecture), "lc_kv_weights")
     if not lecture:  # on a projector it is folded under the bounds
         st.caption(tr("latency.roof_note"))
 

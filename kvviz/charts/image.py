@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import cache
 from importlib.util import find_spec
 
 import plotly.graph_objects as go
@@ -21,6 +22,7 @@ FORMATS = {"png": "image/png", "svg": "image/svg+xml"}
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 
+@cache  # asked for every chart drawn
 def can_export() -> bool:
     """Whether this machine can draw a figure server-side: kaleido installed and a Chromium/Chrome to drive."""
     if find_spec("kaleido") is None:
