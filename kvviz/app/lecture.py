@@ -162,16 +162,20 @@ export default function(component) {
   }
   btn.textContent = data.label;
   btn.title = data.help;
-  btn.setAttribute('aria-label', data.help);
   btn.onclick = async () => {
     btn.disabled = true;
     btn.dataset.state = 'busy';
+    await new Promise((r) => setTimeout(r, 0));  // let the click end and the button show it is busy first
     try {
       const root = document.querySelector("[data-testid='stApp']") || document.body;
       const w = window.innerWidth, h = window.innerHeight;
+      // Not copied: this button, the collapsed sidebar, and the other screens' sections (drawn but hidden) — two
+      // thirds of a lecture page's nodes, each of whose styles html-to-image would copy.
+      const skip = (n) => n.classList && (n.classList.contains('st-key-kv_screen_png')
+        || n.dataset.testid === 'stSidebar' || [...n.classList].some((c) => c.startsWith('st-key-kv_hidden_')));
       const url = await globalThis.htmlToImage.toPng(root, {
         width: w, height: h, canvasWidth: w, canvasHeight: h, pixelRatio: 1, backgroundColor: '#ffffff',
-        filter: (n) => !(n.classList && n.classList.contains('st-key-kv_screen_png')) });
+        filter: (n) => !skip(n) });
       const a = document.createElement('a');
       a.href = url;
       a.download = data.filename;
