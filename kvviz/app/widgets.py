@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from kvviz.app.language import tr
-from kvviz.charts.image import PROJECTOR, SCALE, can_export, figure_image
+from kvviz.charts.image import PROJECTOR, SCALE, can_export, slide_svg
 
 if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to the first page drawn
     import pandas as pd
@@ -128,7 +128,8 @@ def chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
     if not lecture and can_export():
         # Drawn only when pressed (a callable), on Streamlit's download thread: ~1-10 s of Chromium per image.
-        st.download_button(tr("lecture.download_svg"), lambda: figure_image(fig, "svg"), file_name=f"{key}.svg",
+        failed = tr("lecture.download_svg_failed")  # read here: the callable runs outside the script
+        st.download_button(tr("lecture.download_svg"), lambda: slide_svg(fig, failed), file_name=f"{key}.svg",
                            mime="image/svg+xml", key=f"{key}_svg", on_click="ignore", type="tertiary",
                            icon=":material/download:", help=tr("lecture.download_svg_help"))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from functools import cache
+from html import escape
 from importlib.util import find_spec
 
 import plotly.graph_objects as go
@@ -43,3 +44,17 @@ def figure_image(fig: go.Figure, fmt: str) -> bytes:
     if fmt not in FORMATS:
         raise ValueError(f"image format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     return slide_figure(fig).to_image(format=fmt, scale=SCALE)
+
+
+def slide_svg(fig: go.Figure, failed: str) -> bytes:
+    """`fig` as an SVG for a slide; should the exporter fail (no Chromium it can start, a crash), an SVG of the same
+    size that says so (`failed`, then the reason), so a download never ends in an empty or broken file."""
+    try:
+        return figure_image(fig, "svg")
+    except Exception as e:  # noqa: BLE001 - any exporter failure becomes the message, never a broken download
+        width, height = PROJECTOR
+        lines = [failed, f"{type(e).__name__}: {e}"[:200]]
+        text = "".join(f'<text x="40" y="{80 + 50 * i}" font-size="32" font-family="{escape(FONT_FAMILY)}">'
+                       f"{escape(line)}</text>" for i, line in enumerate(lines))
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
+                f'<rect width="100%" height="100%" fill="#fff"/>{text}</svg>').encode()

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from kvviz.charts.base import style
-from kvviz.charts.image import PROJECTOR, can_export, figure_image
+from kvviz.charts.image import PROJECTOR, can_export, figure_image, slide_svg
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,3 +58,17 @@ def test_svg_keeps_the_text_and_the_projector_size():
 def test_an_unknown_format_is_refused():
     with pytest.raises(ValueError, match="png, svg"):
         figure_image(_figure("x"), "jpeg")
+
+
+def test_an_export_that_fails_says_so_in_the_file(monkeypatch):
+    """No Chromium the exporter can start: the SVG download says why instead of failing."""
+    kaleido.stop_sync_server(silence_warnings=True)
+    try:
+        monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
+        svg = slide_svg(_figure("캐시"), "이 차트를 그리지 못했습니다.").decode("utf-8")
+    finally:
+        monkeypatch.delenv("BROWSER_PATH")
+        kaleido.start_sync_server(silence_warnings=True)
+    assert svg.startswith("<svg") and f'width="{PROJECTOR[0]}"' in svg
+    assert "이 차트를 그리지 못했습니다." in svg and "Error" in svg
+    assert "<g " not in svg  # no chart in it: the message alone
