@@ -23,7 +23,7 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.url_state import int_in, url_state
-from kvviz.app.widgets import persisted
+from kvviz.app.widgets import BUTTON_JS, persisted
 
 LECTURE_SEED = 0  # lecture mode pins every seed, so a demo repeats exactly on the projector
 # Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
@@ -150,16 +150,10 @@ def demo_seed(seed: int) -> int:
 # The screen as the audience sees it, drawn by html-to-image (vendored from npm, inlined: no CDN) into a PNG the
 # browser downloads: the app's root at the window's size, without this button. Only the browser has the screen
 # (its fonts, its layout, the charts as drawn), so it is captured there, not on the server.
-_CAPTURE_JS = """
+_CAPTURE_JS = BUTTON_JS + """
 export default function(component) {
   const { data, parentElement } = component;
-  let btn = parentElement.querySelector('button.kv-shot');
-  if (!btn) {
-    btn = document.createElement('button');
-    btn.className = 'kv-shot';
-    btn.type = 'button';
-    parentElement.appendChild(btn);
-  }
+  const btn = componentButton(parentElement, 'kv-shot');
   btn.textContent = data.label;
   btn.title = data.help;
   btn.onclick = async () => {

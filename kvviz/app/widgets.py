@@ -157,16 +157,23 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
 # Streamlit buttons it is given (caught before Streamlit sees them) — and sends the whole unserved log each time; the
 # newest log always wins, and the page applies each action once, in order (pending_actions). While the page plays,
 # it also says so when one redraw shows more than one new token (the browser fell behind the server).
-_STEPPER_JS = """
-export default function(component) {
-  const { data, setStateValue, parentElement } = component;
-  let btn = parentElement.querySelector('button.kv-step');
+# BUTTON_JS: a component's own button, made once per mount (every v2 component button here starts with it).
+BUTTON_JS = """
+function componentButton(parentElement, className) {
+  let btn = parentElement.querySelector('button.' + className);
   if (!btn) {
     btn = document.createElement('button');
-    btn.className = 'kv-step';
+    btn.className = className;
     btn.type = 'button';
     parentElement.appendChild(btn);
   }
+  return btn;
+}
+"""
+_STEPPER_JS = BUTTON_JS + """
+export default function(component) {
+  const { data, setStateValue, parentElement } = component;
+  const btn = componentButton(parentElement, 'kv-step');
   btn.textContent = data.label;
   btn.title = data.title;
   btn.disabled = !!data.disabled;
