@@ -25,6 +25,7 @@ def test_a_korean_chart_saves_as_png_and_svg_for_a_slide(page, shots):
     page.goto_app(PAGE, "?lang=ko")
     chart = page.locator("[data-testid='stPlotlyChart']").first
     chart.hover()
+    page.screenshot(path=shots / "chart_with_svg_button_ko.png")
     with page.expect_download(timeout=60_000) as png_download:
         chart.locator(".modebar-btn[data-title='Download plot as a PNG']").click()
     png_file = png_download.value
