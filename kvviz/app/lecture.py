@@ -178,8 +178,9 @@ export default function(component) {
       a.remove();
       btn.dataset.state = 'saved';
     } catch (e) {
-      btn.dataset.state = 'failed';
-      btn.title = data.failed + ' ' + String(e && e.message || e);
+      btn.dataset.state = 'failed';  // said on the button for a while; the page itself is untouched
+      btn.textContent = data.failed + ' ' + String((e && e.message) || e).slice(0, 80);
+      setTimeout(() => { btn.textContent = data.label; }, 8000);
     } finally {
       btn.disabled = false;
     }

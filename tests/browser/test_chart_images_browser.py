@@ -66,3 +66,10 @@ def test_lecture_mode_saves_the_screen_as_png(page, shots):
     print(f"lecture screen PNG: {differ:.2%} of pixels differ from Chromium's screenshot")
     assert differ < 0.03, differ
     assert page.locator("button.kv-shot").get_attribute("data-state") == "saved"
+
+    # A capture the browser cannot draw says so on the button, and the page stays as it was.
+    page.evaluate("() => { globalThis.htmlToImage.toPng = () => Promise.reject(new Error('no canvas')); }")
+    button.click()
+    expect(page.locator("button.kv-shot")).to_have_text("브라우저가 화면을 이미지로 그리지 못했습니다: no canvas")
+    assert page.locator("button.kv-shot").get_attribute("data-state") == "failed"
+    assert page.locator("[data-testid='stException']").count() == 0
