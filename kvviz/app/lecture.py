@@ -8,19 +8,22 @@
   which in lecture mode the stepper shows instead; `lecture_tabs()`: a page's tabs, one per screen in lecture mode,
   `shown_idea()`: which one is on screen, and `screen_part()`: where a part of a section shown over several
   screens goes;
-- `demo_seed()`: every seed pinned, so a demo repeats exactly on the projector.
+- `demo_seed()`: every seed pinned, so a demo repeats exactly on the projector;
+- `screen_capture()`: a button in the header that saves the screen as it is shown as a PNG, for a slide.
 """
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from functools import cache
+from importlib import resources
 from typing import Any
 
 import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.url_state import int_in, url_state
-from kvviz.app.widgets import persisted
+from kvviz.app.widgets import BUTTON_JS, persisted
 
 LECTURE_SEED = 0  # lecture mode pins every seed, so a demo repeats exactly on the projector
 # Streamlit sizes its text in rem: a larger root font enlarges every label, paragraph and widget.
@@ -39,6 +42,7 @@ header[data-testid='stHeader'] { height: 2.6rem !important; min-height: 0 !impor
 [data-testid='stMain'] :is(summary, [data-testid='stPopover'] button) :is(p, span) { white-space: normal; }
 [data-testid='stLayoutWrapper']:has(> [class*='st-key-kv_hidden_']),
 [class*='st-key-kv_hidden_'] { display: none !important; }
+.st-key-kv_screen_png { position: fixed; top: 0.3rem; right: 3.6rem; z-index: 999991; width: auto !important; }
 </style>"""
 # At 1280×720 the default 6rem top padding, a 2.75rem title and 1rem between elements took a third of the screen: a
 # lower fixed header (it holds the sidebar's button), a smaller title and closer elements leave it to the idea. Labels
@@ -141,3 +145,67 @@ def _box(shown: bool, name: str) -> Any:
 def demo_seed(seed: int) -> int:
     """The seed a demo uses: the user's, or in lecture mode the fixed one."""
     return LECTURE_SEED if st.session_state.get("kv_lecture") else seed
+
+
+# The screen as the audience sees it, drawn by html-to-image (vendored from npm, inlined: no CDN) into a PNG the
+# browser downloads: the app's root at the window's size, without this button. Only the browser has the screen
+# (its fonts, its layout, the charts as drawn), so it is captured there, not on the server.
+_CAPTURE_JS = BUTTON_JS + """
+export default function(component) {
+  const { data, parentElement } = component;
+  const btn = componentButton(parentElement, 'kv-shot');
+  btn.textContent = data.label;
+  btn.title = data.help;
+  btn.onclick = async () => {
+    btn.disabled = true;
+    btn.dataset.state = 'busy';
+    await new Promise((r) => setTimeout(r, 0));  // let the click end and the button show it is busy first
+    try {
+      const root = document.querySelector("[data-testid='stApp']") || document.body;
+      const w = window.innerWidth, h = window.innerHeight;
+      // Not copied: this button, the collapsed sidebar, and the other screens' sections (drawn but hidden) — two
+      // thirds of a lecture page's nodes, each of whose styles html-to-image would copy.
+      const skip = (n) => n.classList && (n.classList.contains('st-key-kv_screen_png')
+        || n.dataset.testid === 'stSidebar' || [...n.classList].some((c) => c.startsWith('st-key-kv_hidden_')));
+      const url = await globalThis.htmlToImage.toPng(root, {
+        width: w, height: h, canvasWidth: w, canvasHeight: h, pixelRatio: 1, backgroundColor: '#ffffff',
+        filter: (n) => !skip(n) });
+      const a = document.createElement('a');
+      a.href = url;
+      a.download = data.filename;
+      document.body.appendChild(a);
+      a.click();
+      a.remove();
+      btn.dataset.state = 'saved';
+    } catch (e) {
+      btn.dataset.state = 'failed';  // said on the button for a while; the page itself is untouched
+      btn.textContent = data.failed + ' ' + String((e && e.message) || e).slice(0, 80);
+      setTimeout(() => { btn.textContent = data.label; }, 8000);
+    } finally {
+      btn.disabled = false;
+    }
+  };
+}
+"""
+_CAPTURE_CSS = """
+button.kv-shot { font: inherit; font-size: 0.8rem; padding: 0.15rem 0.6rem; border-radius: 0.5rem; cursor: pointer;
+  border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63); white-space: nowrap; }
+button.kv-shot:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
+button.kv-shot:disabled { opacity: 0.45; cursor: progress; }
+"""
+
+
+@cache
+def _capture_component() -> Any:
+    vendored = resources.files("kvviz.assets").joinpath("vendor/html-to-image.js").read_text(encoding="utf-8")
+    return st.components.v2.component("kvviz_screen_png", js=vendored + "\n" + _CAPTURE_JS, css=_CAPTURE_CSS)
+
+
+def screen_capture(name: str) -> None:
+    """In lecture mode, a button at the top of the screen that saves what the screen shows as `kvviz-<name>.png`
+    (the window's size: 1280×720 on the projector the layout is made for)."""
+    if not st.session_state.get("kv_lecture"):
+        return
+    data = {"label": tr("lecture.save_screen"), "help": tr("lecture.save_screen_help"),
+            "failed": tr("lecture.save_screen_failed"), "filename": f"kvviz-{name}.png"}
+    _capture_component()(key="kv_screen_png", data=data, width="content")

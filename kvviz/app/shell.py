@@ -15,7 +15,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from kvviz.app.hosted import HostedCaps
 from kvviz.app.language import lang, tr
-from kvviz.app.lecture import LECTURE_CSS
+from kvviz.app.lecture import LECTURE_CSS, screen_capture
 from kvviz.app.models import hosted_caps
 from kvviz.app.navigation import nav_links
 from kvviz.app.sidebar import Settings, init_state, sidebar
@@ -36,6 +36,7 @@ def page_setup(title_key: str) -> Settings:
     st.set_page_config(page_title=t(title_key, lang()), layout="wide", initial_sidebar_state=sidebar_state)
     if st.session_state.kv_lecture:
         st.html(LECTURE_CSS)
+        screen_capture(title_key.split(".")[0])
     if lang() == "ko":
         st.html(KOREAN_CSS)
     _check_link()

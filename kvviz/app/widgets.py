@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from kvviz.app.language import tr
+from kvviz.charts.image import PROJECTOR, SCALE, can_export, slide_svg
 
 if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to the first page drawn
     import pandas as pd
     import plotly.graph_objects as go
 
-# Plotly's toolbar always shown, its camera button saving a PNG at twice the screen resolution.
-PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+# Plotly's toolbar always shown, its camera button saving a PNG for a slide: the chart laid out at half a projector's
+# size and drawn at twice the scale (1920×1080 px, type twice as large as on screen), as charts.image draws the SVG.
+PLOTLY_CONFIG = {"displayModeBar": True, "displaylogo": False, "toImageButtonOptions": {
+    "format": "png", "width": PROJECTOR[0] // SCALE, "height": PROJECTOR[1] // SCALE, "scale": SCALE}}
 
 
 def persisted(widget, key: str, label: str, **kwargs):  # noqa: ANN001, ANN202 - any st widget
@@ -111,15 +114,24 @@ def current_number(key: str, before: Any = None) -> Any:
 
 
 def chart(fig: go.Figure, key: str) -> None:
-    """A Plotly chart with its toolbar on (PNG download named after `key`).
+    """A Plotly chart for a slide: its toolbar's camera saves `key`.png at a projector's size (drawn by the browser),
+    and a button under it `key`.svg (drawn on the server by charts.image when this machine can: kaleido and a
+    Chromium; not in lecture mode, like the tables' CSV).
 
     theme=None: the figure's own layout (charts.base.style: lecture type sizes, room for the toolbar) is what
     shows; Streamlit's theme would override its fonts and margins.
     """
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
-    if st.session_state.get("kv_lecture"):
+    lecture = st.session_state.get("kv_lecture")
+    if lecture:
         config["displayModeBar"] = "hover"  # on a projector the toolbar would sit on a wrapped title
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
+    if not lecture and can_export():
+        # Drawn only when pressed (a callable), on Streamlit's download thread: ~1-10 s of Chromium per image.
+        failed = tr("lecture.download_svg_failed")  # read here: the callable runs outside the script
+        st.download_button(tr("lecture.download_svg"), lambda: slide_svg(fig, failed), file_name=f"{key}.svg",
+                           mime="image/svg+xml", key=f"{key}_svg", on_click="ignore", type="tertiary",
+                           icon=":material/download:", help=tr("lecture.download_svg_help"))
 
 
 def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
@@ -145,16 +157,23 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
 # Streamlit buttons it is given (caught before Streamlit sees them) — and sends the whole unserved log each time; the
 # newest log always wins, and the page applies each action once, in order (pending_actions). While the page plays,
 # it also says so when one redraw shows more than one new token (the browser fell behind the server).
-_STEPPER_JS = """
-export default function(component) {
-  const { data, setStateValue, parentElement } = component;
-  let btn = parentElement.querySelector('button.kv-step');
+# BUTTON_JS: a component's own button, made once per mount (every v2 component button here starts with it).
+BUTTON_JS = """
+function componentButton(parentElement, className) {
+  let btn = parentElement.querySelector('button.' + className);
   if (!btn) {
     btn = document.createElement('button');
-    btn.className = 'kv-step';
+    btn.className = className;
     btn.type = 'button';
     parentElement.appendChild(btn);
   }
+  return btn;
+}
+"""
+_STEPPER_JS = BUTTON_JS + """
+export default function(component) {
+  const { data, setStateValue, parentElement } = component;
+  const btn = componentButton(parentElement, 'kv-step');
   btn.textContent = data.label;
   btn.title = data.title;
   btn.disabled = !!data.disabled;

@@ -16,6 +16,10 @@ def _template() -> go.layout.Template:
     return go.layout.Template(layout=pio.templates["plotly_white"].layout)
 
 
+# Plotly's own families, then the CJK font for Hangul (a browser or Chromium falls back glyph by glyph): Korean text
+# is drawn in Noto Sans CJK KR where it is installed, not in whichever CJK variant the system picks first.
+FONT_FAMILY = '"Open Sans", verdana, arial, "Noto Sans CJK KR", "Noto Sans KR", "Malgun Gothic", sans-serif'
+
 LECTURE_MAX_HEIGHT = 360  # px: with the page's title row and idea stepper, one chart per screen at 1280×720
 
 
@@ -52,7 +56,7 @@ def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, he
         if title else None,
         uirevision="kvviz",  # keeps the user's zoom/pan when the data changes
         height=min(int(height * 1.15), lecture_height) + 24 * extra_lines if lecture else height,
-        font=dict(size=size),
+        font=dict(size=size, family=FONT_FAMILY),
         margin=dict(l=50, r=20, t=((100 if lecture else 90) + 26 * extra_lines) if title else 30, b=40),
         template=_template(),
     )

@@ -16,7 +16,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit
 from kvviz.app.state import page_state
-from kvviz.app.widgets import number_in_range
+from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
@@ -156,8 +156,9 @@ def results(page: LatencyPage, kind: str, rows: list[dict], draw: Any) -> None:
 
     lecture = page.lecture
     verdict, details = lessons.describe(kind, rows, lang(), lecture=lecture)
-    chart, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
-    chart.plotly_chart(draw(page, rows), key=f"lc_chart_{kind}", width="stretch")
+    where, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
+    with where:
+        chart(draw(page, rows), f"lc_chart_{kind}")
     text.markdown(verdict)
     with text, st.expander(tr("latency.details")) if lecture else st.container():
         st.markdown(details)
@@ -338,17 +339,15 @@ def roofline(page: LatencyPage, parts: tuple[str, ...] = ROOF_PARTS) -> None:
         curve = roof.decode_curve(batches=view.curve_batches(), n_context=n_context)
         names = labels("rchart", "title", "x", "y", "y2", "memory", "compute", "bound", "tokens_per_s",
                        "compute_batch", "max_batch", "kv_weights")
-        st.plotly_chart(charts.roofline_chart(curve, names, compute_batch=view.compute_batch, max_batch=view.fits,
-                                              kv_weights_batch=roof.weight_bytes / view.kv_request_bytes,
-                                              lecture=lecture),
-                        key="lc_roofline", width="stretch")
+        chart(charts.roofline_chart(curve, names, compute_batch=view.compute_batch, max_batch=view.fits,
+                                    kv_weights_batch=roof.weight_bytes / view.kv_request_bytes, lecture=lecture),
+              "lc_roofline")
     if "kv" in parts:
         tokens = view.kv_tokens()
         kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
         kv_labels["title"] = tr("latency.kchart_title", batch=batch)
-        st.plotly_chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens],
-                                                   roof.weight_bytes, view.crossing, kv_labels, lecture=lecture),
-                        key="lc_kv_weights", width="stretch")
+        chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens], roof.weight_bytes,
+                                         view.crossing, kv_labels, lecture=lecture), "lc_kv_weights")
     if not lecture:  # on a projector it is folded under the bounds
         st.caption(tr("latency.roof_note"))
 

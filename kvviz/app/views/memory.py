@@ -379,12 +379,12 @@ def start_up_logs(lecture: bool) -> None:
     idea_title(tr("memory.logs_title"), small=True)  # in lecture mode the stepper shows it
     st.caption(tr("memory.logs_intro", n=len(checks), tolerance=f"{TOLERANCE:.0%}"))
     term_names = {t: tr(f"memory.term_{t}") for t in LOG_TERMS}
-    st.plotly_chart(
+    chart(
         residual_figure(residuals(checks, term_names), list(term_names.values()), tolerance=TOLERANCE,
                         title=tr("memory.logs_chart"), y_title=tr("memory.logs_axis"),
                         named_label=tr("memory.logs_named"), unnamed_label=tr("memory.logs_unnamed"),
                         band_label=tr("memory.logs_band", tolerance=f"{TOLERANCE:.0%}"), lecture=lecture),
-        key="mem_residual_chart",
+        "mem_residual_chart",
     )
     with st.expander(tr("memory.logs_table"), expanded=not lecture):
         rows = [f"| {tr('memory.logs_log')} | {tr('memory.logs_setup')} | " + " | ".join(term_names.values()) + " |",

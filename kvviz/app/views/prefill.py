@@ -12,7 +12,7 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.state import page_state
-from kvviz.app.widgets import number_in_range
+from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
 from kvviz.errors import InputError
@@ -126,8 +126,8 @@ def show(request: RepeatedRequest, shown: list[int], lecture: bool) -> None:
         names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
         labels = {k: tr(f"prefill_decode.chart_{k}") for k in names}
         labels["title"] = tr("prefill_decode.chart_title_run", run=i_run + 1, runs=len(runs))
-        st.plotly_chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=lecture),
-                        key="pd_timeline", width="stretch")
+        chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=lecture),
+              "pd_timeline")
         if s.tpot_p50_s:
             st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}",
                           prompt=len(gen.prompt_ids)))
