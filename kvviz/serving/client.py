@@ -142,17 +142,23 @@ def _server_message(body: str) -> str:
     return " ".join(body.split())[:200]
 
 
-def list_models(server: Server, client: httpx.Client | None = None) -> list[dict]:
-    """GET /v1/models: the served models (id, owned_by, max_model_len where given)."""
+def get(server: Server, path: str, client: httpx.Client | None = None) -> httpx.Response:
+    """GET a path of the server, on the client given or a short-lived one; a transport failure is an InputError
+    that says the server cannot be reached."""
     own = client is None
     client = client or server.client()
     try:
-        response = client.get(server.url("/v1/models"))
+        return client.get(server.url(path))
     except httpx.HTTPError as exc:
         raise transport_error(server, exc) from None
     finally:
         if own:
             client.close()
+
+
+def list_models(server: Server, client: httpx.Client | None = None) -> list[dict]:
+    """GET /v1/models: the served models (id, owned_by, max_model_len where given)."""
+    response = get(server, "/v1/models", client)
     if response.status_code != 200:
         raise status_error(server, response)
     try:

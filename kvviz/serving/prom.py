@@ -30,7 +30,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvviz.errors import InputError
-from kvviz.serving.client import Server, transport_error
+from kvviz.serving.client import Server, get
 
 # Our field -> the engine's sample names, first found wins (a newer name before the older one).
 COUNTERS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -163,15 +163,7 @@ def scrape(server: Server, client: httpx.Client | None = None, t_s: float = 0.0)
     """GET /metrics and parse it. The error says which of the causes it is: the server cannot be reached
     (serving.unreachable), or it answers but exports no metrics (serving.no_metrics: llama.cpp without
     --metrics answers 501, other servers 404)."""
-    own = client is None
-    client = client or server.client()
-    try:
-        response = client.get(server.url("/metrics"))
-    except httpx.HTTPError as exc:
-        raise transport_error(server, exc) from None
-    finally:
-        if own:
-            client.close()
+    response = get(server, "/metrics", client)
     if response.status_code == 501:
         raise InputError("serving.no_metrics_flag", url=server.base_url)
     if response.status_code != 200:
