@@ -166,37 +166,38 @@ def evaluation(backend: Backend, methods: list[Method], text: str, *, seq_len: i
     pieces = chunks(backend, text, seq_len, n_tokens)
     n_prompt = max(1, int(len(pieces[0]) * prompt_share))
     reference = next((m for m in methods if m.name == "full"), Method("full"))
-    rows = [m for m in methods if m.name != "full" and batched and batchable(backend, m)]
-    alone = [m for m in methods if m.name != "full" and m not in rows]
-    if not batchable(backend, reference):
-        rows, alone = [], [m for m in methods if m.name != "full"]
-    per_chunk = (len(pieces[0]) - n_prompt) * (1 + len(alone))  # the batch (or the reference alone), then each
+    others = [m for m in methods if m.name != "full"]
+    # The reference is in the batch whenever it can be, even with no other method there: its numbers then never
+    # depend on which methods run beside it.
+    batch = [reference, *(m for m in others if batchable(backend, m))] if batched and batchable(
+        backend, reference) else []
+    alone = [m for m in [reference, *others] if m not in batch]
+    per_chunk = (len(pieces[0]) - n_prompt) * (bool(batch) + len(alone))
     return Sweep("compression", len(pieces) * per_chunk, len(methods),
-                 _passes(backend, methods, pieces, n_prompt, reference, rows, alone, frozenset(view_steps), kv_dtype))
+                 _passes(backend, methods, pieces, n_prompt, reference, batch, alone, frozenset(view_steps), kv_dtype))
 
 
 def _passes(backend: Backend, methods: list[Method], pieces: list[list[int]], n_prompt: int, reference: Method,
-            rows: list[Method], alone: list[Method], view_steps: frozenset[int],
+            batch: list[Method], alone: list[Method], view_steps: frozenset[int],
             kv_dtype: str) -> Iterator[list[Quality]]:
-    traces: dict[Method, list[Trace]] = {m: [] for m in [reference, *rows, *alone]}
+    traces: dict[Method, list[Trace]] = {m: [] for m in [*batch, *alone]}
     targets = [torch.tensor(ids[n_prompt:], device=backend.device) for ids in pieces]
     out: list[Quality] = []
 
     def measured() -> list[Quality]:
         full = traces[reference]
-        return [_quality(m, traces[m], full, targets, kv_dtype) for m in methods
+        return [_quality(m, traces[m if m.name != "full" else reference], full, targets, kv_dtype) for m in methods
                 if traces[m if m.name != "full" else reference]]
 
     for i, ids in enumerate(pieces):
         steps = view_steps if i == 0 else frozenset()
-        if rows:  # the reference first in the batch
-            batch = rows_passes(backend, ids, n_prompt, [reference, *rows], steps)
-            done = yield from _each(batch, out)
-            for m, trace in zip([reference, *rows], done, strict=True):
+        if batch:  # the reference first: a cancelled run always has it for what it finished
+            done = yield from _each(rows_passes(backend, ids, n_prompt, batch, steps), out)
+            for m, trace in zip(batch, done, strict=True):
                 traces[m].append(trace)
             out = measured()
             yield out
-        for m in [reference, *alone] if not rows else alone:
+        for m in alone:
             traces[m].append((yield from _each(method_passes(backend, ids, n_prompt, m, steps), out)))
             out = measured()
             yield out
