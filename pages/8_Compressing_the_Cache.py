@@ -118,9 +118,10 @@ if ss.pop("cc_start", False):
     except InputError as exc:
         show_error(exc)
 running = ss.get("cc_sweep") is not None
-controls.button(tr("compression.run"), type="primary", key="cc_run", on_click=start, disabled=running)
-controls.button(tr("compression.cancel"), key="cc_cancel", on_click=cancel,
-                disabled=not running or ss.cc_sweep[1].cancelled)
+buttons = controls.container(horizontal=True)  # Cancel beside the run button
+buttons.button(tr("compression.run"), type="primary", key="cc_run", on_click=start, disabled=running)
+buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=cancel,
+               disabled=not running or ss.cc_sweep[1].cancelled)
 
 
 def live() -> None:
