@@ -9,26 +9,12 @@ import torch
 
 from kvviz.compression import quality
 from kvviz.compression.runner import Method, batchable, drain, rows_passes, run_method
-from kvviz.engine.loading import load_backend
 from kvviz.engine.sweeps import SweepRun
 from kvviz.engine.tolerance import magnitude, rounding_tolerance
 
 TEXT = ("The cache keeps the keys and values of every past token, so each decode step reads them back instead of "
         "computing them again. A budget keeps fewer of them; quantization stores each in fewer bits. ") * 8
 SEQ = 96  # prompt 48: budgets below it evict, SnapKV's window of 32 fits
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_backend("tiny", device="cpu")
 
 
 METHODS = [Method("full"), *(Method(n, budget=40) for n in ("window", "streaming", "h2o", "snapkv")),
