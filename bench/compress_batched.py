@@ -52,13 +52,16 @@ def main() -> None:
         for rows[batched] in sweep.runs:
             pass
         times[batched], passes[batched] = time.perf_counter() - start, sweep.total
-    diff = max(abs(a.perplexity / b.perplexity - 1) for a, b in zip(rows[False], rows[True], strict=True))
+    diff, worst = max((abs(a.perplexity / b.perplexity - 1), a.label) for a, b in zip(rows[False], rows[True],
+                                                                                       strict=True))
     print(f"{backend.spec.name}, {len(methods)} methods + full, {args.tokens} tokens in chunks of {args.seq_len}, "
           f"{args.threads} thread(s)")
     print(f"alone, one after another: {times[False]:8.1f} s  ({passes[False]} forward passes)")
     print(f"rows of one batch:        {times[True]:8.1f} s  ({passes[True]} forward passes)")
     print(f"ratio alone / batched:    {times[False] / times[True]:8.2f}")
-    print(f"largest perplexity difference between the two: {diff:.2e} (relative)")
+    print(f"largest perplexity difference between the two: {diff:.2e} (relative, {worst})")
+    for a, b in zip(rows[False], rows[True], strict=True):
+        print(f"  {a.label:>28} ppl {a.perplexity:9.3f} alone {b.perplexity:9.3f} batched")
 
 
 if __name__ == "__main__":
