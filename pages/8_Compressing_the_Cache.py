@@ -118,10 +118,11 @@ if ss.pop("cc_start", False):
     except InputError as exc:
         show_error(exc)
 running = ss.get("cc_sweep") is not None
-buttons = controls.container(horizontal=True)  # Cancel beside the run button
+buttons = controls if lecture else controls.container(horizontal=True)  # Cancel beside the run button
 buttons.button(tr("compression.run"), type="primary", key="cc_run", on_click=start, disabled=running)
-buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=cancel,
-               disabled=not running or ss.cc_sweep[1].cancelled)
+if running or not lecture:  # on a projector's narrow row only while it can be pressed
+    buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=cancel,
+                   disabled=not running or ss.cc_sweep[1].cancelled)
 
 
 def live() -> None:
