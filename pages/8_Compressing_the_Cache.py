@@ -94,17 +94,68 @@ def measured_with(r: tuple) -> str:
               seq_len=r[3], n_tokens=r[4], budgets=", ".join(map(str, r[5])))
 
 
-if controls.button(tr("compression.run"), type="primary", key="cc_run"):
-    bar = st.progress(0.0, text=tr("compression.running"))
+ss = st.session_state
+TICK_S = 0.3  # the fragment's period while the methods run
+BUDGET_S = 1.0  # model work per tick before the progress bar and the time left redraw
+
+
+def start() -> None:
+    ss.cc_start = True  # built below from this rerun's checked values (a callback sees the last run's)
+
+
+def cancel() -> None:
+    if ss.get("cc_sweep") is not None:
+        ss.cc_sweep[1].cancel()  # a flag: the run stops after the pass under way, keeping every finished chunk
+
+
+if ss.pop("cc_start", False):
     try:
+        from kvviz.engine.sweeps import SweepRun
+
         text = own if source == "own" else quality.held_out_text()
-        with quality.torch_threads(1 if backend.device.type == "cpu" else None):
-            rows = quality.evaluate(backend, [Method("full"), *methods], text, seq_len=seq_len, n_tokens=n_tokens,
-                                    view_steps=chunk_steps(seq_len)[1], progress=lambda d, t: bar.progress(d / t))
-        st.session_state.kv_compress = (request, rows)
+        ss.cc_sweep = (request, SweepRun(quality.evaluation(backend, [Method("full"), *methods], text, seq_len=seq_len,
+                                                            n_tokens=n_tokens, view_steps=chunk_steps(seq_len)[1])))
     except InputError as exc:
         show_error(exc)
-    bar.empty()
+running = ss.get("cc_sweep") is not None
+buttons = controls if lecture else controls.container(horizontal=True)  # Cancel beside the run button
+buttons.button(tr("compression.run"), type="primary", key="cc_run", on_click=start, disabled=running)
+if running or not lecture:  # on a projector's narrow row only while it can be pressed
+    buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=cancel,
+                   disabled=not running or ss.cc_sweep[1].cancelled)
+
+
+def live() -> None:
+    """Runs the methods a second per tick, then draws the progress and the time left; once done or cancelled the
+    whole page redraws with what was measured."""
+    if ss.get("cc_sweep") is None:
+        return
+    asked, run = ss.cc_sweep
+    if not run.finished:
+        with quality.torch_threads(1 if backend.device.type == "cpu" else None):
+            run.advance(BUDGET_S)
+    if run.finished:
+        del ss.cc_sweep
+        if run.error:
+            ss.cc_error = run.error
+        elif run.rows:  # the rows of every method that finished a chunk; a Cancel keeps them, labelled partial
+            partial = (run.done, run.sweep.total, run.sweep.settings - 1) if run.cancelled else None
+            ss.kv_compress = (asked, run.rows, partial)
+        else:
+            ss.cc_empty = (run.done, run.sweep.total)
+        st.rerun()
+    left = run.time_left
+    st.progress(run.progress, text=tr("compression.progress", done=run.done, total=run.sweep.total,
+                                      left=tr("compression.time_left", seconds=round(left)) if left is not None
+                                      else tr("compression.time_left_unknown")))
+
+
+st.fragment(live, run_every=TICK_S if running else None)()
+if ss.get("cc_error") is not None:
+    show_error(ss.pop("cc_error"))
+if ss.get("cc_empty") is not None:  # cancelled before any chunk was finished: nothing to draw, said so
+    done, total = ss.pop("cc_empty")
+    st.info(tr("compression.cancelled_empty", done=done, total=total))
 
 stored = st.session_state.get("kv_compress")
 if stored is None or stored[0][0] != backend.spec:  # nothing measured yet on this model
@@ -115,6 +166,11 @@ seq_len = stored[0][3]  # what the figures below describe is the run's, not the 
 n_prompt, view_steps = chunk_steps(seq_len)
 rows = stored[1]
 full_row, rows = rows[0], rows[1:]
+if stored[2] is not None:  # cancelled: each method pooled over the chunks it finished
+    done, total, n_methods = stored[2]
+    counts = sorted({r.n_predicted // (seq_len - n_prompt) for r in [full_row, *rows]})
+    st.warning(tr("compression.partial", done=done, total=total, measured=len(rows), methods=n_methods,
+                  chunks="–".join(map(str, dict.fromkeys([counts[0], counts[-1]])))))
 
 
 def method_name(r: quality.Quality) -> str:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 import torch
 
-from kvviz.compression.runner import DEPLOY_DTYPES, Method, StepView, Trace, run_method
+from kvviz.compression.runner import DEPLOY_DTYPES, Method, StepView, Trace, batchable, method_passes, rows_passes
 from kvviz.engine.backends.base import Backend
+from kvviz.engine.sweeps import Sweep
 from kvviz.errors import InputError
 
 DEFAULT_TOKENS = 2048  # evaluated text per method: a few thousand tokens keeps a CPU run to seconds
@@ -130,10 +131,30 @@ def compare(full: list[Trace], comp: list[Trace], targets: list[torch.Tensor]) -
 
 def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int | None = None,
              n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5, view_steps: tuple[int, ...] = (),
-             kv_dtype: str = "bfloat16", progress=None) -> list[Quality]:  # noqa: ANN001 - progress(done, total)
+             kv_dtype: str = "bfloat16", progress=None, batched: bool = True) -> list[Quality]:  # noqa: ANN001
     """Each method on the same chunks: prompt = the first prompt_share of a chunk, the rest decoded.
     view_steps: decode steps of the first chunk whose kept positions and attention each method records.
-    kv_dtype: the KV dtype savings are counted against (bytes of every dtype are kept: Quality.saved)."""
+    kv_dtype: the KV dtype savings are counted against (bytes of every dtype are kept: Quality.saved).
+    progress(done, total): called after every forward pass. batched=False runs every method alone, one after
+    another (what `evaluation` measures itself against)."""
+    sweep = evaluation(backend, methods, text, seq_len=seq_len, n_tokens=n_tokens, prompt_share=prompt_share,
+                       view_steps=view_steps, kv_dtype=kv_dtype, batched=batched)
+    rows: list[Quality] = []
+    for done, rows in enumerate(sweep.runs, 1):  # noqa: B007 - the last rows are the answer
+        if progress is not None:
+            progress(done, sweep.total)
+    return rows
+
+
+def evaluation(backend: Backend, methods: list[Method], text: str, *, seq_len: int | None = None,
+               n_tokens: int = DEFAULT_TOKENS, prompt_share: float = 0.5, view_steps: tuple[int, ...] = (),
+               kv_dtype: str = "bfloat16", batched: bool = True) -> Sweep:
+    """`evaluate` one forward pass per next(): a Sweep whose runs yield, after each pass, the rows measured so far
+    (each method pooled over the chunks it has finished), so a page can show progress, estimate the time left and
+    stop, keeping every method's finished chunks.
+
+    Per chunk, the full cache and every method that keeps the model's weights run as rows of one batch, sharing
+    the prompt's prefill (runner.rows_passes); head pooling, and every method of a Hugging Face model, run alone."""
     max_len = backend.spec.max_context
     seq_len = seq_len or max_len
     if seq_len > max_len:  # a longer chunk would be cut to the context and report lengths that did not run
@@ -144,32 +165,70 @@ def evaluate(backend: Backend, methods: list[Method], text: str, *, seq_len: int
         raise InputError("unknown_kv_dtype", name=kv_dtype, choices=", ".join(DEPLOY_DTYPES))
     pieces = chunks(backend, text, seq_len, n_tokens)
     n_prompt = max(1, int(len(pieces[0]) * prompt_share))
-    total, done = len(pieces) * (1 + len(methods)), 0
+    reference = next((m for m in methods if m.name == "full"), Method("full"))
+    others = [m for m in methods if m.name != "full"]
+    # The reference is in the batch whenever it can be, even with no other method there: its numbers then never
+    # depend on which methods run beside it.
+    batch = [reference, *(m for m in others if batchable(backend, m))] if batched and batchable(
+        backend, reference) else []
+    alone = [m for m in [reference, *others] if m not in batch]
+    per_chunk = (len(pieces[0]) - n_prompt) * (bool(batch) + len(alone))
+    return Sweep("compression", len(pieces) * per_chunk, len(methods),
+                 _passes(backend, methods, pieces, n_prompt, reference, batch, alone, frozenset(view_steps), kv_dtype))
 
-    def run(ids: list[int], m: Method, first: bool) -> Trace:
-        nonlocal done
-        trace = run_method(backend, ids, n_prompt, m, view_steps=view_steps if first else ())
-        done += 1
-        if progress is not None:
-            progress(done, total)
-        return trace
 
-    full = [run(ids, Method("full"), i == 0) for i, ids in enumerate(pieces)]
-    targets = [torch.tensor(ids[n_prompt:], device=full[0].logits.device) for ids in pieces]
-    out = []
-    for m in methods:
-        comp = full if m.name == "full" else [run(ids, m, i == 0) for i, ids in enumerate(pieces)]
-        ppl, ppl_full, kl, top1 = compare(full, comp, targets)
-        last = comp[-1]
-        out.append(Quality(
-            m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached, ppl_full,
-            full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)), budget=m.budget,
-            bookkeeping_bytes=last.bookkeeping_bytes, scale_bytes_outside_cache=last.scale_bytes_outside_cache,
-            fp8_clipped=sum(t.fp8_clipped for t in comp), notes=tuple(last.notes), bytes_at=last.bytes_at,
-            full_bytes_at=full[-1].bytes_at, kv_dtype=kv_dtype, evicted=sum(t.evicted for t in comp),
-            group=last.group, residual=last.residual, kv_scale=m.kv_scale if m.name == "fp8" else None,
-            views=comp[0].views))
-    return out
+def _passes(backend: Backend, methods: list[Method], pieces: list[list[int]], n_prompt: int, reference: Method,
+            batch: list[Method], alone: list[Method], view_steps: frozenset[int],
+            kv_dtype: str) -> Iterator[list[Quality]]:
+    traces: dict[Method, list[Trace]] = {m: [] for m in [*batch, *alone]}
+    targets = [torch.tensor(ids[n_prompt:], device=backend.device) for ids in pieces]
+    out: list[Quality] = []
+
+    def measured() -> list[Quality]:
+        full = traces[reference]
+        return [_quality(m, traces[m if m.name != "full" else reference], full, targets, kv_dtype) for m in methods
+                if traces[m if m.name != "full" else reference]]
+
+    for i, ids in enumerate(pieces):
+        steps = view_steps if i == 0 else frozenset()
+        if batch:  # the reference first: a cancelled run always has it for what it finished
+            done = yield from _each(rows_passes(backend, ids, n_prompt, batch, steps), out)
+            for m, trace in zip(batch, done, strict=True):
+                traces[m].append(trace)
+            out = measured()
+            yield out
+        for m in alone:
+            traces[m].append((yield from _each(method_passes(backend, ids, n_prompt, m, steps), out)))
+            out = measured()
+            yield out
+
+
+def _each(passes: Generator[None, None, object], out: list[Quality]) -> Generator[list[Quality], None, object]:
+    """Yield the rows measured so far after every pass of `passes` but its last (the caller yields the rows that
+    include the finished run); return what `passes` returns."""
+    next(passes)
+    while True:
+        try:
+            next(passes)
+        except StopIteration as stop:
+            return stop.value
+        yield out
+
+
+def _quality(m: Method, comp: list[Trace], full: list[Trace], targets: list[torch.Tensor], kv_dtype: str) -> Quality:
+    """A method pooled over the chunks it finished, against the full cache on the same chunks."""
+    comp = full if m.name == "full" else comp
+    full, targets = full[: len(comp)], targets[: len(comp)]
+    ppl, ppl_full, kl, top1 = compare(full, comp, targets)
+    last = comp[-1]
+    return Quality(
+        m.name, m.label(), ppl, kl, top1, last.kv_bytes, last.formula_bytes, last.n_cached, ppl_full,
+        full[-1].kv_bytes, full[-1].n_cached, int(sum(len(t) for t in targets)), budget=m.budget,
+        bookkeeping_bytes=last.bookkeeping_bytes, scale_bytes_outside_cache=last.scale_bytes_outside_cache,
+        fp8_clipped=sum(t.fp8_clipped for t in comp), notes=tuple(last.notes), bytes_at=last.bytes_at,
+        full_bytes_at=full[-1].bytes_at, kv_dtype=kv_dtype, evicted=sum(t.evicted for t in comp),
+        group=last.group, residual=last.residual, kv_scale=m.kv_scale if m.name == "fp8" else None,
+        views=comp[0].views)
 
 
 # Perplexities within 10% of each other are called the same: a 512-token sample moves them by a few percent.

@@ -72,6 +72,27 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + rotated * sin
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
+           capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(QKᵀ/√d)·V for q [B, H, T, d] over k, v [B, H_kv, n, d]: [B, H, T, d], and with capture the
+    probabilities [B, H, T, n]. One home for the decoder's attention (compression's batched rows call it too)."""
+    b, hq, t, d = q.shape
+    hkv, n_keys = k.shape[1], k.shape[2]
+    if capture or (t == 1 and q.device.type == "cpu"):
+        # Explicit softmax(QKᵀ/√d): the probabilities can be returned, and for one decode query two
+        # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
+        # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
+        g = hq // hkv
+        qg = q.reshape(b, hkv, g * t, d)
+        scores = (qg @ k.transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        probs = scores.float().softmax(dim=-1).to(q.dtype)
+        out = (probs.view(b, hkv, g * t, n_keys) @ v).view(b, hq, t, d)
+        return out, probs if capture else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq), None
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
@@ -116,21 +137,7 @@ class Attention(nn.Module):
         if causal and t > 1:
             # Query i sits at absolute position past + i and may see keys 0..past + i.
             mask = torch.ones(t, n_keys, dtype=torch.bool, device=x.device).tril(diagonal=past)
-        probs = None
-        if capture or (t == 1 and x.device.type == "cpu"):
-            # Explicit softmax(QKᵀ/√d): the probabilities can be returned, and for one decode query two
-            # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
-            # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
-            g = hq // hkv
-            qg = q.reshape(b, hkv, g * t, d)
-            scores = (qg @ k.transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            probs = scores.float().softmax(dim=-1).to(q.dtype)
-            out = (probs.view(b, hkv, g * t, n_keys) @ v).view(b, hq, t, d)
-            probs = probs if capture else None
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq)
+        out, probs = attend(q, k, v, mask, capture=capture)
         out = out.transpose(1, 2).reshape(b, t, hq * d)
         return F.linear(out, self.o_proj.weight, self.o_proj.bias), probs
 

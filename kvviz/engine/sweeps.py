@@ -43,7 +43,8 @@ class Sweep:
     kind: str
     total: int  # whole runs to measure: progress = runs done / total
     settings: int  # rows it ends with
-    runs: Iterator[list[dict]]  # measures one whole run per next(), and yields the rows complete so far
+    runs: Iterator[list]  # measures one whole run per next(), and yields the rows complete so far (dicts, or
+    # kvviz.compression's Quality rows)
 
 
 @dataclass
@@ -57,11 +58,12 @@ class SweepRun:
     """
 
     sweep: Sweep
-    rows: list[dict] = field(default_factory=list)
+    rows: list = field(default_factory=list)
     done: int = 0  # whole runs measured
     finished: bool = False
     cancelled: bool = False
     error: Exception | None = None
+    seconds: float = 0.0  # wall time spent inside the runs so far (not the UI's time between ticks)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -77,6 +79,11 @@ class SweepRun:
             return "cancelled" if self.rows else "cancelled_none"
         return "done" if self.finished else "running"
 
+    @property
+    def time_left(self) -> float | None:
+        """Seconds still to run, estimated from the measured time per run so far (None before the first run)."""
+        return self.seconds / self.done * (self.sweep.total - self.done) if self.done else None
+
     def advance(self, budget_s: float = 0.0) -> int:
         """Measure at least one more whole run, then more until budget_s of wall time has passed; returns how many."""
         count = 0
@@ -87,6 +94,7 @@ class SweepRun:
             while not self.finished and (not count or time.perf_counter() - start < budget_s):
                 if self._cancel.is_set():
                     break
+                began = time.perf_counter()
                 try:
                     with quiet():  # nothing else of this process competes while the run is measured
                         rows = next(self.sweep.runs)
@@ -97,6 +105,7 @@ class SweepRun:
                     self.error, self.finished = exc, True
                     break
                 self.rows, self.done, count = rows, self.done + 1, count + 1
+                self.seconds += time.perf_counter() - began
                 if self.done >= self.sweep.total:
                     self._stop()
             if self._cancel.is_set():

@@ -514,7 +514,7 @@ LECTURE_IDEAS = {
     # every request served, the tiers measured, the handoff run in kvviz's workers: each idea with its results
     "Moving_the_Cache": ("moving", 4, _press("mv_all", "mv_measure", "mv_run_kvviz")),
     # every method measured on the shipped model (a short text: seconds), then each idea
-    "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press("cc_run")),
+    "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press_and_wait("cc_run")),
     "Speculative_Decoding": ("spec", 3, _press("spec_btn_measure"), _speculate),
     # the planner is two screens (the answer, then how it did on real start-up logs); the last one runs a cache here
     "Memory_Footprint": ("memory", 7, _press("mem_run_here")),

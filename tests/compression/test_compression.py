@@ -21,20 +21,6 @@ from tests.engine.test_hf_backend import byte_bpe
 EVICT = ["window", "streaming", "h2o", "snapkv"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # hundreds of one-token passes through a 4-layer model: one thread is fastest and spares a shared machine
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_backend("tiny", device="cpu")
-
-
 @pytest.fixture(scope="module")
 def ids(tiny):
     text = "def keys(self):\n    Return a view of the cached keys and values of every past position." * 3

@@ -39,7 +39,16 @@ def measured(lang: str) -> AppTest:
     at.text_area(key="cc_own_text").input(TEXT)
     at.run()
     at.button(key="cc_run").click()
-    return at.run()
+    return finished(at.run())
+
+
+def finished(at: AppTest) -> AppTest:
+    """Rerun until the methods are measured (the page runs them a second per tick, drawing progress between)."""
+    for _ in range(600):
+        if "cc_sweep" not in at.session_state:
+            return at
+        at.run()
+    raise AssertionError("still measuring")
 
 
 def named(method: str, settings: str, lang: str) -> str:
@@ -116,7 +125,7 @@ def opened(lang: str, shape: DecoderConfig = SMALL, **query: str) -> AppTest:
 def test_a_text_shorter_than_a_chunk_is_refused_in_words(lang):
     at = opened(lang, text="own", tokens="256")
     at.text_area(key="cc_own_text").input("Just a few words.").run()
-    at.button(key="cc_run").click().run()
+    finished(at.button(key="cc_run").click().run())
     assert not at.exception
     (error,) = at.error
     # the count of tokens the text has, and the 128 one chunk needs
@@ -143,3 +152,31 @@ def test_settings_raised_are_said_next_to_their_control(lang):
         c.value for c in at.caption]
     at = opened(lang, dataclasses.replace(SMALL, max_seq_len=512), seq="512", tokens="256")
     assert t("compression.tokens_raised", lang, n_tokens=256, seq_len=512) in [c.value for c in at.caption]
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
+    at = opened(lang, text="own", tokens="2048")  # 16 chunks of 128: far more than one tick's second of work
+    at.text_area(key="cc_own_text").input(TEXT * 6).run()
+    at.button(key="cc_run").click().run()
+    run = at.session_state["cc_sweep"][1]
+    assert not run.finished and 0 < run.done < run.sweep.total
+    (bar,) = at.get("progress")
+    left = round(run.seconds / run.done * (run.sweep.total - run.done))  # the measured time per pass, times passes
+    assert bar.proto.text == t("compression.progress", lang, done=run.done, total=run.sweep.total,
+                               left=t("compression.time_left", lang, seconds=left))
+    assert at.button(key="cc_run").disabled and not at.button(key="cc_cancel").disabled
+    while not run.rows:  # until the first chunk's batch is done
+        at.run()
+    at.button(key="cc_cancel").click().run()
+    assert not at.exception and run.cancelled and "cc_sweep" not in at.session_state
+    request, rows, partial = at.session_state["kv_compress"]
+    assert partial == (run.done, run.sweep.total, 13) and rows == run.rows
+    (warning,) = [w.value for w in at.warning]
+    chunks = sorted({r.n_predicted // 64 for r in rows})
+    assert warning == t("compression.partial", lang, done=run.done, total=run.sweep.total, measured=len(rows) - 1,
+                        methods=13, chunks="–".join(map(str, dict.fromkeys([chunks[0], chunks[-1]]))))
+    table = at.dataframe[0].value  # what was measured is drawn: the table, the chart, the strips
+    assert len(table) == len(rows) and len(at.get("plotly_chart")) == 3
+    assert list(table[t("compression.table_ppl", lang)])[1:] == [round(r.perplexity, 3) for r in rows[1:]]
+    assert not at.button(key="cc_run").disabled and at.button(key="cc_cancel").disabled
