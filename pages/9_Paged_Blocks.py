@@ -159,11 +159,7 @@ def show() -> None:
     if not requests:
         st.info(tr("paged.idle"))
         return
-    keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "hover_block", "hover_table", "row",
-            "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own", "released",
-            "hover_released") + tuple(
-        f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
-    labels = {k: tr(f"paged.c_{k}") for k in keys}
+    labels = {k: tr(f"paged.c_{k}") for k in charts.FIGURE_LABELS}
     if "tables" in shown:
         chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
         if not lecture:  # said aloud on a projector
@@ -209,8 +205,7 @@ def memory() -> None:
     """The pool's blocks over time, and the running requests' K/V held four ways (fragmentation)."""
     left, right = st.columns(2)
     with left:
-        usage = {k: tr(f"paged.c_{k}") for k in ("used", "cached", "free", "preempted", "step", "blocks",
-                                                   "usage_title")}
+        usage = {k: tr(f"paged.c_{k}") for k in charts.USAGE_LABELS}
         chart(charts.pool_usage(engine.history, usage, lecture=settings.lecture), "pg_usage")
     with right:
         frag = fragmentation(engine)

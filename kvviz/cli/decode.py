@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=positive_int, default=1)
     add_json(g)
+    g.add_argument("--html", metavar="PATH",
+                   help="also write the run as one self-contained .html that replays it step by step (offline; "
+                        "records the attention rows too)")
+    g.add_argument("--html-lang", default="en", choices=["en", "ko"], help="the language of the --html file")
     g.add_argument("--no-warm-up", action="store_true",
                    help="time the process's first passes too (by default an untimed warm-up pass runs first)")
     add_shape_flags(g)
@@ -89,8 +93,11 @@ def generate(args: argparse.Namespace) -> dict:
         top_k=args.top_k,
         seed=args.seed,
         batch_size=args.batch,
+        capture_attention=bool(args.html),  # the file draws the newest query's attention row per step
     )
     events = gen.run(prompt)
+    if args.html:
+        write_html(gen, args, prompt)
     last = events[-1]
     note = getattr(backend, "native_note", None)
     return {
@@ -112,6 +119,22 @@ def generate(args: argparse.Namespace) -> dict:
         "cache_allocated_bytes": last.allocated_bytes,
         "formula_bytes": last.formula_bytes,
     }
+
+
+def write_html(gen: object, args: argparse.Namespace, prompt: str) -> None:
+    """The run as one .html (kvviz.charts.run_html): refused in one line when too large, the run's output kept."""
+    from pathlib import Path
+
+    from kvviz.charts.run_html import run_html
+    from kvviz.lessons.run_record import decode_record
+
+    settings = {"prompt": prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                "top_k": args.top_k, "seed": args.seed, "batch": args.batch, "chat": args.chat}
+    document = run_html(decode_record(gen, settings), args.html_lang)
+    try:
+        Path(args.html).write_text(document, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"--html {args.html}: {exc.strerror or exc}") from None
 
 
 def sweep(args: argparse.Namespace) -> dict:

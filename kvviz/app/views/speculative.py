@@ -119,7 +119,7 @@ def acceptance_view(gen: SpeculativeGeneration, *, lecture: bool) -> None:
         chart(charts.bytes_figure(
             [e.index for e in ev], [e.peak_live_bytes for e in ev], [e.live_bytes for e in ev],
             [e.formula_bytes for e in ev], [e.draft_live_bytes for e in ev],
-            {k: tr(f"spec.c_{k}") for k in ("peak", "live", "formula", "draft", "step", "bytes")}
+            {k: tr(f"spec.c_{k}") for k in charts.BYTES_LABELS}
             | {"title": tr("spec.c_bytes_title")}, lecture=lecture), "spec_bytes")
 
 
