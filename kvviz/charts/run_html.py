@@ -37,6 +37,14 @@ def size_of(record: dict) -> tuple[int, int]:
     return len(record["steps"]), values
 
 
+def decode_size(n_layers: int, n_heads: int, n_prompt: int, n_new: int, *, attention: bool = True
+                ) -> tuple[int, int]:
+    """(steps, attention values) a decode run of n_new tokens will record: pass s's query attends n_prompt + s
+    positions in every layer and head. Known before the run, so a refusal comes before anything is computed."""
+    keys = n_new * n_prompt + n_new * (n_new - 1) // 2
+    return n_new, n_layers * n_heads * keys if attention else 0
+
+
 def check_size(n_steps: int, attention_values: int = 0) -> None:
     """Refuse a run too large for one file (InputError, said in the page's language), before anything is built."""
     if n_steps > MAX_STEPS or attention_values > MAX_ATTENTION_VALUES:

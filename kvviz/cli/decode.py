@@ -81,6 +81,12 @@ def generate(args: argparse.Namespace) -> dict:
             raise CliError(f"--chat: {backend.spec.name} has no chat template")
         prompt = chat_prompt(template, prompt)
     check_new_tokens_fit(len(backend.tokenizer.encode(prompt)), backend.spec.max_context, args.max_new_tokens)
+    if args.html:  # a file too large is refused before the run, not after it
+        from kvviz.charts.run_html import check_size, decode_size
+
+        spec = backend.spec
+        check_size(*decode_size(spec.n_layers, spec.n_heads, len(backend.tokenizer.encode(prompt)),
+                                args.max_new_tokens))
     if not args.no_warm_up:
         # A fresh process's first passes pay one-off costs (allocator growth, kernel choice, lazy init):
         # an untimed warm-up pass first, so TTFT and TPOT are the steady state, as benchmark tools report.
