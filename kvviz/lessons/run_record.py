@@ -97,12 +97,16 @@ def spec_record(gen: Any, settings: Mapping[str, Any] | None = None, *, n_steps:
 
 def paged_record(engine: Any, settings: Mapping[str, Any] | None = None, *, model_name: str | None = None) -> dict:
     """The paged engine's run as a record: per scheduler step its report (who ran, tokens, seconds, admitted,
-    preempted, finished), the pool's counts and the blocks and requests as they stood (engine.views)."""
-    if not engine.reports:
+    preempted, finished), the pool's counts and the blocks and requests as they stood (engine.views, recorded by
+    an engine made with record_views=True)."""
+    # The steps all three lists hold (a page's engine may be stepping on another thread while this reads it).
+    n = min(len(engine.reports), len(engine.history), len(engine.views))
+    if not n:
         raise InputError("run_html.nothing_ran")
     cfg = engine.model.cfg
     steps = []
-    for report, sample, (blocks, requests) in zip(engine.reports, engine.history, engine.views, strict=True):
+    for report, sample, (blocks, requests) in zip(engine.reports[:n], engine.history[:n], engine.views[:n],
+                                                  strict=True):
         steps.append({"report": asdict(report), "pool": asdict(sample), "blocks": [asdict(b) for b in blocks],
                       "requests": [asdict(r) for r in requests]})
     return {
@@ -112,5 +116,5 @@ def paged_record(engine: Any, settings: Mapping[str, Any] | None = None, *, mode
                   "d_head": cfg.d_head or cfg.d_model // cfg.n_heads, "max_context": cfg.max_seq_len},
         "block_size": engine.block_size, "n_blocks": engine.pool.n_blocks,
         "bytes_per_block": engine.kv.bytes_per_block(), "hit_rate": engine.hit_rate(),
-        "step_seconds": [r.seconds for r in engine.reports], "steps": steps, "attention": None,
+        "step_seconds": [r.seconds for r in engine.reports[:n]], "steps": steps, "attention": None,
     }
