@@ -130,3 +130,43 @@ def test_speculative_and_paged_runs_draw_and_step_offline(browser, files, shots,
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_the_pages_download_opens_offline_in_the_pages_language(page, browser, tmp_path, shots):
+    """Reusing Past K/V in Korean: prefill, three steps, "Download this run"; the file replays those four passes in
+    Korean, with the generation's own token ids and bytes."""
+    from playwright.sync_api import expect
+
+    from kvviz.i18n import t
+    from tests.browser.harness import TOKENS_JS, wait_idle
+
+    page.goto_app("Reusing_Past_KV", "?lang=ko")
+    button = page.get_by_role("button", name=t("run_html.download", "ko"))
+    assert button.is_disabled()  # nothing ran yet
+    page.get_by_role("button", name=t("reuse.prefill", "ko"), exact=True).click()
+    page.wait_for_function(f"({TOKENS_JS}) > 0")
+    wait_idle(page)
+    for _ in range(3):
+        before = page.evaluate(TOKENS_JS)
+        page.locator("button.kv-step").click()
+        page.wait_for_function(f"({TOKENS_JS}) > {before}")
+        wait_idle(page)
+    expect(button).to_be_enabled()
+    with page.expect_download(timeout=120_000) as download:
+        button.click()
+    path = tmp_path / download.value.suggested_filename
+    download.value.save_as(path)
+    assert path.suffix == ".html"
+    run = read_run(path.read_text(encoding="utf-8"))
+    assert len(run["steps"]) == 4 and run["steps"][-1]["live_bytes"] == run["cache_live_bytes"]
+    context, opened, refused, errors = _open(browser, path)
+    try:
+        assert opened.evaluate(STEP) == 3 and opened.evaluate("document.documentElement.lang") == "ko"
+        assert "기록된 실행" in opened.inner_text("h1")
+        opened.keyboard.press("Home")
+        assert opened.evaluate(STEP) == 0
+        assert not refused and not errors, (refused, errors)
+        opened.keyboard.press("End")
+        opened.screenshot(path=shots / "run_html_from_page_ko.png")
+    finally:
+        context.close()
