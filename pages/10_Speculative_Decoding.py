@@ -170,7 +170,8 @@ def live_view() -> None:
     # On a projector one row holds the buttons and the run's status line (the keys are in the Step button's help).
     if lecture:
         buttons, line = st.columns([5, 8], vertical_alignment="center")
-        b = [buttons.container(horizontal=True, vertical_alignment="center")] * 5 + [line]
+        # Gaps half the default: five buttons (Korean labels are wider) keep one line beside the status line.
+        b = [buttons.container(horizontal=True, vertical_alignment="center", gap="xsmall")] * 5 + [line]
     else:
         b = st.columns([1, 1, 1, 1, 2, 3], vertical_alignment="center")
     b[0].button(tr("spec.prefill"), on_click=prefill, disabled=playing, type="primary", key="spec_btn_prefill")

@@ -104,7 +104,7 @@ def play(on: bool) -> None:
 
 
 playing = st.session_state.get("pg_playing", False)
-b = st.columns([4, 3, 2, 2, 2, 2, 2])
+b = st.columns([4, 3, 2, 2, 2, 2, 1] if settings.lecture else [4, 3, 2, 2, 2, 2, 4])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
@@ -117,7 +117,7 @@ run_settings = {"block_size": block_size, "n_blocks": n_blocks, "system_tokens":
                 "new_tokens": n_new}
 run_download(b[6], "pg_download", f"kvviz-paged-{backend.spec.name}-{engine.n_steps}-steps.html",
              (lambda: paged_record(engine, run_settings, model_name=backend.spec.name)) if engine.n_steps else None,
-             (engine.n_steps, 0), compact=True)
+             (engine.n_steps, 0), compact=settings.lecture)
 if st.session_state.get("pg_error") is not None:
     show_error(st.session_state.pg_error)
     st.session_state.pg_error = None

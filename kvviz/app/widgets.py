@@ -124,12 +124,15 @@ def chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
 
 
+COMPACT_LABEL = ":material/download:"  # run_download's label on a projector: the icon alone
+
+
 def run_download(where: Any, key: str, file_name: str, record: Callable[[], dict] | None,
                  size: tuple[int, int] = (0, 0), *, compact: bool = False) -> None:
     """"Download this run": the run as one .html that replays it offline, built only when clicked (`record` then
     gives the run record; a download reruns nothing, so Play goes on). Disabled, its tooltip saying why, while
     nothing ran (`record` None) or when the run is too large for one file (`size`: steps, attention values).
-    `compact`: a short label (a projector's row of buttons)."""
+    `compact`: the icon alone, the tooltip naming it (a projector's row of buttons has no room for the words)."""
     from kvviz.charts.run_html import check_size
 
     reason = tr("run_html.download_none") if record is None else None
@@ -145,10 +148,10 @@ def run_download(where: Any, key: str, file_name: str, record: Callable[[], dict
 
         return run_html(record(), language)
 
-    where.download_button(tr("run_html.download_short" if compact else "run_html.download"),
+    where.download_button(COMPACT_LABEL if compact else tr("run_html.download"),
                           data=document if reason is None else "", file_name=file_name, mime="text/html", key=key,
                           disabled=reason is not None, help=reason or tr("run_html.download_help"), on_click="ignore",
-                          icon=":material/download:")
+                          icon=None if compact else ":material/download:")
 
 
 def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:

@@ -377,9 +377,11 @@ def test_download_this_run_waits_for_a_run_then_offers_it(lang):
     assert at.session_state["reuse_gen"].n_generated == 3  # drawing the button ran nothing
 
 
-def test_download_this_run_in_lecture_mode_is_one_short_button():
+def test_download_this_run_in_lecture_mode_is_the_icon_alone():
+    from kvviz.app.widgets import COMPACT_LABEL
     from kvviz.i18n import t
 
-    at = _prefill_and_step(_page(lecture=True), 1)
+    at = _prefill_and_step(_page("ko", lecture=True), 1)
     button = _download(at, "reuse_download")
-    assert button.label == t("run_html.download_short") and not button.disabled
+    assert button.label == COMPACT_LABEL and not button.disabled
+    assert button.help.startswith(t("run_html.download", "ko"))  # the tooltip names it
