@@ -10,6 +10,7 @@ import argparse
 
 from kvviz.cli.common import (
     CliError,
+    RunFailed,
     add_command,
     add_json,
     add_model,
@@ -102,11 +103,9 @@ def generate(args: argparse.Namespace) -> dict:
         capture_attention=bool(args.html),  # the file draws the newest query's attention row per step
     )
     events = gen.run(prompt)
-    if args.html:
-        write_html(gen, args, prompt)
     last = events[-1]
     note = getattr(backend, "native_note", None)
-    return {
+    result = {
         "model": backend.spec.name,
         "engine": backend.kind,  # "native" (kvviz's decoder) or "hf" (transformers)
         "engine_note": note.message("en") if note is not None else None,
@@ -125,10 +124,14 @@ def generate(args: argparse.Namespace) -> dict:
         "cache_allocated_bytes": last.allocated_bytes,
         "formula_bytes": last.formula_bytes,
     }
+    if args.html:
+        write_html(gen, args, prompt, result)
+    return result
 
 
-def write_html(gen: object, args: argparse.Namespace, prompt: str) -> None:
-    """The run as one .html (kvviz.charts.run_html): refused in one line when too large, the run's output kept."""
+def write_html(gen: object, args: argparse.Namespace, prompt: str, result: dict) -> None:
+    """The run as one .html (kvviz.charts.run_html). A file that cannot be written loses no run: its result is
+    printed, then one line says why (exit 1)."""
     from pathlib import Path
 
     from kvviz.charts.run_html import run_html
@@ -140,7 +143,7 @@ def write_html(gen: object, args: argparse.Namespace, prompt: str) -> None:
     try:
         Path(args.html).write_text(document, encoding="utf-8")
     except OSError as exc:
-        raise CliError(f"--html {args.html}: {exc.strerror or exc}") from None
+        raise RunFailed(result, f"--html {args.html}: {exc.strerror or exc}") from None
 
 
 def sweep(args: argparse.Namespace) -> dict:

@@ -117,3 +117,12 @@ def test_too_large_a_run_is_refused_before_it_runs(tiny, capsys, tmp_path):
     gen.run("Past keys and values")
     spec = tiny.spec
     assert size_of(decode_record(gen)) == decode_size(spec.n_layers, spec.n_heads, len(gen.prompt_ids), 4)
+
+
+def test_a_file_that_cannot_be_written_loses_no_run(tmp_path, capsys):
+    path = tmp_path / "no such folder" / "run.html"
+    code = main(["generate", "--prompt", "Past keys", "--max-new-tokens", "3", "--json", "--html", str(path)])
+    out = capsys.readouterr()
+    assert code == 1 and not path.exists()
+    assert len(json.loads(out.out)["token_ids"]) == 3  # the run's result, printed whole
+    assert out.err.count("\n") == 1 and "--html" in out.err and "No such file" in out.err
