@@ -24,7 +24,7 @@ if settings.model == "hf":
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.speculative import MEASURE_REPEATS, SPEC, draw
+    from kvviz.app.views.speculative import MEASURE_REPEATS, SPEC, download, draw
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.spec import drafts
     from kvviz.engine.spec.decoding import SpeculativeGeneration
@@ -170,9 +170,10 @@ def live_view() -> None:
     # On a projector one row holds the buttons and the run's status line (the keys are in the Step button's help).
     if lecture:
         buttons, line = st.columns([5, 8], vertical_alignment="center")
-        b = [buttons.container(horizontal=True, vertical_alignment="center")] * 4 + [line]
+        # Gaps half the default: five buttons (Korean labels are wider) keep one line beside the status line.
+        b = [buttons.container(horizontal=True, vertical_alignment="center", gap="xsmall")] * 5 + [line]
     else:
-        b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
+        b = st.columns([1, 1, 1, 1, 2, 3], vertical_alignment="center")
     b[0].button(tr("spec.prefill"), on_click=prefill, disabled=playing, type="primary", key="spec_btn_prefill")
     with b[1]:
         stepper(tr("spec.step"), key="spec_stepper", served=state.spec_served, disabled=not can_step or playing,
@@ -185,8 +186,9 @@ def live_view() -> None:
         b[2].button(tr("spec.play"), on_click=play, args=(True,), disabled=not can_step, key="spec_btn_play",
                     icon=":material/play_arrow:")
     b[3].button(tr("spec.reset"), on_click=reset, key="spec_btn_reset")
+    download(b[4], gen, compact=lecture)
     if not lecture:
-        b[4].caption(tr("spec.keys_help"))
+        b[5].caption(tr("spec.keys_help"))
     if playing and can_step:
         step_once(gen)
     if state.spec_playing and (gen is None or gen.done):
@@ -202,7 +204,7 @@ def live_view() -> None:
     if gen.backend is not backend:
         st.warning(tr("spec.stale", name=gen.backend.spec.name))
         return
-    draw(gen, b[4] if lecture else st, shown, lecture=lecture, measure=measure, device=str(backend.device))
+    draw(gen, b[5] if lecture else st, shown, lecture=lecture, measure=measure, device=str(backend.device))
 
 
 live_view()

@@ -18,7 +18,7 @@ head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.decode import REUSE, draw
+    from kvviz.app.views.decode import REUSE, download, draw
     from kvviz.engine.generation import Generation
     from kvviz.lessons import decode_view
     backend = get_backend(settings)
@@ -141,7 +141,7 @@ def live_view() -> None:
     stale = bool(changed)
     can_step = decode_view.can_step(gen, stale)
     n_events = n_before if gen is state.reuse_gen else 0
-    b = st.columns([1, 1, 1, 1, 3], vertical_alignment="center")
+    b = st.columns([1, 1, 1, 1, 1, 3] if lecture else [1, 1, 1, 1, 2, 3], vertical_alignment="center")
     # Streamlit's buttons for the look (and for AppTest); in the browser the stepper catches their clicks into its log.
     b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
                 key="reuse_btn_prefill")
@@ -155,10 +155,11 @@ def live_view() -> None:
         b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play",
                     icon=":material/play_arrow:")
     b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
+    download(b[4], gen, compact=lecture)
     # On a projector the status line takes the keys' place (Step's tooltip names them): one row, not two.
-    state.reuse_status_slot = b[4].empty() if lecture else None
+    state.reuse_status_slot = b[5].empty() if lecture else None
     if not lecture:
-        b[4].caption(tr("reuse.keys_help"))
+        b[5].caption(tr("reuse.keys_help"))
 
     if playing and gen is not None and not stale:
         # Play keeps a schedule (one step every period from its start), not "a period since the last step":

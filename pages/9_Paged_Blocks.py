@@ -7,7 +7,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, number_in_range, table
+from kvviz.app.widgets import chart, number_in_range, run_download, table
 from kvviz.charts import paged as charts
 from kvviz.engine.paged.blocks import max_cacheable_tokens
 from kvviz.errors import InputError
@@ -28,6 +28,7 @@ with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
     from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot
+    from kvviz.lessons.run_record import paged_record
     backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
     st.stop()
@@ -64,7 +65,7 @@ if settings.hosted is not None:  # the pool is allocated whole: its token slots 
         st.stop()
 key = (id(model), block_size, n_blocks)
 if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") != key:
-    st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size)
+    st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size, record_views=True)  # "Download this run"
     st.session_state.pg_key = key
     st.session_state.pg_savings = {}
     st.session_state.pg_playing = False
@@ -99,7 +100,7 @@ def play(on: bool) -> None:
 
 
 playing = st.session_state.get("pg_playing", False)
-b = st.columns([4, 3, 2, 2, 2, 2])
+b = st.columns([4, 3, 2, 2, 2, 2, 1] if settings.lecture else [4, 3, 2, 2, 2, 2, 4])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="pg_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="pg_add_own", width="stretch")
@@ -108,6 +109,11 @@ b[4].button(tr("paged.pause" if playing else "paged.play"), on_click=play, args=
             width="stretch",
             disabled=engine.idle and not playing)
 b[5].button(tr("paged.reset"), on_click=reset, key="pg_reset", width="stretch")
+run_settings = {"block_size": block_size, "n_blocks": n_blocks, "system_tokens": n_system, "own_tokens": n_own,
+                "new_tokens": n_new}
+run_download(b[6], "pg_download", f"kvviz-paged-{backend.spec.name}-{engine.n_steps}-steps.html",
+             (lambda: paged_record(engine, run_settings, model_name=backend.spec.name)) if engine.n_steps else None,
+             (engine.n_steps, 0), compact=settings.lecture)
 if st.session_state.get("pg_error") is not None:
     show_error(st.session_state.pg_error)
     st.session_state.pg_error = None
@@ -155,11 +161,7 @@ def show() -> None:
     if not requests:
         st.info(tr("paged.idle"))
         return
-    keys = ("free", "cached", "used1", "shared2", "shared3", "shared4", "null", "hover_block", "hover_table", "row",
-            "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own", "released",
-            "hover_released") + tuple(
-        f"status_{s}" for s in ("running", "waiting", "preempted", "arriving", "finished"))
-    labels = {k: tr(f"paged.c_{k}") for k in keys}
+    labels = {k: tr(f"paged.c_{k}") for k in charts.FIGURE_LABELS}
     if "tables" in shown:
         chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
         if not lecture:  # said aloud on a projector
@@ -205,8 +207,7 @@ def memory() -> None:
     """The pool's blocks over time, and the running requests' K/V held four ways (fragmentation)."""
     left, right = st.columns(2)
     with left:
-        usage = {k: tr(f"paged.c_{k}") for k in ("used", "cached", "free", "preempted", "step", "blocks",
-                                                   "usage_title")}
+        usage = {k: tr(f"paged.c_{k}") for k in charts.USAGE_LABELS}
         chart(charts.pool_usage(engine.history, usage, lecture=settings.lecture), "pg_usage")
     with right:
         frag = fragmentation(engine)

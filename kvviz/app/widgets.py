@@ -5,6 +5,7 @@
   naming the range while the last valid value stays in use (`number_text()` writes the numbers it names;
   `current_number()` is its value as a callback sees it);
 - `chart()` and `table()`: a Plotly figure with its toolbar, a table with its CSV download;
+- `run_download()`: "Download this run", the page's run as one self-contained .html (kvviz.charts.run_html);
 - `stepper()`, `pending_actions()` and `apply_press()`: a Step button and one numbered log of a page's presses (its
   clicks, the → / Space / P / R keys, the page's own buttons), applied once each and in order, so no press is lost
   or reordered.
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from kvviz.app.language import tr
+from kvviz.app.language import lang, tr
 from kvviz.charts.image import PROJECTOR, SCALE, can_export, slide_svg
+from kvviz.errors import InputError
 
 if TYPE_CHECKING:  # pandas alone takes ~0.5-1.6 s to import: not on the path to the first page drawn
     import pandas as pd
@@ -132,6 +134,36 @@ def chart(fig: go.Figure, key: str) -> None:
         st.download_button(tr("lecture.download_svg"), lambda: slide_svg(fig, failed), file_name=f"{key}.svg",
                            mime="image/svg+xml", key=f"{key}_svg", on_click="ignore", type="tertiary",
                            icon=":material/download:", help=tr("lecture.download_svg_help"))
+
+
+COMPACT_LABEL = ":material/download:"  # run_download's label on a projector: the icon alone
+
+
+def run_download(where: Any, key: str, file_name: str, record: Callable[[], dict] | None,
+                 size: tuple[int, int] = (0, 0), *, compact: bool = False) -> None:
+    """"Download this run": the run as one .html that replays it offline, built only when clicked (`record` then
+    gives the run record; a download reruns nothing, so Play goes on). Disabled, its tooltip saying why, while
+    nothing ran (`record` None) or when the run is too large for one file (`size`: steps, attention values).
+    `compact`: the icon alone, the tooltip naming it (a projector's row of buttons has no room for the words)."""
+    from kvviz.charts.run_html import check_size
+
+    reason = tr("run_html.download_none") if record is None else None
+    if record is not None:
+        try:
+            check_size(*size)
+        except InputError as exc:
+            reason = exc.message(lang())
+    language = lang()  # the callable runs on another thread, without the session
+
+    def document() -> str:
+        from kvviz.charts.run_html import run_html
+
+        return run_html(record(), language)
+
+    where.download_button(COMPACT_LABEL if compact else tr("run_html.download"),
+                          data=document if reason is None else "", file_name=file_name, mime="text/html", key=key,
+                          disabled=reason is not None, help=reason or tr("run_html.download_help"), on_click="ignore",
+                          icon=None if compact else ":material/download:")
 
 
 def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:

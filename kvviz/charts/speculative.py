@@ -11,6 +11,7 @@ from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
 from kvviz.charts.decode import DRAFT_COLOR, NEWEST_COLOR, REJECTED_COLOR, STEP_COLOR
 
 ACCEPTED_COLOR = "#2f9e44"
+BYTES_LABELS = ("peak", "live", "formula", "draft", "step", "bytes")  # the words bytes_figure takes (and "title")
 
 
 def acceptance_figure(series: Mapping[str, Sequence], labels: Mapping[str, str], *, lecture: bool = False

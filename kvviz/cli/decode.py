@@ -10,6 +10,7 @@ import argparse
 
 from kvviz.cli.common import (
     CliError,
+    RunFailed,
     add_command,
     add_json,
     add_model,
@@ -39,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=positive_int, default=1)
     add_json(g)
+    g.add_argument("--html", metavar="PATH",
+                   help="also write the run as one self-contained .html that replays it step by step (offline; "
+                        "records the attention rows too)")
+    g.add_argument("--html-lang", default="en", choices=["en", "ko"], help="the language of the --html file")
     g.add_argument("--no-warm-up", action="store_true",
                    help="time the process's first passes too (by default an untimed warm-up pass runs first)")
     add_shape_flags(g)
@@ -77,6 +82,12 @@ def generate(args: argparse.Namespace) -> dict:
             raise CliError(f"--chat: {backend.spec.name} has no chat template")
         prompt = chat_prompt(template, prompt)
     check_new_tokens_fit(len(backend.tokenizer.encode(prompt)), backend.spec.max_context, args.max_new_tokens)
+    if args.html:  # a file too large is refused before the run, not after it
+        from kvviz.charts.run_html import check_size, decode_size
+
+        spec = backend.spec
+        check_size(*decode_size(spec.n_layers, spec.n_heads, len(backend.tokenizer.encode(prompt)),
+                                args.max_new_tokens))
     if not args.no_warm_up:
         # A fresh process's first passes pay one-off costs (allocator growth, kernel choice, lazy init):
         # an untimed warm-up pass first, so TTFT and TPOT are the steady state, as benchmark tools report.
@@ -89,11 +100,12 @@ def generate(args: argparse.Namespace) -> dict:
         top_k=args.top_k,
         seed=args.seed,
         batch_size=args.batch,
+        capture_attention=bool(args.html),  # the file draws the newest query's attention row per step
     )
     events = gen.run(prompt)
     last = events[-1]
     note = getattr(backend, "native_note", None)
-    return {
+    result = {
         "model": backend.spec.name,
         "engine": backend.kind,  # "native" (kvviz's decoder) or "hf" (transformers)
         "engine_note": note.message("en") if note is not None else None,
@@ -112,6 +124,26 @@ def generate(args: argparse.Namespace) -> dict:
         "cache_allocated_bytes": last.allocated_bytes,
         "formula_bytes": last.formula_bytes,
     }
+    if args.html:
+        write_html(gen, args, prompt, result)
+    return result
+
+
+def write_html(gen: object, args: argparse.Namespace, prompt: str, result: dict) -> None:
+    """The run as one .html (kvviz.charts.run_html). A file that cannot be written loses no run: its result is
+    printed, then one line says why (exit 1)."""
+    from pathlib import Path
+
+    from kvviz.charts.run_html import run_html
+    from kvviz.lessons.run_record import decode_record
+
+    settings = {"prompt": prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                "top_k": args.top_k, "seed": args.seed, "batch": args.batch, "chat": args.chat}
+    document = run_html(decode_record(gen, settings), args.html_lang)
+    try:
+        Path(args.html).write_text(document, encoding="utf-8")
+    except OSError as exc:
+        raise RunFailed(result, f"--html {args.html}: {exc.strerror or exc}") from None
 
 
 def sweep(args: argparse.Namespace) -> dict:

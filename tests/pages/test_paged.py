@@ -125,3 +125,22 @@ def test_lecture_mode_shows_one_idea_per_screen(lang):
     assert at.button(key="kv_idea_back_paged").disabled
     at.toggle(key="_w_kv_lecture").set_value(False).run()
     assert _titles(at) == set(t_.values()) and len(at.dataframe) == 1  # every idea on one page
+
+
+def test_download_this_run_after_a_step_holds_every_step():
+    from kvviz.charts.run_html import read_run, run_html
+    from kvviz.i18n import t
+    from kvviz.lessons.run_record import paged_record
+
+    at = _open("en")
+    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-pg_download"))
+    assert button.disabled and button.help == t("run_html.download_none")
+    at.button(key="pg_add4").click().run()
+    for _ in range(2):
+        at.button(key="pg_step").click().run()
+    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-pg_download"))
+    assert not button.disabled
+    engine = at.session_state["pg_engine"]
+    run = read_run(run_html(paged_record(engine), "en"))  # what the button's file holds: the page's engine's steps
+    assert [s["report"]["step"] for s in run["steps"]] == [0, 1]
+    assert [len(s["requests"]) for s in run["steps"]] == [4, 4]

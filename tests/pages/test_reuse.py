@@ -355,3 +355,33 @@ def test_lecture_grid_of_a_deep_model_shows_the_layers_that_fit_and_says_which(l
     title = t("common.grid_layers", lang, title=t("reuse.growth_chart", lang, n=n), shown="0, 10, 19, 29", n=30)
     assert f">{title}</div>" in html
     assert all(segs[-1][2] == n - 1 for segs in rows.values())
+
+
+def _download(at: AppTest, key: str):  # noqa: ANN202 - the download button's proto
+    buttons = [b for b in at.get("download_button") if b.proto.id.endswith("-" + key) or b.proto.id == key]
+    assert buttons, f"no download button {key}"
+    return buttons[0].proto
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_download_this_run_waits_for_a_run_then_offers_it(lang):
+    from kvviz.i18n import t
+
+    at = _page(lang)
+    before = _download(at, "reuse_download")
+    assert before.disabled and before.help == t("run_html.download_none", lang)
+    assert before.label == t("run_html.download", lang)
+    _prefill_and_step(at, 2)
+    after = _download(at, "reuse_download")
+    assert not after.disabled and after.help == t("run_html.download_help", lang)
+    assert at.session_state["reuse_gen"].n_generated == 3  # drawing the button ran nothing
+
+
+def test_download_this_run_in_lecture_mode_is_the_icon_alone():
+    from kvviz.app.widgets import COMPACT_LABEL
+    from kvviz.i18n import t
+
+    at = _prefill_and_step(_page("ko", lecture=True), 1)
+    button = _download(at, "reuse_download")
+    assert button.label == COMPACT_LABEL and not button.disabled
+    assert button.help.startswith(t("run_html.download", "ko"))  # the tooltip names it

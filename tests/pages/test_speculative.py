@@ -160,3 +160,14 @@ def test_lecture_grid_of_a_deep_model_keeps_the_early_exit_boundary(lang):
     html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
     assert t("common.grid_layers", lang, title="", shown=f"0, {m - 1}, {m}, 29", n=30) in html
     assert not re.findall(r'class="kv-row"[^>]*height:(?!22px)', html)  # every row at full height
+
+
+def test_download_this_run_waits_for_a_run_then_offers_it():
+    from kvviz.i18n import t
+
+    at = _page("ko")
+    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-spec_download"))
+    assert button.disabled and button.help == t("run_html.download_none", "ko")
+    at = _run(at, "ngram", 2)
+    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-spec_download"))
+    assert not button.disabled and button.label == t("run_html.download", "ko")

@@ -8,12 +8,14 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.state import page_state
-from kvviz.app.widgets import chart
+from kvviz.app.widgets import chart, run_download
 from kvviz.charts import decode as charts
+from kvviz.charts.run_html import decode_size
 from kvviz.engine import tolerance
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.lessons import decode_view, work
+from kvviz.lessons.run_record import decode_record
 
 # The keys the page keeps besides its widgets': the generation and the settings it started with, Play's state (on,
 # its schedule, the times its steps ran, the timer), the stepper's last press applied, the check's result, the
@@ -45,6 +47,21 @@ def draw(gen: Generation, *, lecture: bool) -> None:
     with tabs[TABS.index(opened)]:
         {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
          "check": check_tab}[opened](gen, labels, texts, lecture)
+
+
+def download(where, gen: Generation | None, *, compact: bool) -> None:  # noqa: ANN001 - a Streamlit container
+    """"Download this run" for the steps shown now (a later step is not in the file until the button is drawn
+    again)."""
+    if gen is None or not gen.events:
+        run_download(where, "reuse_download", "kvviz-run.html", None, compact=compact)
+        return
+    n, spec = len(gen.events), gen.backend.spec
+    settings = {"prompt": gen.backend.tokenizer.decode(gen.prompt_ids), "max_new_tokens": gen.max_new_tokens,
+                "temperature": gen.temperature, "seed": gen.seed}
+    run_download(where, "reuse_download", f"kvviz-run-{spec.name}-{n}-steps.html",
+                 lambda: decode_record(gen, settings, n_steps=n),
+                 decode_size(spec.n_layers, spec.n_heads, len(gen.prompt_ids), n, attention=gen.capture_attention),
+                 compact=compact)
 
 
 def grid_html(written: list[list[int]], labels: list[str], *, title: str, lecture: bool, keep: tuple[int, ...] = (),

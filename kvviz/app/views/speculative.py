@@ -13,13 +13,14 @@ import streamlit as st
 from kvviz.app.language import tr
 from kvviz.app.state import page_state
 from kvviz.app.views.decode import grid_html
-from kvviz.app.widgets import chart, table
+from kvviz.app.widgets import chart, run_download, table
 from kvviz.charts import speculative as charts
 from kvviz.engine.spec.decoding import SpeculativeGeneration
 from kvviz.engine.spec.measure import gpu_prediction
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.kv.hardware import HARDWARE
 from kvviz.lessons import decode_view, spec_view
+from kvviz.lessons.run_record import spec_record
 
 # The keys the page keeps besides its widgets': the generation, Play, the stepper's last press applied, the prompt
 # and the draft's settings (kept across a visit to another page), the draft it was started with and its prompt (for
@@ -31,6 +32,19 @@ MEASURE_REPEATS = 3
 
 def texts_of(gen: SpeculativeGeneration, ids) -> dict[int, str]:  # noqa: ANN001 - any iterable of ids
     return {i: decode_view.token_texts(gen.backend.tokenizer, [i])[0] for i in set(ids)}
+
+
+def download(where, gen: SpeculativeGeneration | None, *, compact: bool) -> None:  # noqa: ANN001 - a container
+    """"Download this run" for the steps shown now."""
+    if gen is None or not gen.events:
+        run_download(where, "spec_download", "kvviz-speculative-run.html", None, compact=compact)
+        return
+    n = len(gen.events)
+    settings = {"prompt": gen.backend.tokenizer.decode(gen.prompt_ids), "method": SPEC.get("method"), "k": gen.k,
+                "draft": getattr(gen.draft, "name", None) or type(gen.draft).__name__,
+                "max_new_tokens": gen.max_new_tokens, "temperature": gen.temperature, "seed": gen.seed}
+    run_download(where, "spec_download", f"kvviz-speculative-{gen.backend.spec.name}-{n}-steps.html",
+                 lambda: spec_record(gen, settings, n_steps=n), (n, 0), compact=compact)
 
 
 def draw(gen: SpeculativeGeneration, status, shown: set[str], *, lecture: bool, measure: Callable[[], None],
@@ -119,7 +133,7 @@ def acceptance_view(gen: SpeculativeGeneration, *, lecture: bool) -> None:
         chart(charts.bytes_figure(
             [e.index for e in ev], [e.peak_live_bytes for e in ev], [e.live_bytes for e in ev],
             [e.formula_bytes for e in ev], [e.draft_live_bytes for e in ev],
-            {k: tr(f"spec.c_{k}") for k in ("peak", "live", "formula", "draft", "step", "bytes")}
+            {k: tr(f"spec.c_{k}") for k in charts.BYTES_LABELS}
             | {"title": tr("spec.c_bytes_title")}, lecture=lecture), "spec_bytes")
 
 

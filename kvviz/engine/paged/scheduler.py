@@ -115,7 +115,7 @@ class PoolSample:
 class PagedEngine:
     def __init__(self, model: Decoder, n_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE, *,
                  prefix_caching: bool = True, record_logits: bool = False, num_speculative_tokens: int = 0,
-                 ngram_config: ngram.NgramConfig | None = None) -> None:
+                 ngram_config: ngram.NgramConfig | None = None, record_views: bool = False) -> None:
         self.model = model
         self.pool = BlockPool(n_blocks, block_size)
         self.kv = model.new_paged_kv(n_blocks, block_size)
@@ -128,6 +128,10 @@ class PagedEngine:
         self.running: list[Request] = []
         self.n_steps = 0
         self.history: list[PoolSample] = []
+        # With record_views, the blocks and requests as they stood after each step (snapshot()): a page's run
+        # replayed step by step in an exported file (kvviz.charts.run_html).
+        self.record_views = record_views
+        self.views: list[tuple[list[BlockView], list[RequestView]]] = []
         self.reports: list[StepReport] = []
         self.num_speculative_tokens = num_speculative_tokens
         self.ngram_config = ngram_config or ngram.NgramConfig()
@@ -315,6 +319,8 @@ class PagedEngine:
         self.history.append(PoolSample(self.n_steps, self.pool.n_in_use(), self.pool.n_cached_free(),
                                        self.pool.n_free - self.pool.n_cached_free(), len(self.running),
                                        len(self.waiting), preempted, self.live_tokens()))
+        if self.record_views:
+            self.views.append(snapshot(self))
         self.n_steps += 1
         return report
 
