@@ -28,8 +28,8 @@ KIB = 1024
 STATUS_KEYS = ("running", "waiting", "preempted", "arriving", "finished")
 # The words (label keys) pool_grid and block_tables take, and pool_usage's.
 FIGURE_LABELS = ("free", "cached", "used1", "shared2", "shared3", "shared4", "null", "hover_block", "hover_table",
-                 "row", "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own", "released",
-                 "hover_released") + tuple(f"status_{s}" for s in STATUS_KEYS)
+                 "row", "logical", "hit_boundary", "pool_title", "tables_title", "label_shared", "label_own",
+                 "released", "hover_released") + tuple(f"status_{s}" for s in STATUS_KEYS)
 USAGE_LABELS = ("used", "cached", "free", "preempted", "step", "blocks", "usage_title")
 
 
