@@ -2,7 +2,6 @@
 deployments, and the prefill→decode handoff (kvviz workers and llama.cpp)."""
 import dataclasses
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.hosted import check_offload_store
@@ -37,6 +36,8 @@ if settings.model == "hf":
 IDEAS = ("tiers", "ttft", "break_even", "handoff")
 shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
 with loading_engine():  # the first screen is drawn: now torch and the model
+    import pandas as pd  # ~1,000 modules with pyarrow: after the first screen
+
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.offload.serve import SCRIPT, OffloadDemo, tier_costs
     backend = get_backend(settings)

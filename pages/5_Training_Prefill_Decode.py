@@ -1,5 +1,4 @@
 """Training · Prefill · Decode: one masked parallel pass equals prefill + decode; why causality allows the cache."""
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
@@ -20,6 +19,8 @@ with head[0], intro_box():  # on a projector folded away: the presenter says it
 titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
 show = ideas(titles, "training")
 with loading_engine():  # the first screen is drawn: now torch and the model
+    import pandas as pd  # ~1,000 modules with pyarrow: after the first screen
+
     from kvviz.engine import tolerance
     from kvviz.engine.model import Decoder
     from kvviz.lessons import causal

@@ -1,7 +1,6 @@
 """Paged Blocks & Prefix Sharing: many requests in one block pool, prefix hits, preemption, fragmentation."""
 import dataclasses
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.hosted import check_kv_budget
@@ -29,6 +28,8 @@ if settings.model == "hf":
 IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
 shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
+    import pandas as pd  # ~1,000 modules with pyarrow: after the first screen
+
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
     from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot

@@ -147,7 +147,8 @@ def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
 # it also says so when one redraw shows more than one new token (the browser fell behind the server).
 _STEPPER_JS = """
 export default function(component) {
-  const { data, setStateValue, parentElement } = component;
+  const { setStateValue, parentElement } = component;
+  const [data] = component.data;  // one-item list: see stepper()
   let btn = parentElement.querySelector('button.kv-step');
   if (!btn) {
     btn = document.createElement('button');
@@ -250,7 +251,9 @@ def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = ""
     data = {"label": label, "title": help, "disabled": disabled, "base": served, "shown": shown, "playing": playing,
             "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})},
             "buttons": {f".st-key-{k} button": action for k, action in (buttons or {}).items()}}
-    _stepper_component(key=key, data=data, default={"events": []}, width="content", on_events_change=_no_callback)
+    # In a one-item list: Streamlit scans a dict's values for dataframes, which imports numpy, pandas and pyarrow
+    # (~1,000 modules) on the first screen of every page with a stepper; a list passes as plain JSON.
+    _stepper_component(key=key, data=[data], default={"events": []}, width="content", on_events_change=_no_callback)
 
 
 def apply_press(action: str, *, playing: bool, can_step: bool, prefill: Callable[[], Any],

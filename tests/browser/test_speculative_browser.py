@@ -1,7 +1,7 @@
 """Speculative Decoding in the system Chromium: a step whose verify had rejections, the rolled-back positions drawn
 striped in the cache grid, in both languages, normal and lecture mode (screenshots/ for the report)."""
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect
 
 from kvviz.i18n import t
 from tests.browser.harness import lowest_on_screen, settle, wait_idle
@@ -92,14 +92,14 @@ def test_lecture_step_fits_the_screen(page, shots, smollm2_dir, model, method, l
     if method != "ngram":  # prompt lookup is the default
         _pick_method(page, method, lang)
     _click(page, t("spec.prefill", lang))
-    enabled, steps = "() => !document.querySelector('button.kv-step').disabled", 0
+    step, steps = page.locator("button.kv-step"), 0
     for steps in range(1, 9):  # a verify with rejections draws every kind the legend names; else to the run's end
-        try:  # the component redraws after the rerun: wait for its button to follow
-            page.wait_for_function(enabled, timeout=10_000)
-        except PlaywrightTimeout:  # the run has ended
+        try:  # the component (in its shadow root) redraws after the rerun: wait for its button to follow
+            expect(step).to_be_enabled(timeout=10_000)
+        except AssertionError:  # the run has ended
             steps -= 1
             break
-        page.locator("button.kv-step").click()
+        step.click()
         page.wait_for_timeout(200)
         wait_idle(page)
         if page.evaluate(REJECTED):
