@@ -199,3 +199,26 @@ def test_the_engine_preload_begins_after_the_script_run_that_asked():
     out = subprocess.run([sys.executable, "-c", PRELOAD], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "[]", "MainThread"], (out.stdout, out.stderr[-2000:])
+
+
+FIRST_RUN = """
+import sys, threading
+from streamlit.testing.v1 import AppTest
+start = threading.Thread.start
+threading.Thread.start = lambda self: None if self.name == "kvviz-preload" else start(self)
+at = AppTest.from_file("app.py", default_timeout=180)
+at.switch_page(sys.argv[1]).run()
+assert not at.exception, at.exception
+print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "pandas", "pyarrow"}))
+"""
+
+
+@pytest.mark.parametrize("page", ["pages/1_Reusing_Past_KV.py", "pages/10_Speculative_Decoding.py"])
+def test_a_decode_pages_first_run_imports_torch_but_no_dataframe_library(page):
+    """Issue 38.12: a decode page's first run (title to model loaded, nothing generated yet) imported pandas and
+    pyarrow besides torch: 9-12 % of its import time, for a table drawn only after a step (and Streamlit's scan of the
+    Step button's data). It imports torch only."""
+    out = subprocess.run([sys.executable, "-c", FIRST_RUN, page], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['torch']"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import tr
@@ -59,6 +58,8 @@ def step_view(gen: SpeculativeGeneration, bytes_line, *, lecture: bool) -> None:
                 k1=len(last.drafted) + 1, rolled=last.rolled_back)
     st.html(spec_view.step_strip_html(texts, len(gen.prompt_ids), last, names, legend, lecture=lecture))
     if last.drafted and not lecture:
+        import pandas as pd  # ~1,000 modules with pyarrow: not in the first run (nothing drafted yet)
+
         rows = spec_view.draft_rows(last, names)
         df = pd.DataFrame([{tr("spec.col_i"): r["i"], tr("spec.col_position"): r["position"],
                             tr("spec.col_token"): r["token"],
@@ -159,6 +160,8 @@ def speed_view(gen: SpeculativeGeneration, *, measure: Callable[[], None], devic
         rows.append({tr("spec.col_where"): tr("spec.roofline", gpu=gpu), tr("spec.col_plain"): f"{plain_us:.1f} µs",
                      tr("spec.col_spec"): f"{spec_us:.1f} µs", tr("spec.col_speedup"): f"{pred.speedup:.2f}×"})
     if rows:
+        import pandas as pd  # as in step_view
+
         table(pd.DataFrame(rows), "spec_speed")
     if measured is None:
         st.info(tr("spec.measure_first"))
