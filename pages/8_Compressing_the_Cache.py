@@ -3,7 +3,6 @@ import contextlib
 import dataclasses
 import hashlib
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
@@ -24,6 +23,8 @@ with head[0], intro_box():
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
 with loading_engine():  # the first screen is drawn: now torch and the model
+    import pandas as pd  # ~1,000 modules with pyarrow: after the first screen
+
     from kvviz.compression import quality
     from kvviz.compression.caches import dtype_name
     from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS

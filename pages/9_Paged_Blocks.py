@@ -1,5 +1,4 @@
 """Paged Blocks & Prefix Sharing: many requests in one block pool, prefix hits, preemption, fragmentation."""
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.hosted import check_kv_budget
@@ -194,7 +193,7 @@ def requests_and_hits(requests: list) -> None:
             else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
         })
     if "requests" in shown:
-        table(pd.DataFrame(rows), "pg_requests")
+        table(rows, "pg_requests")
         st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
     if saved and "savings" in shown:
         slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}

@@ -196,14 +196,18 @@ _preloaded = False
 def preload_engine() -> None:
     """Once per process, after the first page is drawn: import torch and the engine in the background, so the
     first page that runs a model does not wait the ~1 s import (a page asking earlier waits on the import lock,
-    never imports twice)."""
+    never imports twice). It begins when the script run that asked has ended (Streamlit runs a session's reruns on
+    one thread, which then exits): called on a page's last line it held the interpreter while the run finished."""
     global _preloaded
     with _preload:
         if _preloaded:
             return
         _preloaded = True
+    script = threading.current_thread()
 
     def work() -> None:
+        if script is not threading.main_thread():  # a bare `python` call has no script run to wait for
+            script.join()
         import kvviz.engine.generation  # noqa: F401 - torch, the model, the cache
         import kvviz.engine.loading  # noqa: F401 - the backends
 

@@ -166,12 +166,17 @@ def run_download(where: Any, key: str, file_name: str, record: Callable[[], dict
                           icon=None if compact else ":material/download:")
 
 
-def table(df: pd.DataFrame, key: str, *, prose: bool = False) -> None:
+def table(df: pd.DataFrame | list[dict] | dict[str, list], key: str, *, prose: bool = False) -> None:
     """A table and a button that downloads it as CSV (UTF-8 with BOM, so spreadsheets read Korean; not in lecture
-    mode).
+    mode). Rows (a list of dicts, column name → cell) or columns (a dict of lists) become a DataFrame here, so a
+    view imports no pandas itself.
 
     `prose`: cells of sentences, shown as a static table that wraps them instead of a scrolling grid.
     """
+    if isinstance(df, list | dict):
+        import pandas as pd  # ~1,000 modules with pyarrow: only once a table is drawn, never before a page's title
+
+        df = pd.DataFrame(df)
     if prose:
         st.table(df, hide_index=True)
     else:
@@ -204,7 +209,8 @@ function componentButton(parentElement, className) {
 """
 _STEPPER_JS = BUTTON_JS + """
 export default function(component) {
-  const { data, setStateValue, parentElement } = component;
+  const { setStateValue, parentElement } = component;
+  const [data] = component.data;  // one-item list: see stepper()
   const btn = componentButton(parentElement, 'kv-step');
   btn.textContent = data.label;
   btn.title = data.title;
@@ -301,7 +307,9 @@ def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = ""
     data = {"label": label, "title": help, "disabled": disabled, "base": served, "shown": shown, "playing": playing,
             "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})},
             "buttons": {f".st-key-{k} button": action for k, action in (buttons or {}).items()}}
-    _stepper_component(key=key, data=data, default={"events": []}, width="content", on_events_change=_no_callback)
+    # In a one-item list: Streamlit scans a dict's values for dataframes, which imports numpy, pandas and pyarrow
+    # (~1,000 modules) on the first screen of every page with a stepper; a list passes as plain JSON.
+    _stepper_component(key=key, data=[data], default={"events": []}, width="content", on_events_change=_no_callback)
 
 
 def apply_press(action: str, *, playing: bool, can_step: bool, prefill: Callable[[], Any],

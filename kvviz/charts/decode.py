@@ -130,6 +130,8 @@ def cache_grid_html(
     legend_kinds: Sequence[str] = ("prefill", "step", "newest"),
     layer_names: Sequence[str] | None = None,
     rows_px: int | None = None,
+    title_help: str = "",
+    legend_help: Sequence[str] = (),
 ) -> str:
     """The per-layer cache as an HTML grid: one K row and one V row per layer, a column per cached position.
 
@@ -144,15 +146,16 @@ def cache_grid_html(
     `kinds` (per layer, per position) overrides the colour the pass gives: speculative decoding draws the draft's
     writes ("draft") and the rolled-back positions ("rejected", striped); `legend` names each of `legend_kinds`;
     `layer_names` labels the rows (default L0, L1, ...). `rows_px`: the rows' total height at most (a deep model's
-    rows thin to fit it, every k-th labelled, so every layer stays on one screen).
+    rows thin to fit it, every k-th labelled, so every layer stays on one screen). `title_help`: a tooltip (ⓘ) after
+    the title; `legend_help`: each legend entry's tooltip (a projector's short legend keeps the page's words there).
     """
     esc = html.escape
     n = max((len(r) for r in written), default=0)
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
-    # On a projector the spaces between title, rows, ticks and legend are trimmed (10 px): the step idea of
-    # Speculative Decoding keeps its grid, strip and legend on one 720 px screen.
-    space = (2, 6, 4) if lecture else (6, 10, 6)
+    # On a projector the spaces between title, rows, ticks and legend are trimmed (20 px): the step idea of
+    # Speculative Decoding keeps its grid, strip, legend and a draft model's folded grid on one 720 px screen.
+    space = (0, 4, 2, 0) if lecture else (6, 10, 6, 2)
     row_h, gap, thin = GRID_ROW_PX, GRID_GAP_PX, ""
     n_rows = 2 * len(written)
     if rows_px is not None and n_rows * (row_h + gap) > rows_px:
@@ -165,7 +168,9 @@ def cache_grid_html(
     out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
            f'font-size:{font}px;line-height:1.2;color:#31333f">',
            f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
-           f"{esc(title)}</div>"]
+           f"{esc(title)}"
+           + (f' <span class="kv-grid-help" title="{esc(title_help)}" style="cursor:help;color:#808495;'
+              f'font-weight:400">ⓘ</span>' if title_help else "") + "</div>"]
     separators = ""
     if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
         separators = (f'<div style="position:absolute;inset:0;pointer-events:none;background:repeating-linear-gradient('
@@ -200,17 +205,17 @@ def cache_grid_html(
                          f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
         spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:0;white-space:pre;'
                      f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
-        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + space[1]}px;margin-top:2px">'
-                   f'{"".join(spans)}</div>')
+        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + space[1]}px;'
+                   f'margin-top:{space[3]}px">{"".join(spans)}</div>')
     swatch = "".join(
-        f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:16px">'
-        f'<span style="width:{font}px;height:{font}px;background:{_GRID_COLORS[k]};display:inline-block;'
-        f'border-radius:2px"></span>{esc(text)}</span>'
-        for k, text in zip(legend_kinds, legend, strict=True)
+        f'<span data-kind="{k}" title="{esc(tip)}" style="display:inline-flex;align-items:center;gap:4px;'
+        f'margin-right:{12 if lecture else 16}px"><span style="width:{font}px;height:{font}px;'
+        f'background:{_GRID_COLORS[k]};display:inline-block;border-radius:2px"></span>{esc(text)}</span>'
+        for k, text, tip in zip(legend_kinds, legend, legend_help or legend, strict=True)
     )
     # The legend and the axis's name share one line (a line less between the grid and the next lesson).
     out.append(f'<div style="margin:{space[2]}px 0 0 {label_w}px;font-family:sans-serif;display:flex;flex-wrap:wrap;'
-               f'justify-content:space-between;gap:4px 16px"><span>{swatch}</span>'
+               f'justify-content:space-between;gap:4px 16px"><span class="kv-legend">{swatch}</span>'
                f'<span style="color:#555">{esc(x_title)}</span></div></div>')
     return "".join(out)
 

@@ -65,7 +65,20 @@ class NoTorch:  # `import torch` raises ImportError (and "torch" stays out of sy
 
 
 sys.meta_path.insert(0, NoTorch())
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.testing.v1 import AppTest
+HEAVY = ("torch", "transformers", "pandas", "pyarrow")
+at_title = []  # the heavy packages imported when the page's title (its h1) is drawn
+enqueue = DeltaGenerator._enqueue
+
+
+def note_title(self, delta_type, element_proto, *args, **kwargs):
+    if not at_title and delta_type == "heading" and element_proto.tag == "h1":
+        at_title.append(sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY)))
+    return enqueue(self, delta_type, element_proto, *args, **kwargs)
+
+
+DeltaGenerator._enqueue = note_title
 start = threading.Thread.start
 threading.Thread.start = lambda self: None if self.name == "kvviz-preload" else start(self)
 at = AppTest.from_file("app.py", default_timeout=60)
@@ -73,7 +86,7 @@ at.session_state["kv_lecture"] = sys.argv[2] == "lecture"
 at.switch_page(sys.argv[1]).run()
 texts = [e.value for e in (*at.markdown, *at.caption)]
 print(json.dumps({"titles": [e.value for e in at.title], "texts": texts, "n_buttons": len(at.button),
-                  "errors": [str(e.value) for e in at.exception]}))
+                  "errors": [str(e.value) for e in at.exception], "heavy_at_title": at_title}))
 """
 
 MODEL_PAGES = [("pages/1_Reusing_Past_KV.py", "reuse.title", "reuse.lead"),
@@ -102,8 +115,23 @@ def test_a_page_that_runs_the_model_draws_its_title_and_introduction_before_impo
     intro_text = t(intro, "en")
     assert any(intro_text in text for text in drawn["texts"]), drawn["texts"]
     assert len(drawn["errors"]) == 1 and "torch" in drawn["errors"][0], drawn["errors"]
+    # Issue 38.12: nor pandas and pyarrow (~1,000 modules, imported at the top of four pages) before the title
+    assert drawn["heavy_at_title"] == [[]], drawn["heavy_at_title"]
     if mode == "lecture" and page != MODEL_PAGES[0][0]:  # the stepper's ← and → (the decode page is one demo)
         assert drawn["n_buttons"] >= 2
+
+
+@pytest.mark.parametrize("page", ["app.py", "pages/2_Prefill_and_Decode.py", "pages/4_Latency_and_Capacity.py",
+                                  "pages/6_Check.py", "pages/7_Serving_Engine.py"])
+def test_a_page_without_a_model_draws_its_title_before_any_dataframe_library(page):
+    """Issue 38.12: pandas and pyarrow (~1,000 modules) were imported before the Serving page's title (and four model
+    pages', above); torch is not importable here and none of these pages needs it for its first screen."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", BEFORE_TORCH, page, "page"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["heavy_at_title"] == [[]]
 
 
 @pytest.mark.parametrize("mode", ["page", "lecture"])
@@ -117,5 +145,80 @@ def test_the_memory_page_draws_whole_without_torch(mode):
     assert out.returncode == 0, out.stderr[-2000:]
     drawn = json.loads(out.stdout.strip().splitlines()[-1])
     assert drawn["errors"] == [] and drawn["titles"] == [t("memory.title", "en")]
+    assert drawn["heavy_at_title"] == [[]]
     # the default scenario, Llama-3.1-8B at 4,096 tokens, one request: 2 · 32 · 4096 · 8 · 128 · 2 B
     assert any("536,870,912 B" in text for text in drawn["texts"]), drawn["texts"]
+
+
+STEPPER = """
+import sys
+from streamlit.testing.v1 import AppTest
+
+SCRIPT = ("from kvviz.app.widgets import stepper\\n"
+          "stepper('Step', key='s', served=0, disabled=False, buttons={'b': 'reset'}, keys={'p': 'toggle_play'})")
+at = AppTest.from_string(SCRIPT, default_timeout=60).run()
+assert not at.exception, at.exception
+print(sorted({m.split(".")[0] for m in sys.modules} & {"numpy", "pandas", "pyarrow"}))
+"""
+
+
+def test_the_stepper_imports_no_dataframe_library():
+    """Issue 38.12: Streamlit scans a component's dict data for dataframes, importing numpy, pandas and pyarrow: the
+    Step button alone put ~1,000 modules (9-12 % of the import time) into the first run of Reusing Past K/V and
+    Speculative Decoding. Its data now travels as a list."""
+    out = subprocess.run([sys.executable, "-c", STEPPER], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+PRELOAD = """
+import sys, threading
+from streamlit.testing.v1 import AppTest
+
+seen = []  # when torch's import begins: the threads then alive
+
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(sorted(t.name for t in threading.enumerate() if t.is_alive()))
+
+
+sys.meta_path.insert(0, Watch())
+at = AppTest.from_file("app.py", default_timeout=60).run()
+assert not at.exception, at.exception
+next(t for t in threading.enumerate() if t.name == "kvviz-preload").join()
+print("torch" in sys.modules, [n for n in seen[0] if n.startswith("ScriptRunner")], threading.current_thread().name)
+"""
+
+
+def test_the_engine_preload_begins_after_the_script_run_that_asked():
+    """Issue 38.12: Home, Memory, Prefill & Decode and Latency start the engine's background import on their last
+    line; it held the interpreter while their run finished. It now waits for the session's script thread to end:
+    when torch's import begins no script thread is alive, and it does complete."""
+    out = subprocess.run([sys.executable, "-c", PRELOAD], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "[]", "MainThread"], (out.stdout, out.stderr[-2000:])
+
+
+FIRST_RUN = """
+import sys, threading
+from streamlit.testing.v1 import AppTest
+start = threading.Thread.start
+threading.Thread.start = lambda self: None if self.name == "kvviz-preload" else start(self)
+at = AppTest.from_file("app.py", default_timeout=180)
+at.switch_page(sys.argv[1]).run()
+assert not at.exception, at.exception
+print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "pandas", "pyarrow"}))
+"""
+
+
+@pytest.mark.parametrize("page", ["pages/1_Reusing_Past_KV.py", "pages/10_Speculative_Decoding.py"])
+def test_a_decode_pages_first_run_imports_torch_but_no_dataframe_library(page):
+    """Issue 38.12: a decode page's first run (title to model loaded, nothing generated yet) imported pandas and
+    pyarrow besides torch: 9-12 % of its import time, for a table drawn only after a step (and Streamlit's scan of the
+    Step button's data). It imports torch only."""
+    out = subprocess.run([sys.executable, "-c", FIRST_RUN, page], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['torch']"

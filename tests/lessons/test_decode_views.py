@@ -260,3 +260,19 @@ def test_can_step_play_warning_and_check_verdict(gen):
     assert decode_view.check_verdict(True, True) == "check_same"
     assert decode_view.check_verdict(True, False) == "check_differs"
     assert decode_view.check_verdict(False, True) == "check_beyond"
+
+
+def test_cache_grid_tooltips_keep_a_short_legends_words():
+    """Issue 38.5: on a projector Speculative Decoding's legend is short (one line) and the early exit's explanation
+    is the title's tooltip; the page's own words stay, escaped, as each entry's and the title's tooltip."""
+    kw = dict(title="T", x_title="x", hover="{row}", lecture=True, legend_kinds=("prefill", "rejected"))
+    html = charts.cache_grid_html([list(range(3))], ["a", "b", "c"], legend=("p", "rolled back"),
+                                  legend_help=("prefill", 'written by the "verify", rolled back'),
+                                  title_help="layers 0–2 <shared>", **kw)
+    legend = re.search(r'<span class="kv-legend">(.*?)</span><span style="color:#555">', html).group(1)
+    assert re.findall(r'<span data-kind="(\w+)" title="([^"]*)"', legend) == [
+        ("prefill", "prefill"), ("rejected", "written by the &quot;verify&quot;, rolled back")]
+    assert ">rolled back</span>" in legend
+    assert re.search(r'class="kv-grid-help" title="([^"]*)"', html).group(1) == "layers 0–2 &lt;shared&gt;"
+    plain = charts.cache_grid_html([list(range(3))], ["a", "b", "c"], legend=("p", "r"), **kw)
+    assert "kv-grid-help" not in plain and re.findall(r'<span data-kind="\w+" title="([^"]*)"', plain) == ["p", "r"]

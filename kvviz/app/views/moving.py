@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.hosted import check_offload_store
@@ -116,7 +115,7 @@ def requests_view(demo: Any, lecture: bool) -> None:
     side.markdown(tr("moving.last_request", n=last["request"], what=tr(f"moving.kind_{last['kind']}"),
                      why=lesson.reason_text(last["miss_reason"], lang())))
     with side.expander(tr("moving.requests_table")) if lecture else st.container():  # the chart keeps the screen
-        table(pd.DataFrame(lesson.request_rows(demo.results, lang())), "mv_requests")
+        table(lesson.request_rows(demo.results, lang()), "mv_requests")
         st.caption(tr("moving.table_caption", repeats=demo.repeats))
 
 
@@ -149,7 +148,7 @@ def ttft_view(demo: Any, backend: Any, lecture: bool) -> None:
                  help=tr("moving.measure_help"))
     if MV.get("tiers"):
         with st.expander(tr("moving.tiers_table")) if lecture else st.container():
-            table(pd.DataFrame(lesson.tier_rows(MV.get("tiers"), lang())), "mv_tier_costs")
+            table(lesson.tier_rows(MV.get("tiers"), lang()), "mv_tier_costs")
             st.caption(tr("moving.tiers_caption", repeats=TIER_REPEATS, device=str(backend.device)))
 
 
@@ -202,10 +201,10 @@ def break_even_view(dep: dict, box: Any, backend: Any, lecture: bool) -> None:
     if lecture:  # the chart keeps the screen: the table and its sources folded under it, in one box
         links_box = st.expander(tr("moving.links_table"))
         with links_box:
-            table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
+            table(rows, "mv_break_even_table", prose=True)
             st.markdown(f"**{tr('moving.sources_title')}**\n\n{sources}")
     else:
-        table(pd.DataFrame(rows), "mv_break_even_table", prose=True)
+        table(rows, "mv_break_even_table", prose=True)
         with st.expander(tr("moving.sources_title")):
             st.markdown(sources)
     # on a projector the caption (the rates and their sources) is folded with the table
@@ -256,7 +255,7 @@ def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -
     # on a projector the timeline keeps the screen: its tables and the calculator folded under it, in one box
     with st.expander(tr("moving.handoff_details")) if lecture else st.container():
         if results:
-            table(pd.DataFrame(lesson.handoff_rows(results, lang())), "mv_handoff_table")
+            table(lesson.handoff_rows(results, lang()), "mv_handoff_table")
             st.caption(tr("moving.handoff_caption"))
             if "llamacpp" in results:
                 parts = results["llamacpp"]["file_parts"]
@@ -264,4 +263,4 @@ def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -
         if dep is not None:
             calc = handoff_bytes(dep["spec"], n_prompt, dep["kv_dtype"], dep["tp"])
             st.markdown(lesson.calc_line(dep["spec"].name, calc, lang()))
-            table(pd.DataFrame(lesson.calc_rows(calc, lang())), "mv_handoff_calc")
+            table(lesson.calc_rows(calc, lang()), "mv_handoff_calc")

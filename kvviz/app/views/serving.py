@@ -9,7 +9,6 @@ import json
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
@@ -60,6 +59,8 @@ def error_text(d: dict | None) -> str:
 
 def show_table(rows: list[dict], cols: dict[str, str], key: str) -> None:
     """Rows of result keys as a table under the translated headers, less the columns nobody measured."""
+    import pandas as pd  # ~1,000 modules with pyarrow: not before the page's title
+
     df = pd.DataFrame([{cols[k]: r.get(k) for k in cols} for r in rows])
     table(df.dropna(axis=1, how="all"), key)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import tr
@@ -73,6 +72,8 @@ def step_view(gen: SpeculativeGeneration, bytes_line, *, lecture: bool) -> None:
                 k1=len(last.drafted) + 1, rolled=last.rolled_back)
     st.html(spec_view.step_strip_html(texts, len(gen.prompt_ids), last, names, legend, lecture=lecture))
     if last.drafted and not lecture:
+        import pandas as pd  # ~1,000 modules with pyarrow: not in the first run (nothing drafted yet)
+
         rows = spec_view.draft_rows(last, names)
         df = pd.DataFrame([{tr("spec.col_i"): r["i"], tr("spec.col_position"): r["position"],
                             tr("spec.col_token"): r["token"],
@@ -84,25 +85,40 @@ def step_view(gen: SpeculativeGeneration, bytes_line, *, lecture: bool) -> None:
     grid = spec_view.cache_grid(gen.events, shared)
     labels = decode_view.position_labels(chip_labels(texts[:-1] + [names[d] for d in grid.rejected_ids]))
     kinds = spec_view.grid_legend(shared)
-    # On a projector a deep model's grid keeps the layers either side of the early exit (the lesson's boundary).
-    st.html(grid_html(
-        grid.written, labels, title=tr("spec.grid_title", n=last.cache_lengths[0], rolled=last.rolled_back),
-        x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
-        legend=[tr(f"spec.legend_{k}", last=shared - 1) for k in kinds], legend_kinds=kinds, kinds=grid.kinds,
-        lecture=lecture, keep=(shared - 1, shared) if shared else ()))
+    legend = [tr(f"spec.legend_{k}", last=shared - 1) for k in kinds]
+    # On a projector the legend keeps one line (the short words, the page's as tooltips) and the early exit's
+    # explanation is the title's tooltip: the step idea keeps one 1280×720 screen.
+    short = [tr(f"spec.legend_{k}_short", last=shared - 1) if k in ("draft", "rejected") else text
+             for k, text in zip(kinds, legend, strict=True)]
+    explained = tr("spec.shared_caption", m=shared, last=shared - 1) if shared else ""
     verdict = tr("spec.bytes_equal" if last.live_bytes == last.formula_bytes else "spec.bytes_differ")
     bytes_line.caption(tr("spec.bytes_line", peak=f"{last.peak_live_bytes:,}", live=f"{last.live_bytes:,}",
                           formula=f"{last.formula_bytes:,}", allocated=f"{last.allocated_bytes:,}", verdict=verdict))
-    if gen.draft.cache is not None:  # a separate draft model: its own cache, cropped too
-        own = spec_view.cache_grid(gen.events, own_lengths=True)
+    # On a projector a deep model's grid keeps the layers either side of the early exit (the lesson's boundary), and a
+    # draft model's own grid is folded right under it (two grids overran 720 px).
+    st.html(grid_html(
+        grid.written, labels, title=tr("spec.grid_title", n=last.cache_lengths[0], rolled=last.rolled_back),
+        x_title=tr("spec.position"), hover=tr("spec.grid_hover"), legend=short if lecture else legend,
+        legend_help=legend, legend_kinds=kinds, kinds=grid.kinds, title_help=explained if lecture else "",
+        lecture=lecture, keep=(shared - 1, shared) if shared else ()))
+    if gen.draft.cache is not None:
+        draft_grid(gen, labels, lecture=lecture)
+    if shared and not lecture:
+        st.caption(explained)
+
+
+def draft_grid(gen: SpeculativeGeneration, labels: list[str], *, lecture: bool) -> None:
+    """A separate draft model's own cache, cropped too (on a projector in an expander, its title the label)."""
+    last = gen.events[-1]
+    own = spec_view.cache_grid(gen.events, own_lengths=True)
+    title = tr("spec.draft_grid_title", name=getattr(gen.draft, "name", ""), n=last.draft_lengths[0],
+               rolled=last.draft_rolled_back)
+    with st.expander(title) if lecture else st.container():
         st.html(grid_html(
-            own.written, labels, title=tr("spec.draft_grid_title", name=getattr(gen.draft, "name", ""),
-                                          n=last.draft_lengths[0], rolled=last.draft_rolled_back),
-            x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
+            own.written, labels, title=title, x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
             legend=[tr(f"spec.legend_{k}") for k in ("prefill", "step", "newest")], prefix="D", lecture=lecture))
-        st.caption(tr("spec.draft_bytes", live=f"{last.draft_live_bytes:,}", formula=f"{last.draft_formula_bytes:,}"))
-    elif shared:
-        st.caption(tr("spec.shared_caption", m=shared, last=shared - 1))
+        st.caption(tr("spec.draft_bytes", live=f"{last.draft_live_bytes:,}",
+                      formula=f"{last.draft_formula_bytes:,}"))
 
 
 def acceptance_view(gen: SpeculativeGeneration, *, lecture: bool) -> None:
@@ -158,7 +174,7 @@ def speed_view(gen: SpeculativeGeneration, *, measure: Callable[[], None], devic
         rows.append({tr("spec.col_where"): tr("spec.roofline", gpu=gpu), tr("spec.col_plain"): f"{plain_us:.1f} µs",
                      tr("spec.col_spec"): f"{spec_us:.1f} µs", tr("spec.col_speedup"): f"{pred.speedup:.2f}×"})
     if rows:
-        table(pd.DataFrame(rows), "spec_speed")
+        table(rows, "spec_speed")
     if measured is None:
         st.info(tr("spec.measure_first"))
     else:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
@@ -24,6 +23,8 @@ from kvviz.engine.tokenizer import chip_labels
 from kvviz.errors import InputError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from kvviz.engine.model import Decoder
     from kvviz.lessons import causal
 
@@ -54,6 +55,8 @@ def attention(_model: Decoder, key: tuple, ids: tuple[int, ...], layer: int) -> 
 
 
 def phase_table() -> pd.DataFrame:
+    import pandas as pd  # ~1,000 modules with pyarrow: not before the page's title
+
     columns = ["phase", "inputs", "computation", "stored", "latency"]
     rows = [[tr(f"training.table_{phase}_{col}") for col in columns] for phase in ("training", "prefill", "decode")]
     return pd.DataFrame(rows, columns=[tr(f"training.table_col_{col}") for col in columns])
@@ -204,11 +207,11 @@ def kv_section(run: Run, title: str, result: causal.ParallelVsSequential, par: c
             key="training_kv")
     if not run.lecture:  # on a projector the verdict of idea 1 gives the largest difference
         with st.expander(tr("training.by_layer")):
-            table(pd.DataFrame({
+            table({
                 tr("training.layer"): run.layers,
                 tr("training.max_dk"): [f"{d:.3e}" for d in result.k_max_diff],
                 tr("training.max_dv"): [f"{d:.3e}" for d in result.v_max_diff],
-            }), key="training_kv_diff_by_layer")
+            }, key="training_kv_diff_by_layer")
 
 
 def mask_section(run: Run, title: str) -> None:
