@@ -154,7 +154,8 @@ def demo_seed(seed: int) -> int:
 # (its fonts, its layout, the charts as drawn), so it is captured there, not on the server.
 _CAPTURE_JS = BUTTON_JS + """
 export default function(component) {
-  const { data, parentElement } = component;
+  const { parentElement } = component;
+  const [data] = component.data;  // one-item list, as the stepper's (kvviz.app.widgets.stepper)
   const btn = componentButton(parentElement, 'kv-shot');
   btn.textContent = data.label;
   btn.title = data.help;
@@ -210,4 +211,4 @@ def screen_capture(name: str) -> None:
         return
     data = {"label": tr("lecture.save_screen"), "help": tr("lecture.save_screen_help"),
             "failed": tr("lecture.save_screen_failed"), "filename": f"kvviz-{name}.png"}
-    _capture_component()(key="kv_screen_png", data=data, width="content")
+    _capture_component()(key="kv_screen_png", data=[data], width="content")  # a dict would import pandas
