@@ -1,12 +1,10 @@
 """Speculative Decoding: a draft proposes k tokens, the target verifies them in one pass over k + 1 positions of
 its cache, and the positions it rejects are rolled back out of every cache, in place — stepped on a real decoder."""
-import dataclasses
-
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
+from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
 from kvviz.app.widgets import apply_press, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.engine.spec.ngram import NgramConfig
@@ -18,9 +16,7 @@ lecture = settings.lecture
 head = lecture_head(tr("spec.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("spec.lead"))
-if settings.model == "hf":
-    st.info(tr("spec.hf_note"))  # the cache is cropped in place inside kvviz's own decoder: the shipped model runs
-    settings = dataclasses.replace(settings, model="tiny")
+settings = shipped_for_hf(settings, "spec.hf_note")  # the cache is cropped in place inside kvviz's own decoder
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
