@@ -6,7 +6,15 @@ from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
-from kvviz.app.views import compression as view
+from kvviz.app.views.compression import (
+    choices,
+    measured,
+    method_name,
+    positions_view,
+    progress,
+    run_buttons,
+    tradeoff_view,
+)
 
 settings = page_setup("compression.title")
 lecture = settings.lecture
@@ -30,16 +38,16 @@ with box:
 if not native:
     (st if lecture else box).info(tr("compression.native_needed"))
 
-chosen = view.choices(box, backend, native=native, hosted=settings.hosted, lecture=lecture)
-running = view.run_buttons(controls, backend, chosen, lecture=lecture)
-view.progress(backend, running)
-stored = view.measured(backend, chosen.request)
+chosen = choices(box, backend, native=native, hosted=settings.hosted, lecture=lecture)
+running = run_buttons(controls, backend, chosen, lecture=lecture)
+progress(backend, running)
+stored = measured(backend, chosen.request)
 if stored is None:
     st.stop()
 seq_len = stored[0][3]  # what the figures below describe is the run's, not the controls'
 full_row, rows = stored[1][0], stored[1][1:]
-names = [view.method_name(r) for r in rows]  # read now: a widget may format its options after this run
+names = [method_name(r) for r in rows]  # read now: a widget may format its options after this run
 if 0 in show:
-    view.tradeoff_view(backend, full_row, rows, names, seq_len, lecture=lecture)
+    tradeoff_view(backend, full_row, rows, names, seq_len, lecture=lecture)
 if 1 in show or 2 in show:
-    view.positions_view(backend, full_row, rows, names, seq_len, set(show), lecture=lecture)
+    positions_view(backend, full_row, rows, names, seq_len, set(show), lecture=lecture)

@@ -1,6 +1,7 @@
 """What the Compressing the Cache page draws: the session keys it keeps (`CC`), the run's settings (`choices`,
 `Choices`), the run and Cancel buttons with the background run (`run_buttons`), its progress and time left
-(`progress`), the last results (`measured`), memory saved against quality (`tradeoff_view`) and the kept positions
+(`progress`), the last results (`measured`, with the settings they were `measured_with`), each method's name in the
+user's language (`method_name`), memory saved against quality (`tradeoff_view`) and the kept positions
 and attention rows (`positions_view`). The budgets and steps come from kvviz.compression.quality. The engine's
 modules (torch) are imported inside the functions: the page imports this module before its first screen is drawn."""
 from __future__ import annotations
