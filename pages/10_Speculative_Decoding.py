@@ -1,14 +1,12 @@
 """Speculative Decoding: a draft proposes k tokens, the target verifies them in one pass over k + 1 positions of
 its cache, and the positions it rejects are rolled back out of every cache, in place — stepped on a real decoder."""
-import dataclasses
-
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
-from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
+from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import apply_press, current_number, number_in_range, pending_actions, persisted, stepper
+from kvviz.app.widgets import current_number, number_in_range, persisted, serve_presses, stepper_row
 from kvviz.engine.spec.ngram import NgramConfig
 from kvviz.errors import InputError
 from kvviz.i18n import t
@@ -18,9 +16,7 @@ lecture = settings.lecture
 head = lecture_head(tr("spec.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("spec.lead"))
-if settings.model == "hf":
-    st.info(tr("spec.hf_note"))  # the cache is cropped in place inside kvviz's own decoder: the shipped model runs
-    settings = dataclasses.replace(settings, model="tiny")
+settings = shipped_for_hf(settings, "spec.hf_note")  # the cache is cropped in place inside kvviz's own decoder
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -145,28 +141,21 @@ gen0: SpeculativeGeneration | None = state.spec_gen
 state.spec_timer_on = bool(state.spec_playing and gen0 is not None and not gen0.done)
 
 
-def apply(action: str) -> None:
-    """One press from the stepper's log, in the order it was made (as on Reusing Past K/V)."""
+def can_step_now() -> bool:
+    """Whether Step may run a pass: a run is started on this model and not finished."""
     gen: SpeculativeGeneration | None = state.spec_gen
-    can_step = decode_view.can_step(gen, gen is not None and gen.backend is not backend)
-    apply_press(action, playing=state.spec_playing, can_step=can_step, prefill=prefill, reset=reset, play=play,
-                step=lambda: step_once(gen))
-
-
-ORDERED_BUTTONS = {"spec_btn_prefill": "prefill", "spec_btn_play": "play", "spec_btn_pause": "pause",
-                   "spec_btn_reset": "reset"}
+    return decode_view.can_step(gen, gen is not None and gen.backend is not backend)
 
 
 @st.fragment(run_every=PLAY_PERIOD_S if state.spec_timer_on else None)
 def live_view() -> None:
     """Controls and the view: a Step or a Play tick reruns only this."""
     # Every press since the last run, in order, before the controls are drawn (so they show its result).
-    for number, action in pending_actions("spec_stepper", state.spec_served):
-        apply(action)
-        state.spec_served = number
+    serve_presses("spec", can_step=can_step_now, prefill=prefill, reset=reset, play=play,
+                  step=lambda: step_once(state.spec_gen))
     gen: SpeculativeGeneration | None = state.spec_gen
     playing = state.spec_playing
-    can_step = decode_view.can_step(gen, gen is not None and gen.backend is not backend)
+    can_step = can_step_now()
     # On a projector one row holds the buttons and the run's status line (the keys are in the Step button's help).
     if lecture:
         buttons, line = st.columns([5, 8], vertical_alignment="center")
@@ -174,18 +163,9 @@ def live_view() -> None:
         b = [buttons.container(horizontal=True, vertical_alignment="center", gap="xsmall")] * 5 + [line]
     else:
         b = st.columns([1, 1, 1, 1, 2, 3], vertical_alignment="center")
-    b[0].button(tr("spec.prefill"), on_click=prefill, disabled=playing, type="primary", key="spec_btn_prefill")
-    with b[1]:
-        stepper(tr("spec.step"), key="spec_stepper", served=state.spec_served, disabled=not can_step or playing,
-                help=tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else ""),
-                buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
-                shown=len(gen.events) if gen is not None else 0, playing=playing, behind=tr("spec.play_jump"))
-    if playing:
-        b[2].button(tr("spec.pause"), on_click=play, args=(False,), key="spec_btn_pause", icon=":material/pause:")
-    else:
-        b[2].button(tr("spec.play"), on_click=play, args=(True,), disabled=not can_step, key="spec_btn_play",
-                    icon=":material/play_arrow:")
-    b[3].button(tr("spec.reset"), on_click=reset, key="spec_btn_reset")
+    stepper_row(b, "spec", playing=playing, can_step=can_step, prefill_disabled=playing,
+                step_help=tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else ""),
+                shown=len(gen.events) if gen is not None else 0, prefill=prefill, play=play, reset=reset)
     download(b[4], gen, compact=lecture)
     if not lecture:
         b[5].caption(tr("spec.keys_help"))

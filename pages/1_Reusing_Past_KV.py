@@ -8,7 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import apply_press, current_number, number_in_range, pending_actions, persisted, stepper
+from kvviz.app.widgets import current_number, number_in_range, persisted, serve_presses, stepper_row
 from kvviz.engine.chat import chat_prompt
 from kvviz.errors import InputError
 
@@ -114,27 +114,14 @@ period = 1.0 / float(state.reuse_speed)
 state.reuse_timer_on = bool(state.reuse_playing and can_step)
 
 
-def apply(action: str) -> None:
-    """One press from the stepper's log, in the order it was made (Prefill, R, Prefill, R, Space ends with none)."""
-    gen: Generation | None = state.reuse_gen
-    can_step = decode_view.can_step(gen, bool(is_stale(gen)))
-    apply_press(action, playing=state.reuse_playing, can_step=can_step, prefill=prefill, reset=reset, play=play,
-                step=lambda: step_once(gen))
-
-
-ORDERED_BUTTONS = {"reuse_btn_prefill": "prefill", "reuse_btn_play": "play", "reuse_btn_pause": "pause",
-                   "reuse_btn_reset": "reset"}
-
-
 @st.fragment(run_every=period if state.reuse_timer_on else None)
 def live_view() -> None:
     """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
     run_start = time.perf_counter()
     n_before = len(state.reuse_gen.events) if state.reuse_gen is not None else 0
     # Every press since the last run, in order, before the controls are drawn (so they show its result).
-    for number, action in pending_actions("reuse_stepper", state.reuse_served):
-        apply(action)
-        state.reuse_served = number
+    serve_presses("reuse", can_step=lambda: decode_view.can_step(state.reuse_gen, bool(is_stale(state.reuse_gen))),
+                  prefill=prefill, reset=reset, play=play, step=lambda: step_once(state.reuse_gen))
     gen: Generation | None = state.reuse_gen
     playing = state.reuse_playing
     changed = is_stale(gen)  # read again here: a Prefill in this run starts a generation on the current settings
@@ -142,19 +129,9 @@ def live_view() -> None:
     can_step = decode_view.can_step(gen, stale)
     n_events = n_before if gen is state.reuse_gen else 0
     b = st.columns([1, 1, 1, 1, 1, 3] if lecture else [1, 1, 1, 1, 2, 3], vertical_alignment="center")
-    # Streamlit's buttons for the look (and for AppTest); in the browser the stepper catches their clicks into its log.
-    b[0].button(tr("reuse.prefill"), on_click=prefill, disabled=backend is None or playing, type="primary",
-                key="reuse_btn_prefill")
-    with b[1]:
-        stepper(tr("reuse.step"), key="reuse_stepper", served=state.reuse_served, disabled=not can_step or playing,
-                help=tr("reuse.step_help"), buttons=ORDERED_BUTTONS, keys={"p": "toggle_play", "r": "reset"},
-                shown=len(gen.token_ids) if gen is not None else 0, playing=playing, behind=tr("reuse.play_jump"))
-    if playing:
-        b[2].button(tr("reuse.pause"), on_click=play, args=(False,), key="reuse_btn_pause", icon=":material/pause:")
-    else:
-        b[2].button(tr("reuse.play"), on_click=play, args=(True,), disabled=not can_step, key="reuse_btn_play",
-                    icon=":material/play_arrow:")
-    b[3].button(tr("reuse.reset"), on_click=reset, key="reuse_btn_reset")
+    stepper_row(b, "reuse", playing=playing, can_step=can_step, prefill_disabled=backend is None or playing,
+                step_help=tr("reuse.step_help"), shown=len(gen.token_ids) if gen is not None else 0,
+                prefill=prefill, play=play, reset=reset)
     download(b[4], gen, compact=lecture)
     # On a projector the status line takes the keys' place (Step's tooltip names them): one row, not two.
     state.reuse_status_slot = b[5].empty() if lecture else None

@@ -1,19 +1,20 @@
-"""Compressing the Cache: eviction, quantization and head sharing run in the real decode loop, bytes vs quality."""
-import contextlib
-import dataclasses
-import hashlib
-
+"""Compressing the Cache: eviction, quantization and head sharing run in the real decode loop, bytes vs quality.
+kvviz.app.views.compression draws each part; kvviz.compression.quality measures it."""
 import streamlit as st
 
-from kvviz.app.language import show_error, tr
-from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
+from kvviz.app.language import tr
+from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
-from kvviz.app.url_state import one_of, url_state
-from kvviz.app.widgets import chart, persisted, table
-from kvviz.charts import compression as charts
-from kvviz.errors import InputError
-from kvviz.units import format_binary
+from kvviz.app.views.compression import (
+    choices,
+    measured,
+    method_name,
+    positions_view,
+    progress,
+    run_buttons,
+    tradeoff_view,
+)
 
 settings = page_setup("compression.title")
 lecture = settings.lecture
@@ -23,13 +24,6 @@ with head[0], intro_box():
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
 with loading_engine():  # the first screen is drawn: now torch and the model
-    import pandas as pd  # ~1,000 modules with pyarrow: after the first screen
-
-    from kvviz.compression import quality
-    from kvviz.compression.caches import dtype_name
-    from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
-    from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
-    from kvviz.compression.runner import DEPLOY_DTYPES, Method, kivi_group, kivi_residual
     from kvviz.engine.model import Decoder
     backend = get_backend(settings)
 if backend is None:
@@ -44,243 +38,16 @@ with box:
 if not native:
     (st if lecture else box).info(tr("compression.native_needed"))
 
-SOURCES = ("held_out", "own")
-METRICS = ("kl", "top1")
-max_len = backend.spec.max_context
-lengths = [n for n in (128, 256, 512) if n <= max_len] or [max_len]
-with box:  # one above the other in the settings popover
-    c1, c2, c3, c4 = [st.container()] * 4 if lecture else st.columns([2, 1, 1, 2])
-source = persisted(c1.radio, url_state("text", "held_out", one_of(SOURCES)), tr("compression.text_source"),
-                   options=SOURCES, format_func={s: tr(f"compression.text_{s}") for s in SOURCES}.get,
-                   horizontal=True)
-TOKENS = [256, 512] if settings.hosted is not None else [256, 512, 1024, 2048]  # a shared demo runs less
-
-
-seq_len = persisted(c2.selectbox, url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths, int)),
-                    tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
-n_tokens = persisted(c3.selectbox, url_state("tokens", 512, one_of(TOKENS, int)), tr("compression.n_tokens"),
-                     options=TOKENS)
-st.session_state.setdefault("cc_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
-shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
-                   format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
-own = ""
-if source == "own":
-    own = box.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
-
-# Every eviction method runs at the same budgets; SnapKV needs its observation window and one more position, so a
-# smaller share is raised for all of them, and the control says so.
-budgets = sorted({max(SNAPKV_WINDOW + 1, round(s * seq_len)) for s in shares})
-raised = [s for s in shares if round(s * seq_len) < SNAPKV_WINDOW + 1]
-if raised:
-    c4.caption(tr("compression.budget_raised", shares=", ".join(f"{s:.0%}" for s in raised), seq_len=seq_len,
-                  asked=", ".join(str(round(s * seq_len)) for s in raised), kept=SNAPKV_WINDOW + 1,
-                  window=SNAPKV_WINDOW))
-if n_tokens < seq_len:  # whole chunks only: fewer tokens than one chunk still runs one chunk, said here
-    c3.caption(tr("compression.tokens_raised", n_tokens=n_tokens, seq_len=seq_len))
-methods = quality.all_methods(budgets, native=native, n_kv_heads=backend.spec.n_kv_heads)
-text_id = hashlib.sha1(own.encode()).hexdigest() if source == "own" else "held_out"
-request = (backend.spec, str(backend.dtype), text_id, seq_len, n_tokens, tuple(budgets))
-
-
-
-def chunk_steps(seq_len: int) -> tuple[int, tuple[int, ...]]:
-    """A chunk's prompt (its first half) and the decode steps whose kept positions and attention are recorded."""
-    n_prompt = seq_len // 2
-    return n_prompt, tuple(sorted({round(f * (seq_len - n_prompt - 1)) for f in (0, 0.25, 0.5, 0.75, 1)}))
-
-
-def measured_with(r: tuple) -> str:
-    """The settings a run was measured with, in words: text, chunk, tokens and budgets."""
-    return tr("compression.measured_with", text=tr(f"compression.text_{'held_out' if r[2] == 'held_out' else 'own'}"),
-              seq_len=r[3], n_tokens=r[4], budgets=", ".join(map(str, r[5])))
-
-
-ss = st.session_state
-TICK_S = 0.3  # the fragment's period while the methods run
-BUDGET_S = 1.0  # model work per tick before the progress bar and the time left redraw
-
-
-def start() -> None:
-    ss.cc_start = True  # built below from this rerun's checked values (a callback sees the last run's)
-
-
-def cancel() -> None:
-    if ss.get("cc_sweep") is not None:
-        ss.cc_sweep[1].cancel()  # a flag: the run stops after the pass under way, keeping every finished chunk
-
-
-if ss.pop("cc_start", False):
-    try:
-        from kvviz.engine.sweeps import SweepRun
-
-        text = own if source == "own" else quality.held_out_text()
-        ss.cc_sweep = (request, SweepRun(quality.evaluation(backend, [Method("full"), *methods], text, seq_len=seq_len,
-                                                            n_tokens=n_tokens, view_steps=chunk_steps(seq_len)[1])))
-    except InputError as exc:
-        show_error(exc)
-running = ss.get("cc_sweep") is not None
-buttons = controls if lecture else controls.container(horizontal=True)  # Cancel beside the run button
-buttons.button(tr("compression.run"), type="primary", key="cc_run", on_click=start, disabled=running)
-if running or not lecture:  # on a projector's narrow row only while it can be pressed
-    buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=cancel,
-                   disabled=not running or ss.cc_sweep[1].cancelled)
-
-
-def live() -> None:
-    """Runs the methods a second per tick, then draws the progress and the time left; once done or cancelled the
-    whole page redraws with what was measured."""
-    if ss.get("cc_sweep") is None:
-        return
-    asked, run = ss.cc_sweep
-    if not run.finished:
-        with quality.torch_threads(1 if backend.device.type == "cpu" else None):
-            run.advance(BUDGET_S)
-    if run.finished:
-        del ss.cc_sweep
-        if run.error:
-            ss.cc_error = run.error
-        elif run.rows:  # the rows of every method that finished a chunk; a Cancel keeps them, labelled partial
-            partial = (run.done, run.sweep.total, run.sweep.settings - 1) if run.cancelled else None
-            ss.kv_compress = (asked, run.rows, partial)
-        else:
-            ss.cc_empty = (run.done, run.sweep.total)
-        st.rerun()
-    left = run.time_left
-    st.progress(run.progress, text=tr("compression.progress", done=run.done, total=run.sweep.total,
-                                      left=tr("compression.time_left", seconds=round(left)) if left is not None
-                                      else tr("compression.time_left_unknown")))
-
-
-st.fragment(live, run_every=TICK_S if running else None)()
-if ss.get("cc_error") is not None:
-    show_error(ss.pop("cc_error"))
-if ss.get("cc_empty") is not None:  # cancelled before any chunk was finished: nothing to draw, said so
-    done, total = ss.pop("cc_empty")
-    st.info(tr("compression.cancelled_empty", done=done, total=total))
-
-stored = st.session_state.get("kv_compress")
-if stored is None or stored[0][0] != backend.spec:  # nothing measured yet on this model
+chosen = choices(box, backend, native=native, hosted=settings.hosted, lecture=lecture)
+running = run_buttons(controls, backend, chosen, lecture=lecture)
+progress(backend, running)
+stored = measured(backend, chosen.request)
+if stored is None:
     st.stop()
-if stored[0] != request:  # the last results stay, labelled with the settings they were measured with
-    st.info(tr("compression.settings_changed", run=tr("compression.run"), shown=measured_with(stored[0])))
 seq_len = stored[0][3]  # what the figures below describe is the run's, not the controls'
-n_prompt, view_steps = chunk_steps(seq_len)
-rows = stored[1]
-full_row, rows = rows[0], rows[1:]
-if stored[2] is not None:  # cancelled: each method pooled over the chunks it finished
-    done, total, n_methods = stored[2]
-    counts = sorted({r.n_predicted // (seq_len - n_prompt) for r in [full_row, *rows]})
-    st.warning(tr("compression.partial", done=done, total=total, measured=len(rows), methods=n_methods,
-                  chunks="–".join(map(str, dict.fromkeys([counts[0], counts[-1]])))))
-
-
-def method_name(r: quality.Quality) -> str:
-    """A method's name in the user's language, with its budget or head count ("window (64)" → "슬라이딩 윈도 (64)")."""
-    return tr(f"compression.method_{r.method}") + r.label.removeprefix(r.method)
-
-
+full_row, rows = stored[1][0], stored[1][1:]
 names = [method_name(r) for r in rows]  # read now: a widget may format its options after this run
-
 if 0 in show:
-    idea_title(tr("compression.s1_title"))
-    # Savings against the KV dtype of a deployment (bfloat16 by default): every dtype's bytes were counted in the
-    # run, so changing it redraws without measuring again. On a projector the chart keeps the screen: its choices
-    # beside it, the caption, table and findings folded under them.
-    if lecture:
-        plot, side = st.columns([3, 1])
-        k1 = k2 = side
-        above = below = side.expander(tr("compression.details"))
-    else:
-        k1, k2 = st.columns(2)
-        above, plot, below = st.container(), st.container(), st.container()
-    kv_dtype = persisted(k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)),
-                            tr("compression.kv_dtype"), options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
-    data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() | {"label": name}
-            for r, name in zip(rows, names, strict=True)]
-    above.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
-        seq_len - n_prompt), seq_len=seq_len, n_prompt=n_prompt, full_ppl=f"{full_row.full_perplexity:.3f}",
-        full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=dtype_name(backend.dtype), dtype=kv_dtype))
-    metric = persisted(k2.radio, url_state("metric", "kl", one_of(METRICS)), tr("compression.metric"),
-                          options=METRICS, horizontal=True,
-                          format_func={m: tr(f"compression.metric_{m}") for m in METRICS}.get)
-    fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
-    with plot:
-        chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
-                                     x_title=tr("compression.chart_x", dtype=kv_dtype),
-                                     y_title=tr(f"compression.chart_{metric}"),
-                                     title=tr("compression.chart_saved_title"), lecture=lecture),
-              "compression_tradeoff")
-    whole = [r["label"] for r in data if r["left_whole"]]
-    if whole:
-        below.info(tr("compression.left_whole", labels=", ".join(whole), n_prompt=n_prompt))
-    with below:
-        results = pd.DataFrame({
-            tr("compression.table_method"): [tr("compression.full")] + [r["label"] for r in data],
-            tr("compression.table_ppl"): [round(full_row.full_perplexity, 3)]
-            + [round(r["perplexity"], 3) for r in data],
-            tr("compression.table_kl"): [0.0] + [round(r["kl_divergence"], 5) for r in data],
-            tr("compression.table_top1"): [1.0] + [round(r["top1_agreement"], 4) for r in data],
-            tr("compression.table_kept"): [full_row.full_n_cached] + [r["n_cached"] for r in data],
-            tr("compression.table_bytes"): [full_row.full_kv_bytes] + [r["kv_bytes"] for r in data],
-            tr("compression.table_formula"): [full_row.formula_bytes] + [r["formula_bytes"] for r in data],
-            tr("compression.table_saved", dtype=kv_dtype): ["0%"] + [f"{r['memory_saved']:.1%}" for r in data],
-        })
-        table(results, "compression_table")
-        for v in quality.sink_values(rows):  # StreamingLLM's central finding, as a measured number
-            st.markdown(tr("compression.sink_value", budget=v.budget, sinks=STREAMING_SINKS,
-                           streaming=f"{v.streaming_perplexity:.2f}", window=f"{v.window_perplexity:.2f}",
-                           ratio=f"{v.ratio:.2f}",
-                           verdict=tr(f"compression.sink_{v.verdict}", tolerance=f"{quality.SINK_TOLERANCE:.0%}")))
-        fp8 = [r for r in data if r["method"] == "fp8"]
-        if fp8:
-            st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
-                          clipped="; ".join(tr("compression.fp8_clipped", label=r["label"], n=r["fp8_clipped"])
-                                            for r in fp8)))
-        kivi = next((r for r in data if r["group"]), None)
-        with st.container() if lecture else st.expander(tr("compression.notes_title")):  # none inside another
-            if lecture:
-                st.markdown(f"**{tr('compression.notes_title')}**")
-            group = kivi["group"] if kivi else kivi_group(backend.spec.d_head)
-            st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                           group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
-
+    tradeoff_view(backend, full_row, rows, names, seq_len, lecture=lecture)
 if 1 in show or 2 in show:
-    if lecture:  # on a projector the chart keeps the screen, its choices and caption beside it
-        plot, side = st.columns([3, 1])
-        d1 = d2 = d3 = side
-    else:
-        d1, d2, d3 = st.columns(3)
-        side, plot = st, contextlib.nullcontext()
-    if st.session_state.get("cc_step") not in view_steps:
-        st.session_state.cc_step = view_steps[-1]
-    step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
-    if st.session_state.get("cc_layer") not in range(backend.spec.n_layers):
-        st.session_state.cc_layer = 0
-    layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(backend.spec.n_layers))
-    view_full = full_row.views[step]
-    position = view_full.position
-    if 1 in show:
-        idea_title(tr("compression.s2_title"))
-        side.caption(tr("compression.s2_caption", step=step, position=position))
-        labels = [tr("compression.full"), *names]
-        shares_ = [charts.kept_share(r.views[step].kept[layer], position + 1) for r in [full_row, *rows]]
-        with plot:
-            chart(charts.kept_strip_figure(labels, shares_, x_title=tr("compression.chart_strip_x"),
-                                           title=tr("compression.chart_strip_title", layer=layer, step=step),
-                                           lecture=lecture), "compression_strip")
-    if 2 in show:
-        idea_title(tr("compression.s3_title"))
-        if st.session_state.get("cc_attn_method") not in range(len(rows)):
-            st.session_state.cc_attn_method = 0
-        pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
-                            format_func=names.__getitem__)
-        side.caption(tr("compression.s3_caption"))
-        v = rows[pick].views[step]
-        with plot:
-            chart(charts.attention_row_figure(
-                charts.attention_by_position(view_full.kept[layer], view_full.attention[layer]),
-                charts.attention_by_position(v.kept[layer], v.attention[layer]),
-                full_name=tr("compression.full"), comp_name=names[pick], x_title=tr("compression.chart_strip_x"),
-                y_title=tr("compression.chart_attn_y"),
-                title=tr("compression.chart_attn_title", layer=layer, step=step), lecture=lecture),
-                "compression_attention")
+    positions_view(backend, full_row, rows, names, seq_len, set(show), lecture=lecture)

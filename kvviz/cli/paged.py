@@ -122,15 +122,12 @@ def _handoff_prompt(args: argparse.Namespace, backend) -> list[int]:  # noqa: AN
 
 def handoff(args: argparse.Namespace) -> dict:
     import tempfile
-    from pathlib import Path
 
     from kvviz.kv.transfer import handoff_bytes
 
     if args.engine == "llamacpp":
-        from kvviz.engine import fetch
-        from kvviz.engine.export import export_gguf
         from kvviz.engine.loading import load_backend
-        from kvviz.serving.handoff import llamacpp_handoff
+        from kvviz.serving.handoff import handoff_gguf, llamacpp_handoff
         from kvviz.serving.llamacpp import binary
 
         if binary(args.llama_server) is None:
@@ -139,16 +136,8 @@ def handoff(args: argparse.Namespace) -> dict:
         backend = load_backend(args.model, device="cpu")
         ids = _handoff_prompt(args, backend)
         with tempfile.TemporaryDirectory(prefix="kvviz-gguf-") as tmp:
-            if args.model in fetch.MODELS:
-                gguf = fetch.gguf_path(args.model)
-            elif str(args.model).endswith(".gguf"):
-                gguf = Path(args.model)
-            elif args.model == "tiny":
-                gguf = export_gguf(backend.model, backend.tokenizer, Path(tmp) / "tiny.gguf", name="kvviz-tiny")
-            else:
-                raise CliError("--engine llamacpp takes --model tiny, smollm2 or a .gguf file")
-            out = llamacpp_handoff(gguf, backend.spec, ids, args.new_tokens, server=args.llama_server,
-                                   ctx_size=args.ctx_size)
+            out = llamacpp_handoff(handoff_gguf(args.model, backend, tmp), backend.spec, ids, args.new_tokens,
+                                   server=args.llama_server, ctx_size=args.ctx_size)
         kv_dtype = out["kv_dtype"] or "float16"
     else:
         from kvviz.engine.offload.handoff import run_handoff

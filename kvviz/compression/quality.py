@@ -264,6 +264,22 @@ def sink_values(rows: Sequence[Quality]) -> list[SinkValue]:
         (r for r in rows if r.method == "streaming" and r.budget in window), key=lambda r: r.budget)]
 
 
+def eviction_budgets(shares: Sequence[float], seq_len: int) -> tuple[list[int], list[float]]:
+    """The positions each eviction method keeps for the shares of a chunk asked for, and the shares that were raised:
+    SnapKV needs its observation window and one more position, so a smaller share is raised for every method (all
+    run at the same budgets)."""
+    from kvviz.compression.eviction import SNAPKV_WINDOW
+
+    least = SNAPKV_WINDOW + 1
+    return sorted({max(least, round(s * seq_len)) for s in shares}), [s for s in shares if round(s * seq_len) < least]
+
+
+def chunk_steps(seq_len: int) -> tuple[int, tuple[int, ...]]:
+    """A chunk's prompt (its first half) and the decode steps whose kept positions and attention are recorded."""
+    n_prompt = seq_len // 2
+    return n_prompt, tuple(sorted({round(f * (seq_len - n_prompt - 1)) for f in (0, 0.25, 0.5, 0.75, 1)}))
+
+
 def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Method]:
     """Every method the page compares: each eviction policy at each budget; on kvviz's own decoder also
     int8, int4, fp8, and head pooling (GQA halves the KV heads when it can, MQA keeps one)."""

@@ -147,12 +147,6 @@ def run_handoff(engine: str, backend, model: str, n_prompt: int, n_new: int,  # 
         from kvviz.engine.offload.handoff import run_handoff as kvviz_handoff
 
         return kvviz_handoff(backend, model, ids, n_new)
-    from kvviz.engine import fetch
-    from kvviz.engine.export import export_gguf
-    from kvviz.serving.handoff import llamacpp_handoff
+    from kvviz.serving.handoff import handoff_gguf, llamacpp_handoff
 
-    if model == "tiny":
-        gguf = export_gguf(backend.model, backend.tokenizer, workdir / "tiny.gguf", name="kvviz-tiny")
-    else:
-        gguf = fetch.gguf_path(model)
-    return llamacpp_handoff(gguf, backend.spec, ids, n_new, workdir=workdir)
+    return llamacpp_handoff(handoff_gguf(model, backend, workdir), backend.spec, ids, n_new, workdir=workdir)

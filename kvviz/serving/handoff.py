@@ -13,11 +13,28 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.serving.llamacpp import LlamaServer, complete_ids, slot_action
 from kvviz.serving.llamacpp_state import read_slot_file
 
 FILENAME = "handoff.bin"
+
+
+def handoff_gguf(model: str, backend, workdir: str | Path) -> Path:  # noqa: ANN001 - a NativeBackend
+    """The GGUF both llama-servers load for `model`: a fetched model's own, a .gguf file as given, or the shipped
+    model exported into `workdir` (its weights as `backend` holds them)."""
+    from kvviz.engine import fetch  # the engine (torch) only when a handoff runs
+
+    if model in fetch.MODELS:
+        return fetch.gguf_path(model)
+    if str(model).endswith(".gguf"):
+        return Path(model)
+    if model == "tiny":
+        from kvviz.engine.export import export_gguf
+
+        return export_gguf(backend.model, backend.tokenizer, Path(workdir) / "tiny.gguf", name="kvviz-tiny")
+    raise InputError("handoff_gguf", name=model, choices=", ".join(fetch.MODELS))
 
 
 def llamacpp_handoff(gguf: str | Path, spec: KVSpec, prompt_ids: list[int], new_tokens: int, *,

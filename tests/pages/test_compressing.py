@@ -170,7 +170,7 @@ def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
         at.run()
     at.button(key="cc_cancel").click().run()
     assert not at.exception and run.cancelled and "cc_sweep" not in at.session_state
-    request, rows, partial = at.session_state["kv_compress"]
+    request, rows, partial = at.session_state["cc_result"]
     assert partial == (run.done, run.sweep.total, 13) and rows == run.rows
     (warning,) = [w.value for w in at.warning]
     chunks = sorted({r.n_predicted // 64 for r in rows})
