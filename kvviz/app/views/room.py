@@ -1,0 +1,170 @@
+"""The lecture room in the app: the only streamlit part of kvviz.room.
+
+Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
+follows), share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's
+"Ask the room" and the tally as it comes in), follow_check (a follower's live question on the Check page).
+The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
+"""
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import segno
+import streamlit as st
+
+from kvviz.app.language import lang, show_error, tr
+from kvviz.app.state import page_state
+from kvviz.errors import InputError
+from kvviz.room.store import RoomStore, store_from_env
+
+ROOM = page_state("room", id=None, secret=None, follower=None)
+POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
+QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
+
+
+@st.cache_resource(show_spinner=False)
+def room_store() -> RoomStore:
+    """One store per server process: every session (lecturer and followers) reads and writes the same rooms."""
+    return store_from_env()
+
+
+def follower_room() -> str | None:
+    """The room this session follows (`?room=<id>` in its link), or None: the lecturer and a plain visitor."""
+    return st.query_params.get("room") or None
+
+
+def _follower_id() -> str:
+    # One opaque id per browser session: one answer each, no names.
+    if ROOM.get("follower") is None:
+        ROOM.set("follower", secrets.token_urlsafe(16))
+    return ROOM.get("follower")
+
+
+def _link(room_id: str) -> str:
+    """The followers' link: this page's address with `?room=<id>` and nothing else (no secret, no language)."""
+    parts = urlsplit(st.context.url or "")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode({"room": room_id}), ""))
+
+
+def _qr_svg(url: str) -> str:
+    svg = segno.make(url, error="m").svg_inline(scale=QR_SCALE, border=2)
+    svg = svg.replace("<svg ", "<svg width=100% height=auto ", 1)  # fills its column: scannable from the back
+    return f"<div style='width:min(100%, 60vh); margin:auto'>{svg}</div>"
+
+
+def _try(fn: Callable[[], object]) -> object | None:
+    """Run a store call; a fault stops the sharing (said, with why), never the lecture."""
+    try:
+        return fn()
+    except InputError as e:
+        if e.locale_key in ("room.store_down", "room.gone"):  # the room is out of reach: this page goes on alone
+            ROOM.reset("id", "secret")
+        show_error(e)
+        return None
+
+
+def share_box() -> str | None:
+    """The lecturer's "Share with the room" and, once open, the link and its QR code; returns the open room's id."""
+    if ROOM.get("id") is None:
+        if st.button(tr("room.share"), key="room_share", help=tr("room.share_help"), icon=":material/groups:"):
+            room = _try(room_store().create)
+            if room is not None:
+                ROOM.set("id", room.id)
+                ROOM.set("secret", room.secret)
+        if ROOM.get("id") is None:
+            return None
+    room_id = ROOM.get("id")
+    with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
+        text, code = st.columns([2, 3], vertical_alignment="center")
+        text.subheader(tr("room.scan"))
+        text.code(_link(room_id), language=None, wrap_lines=True)
+        if text.button(tr("room.end"), key="room_end", icon=":material/logout:"):
+            _try(lambda: room_store().end(room_id, ROOM.get("secret")))
+            ROOM.reset("id", "secret")
+            st.success(tr("room.ended"))
+            return None
+        code.html(_qr_svg(_link(room_id)))
+    return room_id
+
+
+def _counts(counts: Mapping[str, int], labels: Mapping[str, str], answer: str | None) -> None:
+    total = sum(counts.values())
+    st.caption(tr("room.answers", n=total))
+    for option, n in counts.items():
+        mark = " ✓" if option == answer else ""
+        st.progress(n / total if total else 0.0, text=f"{labels[option]}{mark} — {n}")
+
+
+def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], answer: str,
+             explain: Callable[[], None]) -> None:
+    """The lecturer's side of a live question: open it to the room, watch the tally, reveal the answer."""
+    room_id, secret = ROOM.get("id"), ROOM.get("secret")
+    if room_id is None:
+        return
+    poll = _try(lambda: room_store().tally(room_id))
+    if poll is None or poll.question != question:
+        if st.button(tr("room.open_question"), key=f"room_ask_{question}", help=tr("room.open_question_help"),
+                     icon=":material/campaign:"):
+            _try(lambda: room_store().open_question(room_id, secret, question, options))
+            st.rerun()
+        return
+
+    @st.fragment(run_every=POLL_S)
+    def live() -> None:
+        poll = _try(lambda: room_store().tally(room_id))
+        if poll is None or poll.question != question:
+            return
+        st.caption(tr("room.asked"))
+        _counts(poll.counts, labels, answer if poll.revealed else None)
+        if not poll.revealed:
+            st.button(tr("room.reveal_room"), key=f"room_reveal_{question}", type="primary",
+                      on_click=lambda: _try(lambda: room_store().reveal(room_id, secret)))
+        else:
+            st.success(tr("room.correct_was", answer=labels[answer]))
+            explain()
+
+    live()
+
+
+def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[str], str],
+                 question_text: Callable[[str], str], explain: Callable[[str], None], own_page: str) -> None:
+    """A follower's Check page: the question the lecturer opened, answered here, in this session's language;
+    after the reveal, the room's counts, the answer and the explanation."""
+    room_id = follower_room()
+    st.caption(tr("room.following"))
+
+    @st.fragment(run_every=POLL_S)
+    def live() -> None:
+        try:
+            poll = room_store().tally(room_id)
+        except InputError as e:
+            show_error(e)
+            # the same page, without the room: its language kept, nothing of the lecture
+            st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:",
+                         query_params={"lang": lang()})
+            return
+        if poll is None:
+            st.info(tr("room.waiting"))
+            return
+        names = labels(poll.question)
+        st.subheader(question_text(poll.question))
+        key = f"room_answer_{poll.question}"
+
+        def send() -> None:
+            try:
+                room_store().answer(room_id, poll.question, _follower_id(), st.session_state[key])
+            except InputError as e:
+                show_error(e)
+
+        st.radio(tr("room.your_answer"), list(poll.counts), index=None, key=key, format_func=names.get,
+                 on_change=send, disabled=poll.revealed)
+        if poll.revealed:
+            _counts(poll.counts, names, answers(poll.question))
+            st.success(tr("room.correct_was", answer=names[answers(poll.question)]))
+            explain(poll.question)
+        elif st.session_state.get(key) is not None:
+            st.caption(tr("room.answer_saved"))
+
+    live()

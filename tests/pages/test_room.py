@@ -1,0 +1,73 @@
+"""A lecture room on the Check page: a lecturer and a follower, two sessions on one in-process store."""
+import pytest
+
+from kvviz.app.views.room import room_store
+from kvviz.room.store import MemoryStore
+from tests.pages.pagetest import open_page
+
+CHECK = "pages/6_Check.py"
+CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
+
+
+@pytest.fixture
+def store():
+    room_store.clear()
+    store = room_store()
+    assert isinstance(store, MemoryStore)  # KVVIZ_ROOM_STORE unset: the in-process store both sessions share
+    return store
+
+
+def _open_room(store):
+    lecturer = open_page(CHECK, lecture="1", idea=CACHE_UPDATE_IDEA)
+    lecturer.button(key="room_share").click().run()
+    assert not lecturer.exception
+    room_id, secret = lecturer.session_state["room_id"], lecturer.session_state["room_secret"]
+    assert len(room_id) == 22 and store.read(room_id) == (0, None)
+    return lecturer, room_id, secret
+
+
+def test_follower_answers_lecturer_tallies_and_reveals(store):
+    lecturer, room_id, secret = _open_room(store)
+    link = lecturer.code[0].value
+    assert link.endswith(f"?room={room_id}") and secret not in link  # the followers' link: the id, never the secret
+    assert any("<svg" in h.proto.body for h in lecturer.get("html"))  # the link's QR code
+    lecturer.button(key="room_ask_cache_update").click().run()
+    assert store.tally(room_id).counts == {"append": 0, "rebuild": 0, "logits": 0, "last_layer": 0}
+
+    follower = open_page(CHECK, lang="ko", room=room_id)
+    assert "room_secret" not in follower.session_state or follower.session_state["room_secret"] is None
+    radio = follower.radio(key="room_answer_cache_update")
+    assert len(radio.options) == 4 and radio.label == "내 답"  # the follower's own language
+    radio.set_value("rebuild").run()
+    assert not follower.exception
+    assert store.tally(room_id).counts["rebuild"] == 1
+
+    lecturer.run()
+    assert [p.proto.text for p in lecturer.get("progress")][1].endswith("— 1")  # rebuild: 1
+    follower.radio(key="room_answer_cache_update").set_value("append").run()  # changed: still one answer
+    assert store.tally(room_id).counts == {"append": 1, "rebuild": 0, "logits": 0, "last_layer": 0}
+    lecturer.run()
+    texts = [p.proto.text for p in lecturer.get("progress")]
+    assert texts[0].endswith("— 1") and texts[1].endswith("— 0")
+
+    lecturer.button(key="room_reveal_cache_update").click().run()
+    assert not lecturer.exception and store.tally(room_id).revealed
+    assert any("The answer:" in s.value for s in lecturer.success)
+    follower.run()
+    assert follower.radio(key="room_answer_cache_update").disabled
+    assert any(s.value.startswith("정답:") for s in follower.success)  # the follower reads it in Korean
+
+
+def test_an_unknown_room_says_so_and_links_the_page_on_its_own(store):
+    follower = open_page(CHECK, room="no-such-room")
+    assert "unknown or has ended" in follower.error[0].value
+    link = follower.main.get("page_link")[-1].proto
+    assert (link.label, link.page) == ("Open this page on your own", "Check") and "room" not in link.query_string
+
+
+def test_ending_the_room_deletes_it(store):
+    lecturer, room_id, _ = _open_room(store)
+    lecturer.button(key="room_end").click().run()
+    assert lecturer.session_state["room_id"] is None
+    follower = open_page(CHECK, room=room_id)
+    assert "unknown or has ended" in follower.error[0].value
