@@ -8,6 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
+from kvviz.app.views.room import follow_run, follower_room, publish, share_box
 from kvviz.app.widgets import apply_press, current_number, number_in_range, pending_actions, persisted, stepper
 from kvviz.engine.chat import chat_prompt
 from kvviz.errors import InputError
@@ -17,6 +18,13 @@ lecture = settings.lecture
 head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
+if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
+    with loading_engine():
+        from kvviz.app.views.decode import follow
+    follow_run("reuse", lambda view: follow(view, lecture=lecture), "pages/1_Reusing_Past_KV.py")
+    st.stop()
+if lecture:
+    share_box()
 with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.app.views.decode import REUSE, draw
     from kvviz.engine.generation import Generation
@@ -195,7 +203,7 @@ def live_view() -> None:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
         elif warning == "play_late":  # before the rate says it
             st.warning(tr("reuse.play_late", asked=f"{1 / period:g}"))
-    draw(gen, lecture=lecture)
+    publish(draw(gen, lecture=lecture))
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
         record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
                       model_s=sum(e.seconds for e in gen.events[n_events:]))

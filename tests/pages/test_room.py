@@ -2,6 +2,7 @@
 import pytest
 
 from kvviz.app.views.room import room_store
+from kvviz.i18n import t
 from kvviz.room.store import MemoryStore
 from tests.pages.pagetest import open_page
 
@@ -71,3 +72,31 @@ def test_ending_the_room_deletes_it(store):
     assert lecturer.session_state["room_id"] is None
     follower = open_page(CHECK, room=room_id)
     assert "unknown or has ended" in follower.error[0].value
+
+
+def test_a_follower_draws_the_lecturers_run_without_running_the_model(store):
+    from tests.pages.test_reuse import PROMPT, _grid_rows, _page, _prefill_and_step, click_step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 2)
+    version, view = store.read(room_id)
+    gen = lecturer.session_state["reuse_gen"]
+    assert view["n_steps"] == 2 and view["n_gen"] == gen.n_generated == 3
+    assert view["written_at"] == [[0] * len(PROMPT) + [1, 2]] * 3  # 3 layers: the prompt by the prefill, then steps
+
+    follower = open_page("pages/1_Reusing_Past_KV.py", lang="ko", room=room_id)
+    assert "reuse_gen" not in follower.session_state or follower.session_state["reuse_gen"] is None
+    assert _grid_rows(follower) == _grid_rows(lecturer)  # the same cache grid, drawn from the published data
+    # the lecturer's numbers (the timings measured by the lecturer's run), in the follower's language
+    status = t("reuse.status", "ko", n_prompt=len(PROMPT), n_steps=2, n_gen=3, n_cached=len(PROMPT) + 2,
+               ttft_ms=f"{view['ttft_ms']:.1f}", step_ms=f"{view['step_ms']:.1f}")
+    captions = [c.value for c in follower.caption]
+    assert "강의를 따라 보고 있습니다" in captions and status in captions
+
+    click_step(lecturer)
+    assert store.read(room_id)[0] == version + 1
+    follower.run()  # the follower's next poll
+    assert _grid_rows(follower) == _grid_rows(lecturer)
+    assert [k for k, _, _ in next(iter(_grid_rows(follower).values()))] == ["prefill", "step", "newest"]

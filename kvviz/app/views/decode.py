@@ -1,5 +1,6 @@
 """What the Reusing Past K/V page draws beyond its controls: the session keys it keeps (`REUSE`), the run's status,
-the token strip and the open tab (`draw`): the cache growing per layer, its bytes, the cached K/V values, the newest
+the token strip and the open tab (`draw`, whose status and strip are `draw_head`; a lecture room's follower draws
+them and the grid with `follow`): the cache growing per layer, its bytes, the cached K/V values, the newest
 token's attention, the work with and without a cache, and the check against recomputing. Imports the engine (torch):
 the page imports it after its first screen is drawn."""
 from __future__ import annotations
@@ -24,27 +25,45 @@ REUSE = page_state("reuse", gen=None, model_key=None, playing=False, play_times=
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
-def draw(gen: Generation, *, lecture: bool) -> None:
+def draw(gen: Generation, *, lecture: bool) -> dict:
     """The run's status line, a clamp said, the token strip with the top five, and the open tab (only that one is
-    drawn: Streamlit tells the server which one, so a step redraws one lesson, not six charts)."""
-    last = gen.events[-1]
+    drawn: Streamlit tells the server which one, so a step redraws one lesson, not six charts). Returns what a
+    lecture room's followers draw of it (decode_view.room_view)."""
     texts = decode_view.token_texts(gen.backend.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
-    n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
-    (REUSE.get("status_slot") or st).caption(
-        tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
-           ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
-        + (" " + tr("reuse.done") if gen.done else ""))
+    view = decode_view.room_view(gen.events, texts, len(gen.prompt_ids), gen.n_generated, gen.done,
+                                 gen.backend.spec.name)
+    draw_head(view, lecture=lecture)
     if REUSE.get("clamped"):
         n_fit, max_len = REUSE.get("clamped")
         st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
-    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
-    st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
     opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
     with tabs[TABS.index(opened)]:
-        {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
-         "check": check_tab}[opened](gen, labels, texts, lecture)
+        if opened == "growth":
+            growth_tab(view, labels, lecture)
+        else:
+            {"bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
+             "check": check_tab}[opened](gen, labels, texts, lecture)
+    return view
+
+
+def draw_head(view: dict, *, lecture: bool) -> None:
+    """The status line and the token strip with the top five, from a room view (the lecturer's and a follower's)."""
+    (REUSE.get("status_slot") or st).caption(
+        tr("reuse.status", n_prompt=view["n_prompt"], n_steps=view["n_steps"], n_gen=view["n_gen"],
+           n_cached=view["n_cached"], ttft_ms=f"{view['ttft_ms']:.1f}", step_ms=f"{view['step_ms']:.1f}")
+        + (" " + tr("reuse.done") if view["done"] else ""))
+    texts = view["texts"]
+    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
+    st.html(decode_view.token_strip_html(texts, view["n_prompt"], decode_view.top_tokens(view), top_caption,
+                                         lecture=lecture))
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Reusing Past K/V: the lecturer's status, strip and cache grid, drawn read-only."""
+    draw_head(view, lecture=lecture)
+    growth_tab(view, decode_view.position_labels(chip_labels(view["texts"])), lecture)
 
 
 def grid_html(written: list[list[int]], labels: list[str], *, title: str, lecture: bool, keep: tuple[int, ...] = (),
@@ -61,17 +80,17 @@ def grid_html(written: list[list[int]], labels: list[str], *, title: str, lectur
         rows_px=charts.LECTURE_GRID_PX if lecture else None, **kw)
 
 
-def growth_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
-    last = gen.events[-1]
+def growth_tab(view: dict, labels: list[str], lecture: bool) -> None:
     if not lecture:  # said aloud on a projector; the legend under the grid names the colours
         st.caption(tr("reuse.growth_help"))
     st.html(grid_html(
-        decode_view.written_at(gen.events), labels, title=tr("reuse.growth_chart", n=last.cache_lengths[0]),
+        view["written_at"], labels, title=tr("reuse.growth_chart", n=view["n_cached"]),
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
         legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
     if not lecture:  # on a projector the Cache bytes tab shows them
-        st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
-                      allocated=f"{last.allocated_bytes:,}"))
+        b = view["bytes"]
+        st.caption(tr("reuse.bytes_line", live=f"{b['live']:,}", formula=f"{b['formula']:,}",
+                      allocated=f"{b['allocated']:,}"))
 
 
 def bytes_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:

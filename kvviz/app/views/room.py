@@ -2,7 +2,8 @@
 
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
 follows), share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's
-"Ask the room" and the tally as it comes in), follow_check (a follower's live question on the Check page).
+"Ask the room" and the tally as it comes in), follow_check (a follower's live question on the Check page), publish
+(what the lecturer's page draws, sent to the room), follow_run (a follower's page drawn from it, read-only).
 The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
 """
 from __future__ import annotations
@@ -128,6 +129,41 @@ def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], a
     live()
 
 
+def publish(view: dict) -> None:
+    """Send what the lecturer's page draws to the room, if one is open (a fault stops sharing, not the page)."""
+    room_id, secret = ROOM.get("id"), ROOM.get("secret")
+    if room_id is not None:
+        _try(lambda: room_store().publish(room_id, secret, view))
+
+
+def _unreachable(e: InputError, own_page: str) -> None:
+    """An unknown, ended or unreachable room: said, and the same page on its own linked."""
+    show_error(e)
+    # the same page, without the room: its language kept, nothing of the lecture
+    st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
+
+
+def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
+    """A follower's page: what the lecturer's page last published, re-read once a second and drawn by `draw` (the
+    page's own drawing functions); the follower runs no model and changes nothing."""
+    room_id = follower_room()
+    st.caption(tr("room.following"))
+
+    @st.fragment(run_every=POLL_S)
+    def live() -> None:
+        try:
+            _, view = room_store().read(room_id)
+        except InputError as e:
+            _unreachable(e, own_page)
+            return
+        if view is None or view.get("page") != page:
+            st.info(tr("room.waiting_run"))
+            return
+        draw(view)
+
+    live()
+
+
 def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[str], str],
                  question_text: Callable[[str], str], explain: Callable[[str], None], own_page: str) -> None:
     """A follower's Check page: the question the lecturer opened, answered here, in this session's language;
@@ -140,10 +176,7 @@ def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[
         try:
             poll = room_store().tally(room_id)
         except InputError as e:
-            show_error(e)
-            # the same page, without the room: its language kept, nothing of the lecture
-            st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:",
-                         query_params={"lang": lang()})
+            _unreachable(e, own_page)
             return
         if poll is None:
             st.info(tr("room.waiting"))
