@@ -100,3 +100,29 @@ def test_a_follower_draws_the_lecturers_run_without_running_the_model(store):
     follower.run()  # the follower's next poll
     assert _grid_rows(follower) == _grid_rows(lecturer)
     assert [k for k, _, _ in next(iter(_grid_rows(follower).values()))] == ["prefill", "step", "newest"]
+
+
+def test_a_follower_sees_the_lecturers_bytes_and_attention_row(store):
+    from tests.pages.test_reuse import _chart, _page, _prefill_and_step, open_tab
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 1)
+    open_tab(lecturer, "attention")
+    lecturer.selectbox(key="reuse_attn_layer").set_value(2).run()  # the lecturer shows layer 2
+    gen = lecturer.session_state["reuse_gen"]
+    view = store.read(room_id)[1]
+    assert view["attention"]["layer"] == 2
+    assert view["attention"]["rows"] == [[round(float(p), 5) for p in row] for row in gen.events[-1].attention[2]]
+
+    follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
+    follower.session_state["room_reuse_tab"] = "Attention row"
+    follower.run()
+    ours, theirs = _chart(lecturer, "reuse_attn"), _chart(follower, "reuse_attn")
+    assert theirs["layout"]["title"]["text"] == ours["layout"]["title"]["text"]
+    assert theirs["data"][0]["z"] == [[round(float(p), 5) for p in row] for row in gen.events[-1].attention[2]]
+    follower.session_state["room_reuse_tab"] = "Cache bytes"
+    follower.run()
+    live = [e.live_bytes for e in gen.events]
+    assert next(d["y"] for d in _chart(follower, "reuse_bytes")["data"] if d["y"][-1] == live[-1]) == live

@@ -5,6 +5,7 @@ token's attention, the work with and without a cache, and the check against reco
 the page imports it after its first screen is drawn."""
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from kvviz.app.language import tr
@@ -31,8 +32,9 @@ def draw(gen: Generation, *, lecture: bool) -> dict:
     lecture room's followers draw of it (decode_view.room_view)."""
     texts = decode_view.token_texts(gen.backend.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
-    view = decode_view.room_view(gen.events, texts, len(gen.prompt_ids), gen.n_generated, gen.done,
-                                 gen.backend.spec.name)
+    spec = gen.backend.spec
+    view = decode_view.room_view(gen.events, texts, len(gen.prompt_ids), gen.n_generated, gen.done, spec.name,
+                                 (spec.n_heads, spec.n_kv_heads), st.session_state.get("reuse_attn_layer") or 0)
     draw_head(view, lecture=lecture)
     if REUSE.get("clamped"):
         n_fit, max_len = REUSE.get("clamped")
@@ -40,11 +42,12 @@ def draw(gen: Generation, *, lecture: bool) -> dict:
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
     opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
     with tabs[TABS.index(opened)]:
-        if opened == "growth":
-            growth_tab(view, labels, lecture)
+        if opened == "attention":
+            attention_tab(spec.n_layers, view, labels, lecture, gen.events[-1].attention)
+        elif opened in FOLLOWED:
+            FOLLOWED[opened](view, labels, lecture)
         else:
-            {"bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
-             "check": check_tab}[opened](gen, labels, texts, lecture)
+            {"values": values_tab, "work": work_tab, "check": check_tab}[opened](gen, labels, texts, lecture)
     return view
 
 
@@ -61,9 +64,15 @@ def draw_head(view: dict, *, lecture: bool) -> None:
 
 
 def follow(view: dict, *, lecture: bool) -> None:
-    """A lecture room follower's Reusing Past K/V: the lecturer's status, strip and cache grid, drawn read-only."""
+    """A lecture room follower's Reusing Past K/V: the lecturer's status and strip, and the tabs drawn from published
+    data (cache grid, bytes, the attention row of the lecturer's layer), read-only; the follower picks the tab."""
     draw_head(view, lecture=lecture)
-    growth_tab(view, decode_view.position_labels(chip_labels(view["texts"])), lecture)
+    labels = decode_view.position_labels(chip_labels(view["texts"]))
+    names = [name for name in FOLLOWED if name != "attention" or view.get("attention")]
+    tabs = st.tabs([tr(f"reuse.tab_{name}") for name in names], key="room_reuse_tab", on_change="rerun")
+    opened = next((name for name, tab in zip(names, tabs, strict=True) if tab.open), names[0])
+    with tabs[names.index(opened)]:
+        FOLLOWED[opened](view, labels, lecture)
 
 
 def grid_html(written: list[list[int]], labels: list[str], *, title: str, lecture: bool, keep: tuple[int, ...] = (),
@@ -93,11 +102,11 @@ def growth_tab(view: dict, labels: list[str], lecture: bool) -> None:
                       allocated=f"{b['allocated']:,}"))
 
 
-def bytes_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
-    ev = gen.events
+def bytes_tab(view: dict, labels: list[str], lecture: bool) -> None:
+    ev = view["series"]
     chart(charts.cache_bytes_figure(
-        [e.index for e in ev], [e.live_bytes for e in ev], [e.allocated_bytes for e in ev],
-        [e.formula_bytes for e in ev], title=tr("reuse.bytes_chart"), x_title=tr("reuse.pass"),
+        ev["index"], ev["live"], ev["allocated"], ev["formula"], title=tr("reuse.bytes_chart"),
+        x_title=tr("reuse.pass"),
         y_title=tr("reuse.bytes"), names=(tr("reuse.live"), tr("reuse.allocated"), tr("reuse.formula")),
         lecture=lecture), key="reuse_bytes")
 
@@ -125,20 +134,27 @@ def values_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bo
             x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
 
 
-def attention_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
-    arch, last = gen.backend.spec, gen.events[-1]
+def attention_tab(n_layers: int, view: dict, labels: list[str], lecture: bool, rows: list[np.ndarray]) -> None:
+    """The lecturer's attention tab: the layer picked (draw() read it into `view`), then its row per head, drawn
+    from the run's own `rows` (the room gets them rounded)."""
     if not lecture:  # the tab names it
         st.subheader(tr("reuse.attn_title"))
-    pick, view = beside(lecture)
-    attn_layer = pick.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
-    rows = last.attention[attn_layer]
-    with view:
-        chart(charts.attention_figure(
-            rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
-            decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
-            title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
-            x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
-    pick.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
+    pick, where = beside(lecture)
+    pick.selectbox(tr("reuse.layer"), range(n_layers), key="reuse_attn_layer")
+    with where:
+        attention_chart(view, labels, lecture, rows[view["attention"]["layer"]])
+
+
+def attention_chart(view: dict, labels: list[str], lecture: bool, rows: np.ndarray | None = None) -> None:
+    """The newest query's attention row in the view's layer, per head (the lecturer's, from `rows`, and a
+    follower's, from the view)."""
+    n_heads, n_kv_heads = view["heads"]
+    layer = view["attention"]["layer"]
+    rows = np.asarray(view["attention"]["rows"]) if rows is None else rows
+    chart(charts.attention_figure(
+        rows, labels, decode_view.head_labels(n_heads, n_kv_heads), decode_view.kv_head_of(n_heads, n_kv_heads),
+        title=tr("reuse.attn_chart", layer=layer, token=decode_view.visible(view["texts"][rows.shape[1] - 1])),
+        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
 
 
 def work_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
@@ -194,3 +210,7 @@ def check_tab(gen: Generation, labels: list[str], texts: list[str], lecture: boo
     verdict = decode_view.check_verdict(rounding.within, tok_cached == tok_fresh)
     (st.success if verdict == "check_same" else st.warning)(
         tr(f"reuse.{verdict}", delta=f"{delta:.2e}", tol=f"{rounding.tolerance:.2e}"))
+
+
+# The tabs drawn from a room view alone: a follower draws them too (values, work and the check need the model's run).
+FOLLOWED = {"growth": growth_tab, "bytes": bytes_tab, "attention": attention_chart}
