@@ -203,7 +203,7 @@ def live_view() -> None:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
         elif warning == "play_late":  # before the rate says it
             st.warning(tr("reuse.play_late", asked=f"{1 / period:g}"))
-    publish(draw(gen, lecture=lecture))
+    publish(draw(gen, lecture=lecture), "pages/1_Reusing_Past_KV.py")
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
         record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
                       model_s=sum(e.seconds for e in gen.events[n_events:]))

@@ -5,7 +5,7 @@ from kvviz.app.language import tr
 from kvviz.app.lecture import ideas
 from kvviz.app.navigation import link_to
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import ask_room, follow_check, follower_room, share_box
+from kvviz.app.views.room import ask_room, follow_check, follower_room, publish, share_box
 from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
@@ -31,6 +31,8 @@ if follower_room():  # a follower of a lecture: the question the lecturer opened
                  lambda i: tr(f"check.{i}_q", **values), lambda i: explain(quiz.question(i)), "pages/6_Check.py")
     st.stop()
 sharing = settings.lecture and share_box() is not None
+if sharing:
+    publish({"page": "check"}, "pages/6_Check.py")  # followers on another page get a link here
 
 
 def reset(q: quiz.Question) -> None:

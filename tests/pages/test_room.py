@@ -23,7 +23,7 @@ def _open_room(store):
     lecturer.button(key="room_share").click().run()
     assert not lecturer.exception
     room_id, secret = lecturer.session_state["room_id"], lecturer.session_state["room_secret"]
-    assert len(room_id) == 22 and store.read(room_id) == (0, None)
+    assert len(room_id) == 22 and store.read(room_id)[1]["path"] == CHECK  # followers elsewhere are linked here
     return lecturer, room_id, secret
 
 
@@ -85,6 +85,11 @@ def test_a_follower_draws_the_lecturers_run_without_running_the_model(store):
     gen = lecturer.session_state["reuse_gen"]
     assert view["n_steps"] == 2 and view["n_gen"] == gen.n_generated == 3
     assert view["written_at"] == [[0] * len(PROMPT) + [1, 2]] * 3  # 3 layers: the prompt by the prefill, then steps
+
+    on_check = open_page(CHECK, lang="ko", room=room_id)  # a follower left on another page: a link to the lecturer's
+    link = on_check.main.get("page_link")[0].proto
+    assert link.label == "강의자는 “과거 K/V 재사용” 페이지에 있습니다: 그곳에서 따라 보기"
+    assert f"room={room_id}" in link.query_string and "lang=ko" in link.query_string
 
     follower = open_page("pages/1_Reusing_Past_KV.py", lang="ko", room=room_id)
     assert "reuse_gen" not in follower.session_state or follower.session_state["reuse_gen"] is None

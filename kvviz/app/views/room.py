@@ -16,6 +16,7 @@ import segno
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
+from kvviz.app.navigation import PAGES
 from kvviz.app.state import page_state
 from kvviz.errors import InputError
 from kvviz.room.store import RoomStore, store_from_env
@@ -129,11 +130,23 @@ def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], a
     live()
 
 
-def publish(view: dict) -> None:
-    """Send what the lecturer's page draws to the room, if one is open (a fault stops sharing, not the page)."""
+def publish(view: dict, path: str) -> None:
+    """Send what the lecturer's page (`path`) draws to the room, if one is open (a fault stops sharing, not the
+    page); followers on another page get a link to this one."""
     room_id, secret = ROOM.get("id"), ROOM.get("secret")
     if room_id is not None:
-        _try(lambda: room_store().publish(room_id, secret, view))
+        _try(lambda: room_store().publish(room_id, secret, {**view, "path": path}))
+
+
+def _elsewhere(view: dict | None, own_page: str) -> bool:
+    """The lecturer is on another page: a link to follow there (in this session's language); True when so."""
+    path = (view or {}).get("path")
+    page = next((p for p in PAGES if p.path == path), None)
+    if page is None or path == own_page:
+        return False
+    st.page_link(path, label=tr("room.lecturer_on", page=tr(page.title_key)), icon=":material/arrow_forward:",
+                 query_params={"room": follower_room(), "lang": lang()})
+    return True
 
 
 def _unreachable(e: InputError, own_page: str) -> None:
@@ -156,6 +169,8 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
         except InputError as e:
             _unreachable(e, own_page)
             return
+        if _elsewhere(view, own_page):
+            return
         if view is None or view.get("page") != page:
             st.info(tr("room.waiting_run"))
             return
@@ -174,9 +189,11 @@ def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[
     @st.fragment(run_every=POLL_S)
     def live() -> None:
         try:
-            poll = room_store().tally(room_id)
+            poll, (_, view) = room_store().tally(room_id), room_store().read(room_id)
         except InputError as e:
             _unreachable(e, own_page)
+            return
+        if _elsewhere(view, own_page):
             return
         if poll is None:
             st.info(tr("room.waiting"))
