@@ -31,7 +31,8 @@ def test_follower_answers_lecturer_tallies_and_reveals(store):
     lecturer, room_id, secret = _open_room(store)
     link = lecturer.code[0].value
     assert link.endswith(f"?room={room_id}") and secret not in link  # the followers' link: the id, never the secret
-    assert any("<svg" in h.proto.body for h in lecturer.get("html"))  # the link's QR code
+    assert len(lecturer.get("image")) == 1  # the link's QR code
+    assert [b.key for b in lecturer.button if b.key == "room_share"] == []  # shared: the button gave way to the link
     lecturer.button(key="room_ask_cache_update").click().run()
     assert store.tally(room_id).counts == {"append": 0, "rebuild": 0, "logits": 0, "last_layer": 0}
 

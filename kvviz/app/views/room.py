@@ -2,12 +2,14 @@
 
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
 follows), share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's
-"Ask the room" and the tally as it comes in), follow_check (a follower's live question on the Check page), publish
-(what the lecturer's page draws, sent to the room), follow_run (a follower's page drawn from it, read-only).
+"Ask the room" and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg
+(a link as a QR code), publish (what the lecturer's page draws, sent to the room), follow_run (a follower's page
+drawn from it, read-only).
 The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
 """
 from __future__ import annotations
 
+import io
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -50,10 +52,11 @@ def _link(room_id: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode({"room": room_id}), ""))
 
 
-def _qr_svg(url: str) -> str:
-    svg = segno.make(url, error="m").svg_inline(scale=QR_SCALE, border=2)
-    svg = svg.replace("<svg ", "<svg width=100% height=auto ", 1)  # fills its column: scannable from the back
-    return f"<div style='width:min(100%, 60vh); margin:auto'>{svg}</div>"
+def qr_svg(url: str) -> str:
+    """The link as a QR code: an SVG document (st.html strips an inline <svg>; st.image draws a document)."""
+    out = io.BytesIO()
+    segno.make(url, error="m").save(out, kind="svg", scale=QR_SCALE, border=2, xmldecl=False)
+    return out.getvalue().decode()
 
 
 def _try(fn: Callable[[], object]) -> object | None:
@@ -67,27 +70,31 @@ def _try(fn: Callable[[], object]) -> object | None:
         return None
 
 
+def _end_room(room_id: str) -> None:
+    _try(lambda: room_store().end(room_id, ROOM.get("secret")))
+    ROOM.reset("id", "secret")
+    st.toast(tr("room.ended"))
+
+
 def share_box() -> str | None:
     """The lecturer's "Share with the room" and, once open, the link and its QR code; returns the open room's id."""
+    def open_room() -> None:
+        room = _try(room_store().create)
+        if room is not None:
+            ROOM.set("id", room.id)
+            ROOM.set("secret", room.secret)
+
     if ROOM.get("id") is None:
-        if st.button(tr("room.share"), key="room_share", help=tr("room.share_help"), icon=":material/groups:"):
-            room = _try(room_store().create)
-            if room is not None:
-                ROOM.set("id", room.id)
-                ROOM.set("secret", room.secret)
-        if ROOM.get("id") is None:
-            return None
+        st.button(tr("room.share"), key="room_share", help=tr("room.share_help"), icon=":material/groups:",
+                  on_click=open_room)
+        return None
     room_id = ROOM.get("id")
     with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
-        text, code = st.columns([2, 3], vertical_alignment="center")
+        text, code = st.columns([3, 2], vertical_alignment="center")  # the code ~470 px: whole on a 720 px screen
         text.subheader(tr("room.scan"))
         text.code(_link(room_id), language=None, wrap_lines=True)
-        if text.button(tr("room.end"), key="room_end", icon=":material/logout:"):
-            _try(lambda: room_store().end(room_id, ROOM.get("secret")))
-            ROOM.reset("id", "secret")
-            st.success(tr("room.ended"))
-            return None
-        code.html(_qr_svg(_link(room_id)))
+        text.button(tr("room.end"), key="room_end", icon=":material/logout:", on_click=_end_room, args=(room_id,))
+        code.image(qr_svg(_link(room_id)), width="stretch")  # the column's width: scannable from the back
     return room_id
 
 
