@@ -132,3 +132,30 @@ def test_a_follower_sees_the_lecturers_bytes_and_attention_row(store):
     follower.run()
     live = [e.live_bytes for e in gen.events]
     assert next(d["y"] for d in _chart(follower, "reuse_bytes")["data"] if d["y"][-1] == live[-1]) == live
+
+
+def test_redis_stopped_mid_lecture_stops_sharing_not_the_lecture(monkeypatch):
+    from tests.pages.test_reuse import _page, _prefill_and_step, click_step
+    from tests.room.conftest import redis_server
+
+    with redis_server() as (url, proc):
+        monkeypatch.setenv("KVVIZ_ROOM_STORE", url)
+        room_store.clear()
+        try:
+            lecturer = _page(lecture=True)
+            lecturer.button(key="room_share").click().run()
+            room_id = lecturer.session_state["room_id"]
+            _prefill_and_step(lecturer, 1)
+            assert room_store().read(room_id)[1]["n_steps"] == 1  # shared through Redis
+            proc.terminate()
+            proc.wait(timeout=10)
+            click_step(lecturer)
+        finally:
+            room_store.clear()
+    assert not lecturer.exception
+    assert any(e.value.startswith("Sharing with the room stopped") for e in lecturer.error)
+    assert lecturer.session_state["room_id"] is None  # the room is dropped here: the lecture goes on locally
+    assert lecturer.session_state["reuse_gen"].n_generated == 3  # the step ran: prefill's token and two steps
+    click_step(lecturer)
+    assert not lecturer.exception and not lecturer.main.error  # said once; the lecture goes on
+    assert lecturer.session_state["reuse_gen"].n_generated == 4

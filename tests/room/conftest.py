@@ -1,5 +1,6 @@
 """Both room stores under the same tests: in-process, and Redis on a real `redis-server` this session starts on a
 free loopback port (no disk: `--save '' --appendonly no`) and stops after."""
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -26,8 +27,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def redis_url():
+@contextlib.contextmanager
+def redis_server():
+    """A real redis-server on a free loopback port, no disk; yields (its URL, its process) and stops it after."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.fail("redis-server is missing: .ci/run installs it (apt-get install redis-server)")
@@ -46,10 +48,16 @@ def redis_url():
                 time.sleep(0.05)
         else:
             pytest.fail("redis-server did not answer on its port")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    with redis_server() as (url, _):
+        yield url
 
 
 @pytest.fixture
