@@ -263,6 +263,7 @@ class RedisStore(RoomStore):
 
         super().__init__(clock)
         self._errors = (redis.RedisError,)
+        self._watch_error = redis.WatchError
         self._redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0, socket_connect_timeout=2.0)
         self.url = url
 
@@ -345,10 +346,30 @@ class RedisStore(RoomStore):
         return _poll(fields["question"], json.loads(fields["options"]), answers, counts)
 
     def _reveal(self, room_id: str) -> Poll:
-        poll = self._tally(room_id)
-        assert poll is not None  # reveal() checked that a question is open
-        self._write(room_id, {"counts": json.dumps(poll.counts)}, drop_answers=True)
-        return Poll(poll.question, poll.counts, True)
+        fields = self._fields(room_id)
+        options = json.loads(fields["options"])
+        if "counts" in fields:
+            return _poll(fields["question"], options, {}, json.loads(fields["counts"]))
+        room, answers = self._keys(room_id)
+
+        def run() -> Poll:
+            # WATCH: an answer that lands between reading the answers and writing the counts makes the transaction
+            # fail and run again, so no answer is lost to a reveal on another replica.
+            with self._redis.pipeline(transaction=True) as p:
+                while True:
+                    try:
+                        p.watch(answers)
+                        poll = _poll(fields["question"], options, p.hgetall(answers), None)
+                        p.multi()
+                        p.hset(room, mapping={"counts": json.dumps(poll.counts), "touched": repr(self.clock())})
+                        p.delete(answers)
+                        p.expire(room, ROOM_TTL_S)
+                        p.execute()
+                        return Poll(poll.question, poll.counts, True)
+                    except self._watch_error:
+                        continue
+
+        return self._call(run)
 
     def _delete(self, room_id: str) -> None:
         self._call(lambda: self._redis.delete(*self._keys(room_id)))

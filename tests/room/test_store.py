@@ -1,4 +1,6 @@
 """The room store's contract, the same tests on both stores (in-process and a real redis-server)."""
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from kvviz.errors import InputError
@@ -77,6 +79,19 @@ def test_one_answer_per_follower_changeable_until_reveal(store):
     store.answer(room.id, "m_optional", "f1", "false")
     assert store.tally(room.id).counts == {"true": 0, "false": 1}
     assert not store.tally(room.id).revealed
+
+
+def test_answers_from_many_sessions_at_once_are_all_counted(store):
+    room = store.create()
+    store.open_question(room.id, room.secret, "q", OPTIONS)
+
+    def answer(i: int) -> None:  # followers answer at once, from as many threads as the app server would use
+        store.answer(room.id, "q", f"follower-{i}", OPTIONS[i % 4])
+        store.answer(room.id, "q", f"follower-{i}", OPTIONS[(i + 1) % 4])  # and change their minds
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(answer, range(60)))
+    assert store.reveal(room.id, room.secret).counts == {"append": 15, "rebuild": 15, "logits": 15, "last_layer": 15}
 
 
 def test_counts_only_nothing_after_end(store):
