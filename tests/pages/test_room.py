@@ -159,3 +159,27 @@ def test_redis_stopped_mid_lecture_stops_sharing_not_the_lecture(monkeypatch):
     click_step(lecturer)
     assert not lecturer.exception and not lecturer.main.error  # said once; the lecture goes on
     assert lecturer.session_state["reuse_gen"].n_generated == 4
+
+
+def test_explore_from_here_then_follow_again(store):
+    from tests.pages.test_reuse import _grid_rows, _page, _prefill_and_step, click_step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 2)
+    ours = lecturer.session_state["reuse_gen"]
+
+    follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
+    follower.button(key="room_btn_explore").click().run()
+    assert not follower.exception
+    mine = follower.session_state["reuse_gen"]  # the follower's own run, on the lecturer's model and prompt
+    assert mine is not None and mine is not ours
+    assert mine.token_ids == ours.token_ids and len(mine.events) == len(ours.events)  # at the lecturer's step
+    assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
+    click_step(follower)  # the follower steps on their own; the lecture does not move
+    assert len(mine.events) == len(ours.events) + 1 and store.read(room_id)[1]["n_steps"] == 2
+
+    follower.button(key="room_btn_follow_again").click().run()
+    assert not follower.exception and "room_btn_explore" in [b.key for b in follower.button]
+    assert _grid_rows(follower) == _grid_rows(lecturer)  # back to the lecturer's run

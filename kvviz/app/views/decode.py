@@ -1,18 +1,22 @@
 """What the Reusing Past K/V page draws beyond its controls: the session keys it keeps (`REUSE`), the run's status,
 the token strip and the open tab (`draw`, whose status and strip are `draw_head`; a lecture room's follower draws
-them and the grid with `follow`): the cache growing per layer, its bytes, the cached K/V values, the newest
-token's attention, the work with and without a cache, and the check against recomputing. Imports the engine (torch):
-the page imports it after its first screen is drawn."""
+them and the grid with `follow`, with "Explore from here" from `run_settings`): the cache growing per layer, its
+bytes, the cached K/V values, the newest token's attention, the work with and without a cache, and the check against
+recomputing. Imports the engine (torch): the page imports it after its first screen is drawn."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.state import page_state
+from kvviz.app.views.room import explore
 from kvviz.app.widgets import chart
 from kvviz.charts import decode as charts
 from kvviz.engine import tolerance
+from kvviz.engine.config import DecoderConfig
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.lessons import decode_view, work
@@ -63,9 +67,25 @@ def draw_head(view: dict, *, lecture: bool) -> None:
                                          lecture=lecture))
 
 
+def run_settings(key: decode_view.ModelKey, prompt: str, chat: bool, max_new: int) -> dict:
+    """The session keys a lecturer's run was started with, as JSON: what "Explore from here" sets in a follower's."""
+    return {"kv_model": key.model, "kv_dtype": key.dtype, "kv_device": key.device, "kv_hf_model": key.hf_model,
+            "kv_engine": key.engine, "kv_shape": None if key.shape is None else dataclasses.asdict(key.shape),
+            "reuse_prompt": prompt, "reuse_chat": chat, "_w_reuse_max_new": max_new}
+
+
+def _session_settings(run: dict) -> dict:
+    shape = run.get("kv_shape")
+    return {**{k: v for k, v in run.items() if k != "kv_shape"},
+            **({} if shape is None else {"kv_shape": DecoderConfig(**shape)})}
+
+
 def follow(view: dict, *, lecture: bool) -> None:
     """A lecture room follower's Reusing Past K/V: the lecturer's status and strip, and the tabs drawn from published
     data (cache grid, bytes, the attention row of the lecturer's layer), read-only; the follower picks the tab."""
+    if "run" in view:
+        st.button(tr("room.explore"), key="room_btn_explore", help=tr("room.explore_help"), icon=":material/explore:",
+                  on_click=explore, args=(_session_settings(view["run"]), view["n_steps"]))
     draw_head(view, lecture=lecture)
     labels = decode_view.position_labels(chip_labels(view["texts"]))
     names = [name for name in FOLLOWED if name != "attention" or view.get("attention")]

@@ -1,8 +1,9 @@
 """The lecture room in the app: the only streamlit part of kvviz.room.
 
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
-follows), share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's
-"Ask the room" and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg
+follows), explore + take_replay + follow_again_button (a follower's own run from the lecturer's step, and back),
+share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
+and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg
 (a link as a QR code), publish (what the lecturer's page draws, sent to the room), follow_run (a follower's page
 drawn from it, read-only).
 The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
@@ -23,7 +24,8 @@ from kvviz.app.state import page_state
 from kvviz.errors import InputError
 from kvviz.room.store import RoomStore, store_from_env
 
-ROOM = page_state("room", id=None, secret=None, follower=None)
+# explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
+ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None)
 POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
 QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
 
@@ -35,8 +37,30 @@ def room_store() -> RoomStore:
 
 
 def follower_room() -> str | None:
-    """The room this session follows (`?room=<id>` in its link), or None: the lecturer and a plain visitor."""
-    return st.query_params.get("room") or None
+    """The room this session follows (`?room=<id>` in its link), or None: the lecturer, a plain visitor, and a
+    follower exploring on their own (until "Follow again")."""
+    return None if ROOM.get("explore") else st.query_params.get("room") or None
+
+
+def explore(settings: Mapping[str, object], steps: int) -> None:
+    """Take the lecturer's run into this session: the lecturer's settings (sidebar keys and the page's own, from
+    the view's `run`) set before the next rerun draws the widgets, and the step to replay to (see `take_replay`)."""
+    for key, value in settings.items():
+        st.session_state[key] = value
+    ROOM.set("explore", True)
+    ROOM.set("replay", steps)
+
+
+def take_replay() -> int | None:
+    """The lecturer's step an "Explore from here" asks this session to reach, once."""
+    return ROOM.pop("replay")
+
+
+def follow_again_button() -> None:
+    """While exploring: back to the lecture (this session's own run stays, unused, until it is reset)."""
+    if ROOM.get("explore") and st.query_params.get("room"):
+        st.button(tr("room.follow_again"), key="room_btn_follow_again", icon=":material/groups:", type="primary",
+                  on_click=lambda: ROOM.set("explore", False))
 
 
 def _follower_id() -> str:
@@ -171,6 +195,8 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
 
     @st.fragment(run_every=POLL_S)
     def live() -> None:
+        if follower_room() is None:  # "Explore from here" was pressed in this fragment: the whole page changes
+            st.rerun(scope="app")
         try:
             _, view = room_store().read(room_id)
         except InputError as e:
