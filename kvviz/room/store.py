@@ -29,6 +29,8 @@ from kvviz.errors import InputError
 ROOM_TTL_S = 2 * 60 * 60
 ROOM_ID_BYTES = 16  # 128 random bits in the link (at least 96 asked: unguessable by trying)
 SECRET_BYTES = 32  # the lecturer's right to drive: 256 bits, held only in the lecturer's session
+LECTURER_BEAT_S = 5  # the lecturer's page says "still here" this often (any page, while a room is open)
+LECTURER_GONE_S = 15  # three beats missed: the lecturer's browser has closed (followers keep the last state)
 MAX_SNAPSHOT_BYTES = 512 * 1024  # what a view draws is small arrays and numbers; a larger one is a mistake
 STORE_ENV = "KVVIZ_ROOM_STORE"  # unset or "memory": in-process; "redis://…" or "rediss://…": Redis
 
@@ -90,6 +92,15 @@ class RoomStore(ABC):
         version, text = self._read(room_id)
         return version, (json.loads(text) if text else None)
 
+    def beat(self, room_id: str, secret: str) -> None:
+        """The lecturer is still here (not a change: the room's two hours do not start again)."""
+        self._check(room_id, secret)
+        self._beat(room_id, self.clock())
+
+    def lecturer_left(self, room_id: str) -> bool:
+        """Whether the lecturer has given no sign (a beat or a publish) for LECTURER_GONE_S."""
+        return self.clock() - self._seen(room_id) > LECTURER_GONE_S
+
     def open_question(self, room_id: str, secret: str, question: str, options: Sequence[str]) -> None:
         """Open a question to the room; the answers to the one before it are dropped."""
         if not options or len(set(options)) != len(options):
@@ -150,6 +161,10 @@ class RoomStore(ABC):
     def _reveal(self, room_id: str) -> Poll: ...
     @abstractmethod
     def _delete(self, room_id: str) -> None: ...
+    @abstractmethod
+    def _beat(self, room_id: str, now: float) -> None: ...
+    @abstractmethod
+    def _seen(self, room_id: str) -> float: ...
 
 
 @dataclass
@@ -162,6 +177,7 @@ class _MemoryRoom:
     options: list[str] = field(default_factory=list)
     answers: dict[str, str] = field(default_factory=dict)  # follower session id -> option, until the reveal
     counts: dict[str, int] | None = None  # set at the reveal, when `answers` is dropped
+    seen: float = 0.0  # the lecturer's last beat or publish
 
 
 def _poll(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None) -> Poll:
@@ -197,7 +213,8 @@ class MemoryStore(RoomStore):
     def _create(self, room_id: str, digest: str) -> None:
         with self._lock:
             self._sweep()
-            self._rooms[room_id] = _MemoryRoom(digest, self.clock())
+            now = self.clock()
+            self._rooms[room_id] = _MemoryRoom(digest, now, seen=now)
 
     def _secret_digest(self, room_id: str) -> str:
         with self._lock:
@@ -207,7 +224,7 @@ class MemoryStore(RoomStore):
         with self._lock:
             room = self._get(room_id, touch=True)
             room.version += 1
-            room.snapshot = text
+            room.snapshot, room.seen = text, room.touched
             return room.version
 
     def _read(self, room_id: str) -> tuple[int, str | None]:
@@ -249,6 +266,14 @@ class MemoryStore(RoomStore):
     def _delete(self, room_id: str) -> None:
         with self._lock:
             self._rooms.pop(room_id, None)
+
+    def _beat(self, room_id: str, now: float) -> None:
+        with self._lock:
+            self._get(room_id).seen = now
+
+    def _seen(self, room_id: str) -> float:
+        with self._lock:
+            return self._get(room_id).seen
 
 
 class RedisStore(RoomStore):
@@ -310,13 +335,13 @@ class RedisStore(RoomStore):
         return self._call(run)
 
     def _create(self, room_id: str, digest: str) -> None:
-        self._write(room_id, {"digest": digest, "version": 0})
+        self._write(room_id, {"digest": digest, "version": 0, "seen": repr(self.clock())})
 
     def _secret_digest(self, room_id: str) -> str:
         return self._fields(room_id)["digest"]
 
     def _publish(self, room_id: str, text: str) -> int:
-        return self._write(room_id, {"snapshot": text}, bump=True)
+        return self._write(room_id, {"snapshot": text, "seen": repr(self.clock())}, bump=True)
 
     def _read(self, room_id: str) -> tuple[int, str | None]:
         fields = self._fields(room_id)
@@ -373,6 +398,12 @@ class RedisStore(RoomStore):
 
     def _delete(self, room_id: str) -> None:
         self._call(lambda: self._redis.delete(*self._keys(room_id)))
+
+    def _beat(self, room_id: str, now: float) -> None:
+        self._call(lambda: self._redis.hset(self._keys(room_id)[0], "seen", repr(now)))  # HSET keeps the TTL
+
+    def _seen(self, room_id: str) -> float:
+        return float(self._fields(room_id)["seen"])
 
 
 def store_from_env(env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time) -> RoomStore:

@@ -1,9 +1,11 @@
 """A lecture room on the Check page: a lecturer and a follower, two sessions on one in-process store."""
+import time
+
 import pytest
 
 from kvviz.app.views.room import room_store
 from kvviz.i18n import t
-from kvviz.room.store import MemoryStore
+from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
@@ -183,3 +185,18 @@ def test_explore_from_here_then_follow_again(store):
     follower.button(key="room_btn_follow_again").click().run()
     assert not follower.exception and "room_btn_explore" in [b.key for b in follower.button]
     assert _grid_rows(follower) == _grid_rows(lecturer)  # back to the lecturer's run
+
+
+def test_the_lecturer_leaving_keeps_the_last_state(store, monkeypatch):
+    from tests.pages.test_reuse import _grid_rows, _page, _prefill_and_step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 2)
+    follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
+    assert not follower.warning
+    monkeypatch.setattr(store, "clock", lambda: time.time() + LECTURER_GONE_S + 1)  # no beat since: the tab closed
+    follower.run()
+    assert follower.warning[0].value == "The lecturer left at step 2: this is the last state they shared."
+    assert _grid_rows(follower) == _grid_rows(lecturer)

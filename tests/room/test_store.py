@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kvviz.errors import InputError
-from kvviz.room.store import ROOM_TTL_S, MemoryStore, RedisStore, store_from_env
+from kvviz.room.store import LECTURER_GONE_S, ROOM_TTL_S, MemoryStore, RedisStore, store_from_env
 from tests.room.conftest import _free_port
 
 OPTIONS = ("append", "rebuild", "logits", "last_layer")
@@ -130,6 +130,24 @@ def test_expires_two_hours_after_the_last_change(store, clock):
     clock.now += 2
     assert _error(store.read, room.id) == "room.gone"
     assert _error(store.publish, room.id, room.secret, {"step": 3}) == "room.gone"
+
+
+def test_the_lecturer_left_when_no_sign_for_a_while(store, clock):
+    room = store.create()
+    assert not store.lecturer_left(room.id)
+    clock.now += LECTURER_GONE_S + 1
+    assert store.lecturer_left(room.id)
+    store.beat(room.id, room.secret)
+    assert not store.lecturer_left(room.id)
+    clock.now += LECTURER_GONE_S + 1
+    store.publish(room.id, room.secret, {"step": 1})  # a publish is a sign too
+    assert not store.lecturer_left(room.id)
+    assert _error(store.beat, room.id, "not-the-secret") == "room.not_lecturer"
+    # a beat is not a change: the room still ends two hours after its last change
+    clock.now += ROOM_TTL_S - 1
+    store.beat(room.id, room.secret)
+    clock.now += 2
+    assert _error(store.read, room.id) == "room.gone"
 
 
 def test_redis_keys_carry_the_ttl(redis_url, clock):

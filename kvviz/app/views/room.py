@@ -3,9 +3,9 @@
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
 follows), explore + take_replay + follow_again_button (a follower's own run from the lecturer's step, and back),
 share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
-and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg
-(a link as a QR code), publish (what the lecturer's page draws, sent to the room), follow_run (a follower's page
-drawn from it, read-only).
+and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg (a link as a QR
+code), heartbeat (the lecturer's "still here"), publish (what the lecturer's page draws, sent to the room),
+follow_run (a follower's page drawn from it, read-only).
 The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.navigation import PAGES
 from kvviz.app.state import page_state
 from kvviz.errors import InputError
-from kvviz.room.store import RoomStore, store_from_env
+from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 
 # explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
 ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None)
@@ -92,6 +92,21 @@ def _try(fn: Callable[[], object]) -> object | None:
             ROOM.reset("id", "secret")
         show_error(e)
         return None
+
+
+def heartbeat() -> None:
+    """On every page (page_setup calls it) while this session holds an open room: the lecturer is still here, so
+    followers are told when the lecturer's browser has closed."""
+    if ROOM.get("id") is None:
+        return
+
+    @st.fragment(run_every=LECTURER_BEAT_S)
+    def beat() -> None:
+        room_id = ROOM.get("id")
+        if room_id is not None:
+            _try(lambda: room_store().beat(room_id, ROOM.get("secret")))
+
+    beat()
 
 
 def _end_room(room_id: str) -> None:
@@ -207,6 +222,13 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
         if view is None or view.get("page") != page:
             st.info(tr("room.waiting_run"))
             return
+        try:
+            left = room_store().lecturer_left(room_id)
+        except InputError as e:
+            _unreachable(e, own_page)
+            return
+        if left:  # the last state stays on screen
+            st.warning(tr("room.lecturer_left", step=view.get("n_steps", 0)))
         draw(view)
 
     live()
