@@ -8,7 +8,14 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import current_number, number_in_range, persisted, serve_presses, stepper_row
+from kvviz.app.views.room import follow_again_button, follow_run, follower_room, publish, share_box, take_replay
+from kvviz.app.widgets import (
+    current_number,
+    number_in_range,
+    persisted,
+    serve_presses,
+    stepper_row,
+)
 from kvviz.engine.chat import chat_prompt
 from kvviz.errors import InputError
 
@@ -17,8 +24,16 @@ lecture = settings.lecture
 head = lecture_head(tr("reuse.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
+if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
+    with loading_engine():
+        from kvviz.app.views.decode import follow
+    follow_run("reuse", lambda view: follow(view, lecture=lecture), "pages/1_Reusing_Past_KV.py")
+    st.stop()
+if lecture:
+    share_box()
+follow_again_button()  # a follower exploring on their own: back to the lecture
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.decode import REUSE, download, draw
+    from kvviz.app.views.decode import REUSE, download, draw, run_settings
     from kvviz.engine.generation import Generation
     from kvviz.lessons import decode_view
     backend = get_backend(settings)
@@ -173,10 +188,17 @@ def live_view() -> None:
             st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
         elif warning == "play_late":  # before the rate says it
             st.warning(tr("reuse.play_late", asked=f"{1 / period:g}"))
-    draw(gen, lecture=lecture)
+    started = run_settings(state.reuse_model_key, state.reuse_prompt, bool(state.get("_w_reuse_chat")),
+                           gen.max_new_tokens)  # what "Explore from here" starts a follower's own run with
+    publish({**draw(gen, lecture=lecture), "run": started}, "pages/1_Reusing_Past_KV.py")
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
         record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
                       model_s=sum(e.seconds for e in gen.events[n_events:]))
 
 
+replay = take_replay()
+if replay is not None:  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
+    prefill()
+    for _ in range(replay if state.reuse_gen is not None else 0):  # a refused prefill is said by the live view
+        step_once(state.reuse_gen)
 live_view()

@@ -5,6 +5,7 @@ from kvviz.app.language import tr
 from kvviz.app.lecture import ideas
 from kvviz.app.navigation import link_to
 from kvviz.app.shell import page_setup
+from kvviz.app.views.room import ask_room, follow_check, follower_room, publish, share_box
 from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
@@ -13,6 +14,25 @@ st.title(tr("check.title"))
 if not settings.lecture:  # on the projector the presenter says it: the question gets the screen
     st.write(tr("check.intro"))
 values = quiz.explain_values()
+
+
+def labels_of(q: quiz.Question) -> dict[str, str]:
+    prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
+    return {o: tr(f"{prefix}_{o}") for o in q.options}
+
+
+def explain(q: quiz.Question) -> None:
+    st.markdown(tr(f"check.{q.id}_explain", **values))
+    link_to(q.page)
+
+
+if follower_room():  # a follower of a lecture: the question the lecturer opened, answered on this device
+    follow_check(lambda i: labels_of(quiz.question(i)), lambda i: quiz.question(i).answer,
+                 lambda i: tr(f"check.{i}_q", **values), lambda i: explain(quiz.question(i)), "pages/6_Check.py")
+    st.stop()
+sharing = settings.lecture and share_box() is not None
+if sharing:
+    publish({"page": "check"}, "pages/6_Check.py")  # followers on another page get a link here
 
 
 def reset(q: quiz.Question) -> None:
@@ -32,8 +52,9 @@ def ask(n: int, q: quiz.Question) -> None:
                                          f"predict_{q.id}", whole=False, step=1.0, format="%.2f",
                                          disabled=revealed, placeholder=tr("check.type_number"))
         else:
-            prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
-            labels = {o: tr(f"{prefix}_{o}") for o in q.options}
+            labels = labels_of(q)
+            if sharing:  # the room answers on its devices; the projector shows the tally
+                ask_room(q.id, q.options, labels, q.answer, lambda: explain(q))
             prediction = st.radio(tr("check.your_prediction"), q.options, index=None, key=f"predict_{q.id}",
                                   format_func=labels.get, disabled=revealed)
         b1, b2 = st.columns([1, 4])
@@ -53,8 +74,7 @@ def ask(n: int, q: quiz.Question) -> None:
             st.success(tr("check.correct"))
         else:
             st.error(tr("check.incorrect", answer=labels[q.answer]))
-        st.markdown(tr(f"check.{q.id}_explain", **values))
-        link_to(q.page)
+        explain(q)
 
 
 revealed = [q for q in quiz.QUESTIONS if st.session_state.get(f"kv_revealed_{q.id}")]

@@ -8,8 +8,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lower rank = lower layer; a module may import its own layer or any lower one. errors, i18n and units are the
 # base every layer may use; training (corpus, the tiny model's training) sits on the engine, below the lessons.
 # notebook (kvviz.Session) draws what the pages draw from Python: beside app and cli.
-RANK = {"errors": 0, "i18n": 0, "units": 0, "kv": 1, "engine": 2, "training": 3, "serving": 3, "compression": 4,
-        "lessons": 4, "charts": 5, "app": 6, "cli": 6, "notebook": 6, "__main__": 7, "__init__": 7}
+# room (lecture rooms' store) needs only errors: beside kv.
+RANK = {"errors": 0, "i18n": 0, "units": 0, "kv": 1, "room": 1, "engine": 2, "training": 3, "serving": 3,
+        "compression": 4, "lessons": 4, "charts": 5, "app": 6, "cli": 6, "notebook": 6, "__main__": 7, "__init__": 7}
 
 
 def _modules() -> dict[str, Path]:

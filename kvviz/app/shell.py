@@ -19,6 +19,7 @@ from kvviz.app.lecture import LECTURE_CSS, screen_capture
 from kvviz.app.models import hosted_caps
 from kvviz.app.navigation import nav_links
 from kvviz.app.sidebar import Settings, init_state, sidebar
+from kvviz.app.views.room import heartbeat
 from kvviz.i18n import LANGS, t
 
 # Korean breaks lines between words (eojeol), not inside one: the browser's default split "토큰" across lines.
@@ -42,6 +43,7 @@ def page_setup(title_key: str) -> Settings:
     _check_link()
     caps = hosted_caps()
     _track_session(caps)
+    heartbeat()  # a lecturer with an open room, on whatever page: still here
     with st.sidebar:
         nav_links()
         return sidebar(caps)

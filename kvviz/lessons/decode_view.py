@@ -55,6 +55,34 @@ def written_at(events: Sequence[StepEvent]) -> list[list[int]]:
     return out
 
 
+def room_view(events: Sequence[StepEvent], texts: Sequence[str], n_prompt: int, n_generated: int, done: bool,
+              model: str, heads: tuple[int, int], attn_layer: int = 0) -> dict:
+    """What the Reusing Past K/V page draws of a run, as plain JSON data (lists and numbers, never tensors): what a
+    lecture room's followers draw with the same functions, without running the model. `heads`: (query heads, KV
+    heads); `attn_layer`: the layer whose newest attention row the lecturer shows (one layer: a row per head)."""
+    last = events[-1]
+    attention = None
+    if last.attention is not None:
+        attn_layer = min(max(attn_layer, 0), len(last.attention) - 1)
+        # 5 decimals: a probability drawn as a colour; keeps a 9-head, 1000-position row under 100 kB of JSON
+        rows = [[round(float(p), 5) for p in row] for row in last.attention[attn_layer]]
+        attention = {"layer": attn_layer, "rows": rows}
+    return {"heads": list(heads), "attention": attention,
+            "series": {"index": [e.index for e in events], "live": [e.live_bytes for e in events],
+                       "allocated": [e.allocated_bytes for e in events], "formula": [e.formula_bytes for e in events]},
+            "page": "reuse", "model": model, "n_prompt": n_prompt, "n_steps": len(events) - 1,
+            "n_gen": n_generated, "n_cached": last.cache_lengths[0], "done": done,
+            "ttft_ms": round(events[0].seconds * 1e3, 3), "step_ms": round(last.seconds * 1e3, 3),
+            "texts": list(texts), "top_k": [[t.text, round(t.prob, 6)] for t in last.top_k],
+            "written_at": written_at(events),
+            "bytes": {"live": last.live_bytes, "formula": last.formula_bytes, "allocated": last.allocated_bytes}}
+
+
+def top_tokens(view: dict) -> list[TopToken]:
+    """A room view's top five, as the strip draws them (the token ids are not shared)."""
+    return [TopToken(-1, text, prob) for text, prob in view["top_k"]]
+
+
 def position_labels(token_texts: Sequence[str]) -> list[str]:
     """'12 ␣the' for each position: the index keeps repeated tokens apart."""
     return [f"{i} {visible(text)}" for i, text in enumerate(token_texts)]

@@ -1,17 +1,23 @@
 """What the Reusing Past K/V page draws beyond its controls: the session keys it keeps (`REUSE`), the run's status,
-the token strip and the open tab (`draw`): the cache growing per layer, its bytes, the cached K/V values, the newest
-token's attention, the work with and without a cache, and the check against recomputing. Imports the engine (torch):
-the page imports it after its first screen is drawn."""
+the token strip and the open tab (`draw`, whose status and strip are `draw_head`; a lecture room's follower draws
+them and the grid with `follow`, with "Explore from here" from `run_settings`): the cache growing per layer, its
+bytes, the cached K/V values, the newest token's attention, the work with and without a cache, and the check against
+recomputing. Imports the engine (torch): the page imports it after its first screen is drawn."""
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.state import page_state
+from kvviz.app.views.room import explore
 from kvviz.app.widgets import chart, run_download
 from kvviz.charts import decode as charts
 from kvviz.charts.run_html import decode_size
 from kvviz.engine import tolerance
+from kvviz.engine.config import DecoderConfig
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.lessons import decode_view, work
@@ -26,27 +32,69 @@ REUSE = page_state("reuse", gen=None, model_key=None, playing=False, play_times=
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
-def draw(gen: Generation, *, lecture: bool) -> None:
+def draw(gen: Generation, *, lecture: bool) -> dict:
     """The run's status line, a clamp said, the token strip with the top five, and the open tab (only that one is
-    drawn: Streamlit tells the server which one, so a step redraws one lesson, not six charts)."""
-    last = gen.events[-1]
+    drawn: Streamlit tells the server which one, so a step redraws one lesson, not six charts). Returns what a
+    lecture room's followers draw of it (decode_view.room_view)."""
     texts = decode_view.token_texts(gen.backend.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
-    n_prompt, n_steps, n_cached = len(gen.prompt_ids), len(gen.events) - 1, last.cache_lengths[0]
-    (REUSE.get("status_slot") or st).caption(
-        tr("reuse.status", n_prompt=n_prompt, n_steps=n_steps, n_gen=gen.n_generated, n_cached=n_cached,
-           ttft_ms=f"{gen.events[0].seconds * 1e3:.1f}", step_ms=f"{last.seconds * 1e3:.1f}")
-        + (" " + tr("reuse.done") if gen.done else ""))
+    spec = gen.backend.spec
+    view = decode_view.room_view(gen.events, texts, len(gen.prompt_ids), gen.n_generated, gen.done, spec.name,
+                                 (spec.n_heads, spec.n_kv_heads), st.session_state.get("reuse_attn_layer") or 0)
+    draw_head(view, lecture=lecture)
     if REUSE.get("clamped"):
         n_fit, max_len = REUSE.get("clamped")
         st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
-    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
-    st.html(decode_view.token_strip_html(texts, n_prompt, last.top_k, top_caption, lecture=lecture))
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
     opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
     with tabs[TABS.index(opened)]:
-        {"growth": growth_tab, "bytes": bytes_tab, "values": values_tab, "attention": attention_tab, "work": work_tab,
-         "check": check_tab}[opened](gen, labels, texts, lecture)
+        if opened == "attention":
+            attention_tab(spec.n_layers, view, labels, lecture, gen.events[-1].attention)
+        elif opened in FOLLOWED:
+            FOLLOWED[opened](view, labels, lecture)
+        else:
+            {"values": values_tab, "work": work_tab, "check": check_tab}[opened](gen, labels, texts, lecture)
+    return view
+
+
+def draw_head(view: dict, *, lecture: bool) -> None:
+    """The status line and the token strip with the top five, from a room view (the lecturer's and a follower's)."""
+    (REUSE.get("status_slot") or st).caption(
+        tr("reuse.status", n_prompt=view["n_prompt"], n_steps=view["n_steps"], n_gen=view["n_gen"],
+           n_cached=view["n_cached"], ttft_ms=f"{view['ttft_ms']:.1f}", step_ms=f"{view['step_ms']:.1f}")
+        + (" " + tr("reuse.done") if view["done"] else ""))
+    texts = view["texts"]
+    top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
+    st.html(decode_view.token_strip_html(texts, view["n_prompt"], decode_view.top_tokens(view), top_caption,
+                                         lecture=lecture))
+
+
+def run_settings(key: decode_view.ModelKey, prompt: str, chat: bool, max_new: int) -> dict:
+    """The session keys a lecturer's run was started with, as JSON: what "Explore from here" sets in a follower's."""
+    return {"kv_model": key.model, "kv_dtype": key.dtype, "kv_device": key.device, "kv_hf_model": key.hf_model,
+            "kv_engine": key.engine, "kv_shape": None if key.shape is None else dataclasses.asdict(key.shape),
+            "reuse_prompt": prompt, "reuse_chat": chat, "_w_reuse_max_new": max_new}
+
+
+def _session_settings(run: dict) -> dict:
+    shape = run.get("kv_shape")
+    return {**{k: v for k, v in run.items() if k != "kv_shape"},
+            **({} if shape is None else {"kv_shape": DecoderConfig(**shape)})}
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Reusing Past K/V: the lecturer's status and strip, and the tabs drawn from published
+    data (cache grid, bytes, the attention row of the lecturer's layer), read-only; the follower picks the tab."""
+    if "run" in view:
+        st.button(tr("room.explore"), key="room_btn_explore", help=tr("room.explore_help"), icon=":material/explore:",
+                  on_click=explore, args=(_session_settings(view["run"]), view["n_steps"]))
+    draw_head(view, lecture=lecture)
+    labels = decode_view.position_labels(chip_labels(view["texts"]))
+    names = [name for name in FOLLOWED if name != "attention" or view.get("attention")]
+    tabs = st.tabs([tr(f"reuse.tab_{name}") for name in names], key="room_reuse_tab", on_change="rerun")
+    opened = next((name for name, tab in zip(names, tabs, strict=True) if tab.open), names[0])
+    with tabs[names.index(opened)]:
+        FOLLOWED[opened](view, labels, lecture)
 
 
 def download(where, gen: Generation | None, *, compact: bool) -> None:  # noqa: ANN001 - a Streamlit container
@@ -78,24 +126,24 @@ def grid_html(written: list[list[int]], labels: list[str], *, title: str, lectur
         rows_px=charts.LECTURE_GRID_PX if lecture else None, **kw)
 
 
-def growth_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
-    last = gen.events[-1]
+def growth_tab(view: dict, labels: list[str], lecture: bool) -> None:
     if not lecture:  # said aloud on a projector; the legend under the grid names the colours
         st.caption(tr("reuse.growth_help"))
     st.html(grid_html(
-        decode_view.written_at(gen.events), labels, title=tr("reuse.growth_chart", n=last.cache_lengths[0]),
+        view["written_at"], labels, title=tr("reuse.growth_chart", n=view["n_cached"]),
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
         legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
     if not lecture:  # on a projector the Cache bytes tab shows them
-        st.caption(tr("reuse.bytes_line", live=f"{last.live_bytes:,}", formula=f"{last.formula_bytes:,}",
-                      allocated=f"{last.allocated_bytes:,}"))
+        b = view["bytes"]
+        st.caption(tr("reuse.bytes_line", live=f"{b['live']:,}", formula=f"{b['formula']:,}",
+                      allocated=f"{b['allocated']:,}"))
 
 
-def bytes_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
-    ev = gen.events
+def bytes_tab(view: dict, labels: list[str], lecture: bool) -> None:
+    ev = view["series"]
     chart(charts.cache_bytes_figure(
-        [e.index for e in ev], [e.live_bytes for e in ev], [e.allocated_bytes for e in ev],
-        [e.formula_bytes for e in ev], title=tr("reuse.bytes_chart"), x_title=tr("reuse.pass"),
+        ev["index"], ev["live"], ev["allocated"], ev["formula"], title=tr("reuse.bytes_chart"),
+        x_title=tr("reuse.pass"),
         y_title=tr("reuse.bytes"), names=(tr("reuse.live"), tr("reuse.allocated"), tr("reuse.formula")),
         lecture=lecture), key="reuse_bytes")
 
@@ -123,20 +171,27 @@ def values_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bo
             x_title=tr("reuse.dim"), lecture=lecture), key="reuse_kv")
 
 
-def attention_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
-    arch, last = gen.backend.spec, gen.events[-1]
+def attention_tab(n_layers: int, view: dict, labels: list[str], lecture: bool, rows: list[np.ndarray]) -> None:
+    """The lecturer's attention tab: the layer picked (draw() read it into `view`), then its row per head, drawn
+    from the run's own `rows` (the room gets them rounded)."""
     if not lecture:  # the tab names it
         st.subheader(tr("reuse.attn_title"))
-    pick, view = beside(lecture)
-    attn_layer = pick.selectbox(tr("reuse.layer"), range(arch.n_layers), key="reuse_attn_layer")
-    rows = last.attention[attn_layer]
-    with view:
-        chart(charts.attention_figure(
-            rows, labels, decode_view.head_labels(arch.n_heads, arch.n_kv_heads),
-            decode_view.kv_head_of(arch.n_heads, arch.n_kv_heads),
-            title=tr("reuse.attn_chart", layer=attn_layer, token=decode_view.visible(texts[rows.shape[1] - 1])),
-            x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
-    pick.caption(tr("reuse.attn_help", kind=arch.attention_kind, group=arch.n_heads // arch.n_kv_heads))
+    pick, where = beside(lecture)
+    pick.selectbox(tr("reuse.layer"), range(n_layers), key="reuse_attn_layer")
+    with where:
+        attention_chart(view, labels, lecture, rows[view["attention"]["layer"]])
+
+
+def attention_chart(view: dict, labels: list[str], lecture: bool, rows: np.ndarray | None = None) -> None:
+    """The newest query's attention row in the view's layer, per head (the lecturer's, from `rows`, and a
+    follower's, from the view)."""
+    n_heads, n_kv_heads = view["heads"]
+    layer = view["attention"]["layer"]
+    rows = np.asarray(view["attention"]["rows"]) if rows is None else rows
+    chart(charts.attention_figure(
+        rows, labels, decode_view.head_labels(n_heads, n_kv_heads), decode_view.kv_head_of(n_heads, n_kv_heads),
+        title=tr("reuse.attn_chart", layer=layer, token=decode_view.visible(view["texts"][rows.shape[1] - 1])),
+        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
 
 
 def work_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:
@@ -192,3 +247,7 @@ def check_tab(gen: Generation, labels: list[str], texts: list[str], lecture: boo
     verdict = decode_view.check_verdict(rounding.within, tok_cached == tok_fresh)
     (st.success if verdict == "check_same" else st.warning)(
         tr(f"reuse.{verdict}", delta=f"{delta:.2e}", tol=f"{rounding.tolerance:.2e}"))
+
+
+# The tabs drawn from a room view alone: a follower draws them too (values, work and the check need the model's run).
+FOLLOWED = {"growth": growth_tab, "bytes": bytes_tab, "attention": attention_chart}

@@ -1,0 +1,275 @@
+"""The lecture room in the app: the only streamlit part of kvviz.room.
+
+Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
+follows), explore + take_replay + follow_again_button (a follower's own run from the lecturer's step, and back),
+share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
+and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg (a link as a QR
+code), heartbeat (the lecturer's "still here"), publish (what the lecturer's page draws, sent to the room),
+follow_run (a follower's page drawn from it, read-only).
+The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
+"""
+from __future__ import annotations
+
+import io
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import segno
+import streamlit as st
+
+from kvviz.app.language import lang, show_error, tr
+from kvviz.app.navigation import PAGES
+from kvviz.app.state import page_state
+from kvviz.errors import InputError
+from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
+
+# explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
+ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None)
+POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
+QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
+
+
+@st.cache_resource(show_spinner=False)
+def room_store() -> RoomStore:
+    """One store per server process: every session (lecturer and followers) reads and writes the same rooms."""
+    return store_from_env()
+
+
+def follower_room() -> str | None:
+    """The room this session follows (`?room=<id>` in its link), or None: the lecturer, a plain visitor, and a
+    follower exploring on their own (until "Follow again")."""
+    return None if ROOM.get("explore") else st.query_params.get("room") or None
+
+
+def explore(settings: Mapping[str, object], steps: int) -> None:
+    """Take the lecturer's run into this session: the lecturer's settings (sidebar keys and the page's own, from
+    the view's `run`) set before the next rerun draws the widgets, and the step to replay to (see `take_replay`)."""
+    for key, value in settings.items():
+        st.session_state[key] = value
+    ROOM.set("explore", True)
+    ROOM.set("replay", steps)
+
+
+def take_replay() -> int | None:
+    """The lecturer's step an "Explore from here" asks this session to reach, once."""
+    return ROOM.pop("replay")
+
+
+def follow_again_button() -> None:
+    """While exploring: back to the lecture (this session's own run stays, unused, until it is reset)."""
+    if ROOM.get("explore") and st.query_params.get("room"):
+        st.button(tr("room.follow_again"), key="room_btn_follow_again", icon=":material/groups:", type="primary",
+                  on_click=lambda: ROOM.set("explore", False))
+
+
+def _follower_id() -> str:
+    # One opaque id per browser session: one answer each, no names.
+    if ROOM.get("follower") is None:
+        ROOM.set("follower", secrets.token_urlsafe(16))
+    return ROOM.get("follower")
+
+
+def _link(room_id: str) -> str:
+    """The followers' link: this page's address with `?room=<id>` and nothing else (no secret, no language)."""
+    parts = urlsplit(st.context.url or "")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode({"room": room_id}), ""))
+
+
+def qr_svg(url: str) -> str:
+    """The link as a QR code: an SVG document (st.html strips an inline <svg>; st.image draws a document)."""
+    out = io.BytesIO()
+    segno.make(url, error="m").save(out, kind="svg", scale=QR_SCALE, border=2, xmldecl=False)
+    return out.getvalue().decode()
+
+
+def _try(fn: Callable[[], object]) -> object | None:
+    """Run a store call; a fault stops the sharing (said, with why), never the lecture."""
+    try:
+        return fn()
+    except InputError as e:
+        if e.locale_key in ("room.store_down", "room.gone"):  # the room is out of reach: this page goes on alone
+            ROOM.reset("id", "secret")
+        show_error(e)
+        return None
+
+
+def heartbeat() -> None:
+    """On every page (page_setup calls it) while this session holds an open room: the lecturer is still here, so
+    followers are told when the lecturer's browser has closed."""
+    if ROOM.get("id") is None:
+        return
+
+    @st.fragment(run_every=LECTURER_BEAT_S)
+    def beat() -> None:
+        room_id = ROOM.get("id")
+        if room_id is not None:
+            _try(lambda: room_store().beat(room_id, ROOM.get("secret")))
+
+    beat()
+
+
+def _end_room(room_id: str) -> None:
+    _try(lambda: room_store().end(room_id, ROOM.get("secret")))
+    ROOM.reset("id", "secret")
+    st.toast(tr("room.ended"))
+
+
+def share_box() -> str | None:
+    """The lecturer's "Share with the room" and, once open, the link and its QR code; returns the open room's id."""
+    def open_room() -> None:
+        room = _try(room_store().create)
+        if room is not None:
+            ROOM.set("id", room.id)
+            ROOM.set("secret", room.secret)
+
+    if ROOM.get("id") is None:
+        st.button(tr("room.share"), key="room_share", help=tr("room.share_help"), icon=":material/groups:",
+                  on_click=open_room)
+        return None
+    room_id = ROOM.get("id")
+    with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
+        text, code = st.columns([3, 2], vertical_alignment="center")  # the code ~470 px: whole on a 720 px screen
+        text.subheader(tr("room.scan"))
+        text.code(_link(room_id), language=None, wrap_lines=True)
+        text.button(tr("room.end"), key="room_end", icon=":material/logout:", on_click=_end_room, args=(room_id,))
+        code.image(qr_svg(_link(room_id)), width="stretch")  # the column's width: scannable from the back
+    return room_id
+
+
+def _counts(counts: Mapping[str, int], labels: Mapping[str, str], answer: str | None) -> None:
+    total = sum(counts.values())
+    st.caption(tr("room.answers", n=total))
+    for option, n in counts.items():
+        mark = " ✓" if option == answer else ""
+        st.progress(n / total if total else 0.0, text=f"{labels[option]}{mark} — {n}")
+
+
+def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], answer: str,
+             explain: Callable[[], None]) -> None:
+    """The lecturer's side of a live question: open it to the room, watch the tally, reveal the answer."""
+    room_id, secret = ROOM.get("id"), ROOM.get("secret")
+    if room_id is None:
+        return
+    poll = _try(lambda: room_store().tally(room_id))
+    if poll is None or poll.question != question:
+        if st.button(tr("room.open_question"), key=f"room_ask_{question}", help=tr("room.open_question_help"),
+                     icon=":material/campaign:"):
+            _try(lambda: room_store().open_question(room_id, secret, question, options))
+            st.rerun()
+        return
+
+    @st.fragment(run_every=POLL_S)
+    def live() -> None:
+        poll = _try(lambda: room_store().tally(room_id))
+        if poll is None or poll.question != question:
+            return
+        st.caption(tr("room.asked"))
+        _counts(poll.counts, labels, answer if poll.revealed else None)
+        if not poll.revealed:
+            st.button(tr("room.reveal_room"), key=f"room_reveal_{question}", type="primary",
+                      on_click=lambda: _try(lambda: room_store().reveal(room_id, secret)))
+        else:
+            st.success(tr("room.correct_was", answer=labels[answer]))
+            explain()
+
+    live()
+
+
+def publish(view: dict, path: str) -> None:
+    """Send what the lecturer's page (`path`) draws to the room, if one is open (a fault stops sharing, not the
+    page); followers on another page get a link to this one."""
+    room_id, secret = ROOM.get("id"), ROOM.get("secret")
+    if room_id is not None:
+        _try(lambda: room_store().publish(room_id, secret, {**view, "path": path}))
+
+
+def _elsewhere(view: dict | None, own_page: str) -> bool:
+    """The lecturer is on another page: a link to follow there (in this session's language); True when so."""
+    path = (view or {}).get("path")
+    page = next((p for p in PAGES if p.path == path), None)
+    if page is None or path == own_page:
+        return False
+    st.page_link(path, label=tr("room.lecturer_on", page=tr(page.title_key)), icon=":material/arrow_forward:",
+                 query_params={"room": follower_room(), "lang": lang()})
+    return True
+
+
+def _unreachable(e: InputError, own_page: str) -> None:
+    """An unknown, ended or unreachable room: said, and the same page on its own linked."""
+    show_error(e)
+    # the same page, without the room: its language kept, nothing of the lecture
+    st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
+
+
+def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
+    """A follower's page: what the lecturer's page last published, re-read once a second and drawn by `draw` (the
+    page's own drawing functions); the follower runs no model and changes nothing."""
+    room_id = follower_room()
+    st.caption(tr("room.following"))
+
+    @st.fragment(run_every=POLL_S)
+    def live() -> None:
+        if follower_room() is None:  # "Explore from here" was pressed in this fragment: the whole page changes
+            st.rerun(scope="app")
+        try:
+            _, view = room_store().read(room_id)
+        except InputError as e:
+            _unreachable(e, own_page)
+            return
+        if _elsewhere(view, own_page):
+            return
+        if view is None or view.get("page") != page:
+            st.info(tr("room.waiting_run"))
+            return
+        try:
+            left = room_store().lecturer_left(room_id)
+        except InputError as e:
+            _unreachable(e, own_page)
+            return
+        if left:  # the last state stays on screen
+            st.warning(tr("room.lecturer_left", step=view.get("n_steps", 0)))
+        draw(view)
+
+    live()
+
+
+def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[str], str],
+                 question_text: Callable[[str], str], explain: Callable[[str], None], own_page: str) -> None:
+    """A follower's Check page: the question the lecturer opened, answered here, in this session's language;
+    after the reveal, the room's counts, the answer and the explanation."""
+    room_id = follower_room()
+    st.caption(tr("room.following"))
+
+    @st.fragment(run_every=POLL_S)
+    def live() -> None:
+        try:
+            poll, (_, view) = room_store().tally(room_id), room_store().read(room_id)
+        except InputError as e:
+            _unreachable(e, own_page)
+            return
+        if _elsewhere(view, own_page):
+            return
+        if poll is None:
+            st.info(tr("room.waiting"))
+            return
+        names = labels(poll.question)
+        st.subheader(question_text(poll.question))
+        key = f"room_answer_{poll.question}"
+
+        def send() -> None:
+            try:
+                room_store().answer(room_id, poll.question, _follower_id(), st.session_state[key])
+            except InputError as e:
+                show_error(e)
+
+        st.radio(tr("room.your_answer"), list(poll.counts), index=None, key=key, format_func=names.get,
+                 on_change=send, disabled=poll.revealed)
+        if poll.revealed:
+            _counts(poll.counts, names, answers(poll.question))
+            st.success(tr("room.correct_was", answer=names[answers(poll.question)]))
+            explain(poll.question)
+        elif st.session_state.get(key) is not None:
+            st.caption(tr("room.answer_saved"))
+
+    live()

@@ -1,0 +1,416 @@
+"""Lecture rooms: where a lecturer's run is published and the room's live answers are counted.
+
+Lives here: Room (an id for the link, a secret for the lecturer), Poll (a question's tally), RoomStore (the one
+interface), MemoryStore (one app server: in-process), RedisStore (replicas behind a load balancer: Redis),
+store_from_env() (KVVIZ_ROOM_STORE picks one).
+Does not: import streamlit or torch, or keep anything about a follower but an opaque session id until the reveal.
+
+A snapshot is plain JSON data (small lists and numbers, never tensors): both stores keep it as a JSON string, so a
+follower gets a copy and a value JSON cannot carry fails on publish, the same way in both.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvviz.errors import InputError
+
+# A room ends two hours after its last change: longer than a lecture with its break (so a room never ends under a
+# lecturer who is talking), short enough that a forgotten room's run and counts do not outlive the day.
+ROOM_TTL_S = 2 * 60 * 60
+ROOM_ID_BYTES = 16  # 128 random bits in the link (at least 96 asked: unguessable by trying)
+SECRET_BYTES = 32  # the lecturer's right to drive: 256 bits, held only in the lecturer's session
+LECTURER_BEAT_S = 5  # the lecturer's page says "still here" this often (any page, while a room is open)
+LECTURER_GONE_S = 15  # three beats missed: the lecturer's browser has closed (followers keep the last state)
+MAX_SNAPSHOT_BYTES = 512 * 1024  # what a view draws is small arrays and numbers; a larger one is a mistake
+STORE_ENV = "KVVIZ_ROOM_STORE"  # unset or "memory": in-process; "redis://…" or "rediss://…": Redis
+
+
+@dataclass(frozen=True)
+class Room:
+    id: str  # goes into the followers' link
+    secret: str  # never does: the lecturer's session alone holds it
+
+
+@dataclass(frozen=True)
+class Poll:
+    """A question open to the room: counts per option (in the question's order), no names."""
+
+    question: str
+    counts: dict[str, int]
+    revealed: bool
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _digest(secret: str) -> str:
+    # Stores keep the secret's hash only: a copy of the store (a Redis dump) does not hand out the right to drive.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _encode(snapshot: Mapping[str, Any]) -> str:
+    try:
+        text = json.dumps(snapshot, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InputError("room.bad_snapshot", reason=str(e)) from None
+    if len(text) > MAX_SNAPSHOT_BYTES:
+        raise InputError("room.snapshot_too_large", size=len(text), limit=MAX_SNAPSHOT_BYTES)
+    return text
+
+
+class RoomStore(ABC):
+    """One interface over where rooms live. Every write by the lecturer needs the room's secret; a follower can only
+    read and answer. An unknown, ended or expired room raises InputError("room.gone")."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # injected by tests, so expiry is tested without sleeping
+
+    def create(self) -> Room:
+        room = Room(secrets.token_urlsafe(ROOM_ID_BYTES), secrets.token_urlsafe(SECRET_BYTES))
+        self._create(room.id, _digest(room.secret))
+        return room
+
+    def publish(self, room_id: str, secret: str, snapshot: Mapping[str, Any]) -> int:
+        """Replace what the room sees; returns the new version (1, 2, …), so a follower redraws only on a change."""
+        text = _encode(snapshot)
+        self._check(room_id, secret)
+        return self._publish(room_id, text)
+
+    def read(self, room_id: str) -> tuple[int, dict[str, Any] | None]:
+        """(version, snapshot); (0, None) before the lecturer's first publish."""
+        version, text = self._read(room_id)
+        return version, (json.loads(text) if text else None)
+
+    def beat(self, room_id: str, secret: str) -> None:
+        """The lecturer is still here (not a change: the room's two hours do not start again)."""
+        self._check(room_id, secret)
+        self._beat(room_id, self.clock())
+
+    def lecturer_left(self, room_id: str) -> bool:
+        """Whether the lecturer has given no sign (a beat or a publish) for LECTURER_GONE_S."""
+        return self.clock() - self._seen(room_id) > LECTURER_GONE_S
+
+    def open_question(self, room_id: str, secret: str, question: str, options: Sequence[str]) -> None:
+        """Open a question to the room; the answers to the one before it are dropped."""
+        if not options or len(set(options)) != len(options):
+            raise InputError("room.bad_options")
+        self._check(room_id, secret)
+        self._open(room_id, question, list(options))
+
+    def answer(self, room_id: str, question: str, follower_id: str, option: str) -> None:
+        """A follower's answer: one per follower session (a later one replaces it), refused once revealed."""
+        state = self._question(room_id)
+        if state is None or state[0] != question:
+            raise InputError("room.question_closed")
+        if option not in state[1]:
+            raise InputError("room.bad_option", option=option)
+        if state[2]:
+            raise InputError("room.revealed")
+        self._answer(room_id, follower_id, option)
+
+    def tally(self, room_id: str) -> Poll | None:
+        """The open question's counts per option, or None when no question is open."""
+        return self._tally(room_id)
+
+    def reveal(self, room_id: str, secret: str) -> Poll:
+        """Close the answers: the counts stay, which follower picked what is forgotten."""
+        self._check(room_id, secret)
+        if self._question(room_id) is None:
+            raise InputError("room.question_closed")
+        return self._reveal(room_id)
+
+    def end(self, room_id: str, secret: str) -> None:
+        """The lecturer ends the room: everything it held is deleted."""
+        self._check(room_id, secret)
+        self._delete(room_id)
+
+    def _check(self, room_id: str, secret: str) -> None:
+        if not hmac.compare_digest(self._secret_digest(room_id), _digest(secret)):
+            raise InputError("room.not_lecturer")
+
+    # What a store implements. Each raises InputError("room.gone") for an unknown or expired room, and each write
+    # counts as a change (the two hours start again).
+    @abstractmethod
+    def _create(self, room_id: str, digest: str) -> None: ...
+    @abstractmethod
+    def _secret_digest(self, room_id: str) -> str: ...
+    @abstractmethod
+    def _publish(self, room_id: str, text: str) -> int: ...
+    @abstractmethod
+    def _read(self, room_id: str) -> tuple[int, str | None]: ...
+    @abstractmethod
+    def _open(self, room_id: str, question: str, options: list[str]) -> None: ...
+    @abstractmethod
+    def _question(self, room_id: str) -> tuple[str, list[str], bool] | None: ...
+    @abstractmethod
+    def _answer(self, room_id: str, follower_id: str, option: str) -> None: ...
+    @abstractmethod
+    def _tally(self, room_id: str) -> Poll | None: ...
+    @abstractmethod
+    def _reveal(self, room_id: str) -> Poll: ...
+    @abstractmethod
+    def _delete(self, room_id: str) -> None: ...
+    @abstractmethod
+    def _beat(self, room_id: str, now: float) -> None: ...
+    @abstractmethod
+    def _seen(self, room_id: str) -> float: ...
+
+
+@dataclass
+class _MemoryRoom:
+    digest: str
+    touched: float
+    version: int = 0
+    snapshot: str | None = None
+    question: str | None = None
+    options: list[str] = field(default_factory=list)
+    answers: dict[str, str] = field(default_factory=dict)  # follower session id -> option, until the reveal
+    counts: dict[str, int] | None = None  # set at the reveal, when `answers` is dropped
+    seen: float = 0.0  # the lecturer's last beat or publish
+
+
+def _poll(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None) -> Poll:
+    if counts is not None:
+        return Poll(question, {o: int(counts.get(o, 0)) for o in options}, True)
+    picked = list(answers.values())
+    return Poll(question, {o: picked.count(o) for o in options}, False)
+
+
+class MemoryStore(RoomStore):
+    """One app server: rooms in this process, behind one lock (Streamlit runs each session in its own thread)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self._rooms: dict[str, _MemoryRoom] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, room_id: str, touch: bool = False) -> _MemoryRoom:
+        now = self.clock()
+        room = self._rooms.get(room_id)
+        if room is None or now - room.touched > ROOM_TTL_S:
+            self._rooms.pop(room_id, None)
+            raise InputError("room.gone")
+        if touch:
+            room.touched = now
+        return room
+
+    def _sweep(self) -> None:  # expired rooms go when the next one opens, as Redis expires keys on its own
+        now = self.clock()
+        for room_id in [r for r, room in self._rooms.items() if now - room.touched > ROOM_TTL_S]:
+            del self._rooms[room_id]
+
+    def _create(self, room_id: str, digest: str) -> None:
+        with self._lock:
+            self._sweep()
+            now = self.clock()
+            self._rooms[room_id] = _MemoryRoom(digest, now, seen=now)
+
+    def _secret_digest(self, room_id: str) -> str:
+        with self._lock:
+            return self._get(room_id).digest
+
+    def _publish(self, room_id: str, text: str) -> int:
+        with self._lock:
+            room = self._get(room_id, touch=True)
+            room.version += 1
+            room.snapshot, room.seen = text, room.touched
+            return room.version
+
+    def _read(self, room_id: str) -> tuple[int, str | None]:
+        with self._lock:
+            room = self._get(room_id)
+            return room.version, room.snapshot
+
+    def _open(self, room_id: str, question: str, options: list[str]) -> None:
+        with self._lock:
+            room = self._get(room_id, touch=True)
+            room.question, room.options, room.answers, room.counts = question, options, {}, None
+
+    def _question(self, room_id: str) -> tuple[str, list[str], bool] | None:
+        with self._lock:
+            room = self._get(room_id)
+            return None if room.question is None else (room.question, list(room.options), room.counts is not None)
+
+    def _answer(self, room_id: str, follower_id: str, option: str) -> None:
+        with self._lock:
+            room = self._get(room_id, touch=True)
+            if room.counts is not None:  # revealed between the check and now
+                raise InputError("room.revealed")
+            room.answers[follower_id] = option
+
+    def _tally(self, room_id: str) -> Poll | None:
+        with self._lock:
+            room = self._get(room_id)
+            if room.question is None:
+                return None
+            return _poll(room.question, room.options, room.answers, room.counts)
+
+    def _reveal(self, room_id: str) -> Poll:
+        with self._lock:
+            room = self._get(room_id, touch=True)
+            poll = _poll(room.question or "", room.options, room.answers, room.counts)
+            room.counts, room.answers = poll.counts, {}
+            return Poll(poll.question, poll.counts, True)
+
+    def _delete(self, room_id: str) -> None:
+        with self._lock:
+            self._rooms.pop(room_id, None)
+
+    def _beat(self, room_id: str, now: float) -> None:
+        with self._lock:
+            self._get(room_id).seen = now
+
+    def _seen(self, room_id: str) -> float:
+        with self._lock:
+            return self._get(room_id).seen
+
+
+class RedisStore(RoomStore):
+    """Several replicas: rooms in Redis, one hash per room and one for its answers, each with a TTL of ROOM_TTL_S
+    renewed on every change (Redis deletes a forgotten room on its own). The clock is also kept in the hash, so a
+    room expires at the same moment for every replica and for a test's injected clock."""
+
+    PREFIX = "kvviz:room:"
+
+    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
+        import redis  # only a deployment that asks for Redis needs the client
+
+        super().__init__(clock)
+        self._errors = (redis.RedisError,)
+        self._watch_error = redis.WatchError
+        self._redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.url = url
+
+    def _keys(self, room_id: str) -> tuple[str, str]:
+        return f"{self.PREFIX}{room_id}", f"{self.PREFIX}{room_id}:answers"
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except self._errors as e:  # unreachable, timed out, refused: the app says sharing stopped, and why
+            raise InputError("room.store_down", reason=str(e) or type(e).__name__) from None
+
+    def _fields(self, room_id: str) -> dict[str, str]:
+        room, answers = self._keys(room_id)
+        fields = self._call(lambda: self._redis.hgetall(room))
+        if not fields or self.clock() - float(fields["touched"]) > ROOM_TTL_S:
+            if fields:
+                self._call(lambda: self._redis.delete(room, answers))
+            raise InputError("room.gone")
+        return fields
+
+    def _write(self, room_id: str, mapping: Mapping[str, Any], *, bump: bool = False,
+               answer: tuple[str, str] | None = None, drop_answers: bool = False, drop: tuple[str, ...] = ()) -> int:
+        """One transaction: the fields (less `drop`), the version (`bump`), an answer; the clock and both keys' TTL
+        renewed."""
+        room, answers = self._keys(room_id)
+
+        def run() -> int:
+            with self._redis.pipeline(transaction=True) as p:
+                if drop:
+                    p.hdel(room, *drop)
+                p.hset(room, mapping={**mapping, "touched": repr(self.clock())})
+                if bump:
+                    p.hincrby(room, "version", 1)
+                if answer is not None:
+                    p.hset(answers, answer[0], answer[1])
+                if drop_answers:
+                    p.delete(answers)
+                p.expire(room, ROOM_TTL_S)
+                p.expire(answers, ROOM_TTL_S)
+                out = p.execute()
+            return int(out[1 + bool(drop)]) if bump else 0
+
+        return self._call(run)
+
+    def _create(self, room_id: str, digest: str) -> None:
+        self._write(room_id, {"digest": digest, "version": 0, "seen": repr(self.clock())})
+
+    def _secret_digest(self, room_id: str) -> str:
+        return self._fields(room_id)["digest"]
+
+    def _publish(self, room_id: str, text: str) -> int:
+        return self._write(room_id, {"snapshot": text, "seen": repr(self.clock())}, bump=True)
+
+    def _read(self, room_id: str) -> tuple[int, str | None]:
+        fields = self._fields(room_id)
+        return int(fields.get("version", 0)), fields.get("snapshot")
+
+    def _open(self, room_id: str, question: str, options: list[str]) -> None:
+        self._fields(room_id)
+        self._write(room_id, {"question": question, "options": json.dumps(options)}, drop_answers=True,
+                    drop=("counts",))
+
+    def _question(self, room_id: str) -> tuple[str, list[str], bool] | None:
+        fields = self._fields(room_id)
+        if "question" not in fields:
+            return None
+        return fields["question"], json.loads(fields["options"]), "counts" in fields
+
+    def _answer(self, room_id: str, follower_id: str, option: str) -> None:
+        self._fields(room_id)
+        self._write(room_id, {}, answer=(follower_id, option))
+
+    def _tally(self, room_id: str) -> Poll | None:
+        fields = self._fields(room_id)
+        if "question" not in fields:
+            return None
+        counts = json.loads(fields["counts"]) if "counts" in fields else None
+        answers = {} if counts is not None else self._call(lambda: self._redis.hgetall(self._keys(room_id)[1]))
+        return _poll(fields["question"], json.loads(fields["options"]), answers, counts)
+
+    def _reveal(self, room_id: str) -> Poll:
+        fields = self._fields(room_id)
+        options = json.loads(fields["options"])
+        if "counts" in fields:
+            return _poll(fields["question"], options, {}, json.loads(fields["counts"]))
+        room, answers = self._keys(room_id)
+
+        def run() -> Poll:
+            # WATCH: an answer that lands between reading the answers and writing the counts makes the transaction
+            # fail and run again, so no answer is lost to a reveal on another replica.
+            with self._redis.pipeline(transaction=True) as p:
+                while True:
+                    try:
+                        p.watch(answers)
+                        poll = _poll(fields["question"], options, p.hgetall(answers), None)
+                        p.multi()
+                        p.hset(room, mapping={"counts": json.dumps(poll.counts), "touched": repr(self.clock())})
+                        p.delete(answers)
+                        p.expire(room, ROOM_TTL_S)
+                        p.execute()
+                        return Poll(poll.question, poll.counts, True)
+                    except self._watch_error:
+                        continue
+
+        return self._call(run)
+
+    def _delete(self, room_id: str) -> None:
+        self._call(lambda: self._redis.delete(*self._keys(room_id)))
+
+    def _beat(self, room_id: str, now: float) -> None:
+        self._call(lambda: self._redis.hset(self._keys(room_id)[0], "seen", repr(now)))  # HSET keeps the TTL
+
+    def _seen(self, room_id: str) -> float:
+        return float(self._fields(room_id)["seen"])
+
+
+def store_from_env(env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time) -> RoomStore:
+    """The store KVVIZ_ROOM_STORE names: unset, empty or "memory" → in-process; "redis://…" → Redis."""
+    value = (os.environ if env is None else env).get(STORE_ENV, "").strip()
+    if value in ("", "memory"):
+        return MemoryStore(clock)
+    if value.startswith(("redis://", "rediss://", "unix://")):
+        return RedisStore(value, clock)
+    raise InputError("room.bad_store", value=value, name=STORE_ENV)

@@ -1,0 +1,202 @@
+"""A lecture room on the Check page: a lecturer and a follower, two sessions on one in-process store."""
+import time
+
+import pytest
+
+from kvviz.app.views.room import room_store
+from kvviz.i18n import t
+from kvviz.room.store import LECTURER_GONE_S, MemoryStore
+from tests.pages.pagetest import open_page
+
+CHECK = "pages/6_Check.py"
+CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
+
+
+@pytest.fixture
+def store():
+    room_store.clear()
+    store = room_store()
+    assert isinstance(store, MemoryStore)  # KVVIZ_ROOM_STORE unset: the in-process store both sessions share
+    return store
+
+
+def _open_room(store):
+    lecturer = open_page(CHECK, lecture="1", idea=CACHE_UPDATE_IDEA)
+    lecturer.button(key="room_share").click().run()
+    assert not lecturer.exception
+    room_id, secret = lecturer.session_state["room_id"], lecturer.session_state["room_secret"]
+    assert len(room_id) == 22 and store.read(room_id)[1]["path"] == CHECK  # followers elsewhere are linked here
+    return lecturer, room_id, secret
+
+
+def test_follower_answers_lecturer_tallies_and_reveals(store):
+    lecturer, room_id, secret = _open_room(store)
+    link = lecturer.code[0].value
+    assert link.endswith(f"?room={room_id}") and secret not in link  # the followers' link: the id, never the secret
+    assert len(lecturer.get("image")) == 1  # the link's QR code
+    assert [b.key for b in lecturer.button if b.key == "room_share"] == []  # shared: the button gave way to the link
+    lecturer.button(key="room_ask_cache_update").click().run()
+    assert store.tally(room_id).counts == {"append": 0, "rebuild": 0, "logits": 0, "last_layer": 0}
+
+    follower = open_page(CHECK, lang="ko", room=room_id)
+    assert "room_secret" not in follower.session_state or follower.session_state["room_secret"] is None
+    radio = follower.radio(key="room_answer_cache_update")
+    assert len(radio.options) == 4 and radio.label == "내 답"  # the follower's own language
+    radio.set_value("rebuild").run()
+    assert not follower.exception
+    assert store.tally(room_id).counts["rebuild"] == 1
+
+    lecturer.run()
+    assert [p.proto.text for p in lecturer.get("progress")][1].endswith("— 1")  # rebuild: 1
+    follower.radio(key="room_answer_cache_update").set_value("append").run()  # changed: still one answer
+    assert store.tally(room_id).counts == {"append": 1, "rebuild": 0, "logits": 0, "last_layer": 0}
+    lecturer.run()
+    texts = [p.proto.text for p in lecturer.get("progress")]
+    assert texts[0].endswith("— 1") and texts[1].endswith("— 0")
+
+    lecturer.button(key="room_reveal_cache_update").click().run()
+    assert not lecturer.exception and store.tally(room_id).revealed
+    assert any("The answer:" in s.value for s in lecturer.success)
+    follower.run()
+    assert follower.radio(key="room_answer_cache_update").disabled
+    assert any(s.value.startswith("정답:") for s in follower.success)  # the follower reads it in Korean
+
+
+def test_an_unknown_room_says_so_and_links_the_page_on_its_own(store):
+    follower = open_page(CHECK, room="no-such-room")
+    assert "unknown or has ended" in follower.error[0].value
+    link = follower.main.get("page_link")[-1].proto
+    assert (link.label, link.page) == ("Open this page on your own", "Check") and "room" not in link.query_string
+
+
+def test_ending_the_room_deletes_it(store):
+    lecturer, room_id, _ = _open_room(store)
+    lecturer.button(key="room_end").click().run()
+    assert lecturer.session_state["room_id"] is None
+    follower = open_page(CHECK, room=room_id)
+    assert "unknown or has ended" in follower.error[0].value
+
+
+def test_a_follower_draws_the_lecturers_run_without_running_the_model(store):
+    from tests.pages.test_reuse import PROMPT, _grid_rows, _page, _prefill_and_step, click_step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 2)
+    version, view = store.read(room_id)
+    gen = lecturer.session_state["reuse_gen"]
+    assert view["n_steps"] == 2 and view["n_gen"] == gen.n_generated == 3
+    assert view["written_at"] == [[0] * len(PROMPT) + [1, 2]] * 3  # 3 layers: the prompt by the prefill, then steps
+
+    on_check = open_page(CHECK, lang="ko", room=room_id)  # a follower left on another page: a link to the lecturer's
+    link = on_check.main.get("page_link")[0].proto
+    assert link.label == "강의자는 “과거 K/V 재사용” 페이지에 있습니다: 그곳에서 따라 보기"
+    assert f"room={room_id}" in link.query_string and "lang=ko" in link.query_string
+
+    follower = open_page("pages/1_Reusing_Past_KV.py", lang="ko", room=room_id)
+    assert "reuse_gen" not in follower.session_state or follower.session_state["reuse_gen"] is None
+    assert _grid_rows(follower) == _grid_rows(lecturer)  # the same cache grid, drawn from the published data
+    # the lecturer's numbers (the timings measured by the lecturer's run), in the follower's language
+    status = t("reuse.status", "ko", n_prompt=len(PROMPT), n_steps=2, n_gen=3, n_cached=len(PROMPT) + 2,
+               ttft_ms=f"{view['ttft_ms']:.1f}", step_ms=f"{view['step_ms']:.1f}")
+    captions = [c.value for c in follower.caption]
+    assert "강의를 따라 보고 있습니다" in captions and status in captions
+
+    click_step(lecturer)
+    assert store.read(room_id)[0] == version + 1
+    follower.run()  # the follower's next poll
+    assert _grid_rows(follower) == _grid_rows(lecturer)
+    assert [k for k, _, _ in next(iter(_grid_rows(follower).values()))] == ["prefill", "step", "newest"]
+
+
+def test_a_follower_sees_the_lecturers_bytes_and_attention_row(store):
+    from tests.pages.test_reuse import _chart, _page, _prefill_and_step, open_tab
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 1)
+    open_tab(lecturer, "attention")
+    lecturer.selectbox(key="reuse_attn_layer").set_value(2).run()  # the lecturer shows layer 2
+    gen = lecturer.session_state["reuse_gen"]
+    view = store.read(room_id)[1]
+    assert view["attention"]["layer"] == 2
+    assert view["attention"]["rows"] == [[round(float(p), 5) for p in row] for row in gen.events[-1].attention[2]]
+
+    follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
+    follower.session_state["room_reuse_tab"] = "Attention row"
+    follower.run()
+    ours, theirs = _chart(lecturer, "reuse_attn"), _chart(follower, "reuse_attn")
+    assert theirs["layout"]["title"]["text"] == ours["layout"]["title"]["text"]
+    assert theirs["data"][0]["z"] == [[round(float(p), 5) for p in row] for row in gen.events[-1].attention[2]]
+    follower.session_state["room_reuse_tab"] = "Cache bytes"
+    follower.run()
+    live = [e.live_bytes for e in gen.events]
+    assert next(d["y"] for d in _chart(follower, "reuse_bytes")["data"] if d["y"][-1] == live[-1]) == live
+
+
+def test_redis_stopped_mid_lecture_stops_sharing_not_the_lecture(monkeypatch):
+    from tests.pages.test_reuse import _page, _prefill_and_step, click_step
+    from tests.room.conftest import redis_server
+
+    with redis_server() as (url, proc):
+        monkeypatch.setenv("KVVIZ_ROOM_STORE", url)
+        room_store.clear()
+        try:
+            lecturer = _page(lecture=True)
+            lecturer.button(key="room_share").click().run()
+            room_id = lecturer.session_state["room_id"]
+            _prefill_and_step(lecturer, 1)
+            assert room_store().read(room_id)[1]["n_steps"] == 1  # shared through Redis
+            proc.terminate()
+            proc.wait(timeout=10)
+            click_step(lecturer)
+        finally:
+            room_store.clear()
+    assert not lecturer.exception
+    assert any(e.value.startswith("Sharing with the room stopped") for e in lecturer.error)
+    assert lecturer.session_state["room_id"] is None  # the room is dropped here: the lecture goes on locally
+    assert lecturer.session_state["reuse_gen"].n_generated == 3  # the step ran: prefill's token and two steps
+    click_step(lecturer)
+    assert not lecturer.exception and not lecturer.main.error  # said once; the lecture goes on
+    assert lecturer.session_state["reuse_gen"].n_generated == 4
+
+
+def test_explore_from_here_then_follow_again(store):
+    from tests.pages.test_reuse import _grid_rows, _page, _prefill_and_step, click_step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 2)
+    ours = lecturer.session_state["reuse_gen"]
+
+    follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
+    follower.button(key="room_btn_explore").click().run()
+    assert not follower.exception
+    mine = follower.session_state["reuse_gen"]  # the follower's own run, on the lecturer's model and prompt
+    assert mine is not None and mine is not ours
+    assert mine.token_ids == ours.token_ids and len(mine.events) == len(ours.events)  # at the lecturer's step
+    assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
+    click_step(follower)  # the follower steps on their own; the lecture does not move
+    assert len(mine.events) == len(ours.events) + 1 and store.read(room_id)[1]["n_steps"] == 2
+
+    follower.button(key="room_btn_follow_again").click().run()
+    assert not follower.exception and "room_btn_explore" in [b.key for b in follower.button]
+    assert _grid_rows(follower) == _grid_rows(lecturer)  # back to the lecturer's run
+
+
+def test_the_lecturer_leaving_keeps_the_last_state(store, monkeypatch):
+    from tests.pages.test_reuse import _grid_rows, _page, _prefill_and_step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _prefill_and_step(lecturer, 2)
+    follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
+    assert not follower.warning
+    monkeypatch.setattr(store, "clock", lambda: time.time() + LECTURER_GONE_S + 1)  # no beat since: the tab closed
+    follower.run()
+    assert follower.warning[0].value == "The lecturer left at step 2: this is the last state they shared."
+    assert _grid_rows(follower) == _grid_rows(lecturer)
