@@ -29,8 +29,6 @@ if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only
         from kvviz.app.views.decode import follow
     follow_run("reuse", lambda view: follow(view, lecture=lecture), "pages/1_Reusing_Past_KV.py")
     st.stop()
-if lecture:
-    share_box()
 follow_again_button()  # a follower exploring on their own: back to the lecture
 with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.app.views.decode import REUSE, download, draw, run_settings
@@ -108,6 +106,8 @@ if stale and state.reuse_playing:
 can_step = decode_view.can_step(gen, stale)
 
 with head[1], settings_box(tr("reuse.settings"), border=True):
+    if lecture:  # behind the settings button, not a row of its own: the growth idea keeps one 720 px screen
+        share_box()
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)

@@ -151,6 +151,9 @@ def cache_grid_html(
     """
     esc = html.escape
     n = max((len(r) for r in written), default=0)
+    # A position with no token text to show (a byte of an unfinished character, a rolled-back slot) is named by
+    # its index rather than left without a label.
+    labels = list(labels) + [str(i) for i in range(len(labels), n)]
     newest = max((r[-1] for r in written if r), default=0)
     font = 20 if lecture else 13
     # On a projector the spaces between title, rows, ticks and legend are trimmed (20 px): the step idea of

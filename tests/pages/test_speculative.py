@@ -171,3 +171,19 @@ def test_download_this_run_waits_for_a_run_then_offers_it():
     at = _run(at, "ngram", 2)
     button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-spec_download"))
     assert not button.disabled and button.label == t("run_html.download", "ko")
+
+
+def test_korean_on_smollm2_steps_past_an_unfinished_character(smollm2_dir):
+    """SmolLM2 on the Korean preset ends a step inside a character (a lone <0xEA> byte): the grid has a position the
+    token strip has no text for yet, which raised an IndexError in the grid's newest-position tick."""
+    at = AppTest.from_file(HOME, default_timeout=300)
+    at.query_params["lang"] = "ko"
+    at.query_params["lecture"] = "1"
+    at.query_params["model"] = "smollm2"
+    at.run()
+    at.switch_page(PAGE).run()
+    at.button(key="spec_btn_prefill").click().run()
+    for _ in range(8):
+        _step(at)
+        assert not at.exception, at.exception[0].message
+    assert len(at.session_state["spec_gen"].events) > 2
