@@ -10,7 +10,11 @@ from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
 settings = page_setup("check.title")
-st.title(tr("check.title"))
+# On a projector "Share with the room" and the count of answers revealed sit in the title's row: rows of their own
+# pushed a question past 720 px.
+title_at, share_at, progress_at = (st.columns([1, 1, 1], vertical_alignment="center") if settings.lecture
+                                   else (st, None, None))
+title_at.title(tr("check.title"))
 if not settings.lecture:  # on the projector the presenter says it: the question gets the screen
     st.write(tr("check.intro"))
 values = quiz.explain_values()
@@ -30,7 +34,10 @@ if follower_room():  # a follower of a lecture: the question the lecturer opened
     follow_check(lambda i: labels_of(quiz.question(i)), lambda i: quiz.question(i).answer,
                  lambda i: tr(f"check.{i}_q", **values), lambda i: explain(quiz.question(i)), "pages/6_Check.py")
     st.stop()
-sharing = settings.lecture and share_box() is not None
+if settings.lecture:
+    with share_at:
+        room_id = share_box()
+sharing = settings.lecture and room_id is not None
 if sharing:
     publish({"page": "check"}, "pages/6_Check.py")  # followers on another page get a link here
 
@@ -94,4 +101,4 @@ for i, q in enumerate(quiz.QUESTIONS):
         st.write(tr("check.misconceptions_intro"))
     ask(i + 1, q)
 if settings.lecture:
-    st.caption(progress)
+    progress_at.caption(progress)

@@ -18,7 +18,7 @@ PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
 DRAFT_COLOR = "#9b59d0"  # speculative decoding: K/V an early-exit draft wrote into the target's shared layers
 REJECTED_COLOR = "#e5484d"  # positions a verify pass wrote and the rollback then removed
 MAX_TICKS = 48
-LECTURE_HEIGHT = 310  # px: under the decode page's controls, token strip and tabs, at 1280×720
+LECTURE_HEIGHT = 290  # px: under the decode page's controls, a two-line token strip and the tabs, at 1280×720
 
 
 def _position_axis(labels: Sequence[str], max_ticks: int = MAX_TICKS) -> dict:
