@@ -5,7 +5,7 @@ from kvviz.app.language import tr
 from kvviz.app.lecture import ideas
 from kvviz.app.navigation import link_to
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import ask_room, follow_check, follower_room, publish, share_box
+from kvviz.app.views.room import ROOM, ask_room, follow_check, follower_room, publish, share_box
 from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
@@ -35,7 +35,8 @@ if follower_room():  # a follower of a lecture: the question the lecturer opened
                  lambda i: tr(f"check.{i}_q", **values), lambda i: explain(quiz.question(i)), "pages/6_Check.py")
     st.stop()
 if settings.lecture:
-    with share_at:
+    # The button in the title's row; an open room's link and QR code full width, large enough to scan.
+    with share_at if ROOM.get("id") is None else st.container():
         room_id = share_box()
 sharing = settings.lecture and room_id is not None
 if sharing:
