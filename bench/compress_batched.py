@@ -4,10 +4,12 @@ time of each and their ratio, the passes each ran, and the largest difference be
 Ratios, never asserted.
 
     python bench/compress_batched.py [--model smollm2] [--budgets 64] [--tokens 512] [--seq-len 256] [--threads 1]
-        [--methods window,streaming,h2o,snapkv,int8,int4,fp8,gqa,mqa] [--page]
+        [--methods window,streaming,h2o,snapkv,int8,int4,fp8,gqa,mqa] [--page] [--batched-only]
 
 --page: the page's default comparison instead (two budgets, fp8 with both scale settings, GQA/MQA where the model's
 KV heads allow: quality.all_methods).
+--batched-only: time only the batched way (what the page runs), e.g. the page's default comparison as the page runs
+it: `--page --budgets 64,128`.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--page", action="store_true")
+    ap.add_argument("--batched-only", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     backend = load_backend(args.model, device="cpu")
@@ -45,13 +48,17 @@ def main() -> None:
         methods += [Method(n) for n in args.methods.split(",") if n not in EVICTION]
     text = quality.held_out_text()
     times, rows, passes = {}, {}, {}
-    for batched in (False, True):
+    for batched in (True,) if args.batched_only else (False, True):
         sweep = quality.evaluation(backend, [Method("full"), *methods], text, seq_len=args.seq_len,
                                    n_tokens=args.tokens, batched=batched)
         start = time.perf_counter()
         for rows[batched] in sweep.runs:
             pass
         times[batched], passes[batched] = time.perf_counter() - start, sweep.total
+    if args.batched_only:
+        print(f"{backend.spec.name}, {len(methods)} methods + full, {args.tokens} tokens in chunks of {args.seq_len}, "
+              f"{args.threads} thread(s); rows of one batch: {times[True]:.1f} s ({passes[True]} forward passes)")
+        return
     diff, worst = max((abs(a.perplexity / b.perplexity - 1), a.label) for a, b in zip(rows[False], rows[True],
                                                                                        strict=True))
     print(f"{backend.spec.name}, {len(methods)} methods + full, {args.tokens} tokens in chunks of {args.seq_len}, "

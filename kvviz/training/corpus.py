@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import os
 import re
 import subprocess
@@ -309,9 +310,24 @@ def fetch_sources(root: Path = DEFAULT_SOURCES, log=print) -> dict[str, str]:  #
     return versions
 
 
+def documents(root: Path, versions: dict[str, str]) -> list[Document]:
+    """The documents of the unpacked sources, parsed once per set of package versions and per version of this
+    module, then read back from a JSON file beside the sources. Parsing 2,500 help pages takes about a minute on
+    two cores; every process that evaluates held-out text (the CLI, each app server, the tests) needs them."""
+    key = hashlib.sha256(json.dumps(versions, sort_keys=True).encode() + Path(__file__).read_bytes()).hexdigest()
+    path = root / f"documents-{key[:16]}.json"
+    if path.is_file():
+        return [Document(name, text) for name, text in json.loads(path.read_text(encoding="utf-8"))]
+    docs = english_documents(root) + korean_documents(root)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half a file
+    tmp.write_text(json.dumps([[d.name, d.text] for d in docs], ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
+    return docs
+
+
 def build_corpus(root: Path = DEFAULT_SOURCES, log=print) -> Corpus:  # noqa: ANN001
     versions = fetch_sources(root, log)
-    docs = english_documents(root) + korean_documents(root)
+    docs = documents(root, versions)
     return Corpus(
         source="Python 3.11 documentation (python3.11-doc), LibreOffice help in Korean (libreoffice-help-ko), "
                "konlpy's kolaw and kobill",

@@ -76,3 +76,23 @@ def test_held_out_split_is_by_document_and_per_language():
     stats = corpus.stats()
     assert stats["ko_held_out_documents"] + stats["ko_train_documents"] == 400
     assert is_held_out("ko:kolaw/constitution") == is_held_out("ko:kolaw/constitution")
+
+
+def test_documents_are_parsed_once_per_versions_and_read_back_equal(tmp_path, monkeypatch):
+    from kvviz.training import corpus
+
+    parsed = []
+
+    def english(root):  # noqa: ANN001, ANN202 - stands in for the 2,500 pages parsed from the real packages
+        parsed.append(root)
+        return [Document("en:library/os", "The os module.\nIt has \"quotes\" and 한국어.")]
+
+    monkeypatch.setattr(corpus, "english_documents", english)
+    monkeypatch.setattr(corpus, "korean_documents", lambda root: [Document("ko:kolaw/constitution", "대한민국 헌법")])
+    versions = {"python3.11-doc": "3.11.2-6", "konlpy": "0.6.0"}
+    first = corpus.documents(tmp_path, versions)
+    again = corpus.documents(tmp_path, versions)
+    assert again == first and len(parsed) == 1  # read back from the file, equal to what was parsed
+    assert [p.name for p in tmp_path.iterdir()] == [next(tmp_path.glob("documents-*.json")).name]
+    corpus.documents(tmp_path, {**versions, "konlpy": "0.6.1"})  # another package version: parsed again
+    assert len(parsed) == 2
