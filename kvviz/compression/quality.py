@@ -17,6 +17,16 @@ from kvviz.engine.sweeps import Sweep
 from kvviz.errors import InputError
 
 DEFAULT_TOKENS = 2048  # evaluated text per method: a few thousand tokens keeps a CPU run to seconds
+# The page's default text per method. Every decode pass reads all the weights, so the comparison's time grows with
+# the model's size: the shipped model (4.7M parameters) runs 512 tokens in seconds, SmolLM2 (135M) took 253 s for
+# 512 on 2 cores (bench/compress_batched.py --page --budgets 64,128 --batched-only, docs/measurements.md): a model
+# past SMALL_MODEL_PARAMS starts at one chunk of the default 256 instead, about half of that.
+PAGE_TOKENS, LARGE_MODEL_PAGE_TOKENS, SMALL_MODEL_PARAMS = 512, 256, 50_000_000
+
+
+def page_tokens(n_params: int) -> int:
+    """The tokens the page evaluates by default for a model of n_params parameters."""
+    return PAGE_TOKENS if n_params <= SMALL_MODEL_PARAMS else LARGE_MODEL_PAGE_TOKENS
 MAX_TEXT_BYTES = 2_000_000
 
 

@@ -180,3 +180,12 @@ def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
     assert len(table) == len(rows) and len(at.get("plotly_chart")) == 3
     assert list(table[t("compression.table_ppl", lang)])[1:] == [round(r.perplexity, 3) for r in rows[1:]]
     assert not at.button(key="cc_run").disabled and at.button(key="cc_cancel").disabled
+
+
+def test_the_default_tokens_follow_the_models_size():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["kv_model"] = "random"
+    at.session_state["kv_shape"] = SMALL  # 0.6M parameters: the small model's default
+    at.switch_page(PAGE)
+    at.run()
+    assert at.selectbox[[s.label for s in at.selectbox].index(t("compression.n_tokens", "en"))].value == 512

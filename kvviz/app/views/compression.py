@@ -59,8 +59,9 @@ def choices(box: Any, backend: Any, *, native: bool, hosted: Any, lecture: bool)
     tokens = [256, 512] if hosted is not None else [256, 512, 1024, 2048]  # a shared demo runs less
     seq_len = persisted(c2.selectbox, url_state("seq", lengths[min(1, len(lengths) - 1)], one_of(lengths, int)),
                         tr("compression.seq_len"), options=lengths, help=tr("compression.seq_len_help"))
-    n_tokens = persisted(c3.selectbox, url_state("tokens", 512, one_of(tokens, int)), tr("compression.n_tokens"),
-                         options=tokens)
+    default_tokens = quality.page_tokens(backend.spec.n_params)
+    n_tokens = persisted(c3.selectbox, url_state("tokens", default_tokens, one_of(tokens, int)),
+                         tr("compression.n_tokens"), options=tokens)
     st.session_state.setdefault("cc_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
     shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
                        format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
