@@ -195,9 +195,10 @@ def cache_grid_html(
         css += (".G .kv-track::after{content:'';position:absolute;inset:0;pointer-events:none;background:"
                 f"repeating-linear-gradient(to right,transparent 0,transparent calc(100% / {n} - 1px),"
                 f"#fff calc(100% / {n} - 1px),#fff calc(100% / {n}))}}")
-    gid = f"kv-g{zlib.crc32(css.encode()):08x}"
-    out = [f'<div class="kv-grid {gid}" data-positions="{n}" style="font-family:ui-monospace,monospace;'
-           f'font-size:{font}px;line-height:1.2;color:#31333f"><style>{css.replace(".G ", f".{gid} ")}</style>',
+    gid = f"{zlib.crc32(css.encode()):08x}"
+    css = css.replace(".G ", f".kv-grid[data-css='{gid}'] ")
+    out = [f'<div class="kv-grid" data-css="{gid}" data-positions="{n}" style="font-family:ui-monospace,monospace;'
+           f'font-size:{font}px;line-height:1.2;color:#31333f"><style>{css}</style>',
            f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
            f"{esc(title)}"
            + (f' <span class="kv-grid-help" title="{esc(title_help)}" style="cursor:help;color:#808495;'
