@@ -3,7 +3,12 @@
 Runs the real app (`streamlit run app.py`) and the system Chromium through tests/browser/harness.py.
 
 - step latency: median and p90 of click Step → page redrawn (new token in the strip, the cache grid one column wider,
-  the script idle) over --steps steps, next to the model's own per-pass time read from the page;
+  the script idle) over --steps steps, next to the model's own per-pass time read from the page, and split where the
+  time goes, on the page's own clock (performance.now()): click → the rerun request on the websocket; request → the
+  server's last message (the server's own fragment run, from its timing log, and the rest: Streamlit's queueing,
+  serializing and the transfer), with the bytes received; last message → redrawn (the browser); and Chromium's own
+  main-thread time over the step (CDP Performance.getMetrics: script, style, layout, the rest = paint, compositing,
+  parsing, GC) and the page's element count;
 - rapid clicks: --rapid clicks as fast as Playwright can send them (no waiting between), then the number of
   new tokens (goal: exactly one per click);
 - Play: the measured rate over --play-steps steps at --play-speed steps/s (from the tokens' arrival times);
@@ -15,12 +20,15 @@ Runs the real app (`streamlit run app.py`) and the system Chromium through tests
   goal: the first screen <= 3 s on each page.
 
     python bench/app_step_latency.py [--model tiny|smollm2] [--steps 20] [--rapid 30] [--play-steps 20]
-                                     [--play-speed 4] [--threads N]
+                                     [--play-speed 4] [--threads N] [--no-direct] [--lecture]
+    python bench/app_step_latency.py --compare OTHER_CHECKOUT [--rounds 3] [--steps 10] [--model smollm2]
+        # step latency only, this checkout's app and OTHER_CHECKOUT's on two servers, alternating rounds
     python bench/app_step_latency.py --direct-only [--model smollm2]   # only the pages opened directly
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -34,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"
 from harness import IDLE, ROOT, TOKENS_JS, app_server, chromium, url_path, wait_charts, wait_idle  # noqa: E402
 
 # Counted in tokens, not chips: a run of byte tokens (a Korean syllable, an emoji) is one chip of several tokens.
-UPDATED = f"""([n, cached]) => document.querySelector("{IDLE}") !== null
-  && ({TOKENS_JS}) === n
+UPDATED_BODY = f"""document.querySelector("{IDLE}") !== null && ({TOKENS_JS}) === n
   && document.querySelector('.kv-grid[data-positions="' + cached + '"]') !== null"""
 STEP = "button.kv-step"
 
@@ -77,21 +84,153 @@ def open_decode_page(page, url: str) -> float:  # noqa: ANN001
     return home_s
 
 
-def step_latency(page, n: int) -> dict:  # noqa: ANN001
+# On the page's own clock: the Step click, and each websocket message sent and received (time, bytes). The
+# listener is added when the socket is made, before Streamlit's own handler, so a message is timed as it arrives.
+PROBE_JS = """(() => {
+  const T = window.__kvT = {click: 0, sent: [], recv: []};
+  window.addEventListener('click', (e) => {  // the button may sit in a component's shadow root
+    if (e.composedPath().some((el) => el.classList && el.classList.contains('kv-step'))) T.click = performance.now();
+  }, true);
+  const size = (d) => d ? (d.byteLength ?? d.size ?? d.length ?? 0) : 0;
+  const WS = window.WebSocket;
+  class Timed extends WS {
+    constructor(...a) {
+      super(...a);
+      this.addEventListener('message', (ev) => T.recv.push([performance.now(), size(ev.data)]));
+    }
+    send(d) { T.sent.push([performance.now(), size(d)]); return super.send(d); }
+  }
+  window.WebSocket = Timed;
+})();"""
+# Chromium's main-thread time by kind (seconds, cumulative): CDP Performance.getMetrics.
+METRICS = ("TaskDuration", "ScriptDuration", "RecalcStyleDuration", "LayoutDuration")
+
+
+def chrome_metrics(cdp) -> dict[str, float]:  # noqa: ANN001 - a CDPSession
+    return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+
+
+def step_latency(page, n: int, cdp=None) -> dict:  # noqa: ANN001
+    """n Steps, each timed click -> redrawn, and split (see the module's docstring) when the page has PROBE_JS."""
     step = page.locator(STEP)
-    wall, chip_ms, model_ms = [], [], []
+    keys = ("wall", "chip", "model", "to_send", "to_first", "to_last", "tail", "bytes", "task", "script", "style",
+            "layout", "nodes")
+    out: dict[str, list[float]] = {k: [] for k in keys}
+    probed = page.evaluate("() => !!window.__kvT")
     for _ in range(n):
         before, cols = tokens(page), cached(page)
+        page.evaluate("() => { if (window.__kvT) { __kvT.sent = []; __kvT.recv = []; __kvT.click = 0; } }")
+        m0 = chrome_metrics(cdp) if cdp else {}
         t0 = time.perf_counter()
         step.click()
         page.wait_for_function(f"n => ({TOKENS_JS}) === n", arg=before + 1,
                                timeout=60_000, polling="raf")
-        chip_ms.append((time.perf_counter() - t0) * 1e3)
-        page.wait_for_function(UPDATED, arg=[before + 1, cols + 1], timeout=60_000, polling="raf")
-        wall.append((time.perf_counter() - t0) * 1e3)
+        out["chip"].append((time.perf_counter() - t0) * 1e3)
+        # The moment the condition held, on the page's clock.
+        page.wait_for_function(f"([n, cached]) => ({UPDATED_BODY}) && ((window.__kvDone = "
+                               "performance.now()), true)", arg=[before + 1, cols + 1], timeout=60_000,
+                               polling="raf")
+        out["wall"].append((time.perf_counter() - t0) * 1e3)
+        if cdp:
+            m1 = chrome_metrics(cdp)
+            for key, name in zip(("task", "script", "style", "layout"), METRICS, strict=True):
+                out[key].append((m1[name] - m0[name]) * 1e3)
+            out["nodes"].append(m1["Nodes"])
+        if probed:
+            t = page.evaluate("() => ({click: __kvT.click, done: window.__kvDone, sent: __kvT.sent, "
+                              "recv: __kvT.recv})")
+            sent = next((ts for ts, _ in t["sent"] if ts >= t["click"]), t["click"])
+            recv = [(ts, b) for ts, b in t["recv"] if sent <= ts <= t["done"]]
+            last = recv[-1][0] if recv else sent
+            out["to_send"].append(sent - t["click"])
+            out["to_first"].append((recv[0][0] if recv else sent) - sent)
+            out["to_last"].append(last - sent)
+            out["tail"].append(t["done"] - last)
+            out["bytes"].append(sum(b for _, b in recv))
         status = page.get_by_text(re.compile(r"last pass [\d.]+ ms")).first.inner_text()
-        model_ms.append(float(re.search(r"last pass ([\d.]+) ms", status).group(1)))
-    return {"wall": wall, "chip": chip_ms, "model": model_ms}
+        out["model"].append(float(re.search(r"last pass ([\d.]+) ms", status).group(1)))
+    return out
+
+
+def server_runs(log: str, since: float, until: float) -> list[float]:
+    """The server's own fragment run (ms) of each run that served steps between `since` and `until`."""
+    if not os.path.exists(log):
+        return []
+    with open(log, encoding="utf-8") as f:
+        return [r["run_s"] * 1e3 for r in map(json.loads, f)
+                if r.get("event") == "reuse_steps" and since <= r["t"] <= until]
+
+
+def med(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "-"
+
+
+def print_split(lat: dict, runs: list[float]) -> None:
+    """Where a Step's time goes, medians over the steps."""
+    wall = lat["wall"]
+    print(f"click Step -> redrawn page ({len(wall)} steps): median {statistics.median(wall):.0f} ms, "
+          f"p90 {p90(wall):.0f} ms (min {min(wall):.0f}, max {max(wall):.0f})")
+    print(f"  of which click -> new token: median {statistics.median(lat['chip']):.0f} ms")
+    print(f"  model pass itself (StepEvent.seconds, the page's 'last pass'): median "
+          f"{statistics.median(lat['model']):.1f} ms")
+    if runs:
+        print(f"  server's own fragment run per step (script, incl. the model): "
+              f"median {statistics.median(runs):.0f} ms, p90 {p90(runs):.0f} ms")
+    if lat["to_last"]:
+        rest = [a - b for a, b in zip(lat["to_last"], runs, strict=False)] if len(runs) == len(lat["to_last"]) else []
+        print(f"  split (medians, page clock): click -> request sent {med(lat['to_send'])} ms; request -> server's "
+              f"first message {med(lat['to_first'])} ms, last message {med(lat['to_last'])} ms (fragment run "
+              f"{med(runs)}, queueing + serializing + transfer {med(rest)}); last message -> redrawn (browser) "
+              f"{med(lat['tail'])} ms; "
+              f"{statistics.median(lat['bytes']) / 1024:.1f} KiB received per step")
+    if lat["task"]:
+        other = [t - s - y - la for t, s, y, la in zip(lat["task"], lat["script"], lat["style"], lat["layout"],
+                                                       strict=True)]
+        print(f"  Chromium main thread over the step (Performance.getMetrics, medians): busy {med(lat['task'])} ms = "
+              f"script {med(lat['script'])} + style {med(lat['style'])} + layout {med(lat['layout'])} + "
+              f"paint/composite/other {med(other)}; DOM nodes {statistics.median(lat['nodes']):.0f}")
+
+
+def open_probed(browser, url: str, model: str, lecture: bool = False):  # noqa: ANN001, ANN201
+    """A page with PROBE_JS and a CDP session measuring it, opened on the decode page; and Home's seconds."""
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.add_init_script(PROBE_JS)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
+    query = f"?model={model}" + ("&lecture=1" if lecture else "")
+    home_s = open_decode_page(page, f"{url}/{query}")
+    return page, cdp, home_s
+
+
+def compare(other: str, args: argparse.Namespace) -> None:
+    """This checkout's app and `other`'s, each on its own server, measured in alternating rounds of --steps steps
+    (the machine's load drifts: alternating shares it fairly). Prints each app's split over all its rounds."""
+    roots = {"this": ROOT, "other": Path(other).resolve()}
+    logs = {k: tempfile.NamedTemporaryFile(prefix=f"kvviz-timing-{k}-", suffix=".jsonl", delete=False).name
+            for k in roots}
+    total = args.rounds * args.steps + 4
+    with chromium() as browser, contextlib.ExitStack() as stack:
+        pages, lats, runs, loads = {}, {k: {} for k in roots}, {k: [] for k in roots}, []
+        for k, root in roots.items():
+            url = stack.enter_context(app_server({"KVVIZ_TIMING_LOG": logs[k]}, root=root))
+            pages[k] = open_probed(browser, url, args.model, args.lecture)[:2]
+            prefill(pages[k][0], total)
+        for _ in range(args.rounds):
+            loads.append(os.getloadavg()[0])
+            for k in roots:
+                page, cdp = pages[k]
+                t_lat = time.time()
+                lat = step_latency(page, args.steps, cdp)
+                runs[k] += server_runs(logs[k], t_lat, time.time())
+                for key, values in lat.items():
+                    lats[k].setdefault(key, []).extend(values)
+        model = pages["this"][0].get_by_text(re.compile(r"· \d+ layers ·")).first.inner_text()
+    print(f"model: {model}; {args.rounds} alternating rounds of {args.steps} steps; load average (1 min) at each "
+          f"round: {', '.join(f'{x:.2f}' for x in loads)} on {os.cpu_count()} cores"
+          + ("; lecture mode" if args.lecture else ""))
+    for k, root in roots.items():
+        print(f"{k} ({root}):")
+        print_split(lats[k], runs[k])
 
 
 def rapid(page, n: int) -> tuple[int, float]:  # noqa: ANN001
@@ -169,7 +308,14 @@ def main() -> None:
     ap.add_argument("--play-speed", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for the app server (0 = inherit)")
     ap.add_argument("--direct-only", action="store_true", help="only every page opened directly on a fresh server")
+    ap.add_argument("--no-direct", action="store_true", help="skip the pages opened directly")
+    ap.add_argument("--lecture", action="store_true", help="the decode page in lecture mode (?lecture=1)")
+    ap.add_argument("--compare", metavar="CHECKOUT", help="step latency only: this app against CHECKOUT's, alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="with --compare: alternating rounds of --steps steps")
     args = ap.parse_args()
+    if args.compare:
+        compare(args.compare, args)
+        return
     log = tempfile.NamedTemporaryFile(prefix="kvviz-timing-", suffix=".jsonl", delete=False).name
     env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
     if args.direct_only:
@@ -181,36 +327,27 @@ def main() -> None:
         t_up = time.perf_counter()
         with app_server(env) as url:
             up_s = time.perf_counter() - t_up
-            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             t0 = time.perf_counter()
-            home_s = open_decode_page(page, f"{url}/?model={args.model}")
+            page, cdp, home_s = open_probed(browser, url, args.model, args.lecture)
             decode_s = time.perf_counter() - t0
             total = args.steps + args.rapid + args.play_steps + 8
             prefill(page, total)
             model = page.get_by_text(re.compile(r"· \d+ layers ·")).first.inner_text()
+            load = os.getloadavg()
             t_lat = time.time()
-            lat = step_latency(page, args.steps)
+            lat = step_latency(page, args.steps, cdp)
             t_lat_end = time.time()
             got, rapid_s = rapid(page, args.rapid) if args.rapid else (0, 0.0)
             if args.play_steps:
                 rate, note = play_rate(page, args.play_steps, args.play_speed)
-        print_direct(browser, env, args.model)
-    wall = lat["wall"]
+        if not args.no_direct:
+            print_direct(browser, env, args.model)
     print(f"model: {model}")
     print(f"OMP_NUM_THREADS: {args.threads or 'inherited'}")
     print(f"cold start: server healthy after {up_s:.1f} s; Home drawn {home_s:.2f} s after it was healthy "
           f"(decode page {decode_s:.2f} s incl. following the link); goal <= 3 s")
-    print(f"click Step -> redrawn page ({len(wall)} steps): median {statistics.median(wall):.0f} ms, "
-          f"p90 {p90(wall):.0f} ms (min {min(wall):.0f}, max {max(wall):.0f}); goal <= 400 ms")
-    print(f"  of which click -> new token: median {statistics.median(lat['chip']):.0f} ms")
-    print(f"  model pass itself (StepEvent.seconds): median {statistics.median(lat['model']):.1f} ms")
-    runs = []
-    if os.path.exists(log):
-        with open(log, encoding="utf-8") as f:
-            runs = [r["run_s"] * 1e3 for r in map(json.loads, f) if t_lat <= r["t"] <= t_lat_end]
-    if runs:
-        print(f"  server's own fragment run per step (script, incl. the model): "
-              f"median {statistics.median(runs):.0f} ms, p90 {p90(runs):.0f} ms")
+    print(f"load average during the steps: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+    print_split(lat, server_runs(log, t_lat, t_lat_end))
     if args.rapid:
         print(f"rapid clicks: {args.rapid} clicks -> {got} new tokens in {rapid_s:.1f} s "
               f"({'none lost' if got == args.rapid else f'{args.rapid - got} lost'})")

@@ -6,6 +6,7 @@ Every user-visible string comes in as an argument (the pages pass them translate
 from __future__ import annotations
 
 import html
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -168,33 +169,40 @@ def cache_grid_html(
     label_every = -(-int(1.2 * font) // (row_h + gap))  # a label a line of text below the last
     label_w = 5 * font
     share = 100 / max(n, 1)
-    out = [f'<div class="kv-grid" data-positions="{n}" style="font-family:ui-monospace,monospace;'
-           f'font-size:{font}px;line-height:1.2;color:#31333f">',
-           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
-           f"{esc(title)}"
-           + (f' <span class="kv-grid-help" title="{esc(title_help)}" style="cursor:help;color:#808495;'
-              f'font-weight:400">ⓘ</span>' if title_help else "") + "</div>"]
-    separators = ""
-    if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
-        separators = (f'<div style="position:absolute;inset:0;pointer-events:none;background:repeating-linear-gradient('
-                      f'to right,transparent 0,transparent calc(100% / {n} - 1px),#fff calc(100% / {n} - 1px),'
-                      f'#fff calc(100% / {n}))"></div>')
+    rows, drawn = [], set()  # the kinds drawn: each one's colour is said once, in the stylesheet
     for layer, row in enumerate(written):
         for kind_i, kind_name in enumerate(("K", "V")):
             name = f"{layer_names[layer] if layer_names else f'L{layer}'} {kind_name}"
             shown = name if (2 * layer + kind_i) % label_every == 0 else ""
-            out.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="display:flex;'
-                       f'align-items:center;height:{row_h}px;margin-bottom:{gap}px">'
-                       f'<div style="flex:none;width:{label_w}px;text-align:right;padding-right:8px;'
-                       f'box-sizing:border-box;{thin}">{shown}</div>'
-                       f'<div style="flex:1;position:relative;height:100%;display:flex;background:#f7f8fa">')
+            rows.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="height:{row_h}px;'
+                        f'margin-bottom:{gap}px"><div class="kv-lab">{shown}</div><div class="kv-track">')
             for a, b, kind, pa, pb in _segments(row, newest, kinds[layer] if kinds is not None else None):
+                drawn.add(kind)
                 tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",
                                    pass_=f"{pa}" if pa == pb else f"{pa}–{pb}")
-                out.append(f'<div class="kv-seg" data-kind="{kind}" data-from="{a}" data-to="{b}" title="{esc(tip)}" '
-                           f'style="flex:none;width:{(b - a + 1) * share:.4f}%;height:100%;'
-                           f'background:{_GRID_COLORS[kind]}"></div>')
-            out.append(separators + "</div></div>")
+                rows.append(f'<div class="kv-seg" data-kind="{kind}" data-from="{a}" data-to="{b}" '
+                            f'title="{esc(tip)}" style="width:{(b - a + 1) * share:.4f}%"></div>')
+            rows.append("</div></div>")
+    # What every row, label and block shares is said once, in the grid's own stylesheet (scoped by a class named
+    # after its rules): a Step redraws the whole grid, and SmolLM2's 60 rows were 68 KB of repeated inline styles per
+    # Step for the browser to sanitize and parse. Each block keeps its own width, each row its height.
+    css = (".G .kv-row{display:flex;align-items:center}"
+           f".G .kv-lab{{flex:none;width:{label_w}px;text-align:right;padding-right:8px;box-sizing:border-box;{thin}}}"
+           ".G .kv-track{flex:1;position:relative;height:100%;display:flex;background:#f7f8fa}"
+           ".G .kv-seg{flex:none;height:100%}"
+           + "".join(f'.G .kv-seg[data-kind="{k}"]{{background:{_GRID_COLORS[k]}}}' for k in sorted(drawn)))
+    if 1 < n <= 200:  # a white line between columns, while columns are wide enough to show one
+        css += (".G .kv-track::after{content:'';position:absolute;inset:0;pointer-events:none;background:"
+                f"repeating-linear-gradient(to right,transparent 0,transparent calc(100% / {n} - 1px),"
+                f"#fff calc(100% / {n} - 1px),#fff calc(100% / {n}))}}")
+    gid = f"{zlib.crc32(css.encode()):08x}"
+    css = css.replace(".G ", f".kv-grid[data-css='{gid}'] ")
+    out = [f'<div class="kv-grid" data-css="{gid}" data-positions="{n}" style="font-family:ui-monospace,monospace;'
+           f'font-size:{font}px;line-height:1.2;color:#31333f"><style>{css}</style>',
+           f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
+           f"{esc(title)}"
+           + (f' <span class="kv-grid-help" title="{esc(title_help)}" style="cursor:help;color:#808495;'
+              f'font-weight:400">ⓘ</span>' if title_help else "") + "</div>", *rows]
     if n:
         # Position ticks: evenly spaced and horizontal; the newest column always labelled, never overlapped.
         tick_w = 0.62 * font * 13 / 1000 * 100  # a label's share of a ~1000 px wide grid, in %

@@ -13,3 +13,12 @@ def test_no_element_is_sent_as_a_reference(monkeypatch):
     monkeypatch.delenv("STREAMLIT_GLOBAL_MIN_CACHED_MESSAGE_SIZE", raising=False)
     config.get_config_options(force_reparse=True)
     assert config.get_option("global.minCachedMessageSize") >= 1e12  # larger than any message can be
+
+
+def test_no_full_garbage_collection_after_each_run(monkeypatch):
+    """Streamlit's gc.collect(2) after every run walked torch's and the model's objects holding the GIL (~300 ms on
+    2 cores): a Step's finished deltas waited that long to be sent (bench/app_step_latency.py)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("STREAMLIT_RUNNER_POST_SCRIPT_GC", raising=False)
+    config.get_config_options(force_reparse=True)
+    assert config.get_option("runner.postScriptGC") is False

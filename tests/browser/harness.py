@@ -56,15 +56,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def app_server(env: dict[str, str] | None = None, timeout_s: float = 90, *, hosted: bool = False) -> Iterator[str]:
+def app_server(env: dict[str, str] | None = None, timeout_s: float = 90, *, hosted: bool = False,
+               root: Path = ROOT) -> Iterator[str]:
     """Yield the base URL of a running app, started as a user or a host does (`python -m kvviz serve`, which execs
-    `streamlit run app.py`, so the process is Streamlit's); stop it afterwards."""
+    `streamlit run app.py`, so the process is Streamlit's); stop it afterwards. `root`: another checkout's app
+    (bench/app_step_latency.py --compare)."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="kvviz-server-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvviz", "serve", "--port", str(port), "--address", "127.0.0.1",
          *(["--hosted"] if hosted else [])],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        cwd=root, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
     url = AppURL(f"http://127.0.0.1:{port}")
