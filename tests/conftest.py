@@ -5,7 +5,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One torch thread, as the app server runs: on CI's 2 cores the tests share the CPU with the app servers, Chromium
+# and llama-server they start, and two threads then wait on each other. The sinks test on SmolLM2 took 288 s with 2
+# threads and 30 s with 1 in one sitting (load average ~6).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
