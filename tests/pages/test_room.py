@@ -159,8 +159,12 @@ def test_redis_stopped_mid_lecture_stops_sharing_not_the_lecture(monkeypatch):
     assert lecturer.session_state["room_id"] is None  # the room is dropped here: the lecture goes on locally
     assert lecturer.session_state["reuse_gen"].n_generated == 3  # the step ran: prefill's token and two steps
     click_step(lecturer)
-    assert not lecturer.exception and not lecturer.main.error  # said once; the lecture goes on
+    assert not lecturer.exception  # the lecture goes on; the reason stays said, once, until dismissed
+    assert [e.value for e in lecturer.main.error if e.value.startswith("Sharing with the room stopped")] == [
+        lecturer.error[0].value]
     assert lecturer.session_state["reuse_gen"].n_generated == 4
+    lecturer.button(key="room_stopped_ok").click().run()
+    assert not lecturer.main.error
 
 
 def test_explore_from_here_then_follow_again(store):
@@ -200,3 +204,19 @@ def test_the_lecturer_leaving_keeps_the_last_state(store, monkeypatch):
     follower.run()
     assert follower.warning[0].value == "The lecturer left at step 2: this is the last state they shared."
     assert _grid_rows(follower) == _grid_rows(lecturer)
+
+
+def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
+    _, room_id, _ = _open_room(store)
+    store.max_followers = 1  # a hosted demo's cap (KVVIZ_MAX_ROOM_FOLLOWERS), here one seat
+    try:
+        first = open_page(CHECK, room=room_id)
+        assert not first.error
+        second = open_page(CHECK, lang="ko", room=room_id)
+        assert second.error[0].value.startswith("이 방은 가득 찼습니다") and "1명" in second.error[0].value
+        link = second.main.get("page_link")[-1].proto
+        assert link.page == "Check" and "room" not in link.query_string
+        first.run()  # the follower already in keeps its seat
+        assert not first.error
+    finally:
+        store.max_followers = None

@@ -19,21 +19,27 @@ import segno
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
+from kvviz.app.models import hosted_caps
 from kvviz.app.navigation import PAGES
 from kvviz.app.state import page_state
 from kvviz.errors import InputError
 from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 
 # explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
-ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None)
+# stopped: why this lecturer's sharing stopped (an InputError), said at the top of every page until dismissed
+ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None)
 POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
 QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
 
 
 @st.cache_resource(show_spinner=False)
 def room_store() -> RoomStore:
-    """One store per server process: every session (lecturer and followers) reads and writes the same rooms."""
-    return store_from_env()
+    """One store per server process: every session (lecturer and followers) reads and writes the same rooms; a
+    hosted demo's caps on rooms and followers enforced by it."""
+    caps = hosted_caps()
+    if caps is None:
+        return store_from_env()
+    return store_from_env(max_rooms=caps.max_rooms, max_followers=caps.max_room_followers)
 
 
 def follower_room() -> str | None:
@@ -83,20 +89,31 @@ def qr_svg(url: str) -> str:
     return out.getvalue().decode()
 
 
-def _try(fn: Callable[[], object]) -> object | None:
-    """Run a store call; a fault stops the sharing (said, with why), never the lecture."""
+def _try(fn: Callable[[], object], *, callback: bool = False) -> object | None:
+    """Run a store call; a fault stops the sharing (said, with why), never the lecture. The room out of reach:
+    the page is drawn again at once (not in a widget's `callback`, which runs before the page anyway), so the
+    reason stands at its top (heartbeat) rather than in a fragment the next step or beat redraws."""
     try:
         return fn()
     except InputError as e:
-        if e.locale_key in ("room.store_down", "room.gone"):  # the room is out of reach: this page goes on alone
-            ROOM.reset("id", "secret")
-        show_error(e)
+        if e.locale_key not in ("room.store_down", "room.gone"):
+            show_error(e)
+            return None
+        ROOM.reset("id", "secret")  # the room is out of reach: this page goes on alone
+        ROOM.set("stopped", e)
+        if not callback:
+            st.rerun(scope="app")
         return None
 
 
 def heartbeat() -> None:
-    """On every page (page_setup calls it) while this session holds an open room: the lecturer is still here, so
-    followers are told when the lecturer's browser has closed."""
+    """On every page (page_setup calls it): why sharing stopped, if it did; and while this session holds an open
+    room, the lecturer is still here, so followers are told when the lecturer's browser has closed."""
+    stopped = ROOM.get("stopped")
+    if stopped is not None:
+        with st.container(horizontal=True, vertical_alignment="center"):
+            st.error(stopped.message(lang()), icon=":material/portable_wifi_off:")
+            st.button(tr("room.dismiss"), key="room_stopped_ok", on_click=lambda: ROOM.set("stopped", None))
     if ROOM.get("id") is None:
         return
 
@@ -110,7 +127,7 @@ def heartbeat() -> None:
 
 
 def _end_room(room_id: str) -> None:
-    _try(lambda: room_store().end(room_id, ROOM.get("secret")))
+    _try(lambda: room_store().end(room_id, ROOM.get("secret")), callback=True)
     ROOM.reset("id", "secret")
     st.toast(tr("room.ended"))
 
@@ -118,8 +135,9 @@ def _end_room(room_id: str) -> None:
 def share_box() -> str | None:
     """The lecturer's "Share with the room" and, once open, the link and its QR code; returns the open room's id."""
     def open_room() -> None:
-        room = _try(room_store().create)
+        room = _try(room_store().create, callback=True)
         if room is not None:
+            ROOM.set("stopped", None)
             ROOM.set("id", room.id)
             ROOM.set("secret", room.secret)
 
@@ -168,7 +186,7 @@ def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], a
         _counts(poll.counts, labels, answer if poll.revealed else None)
         if not poll.revealed:
             st.button(tr("room.reveal_room"), key=f"room_reveal_{question}", type="primary",
-                      on_click=lambda: _try(lambda: room_store().reveal(room_id, secret)))
+                      on_click=lambda: _try(lambda: room_store().reveal(room_id, secret), callback=True))
         else:
             st.success(tr("room.correct_was", answer=labels[answer]))
             explain()
@@ -197,7 +215,10 @@ def _elsewhere(view: dict | None, own_page: str) -> bool:
 
 def _unreachable(e: InputError, own_page: str) -> None:
     """An unknown, ended or unreachable room: said, and the same page on its own linked."""
-    show_error(e)
+    if e.locale_key == "room.store_down":  # the lecturer's words ("the lecture goes on here") are not a follower's
+        st.error(tr("room.store_down_follower", **e.params))
+    else:
+        show_error(e)
     # the same page, without the room: its language kept, nothing of the lecture
     st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
 
@@ -213,6 +234,7 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
         if follower_room() is None:  # "Explore from here" was pressed in this fragment: the whole page changes
             st.rerun(scope="app")
         try:
+            room_store().follow(room_id, _follower_id())  # a seat in the room (a hosted demo caps them)
             _, view = room_store().read(room_id)
         except InputError as e:
             _unreachable(e, own_page)
@@ -244,6 +266,7 @@ def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[
     @st.fragment(run_every=POLL_S)
     def live() -> None:
         try:
+            room_store().follow(room_id, _follower_id())
             poll, (_, view) = room_store().tally(room_id), room_store().read(room_id)
         except InputError as e:
             _unreachable(e, own_page)
