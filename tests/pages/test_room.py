@@ -220,3 +220,19 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
         assert not first.error
     finally:
         store.max_followers = None
+
+
+def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
+    lecturer, room_id, _ = _open_room(store)
+    follower = open_page(CHECK, lang="ko", room=room_id)
+    lecturer.switch_page("pages/3_Memory_Footprint.py").run()  # no Share there: the room is told where instead
+    assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
+    assert store.read(room_id)[1] == {"page": None, "path": "pages/3_Memory_Footprint.py"}
+    follower.run()
+    assert follower.info[0].value.startswith("강의자는 “메모리 사용량” 페이지에 있습니다. 이 페이지는 아직")
+    link = follower.main.get("page_link")[-1].proto
+    assert link.page == "Memory_Footprint" and "room" not in link.query_string  # that page, on one's own
+    lecturer.switch_page(CHECK).run()  # back: followed again
+    assert store.read(room_id)[1]["path"] == CHECK
+    follower.run()
+    assert [i.value for i in follower.info] == [t("room.waiting", "ko")]  # the room's question box again

@@ -13,21 +13,27 @@ from __future__ import annotations
 import io
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import segno
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import hosted_caps
-from kvviz.app.navigation import PAGES
+from kvviz.app.navigation import PAGES, ROOT
 from kvviz.app.state import page_state
 from kvviz.errors import InputError
 from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 
 # explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
-# stopped: why this lecturer's sharing stopped (an InputError), said at the top of every page until dismissed
-ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None)
+# stopped: why this lecturer's sharing stopped (an InputError), said at the top of every page until dismissed;
+# at: the page the room was last told the lecturer is on
+ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None)
+# The pages a room can follow (they publish what they draw and draw a follower's view); the lecturer on any other
+# page: followers are told which, and linked to it on their own. Only these pages offer "Share with the room".
+FOLLOWED = ("pages/1_Reusing_Past_KV.py", "pages/6_Check.py")
 POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
 QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
 
@@ -99,7 +105,7 @@ def _try(fn: Callable[[], object], *, callback: bool = False) -> object | None:
         if e.locale_key not in ("room.store_down", "room.gone"):
             show_error(e)
             return None
-        ROOM.reset("id", "secret")  # the room is out of reach: this page goes on alone
+        ROOM.reset("id", "secret", "at")  # the room is out of reach: this page goes on alone
         ROOM.set("stopped", e)
         if not callback:
             st.rerun(scope="app")
@@ -116,6 +122,9 @@ def heartbeat() -> None:
             st.button(tr("room.dismiss"), key="room_stopped_ok", on_click=lambda: ROOM.set("stopped", None))
     if ROOM.get("id") is None:
         return
+    here = _this_page()
+    if here is not None and here not in FOLLOWED and ROOM.get("at") != here:
+        publish({"page": None}, here)  # followers are told where the lecturer went (it cannot be followed yet)
 
     @st.fragment(run_every=LECTURER_BEAT_S)
     def beat() -> None:
@@ -126,9 +135,21 @@ def heartbeat() -> None:
     beat()
 
 
+def _this_page() -> str | None:
+    """The page this run draws, as PAGES names it (pages/3_Memory_Footprint.py), or None outside a run."""
+    ctx = get_script_run_ctx()
+    info = ctx.pages_manager.get_pages().get(ctx.page_script_hash) if ctx is not None else None
+    if not info or not info.get("script_path"):
+        return None
+    try:
+        return Path(info["script_path"]).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+
+
 def _end_room(room_id: str) -> None:
     _try(lambda: room_store().end(room_id, ROOM.get("secret")), callback=True)
-    ROOM.reset("id", "secret")
+    ROOM.reset("id", "secret", "at")
     st.toast(tr("room.ended"))
 
 
@@ -137,7 +158,7 @@ def share_box() -> str | None:
     def open_room() -> None:
         room = _try(room_store().create, callback=True)
         if room is not None:
-            ROOM.set("stopped", None)
+            ROOM.reset("stopped", "at")
             ROOM.set("id", room.id)
             ROOM.set("secret", room.secret)
 
@@ -198,8 +219,8 @@ def publish(view: dict, path: str) -> None:
     """Send what the lecturer's page (`path`) draws to the room, if one is open (a fault stops sharing, not the
     page); followers on another page get a link to this one."""
     room_id, secret = ROOM.get("id"), ROOM.get("secret")
-    if room_id is not None:
-        _try(lambda: room_store().publish(room_id, secret, {**view, "path": path}))
+    if room_id is not None and _try(lambda: room_store().publish(room_id, secret, {**view, "path": path})):
+        ROOM.set("at", path)
 
 
 def _elsewhere(view: dict | None, own_page: str) -> bool:
@@ -208,6 +229,10 @@ def _elsewhere(view: dict | None, own_page: str) -> bool:
     page = next((p for p in PAGES if p.path == path), None)
     if page is None or path == own_page:
         return False
+    if path not in FOLLOWED:  # the lecturer is on a page a room cannot follow yet: that page, on one's own
+        st.info(tr("room.lecturer_on_unfollowed", page=tr(page.title_key)))
+        st.page_link(path, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
+        return True
     st.page_link(path, label=tr("room.lecturer_on", page=tr(page.title_key)), icon=":material/arrow_forward:",
                  query_params={"room": follower_room(), "lang": lang()})
     return True
