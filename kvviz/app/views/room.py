@@ -169,7 +169,7 @@ def share_box() -> str | None:
     room_id = ROOM.get("id")
     with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
         text, code = st.columns([3, 2], vertical_alignment="center")  # the code ~470 px: whole on a 720 px screen
-        text.subheader(tr("room.scan"))
+        text.markdown(f"**{tr('room.scan')}**")  # a subheader was drawn half under the code box (lecture CSS)
         text.code(_link(room_id), language=None, wrap_lines=True)
         text.button(tr("room.end"), key="room_end", icon=":material/logout:", on_click=_end_room, args=(room_id,))
         code.image(qr_svg(_link(room_id)), width="stretch")  # the column's width: scannable from the back
