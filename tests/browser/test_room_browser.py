@@ -166,7 +166,7 @@ def test_a_live_question_answered_by_three_followers_then_the_room_ended(browser
     lecture.close()
 
 
-def test_redis_stopped_mid_lecture(browser):
+def test_redis_stopped_mid_lecture(browser, shots):
     """The rooms in a real redis-server; it stops after the lecturer's first step: the lecturer is told sharing
     stopped and why, steps on, and the follower is told the room cannot be reached. No traceback anywhere."""
     from tests.room.conftest import redis_server
@@ -183,11 +183,14 @@ def test_redis_stopped_mid_lecture(browser):
         proc.terminate()
         proc.wait(timeout=10)
         _step(projector)
-        expect(projector.get_by_text("Sharing with the room stopped", exact=False)).to_be_visible()
+        stopped = projector.get_by_text("Sharing with the room stopped", exact=False)
+        expect(stopped).to_be_visible()
+        assert stopped.bounding_box()["width"] > 600  # read from the back of the room, not squeezed beside a button
         assert _seen(projector)["status"][1] == "2"  # the lecture went on
         _step(projector)
         assert _seen(projector)["status"][1] == "3"
         expect(phone.get_by_text("cannot be reached", exact=False)).to_be_visible(timeout=15_000)
+        projector.screenshot(path=shots / "room_lecturer_redis_stopped.png")
         for pg in (projector, phone):
             assert pg.locator("[data-testid='stException']").count() == 0
         context.close()

@@ -117,9 +117,9 @@ def heartbeat() -> None:
     room, the lecturer is still here, so followers are told when the lecturer's browser has closed."""
     stopped = ROOM.get("stopped")
     if stopped is not None:
-        with st.container(horizontal=True, vertical_alignment="center"):
-            st.error(stopped.message(lang()), icon=":material/portable_wifi_off:")
-            st.button(tr("room.dismiss"), key="room_stopped_ok", on_click=lambda: ROOM.set("stopped", None))
+        # one under the other: in a horizontal row the message was squeezed to nothing beside its button
+        st.error(stopped.message(lang()), icon=":material/portable_wifi_off:")
+        st.button(tr("room.dismiss"), key="room_stopped_ok", on_click=lambda: ROOM.set("stopped", None))
     if ROOM.get("id") is None:
         return
     here = _this_page()
@@ -248,37 +248,45 @@ def _unreachable(e: InputError, own_page: str) -> None:
     st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
 
 
+def _room_now(room_id: str) -> tuple[int, dict | None, bool, InputError | None]:
+    """What a follower's screen shows of the room: (version, view, whether the lecturer left, the error if the room
+    is out of reach). Each call also holds this follower's seat (a hosted demo caps the seats)."""
+    try:
+        room_store().follow(room_id, _follower_id())
+        version, view = room_store().read(room_id)
+        return version, view, view is not None and room_store().lecturer_left(room_id), None
+    except InputError as e:
+        return -1, None, False, e
+
+
 def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
-    """A follower's page: what the lecturer's page last published, re-read once a second and drawn by `draw` (the
-    page's own drawing functions); the follower runs no model and changes nothing."""
+    """A follower's page: what the lecturer's page last published, drawn by `draw` (the page's own drawing
+    functions); the follower runs no model and changes nothing. The room is re-read once a second, and the page
+    drawn again only when it changed: a poll that finds nothing new costs a few store reads, not a redraw (every
+    poll redrawing the view held one app server's core with eight followers)."""
     room_id = follower_room()
     st.caption(tr("room.following"))
-
-    @st.fragment(run_every=POLL_S)
-    def live() -> None:
-        if follower_room() is None:  # "Explore from here" was pressed in this fragment: the whole page changes
-            st.rerun(scope="app")
-        try:
-            room_store().follow(room_id, _follower_id())  # a seat in the room (a hosted demo caps them)
-            _, view = room_store().read(room_id)
-        except InputError as e:
-            _unreachable(e, own_page)
-            return
-        if _elsewhere(view, own_page):
-            return
-        if view is None or view.get("page") != page:
-            st.info(tr("room.waiting_run"))
-            return
-        try:
-            left = room_store().lecturer_left(room_id)
-        except InputError as e:
-            _unreachable(e, own_page)
-            return
+    version, view, left, error = shown = _room_now(room_id)
+    if error is not None:
+        _unreachable(error, own_page)
+    elif _elsewhere(view, own_page):
+        pass
+    elif view is None or view.get("page") != page:
+        st.info(tr("room.waiting_run"))
+    else:
         if left:  # the last state stays on screen
             st.warning(tr("room.lecturer_left", step=view.get("n_steps", 0)))
         draw(view)
 
-    live()
+    def mark(now: tuple) -> tuple:  # what a redraw depends on (an error by its kind: its reason may vary)
+        return now[0], now[2], None if now[3] is None else now[3].locale_key
+
+    @st.fragment(run_every=POLL_S)
+    def poll() -> None:
+        if mark(_room_now(room_id)) != mark(shown):
+            st.rerun(scope="app")
+
+    poll()
 
 
 def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[str], str],
