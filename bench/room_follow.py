@@ -1,16 +1,24 @@
-"""The room store alone: --followers simulated followers each reading the room once a second, while the lecturer
-publishes a Reusing Past K/V view every --publish-every seconds; in-process and on Redis (a redis-server this
-script starts on a free loopback port and stops). Prints each store's read latency (median, p99) and publish
-latency (median) from one run. Goal: p99 read <= 10 ms with 500 followers.
+"""A lecture room's cost and speed, in two parts.
 
-Not measured here yet: the lecturer's click -> a follower's screen redrawn in Chromium tabs.
+- Chromium tabs: the real app (`python -m kvviz serve`, tests/browser/harness.py), a lecturer's tab on Reusing Past
+  K/V in lecture mode that shared the page and prefilled, and --tabs follower tabs (390×844, each its own session);
+  the lecturer clicks Step --clicks times, and each follower tab records (a MutationObserver, the page's own clock)
+  when its cache grid shows the new position. Prints click -> follower redrawn, median and p90 over every
+  (click, tab), for each tab count. Goal: median <= 1 s with 10 tabs (a follower re-reads the room once a second).
+- The store alone: --followers simulated followers each reading the room once a second, while the lecturer
+  publishes a Reusing Past K/V view every --publish-every seconds; in-process and on Redis (a redis-server this
+  script starts on a free loopback port and stops). Prints each store's read latency (median, p99) and publish
+  latency (median). Goal: p99 read <= 10 ms with 500 followers.
 
-    python bench/room_follow.py [--followers 500] [--seconds 10] [--threads 8] [--publish-every 0.5]
+    python bench/room_follow.py [--tabs 1,10] [--clicks 10] [--followers 500] [--seconds 10] [--threads 8]
+                                [--publish-every 0.5] [--skip-browser] [--skip-store]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import statistics
 import sys
 import threading
@@ -18,8 +26,81 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
+
+from harness import IDLE, app_server, chromium, wait_idle  # noqa: E402
 
 from kvviz.room.store import MemoryStore, RedisStore, RoomStore  # noqa: E402
+
+# In a follower's tab: the page's clock when each number of cached positions was first drawn.
+OBSERVE = """() => { window.kvSeen = {}; new MutationObserver(() => {
+  const g = document.querySelector('.kv-grid'); const n = g && g.dataset.positions;
+  if (n && !(n in window.kvSeen)) window.kvSeen[n] = Date.now(); })
+  .observe(document.body, {subtree: true, childList: true, attributes: true}); }"""
+POSITIONS = "(+(document.querySelector('.kv-grid') || {dataset: {positions: 0}}).dataset.positions)"
+# Step, clicked in the page, and the page's clock then (the stepper is a component: Playwright's locator finds its
+# button where document.querySelector does not)
+CLICK = "b => { b.click(); return Date.now(); }"
+
+
+def _tab(browser, url: str, width: int, height: int):  # noqa: ANN001, ANN202 - Playwright objects
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(300_000)  # ten tabs opening on a loaded machine
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_selector(IDLE)
+    return context, page
+
+
+def _prefill(page) -> None:  # noqa: ANN001 - a Playwright Page
+    """Press Prefill and wait for the fresh run's cache grid (fewer positions than a run already stepped)."""
+    before = page.evaluate("() => " + POSITIONS)
+    page.get_by_role("button", name="Prefill", exact=True).click()
+    page.wait_for_function(f"{POSITIONS} > 0 && {POSITIONS} !== {before} && document.querySelector(\"{IDLE}\")")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def browser_run(tab_counts: list[int], clicks: int) -> dict:
+    """Click -> every follower tab redrawn, for each number of tabs (a fresh Prefill each)."""
+    out = {}
+    with app_server() as url, chromium() as browser:
+        lecture, lecturer = _tab(browser, f"{url}/Reusing_Past_KV?lecture=1", 1280, 720)
+        lecturer.get_by_role("button", name="Prompt, length and speed").click()
+        lecturer.get_by_role("button", name="Share with the room").click()
+        link = lecturer.locator("[data-testid='stCode'] code").inner_text().strip()
+        wait_idle(lecturer)
+        for n_tabs in tab_counts:
+            _prefill(lecturer)  # a fresh run: every click below is a step, whatever came before
+            print(f"{n_tabs} follower tab(s): opening", file=sys.stderr)
+            tabs = []
+            for k in range(n_tabs):
+                tabs.append(_tab(browser, link, 390, 844))
+                print(f"  tab {k + 1} open", file=sys.stderr)
+            for _, follower in tabs:
+                follower.wait_for_function(f"{POSITIONS} === {lecturer.evaluate('() => ' + POSITIONS)}")
+                follower.evaluate(OBSERVE)
+            seconds = []
+            for i in range(clicks):
+                print(f"  click {i + 1}/{clicks}", file=sys.stderr)
+                target = lecturer.evaluate("() => " + POSITIONS) + 1
+                time.sleep(random.uniform(0.0, 1.0))  # clicks land anywhere in the followers' one-second poll
+                clicked = lecturer.locator("button.kv-step").evaluate(CLICK)
+                for _, follower in tabs:
+                    follower.wait_for_function(f"window.kvSeen['{target}'] !== undefined")
+                    seconds.append((follower.evaluate(f"window.kvSeen['{target}']") - clicked) / 1e3)
+                lecturer.wait_for_function(f"{POSITIONS} === {target}")
+                wait_idle(lecturer)
+            for context, _ in tabs:
+                context.close()
+            out[f"{n_tabs}_tabs"] = {"samples": len(seconds), "median_s": round(statistics.median(seconds), 3),
+                                     "p90_s": round(_percentile(seconds, 0.9), 3), "max_s": round(max(seconds), 3)}
+            print(json.dumps({f"{n_tabs}_tabs": out[f"{n_tabs}_tabs"], "seconds": seconds}), file=sys.stderr)
+        lecture.close()
+    return out
 
 
 def reuse_view(n_tokens: int = 64, n_layers: int = 30, n_heads: int = 9) -> dict:
@@ -87,13 +168,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--publish-every", type=float, default=0.5)
+    parser.add_argument("--tabs", default="1,10", help="follower tab counts, comma-separated")
+    parser.add_argument("--clicks", type=int, default=10)
+    parser.add_argument("--skip-browser", action="store_true")
+    parser.add_argument("--skip-store", action="store_true")
     args = parser.parse_args()
-    out = {"memory": run(MemoryStore(), args.followers, args.seconds, args.threads, args.publish_every)}
-    from tests.room.conftest import redis_server  # the tests' own: a redis-server on a free port, no disk
+    out: dict = {"load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
+    if not args.skip_browser:
+        out["click_to_follower_redrawn"] = browser_run([int(n) for n in args.tabs.split(",")], args.clicks)
+    if not args.skip_store:
+        out["store"] = {"followers": args.followers, "seconds": args.seconds,
+                        "memory": run(MemoryStore(), args.followers, args.seconds, args.threads, args.publish_every)}
+        from tests.room.conftest import redis_server  # the tests' own: a redis-server on a free port, no disk
 
-    with redis_server() as (url, _):
-        out["redis"] = run(RedisStore(url), args.followers, args.seconds, args.threads, args.publish_every)
-    print(json.dumps({"followers": args.followers, "seconds": args.seconds, **out}, indent=2))
+        with redis_server() as (url, _):
+            out["store"]["redis"] = run(RedisStore(url), args.followers, args.seconds, args.threads,
+                                        args.publish_every)
+    out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ secrets in, so every check is a pure function that raises InputError("hosted....
   `available_memory_bytes()`: whether this machine can hold a custom shape's weights at all;
 - `check_request()` (`check_batch()`, `check_new_tokens()`, `check_kv_budget()`) and `check_sweep()`: what one
   request or sweep may ask for; `check_offload_store()`: the offload tiers one session may hold;
+- `max_rooms`, `max_room_followers`: lecture rooms, enforced by the room store (kvviz.room.store);
 - `points_within()`, `batches_within()`, `tokens_within()`: the pages' defaults cut to fit the caps, so a
   visitor's first click on a default is never refused.
 """
@@ -46,6 +47,10 @@ class HostedCaps:
     kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
     idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
     offload_store_bytes: int = 32 * 2**20  # one session's offload tiers, memory and disk together
+    # Lecture rooms: a follower only draws (no model), but each polls once a second; a room of sixty and four rooms
+    # at once is about what 240 page views cost. With Redis the rooms cap counts every replica's rooms together.
+    max_rooms: int = 4
+    max_room_followers: int = 60
     # Models a visitor may choose: names fetch-model knows (offered when the deployment fetched them) and hub ids.
     hf_allow: tuple[str, ...] = ("smollm2", "HuggingFaceTB/SmolLM2-135M")
 

@@ -109,7 +109,8 @@ def sidebar(caps: HostedCaps | None) -> Settings:
                       max_params=f"{caps.max_params:,}", max_new_tokens=caps.max_new_tokens,
                       max_batch=caps.max_batch, max_sweep_points=caps.max_sweep_points,
                       kv_budget=format_binary(caps.kv_budget_bytes),
-                      offload_store=format_binary(caps.offload_store_bytes)))  # every cap that can refuse a request
+                      offload_store=format_binary(caps.offload_store_bytes), max_rooms=caps.max_rooms,
+                      max_room_followers=caps.max_room_followers))  # every cap that can refuse a request
     s = st.session_state
     return Settings(lang(), s.kv_model, s.kv_dtype, s.kv_device, s.kv_shape, s.kv_hf_model, s.kv_engine,
                     s.kv_lecture, caps)

@@ -1,8 +1,8 @@
 """Lecture rooms: where a lecturer's run is published and the room's live answers are counted.
 
 Lives here: Room (an id for the link, a secret for the lecturer), Poll (a question's tally), RoomStore (the one
-interface), MemoryStore (one app server: in-process), RedisStore (replicas behind a load balancer: Redis),
-store_from_env() (KVVIZ_ROOM_STORE picks one).
+interface, with a hosted demo's caps: rooms open at once, followers per room), MemoryStore (one app server:
+in-process), RedisStore (replicas behind a load balancer: Redis), store_from_env() (KVVIZ_ROOM_STORE picks one).
 Does not: import streamlit or torch, or keep anything about a follower but an opaque session id until the reveal.
 
 A snapshot is plain JSON data (small lists and numbers, never tensors): both stores keep it as a JSON string, so a
@@ -31,6 +31,7 @@ ROOM_ID_BYTES = 16  # 128 random bits in the link (at least 96 asked: unguessabl
 SECRET_BYTES = 32  # the lecturer's right to drive: 256 bits, held only in the lecturer's session
 LECTURER_BEAT_S = 5  # the lecturer's page says "still here" this often (any page, while a room is open)
 LECTURER_GONE_S = 15  # three beats missed: the lecturer's browser has closed (followers keep the last state)
+FOLLOWER_GONE_S = 10  # a follower polls once a second: ten missed and its seat is free (a closed tab, or exploring)
 MAX_SNAPSHOT_BYTES = 512 * 1024  # what a view draws is small arrays and numbers; a larger one is a mistake
 STORE_ENV = "KVVIZ_ROOM_STORE"  # unset or "memory": in-process; "redis://…" or "rediss://…": Redis
 
@@ -73,13 +74,27 @@ class RoomStore(ABC):
     """One interface over where rooms live. Every write by the lecturer needs the room's secret; a follower can only
     read and answer. An unknown, ended or expired room raises InputError("room.gone")."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, *, max_rooms: int | None = None,
+                 max_followers: int | None = None) -> None:
         self.clock = clock  # injected by tests, so expiry is tested without sleeping
+        # A hosted demo's caps (None: none): rooms open at once in this store (with Redis, for every replica
+        # together) and followers per room, each refused with a clear message rather than slowing every room.
+        self.max_rooms, self.max_followers = max_rooms, max_followers
 
     def create(self) -> Room:
+        """Open a room; InputError("room.too_many_rooms") when max_rooms are open already."""
         room = Room(secrets.token_urlsafe(ROOM_ID_BYTES), secrets.token_urlsafe(SECRET_BYTES))
-        self._create(room.id, _digest(room.secret))
+        if not self._create(room.id, _digest(room.secret), self.max_rooms):
+            raise InputError("room.too_many_rooms", limit=self.max_rooms)
         return room
+
+    def follow(self, room_id: str, follower_id: str) -> int:
+        """A follower's poll: it holds a seat for FOLLOWER_GONE_S; InputError("room.full") when a new follower
+        finds max_followers seats taken. Returns the followers in the room now."""
+        n = self._follow(room_id, follower_id, self.clock(), self.max_followers)
+        if n is None:
+            raise InputError("room.full", limit=self.max_followers)
+        return n
 
     def publish(self, room_id: str, secret: str, snapshot: Mapping[str, Any]) -> int:
         """Replace what the room sees; returns the new version (1, 2, …), so a follower redraws only on a change."""
@@ -142,7 +157,9 @@ class RoomStore(ABC):
     # What a store implements. Each raises InputError("room.gone") for an unknown or expired room, and each write
     # counts as a change (the two hours start again).
     @abstractmethod
-    def _create(self, room_id: str, digest: str) -> None: ...
+    def _create(self, room_id: str, digest: str, max_rooms: int | None) -> bool: ...  # False: max_rooms open
+    @abstractmethod
+    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None: ...  # None: full
     @abstractmethod
     def _secret_digest(self, room_id: str) -> str: ...
     @abstractmethod
@@ -178,6 +195,7 @@ class _MemoryRoom:
     answers: dict[str, str] = field(default_factory=dict)  # follower session id -> option, until the reveal
     counts: dict[str, int] | None = None  # set at the reveal, when `answers` is dropped
     seen: float = 0.0  # the lecturer's last beat or publish
+    followers: dict[str, float] = field(default_factory=dict)  # follower session id -> its last poll
 
 
 def _poll(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None) -> Poll:
@@ -190,8 +208,8 @@ def _poll(question: str, options: Sequence[str], answers: Mapping[str, str], cou
 class MemoryStore(RoomStore):
     """One app server: rooms in this process, behind one lock (Streamlit runs each session in its own thread)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **caps: int | None) -> None:
+        super().__init__(clock, **caps)
         self._rooms: dict[str, _MemoryRoom] = {}
         self._lock = threading.Lock()
 
@@ -210,11 +228,24 @@ class MemoryStore(RoomStore):
         for room_id in [r for r, room in self._rooms.items() if now - room.touched > ROOM_TTL_S]:
             del self._rooms[room_id]
 
-    def _create(self, room_id: str, digest: str) -> None:
+    def _create(self, room_id: str, digest: str, max_rooms: int | None) -> bool:
         with self._lock:
             self._sweep()
+            if max_rooms is not None and len(self._rooms) >= max_rooms:
+                return False
             now = self.clock()
             self._rooms[room_id] = _MemoryRoom(digest, now, seen=now)
+            return True
+
+    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
+        with self._lock:
+            seats = self._get(room_id).followers
+            for gone in [f for f, t in seats.items() if now - t > FOLLOWER_GONE_S]:
+                del seats[gone]
+            if limit is not None and follower_id not in seats and len(seats) >= limit:
+                return None
+            seats[follower_id] = now
+            return len(seats)
 
     def _secret_digest(self, room_id: str) -> str:
         with self._lock:
@@ -282,11 +313,12 @@ class RedisStore(RoomStore):
     room expires at the same moment for every replica and for a test's injected clock."""
 
     PREFIX = "kvviz:room:"
+    ROOMS = "kvviz:rooms"  # a sorted set: room id -> its last change, to count the open rooms (max_rooms)
 
-    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, url: str, clock: Callable[[], float] = time.time, **caps: int | None) -> None:
         import redis  # only a deployment that asks for Redis needs the client
 
-        super().__init__(clock)
+        super().__init__(clock, **caps)
         self._errors = (redis.RedisError,)
         self._watch_error = redis.WatchError
         self._redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0, socket_connect_timeout=2.0)
@@ -294,6 +326,23 @@ class RedisStore(RoomStore):
 
     def _keys(self, room_id: str) -> tuple[str, str]:
         return f"{self.PREFIX}{room_id}", f"{self.PREFIX}{room_id}:answers"
+
+    def _followers_key(self, room_id: str) -> str:  # a sorted set: follower session id -> its last poll
+        return f"{self.PREFIX}{room_id}:followers"
+
+    def _watched(self, key: str, fn: Callable[[Any], Any]) -> Any:
+        """fn(pipe) under WATCH `key`, run again if another replica changed `key` meanwhile (so a cap is never
+        passed by two replicas admitting at once)."""
+        def run() -> Any:
+            with self._redis.pipeline(transaction=True) as p:
+                while True:
+                    try:
+                        p.watch(key)
+                        return fn(p)
+                    except self._watch_error:
+                        continue
+
+        return self._call(run)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -306,7 +355,7 @@ class RedisStore(RoomStore):
         fields = self._call(lambda: self._redis.hgetall(room))
         if not fields or self.clock() - float(fields["touched"]) > ROOM_TTL_S:
             if fields:
-                self._call(lambda: self._redis.delete(room, answers))
+                self._delete(room_id)
             raise InputError("room.gone")
         return fields
 
@@ -320,7 +369,8 @@ class RedisStore(RoomStore):
             with self._redis.pipeline(transaction=True) as p:
                 if drop:
                     p.hdel(room, *drop)
-                p.hset(room, mapping={**mapping, "touched": repr(self.clock())})
+                now = self.clock()
+                p.hset(room, mapping={**mapping, "touched": repr(now)})
                 if bump:
                     p.hincrby(room, "version", 1)
                 if answer is not None:
@@ -329,13 +379,48 @@ class RedisStore(RoomStore):
                     p.delete(answers)
                 p.expire(room, ROOM_TTL_S)
                 p.expire(answers, ROOM_TTL_S)
+                p.zadd(self.ROOMS, {room_id: now})
                 out = p.execute()
             return int(out[1 + bool(drop)]) if bump else 0
 
         return self._call(run)
 
-    def _create(self, room_id: str, digest: str) -> None:
-        self._write(room_id, {"digest": digest, "version": 0, "seen": repr(self.clock())})
+    def _create(self, room_id: str, digest: str, max_rooms: int | None) -> bool:
+        now = self.clock()
+
+        def create(p: Any) -> bool:
+            # Reads before MULTI, writes after it (a write of our own to a watched key would abort the EXEC).
+            if max_rooms is not None and p.zcount(self.ROOMS, now - ROOM_TTL_S, "+inf") >= max_rooms:
+                return False
+            room = self._keys(room_id)[0]
+            p.multi()
+            p.zremrangebyscore(self.ROOMS, "-inf", f"({now - ROOM_TTL_S!r}")  # rooms Redis has expired on its own
+            p.hset(room, mapping={"digest": digest, "version": 0, "seen": repr(now), "touched": repr(now)})
+            p.expire(room, ROOM_TTL_S)
+            p.zadd(self.ROOMS, {room_id: now})
+            p.execute()
+            return True
+
+        return self._watched(self.ROOMS, create)
+
+    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
+        self._fields(room_id)
+        key = self._followers_key(room_id)
+
+        def follow(p: Any) -> int | None:
+            n = p.zcount(key, now - FOLLOWER_GONE_S, "+inf")
+            last = p.zscore(key, follower_id)
+            new = last is None or last < now - FOLLOWER_GONE_S
+            if limit is not None and new and n >= limit:
+                return None
+            p.multi()
+            p.zremrangebyscore(key, "-inf", f"({now - FOLLOWER_GONE_S!r}")
+            p.zadd(key, {follower_id: now})
+            p.expire(key, ROOM_TTL_S)
+            p.execute()
+            return n + new
+
+        return self._watched(key, follow)
 
     def _secret_digest(self, room_id: str) -> str:
         return self._fields(room_id)["digest"]
@@ -397,7 +482,13 @@ class RedisStore(RoomStore):
         return self._call(run)
 
     def _delete(self, room_id: str) -> None:
-        self._call(lambda: self._redis.delete(*self._keys(room_id)))
+        def delete() -> None:
+            with self._redis.pipeline(transaction=True) as p:
+                p.delete(*self._keys(room_id), self._followers_key(room_id))
+                p.zrem(self.ROOMS, room_id)
+                p.execute()
+
+        self._call(delete)
 
     def _beat(self, room_id: str, now: float) -> None:
         self._call(lambda: self._redis.hset(self._keys(room_id)[0], "seen", repr(now)))  # HSET keeps the TTL
@@ -406,11 +497,13 @@ class RedisStore(RoomStore):
         return float(self._fields(room_id)["seen"])
 
 
-def store_from_env(env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time) -> RoomStore:
-    """The store KVVIZ_ROOM_STORE names: unset, empty or "memory" → in-process; "redis://…" → Redis."""
+def store_from_env(env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time,
+                   **caps: int | None) -> RoomStore:
+    """The store KVVIZ_ROOM_STORE names: unset, empty or "memory" → in-process; "redis://…" → Redis; `caps`:
+    max_rooms, max_followers (a hosted demo's)."""
     value = (os.environ if env is None else env).get(STORE_ENV, "").strip()
     if value in ("", "memory"):
-        return MemoryStore(clock)
+        return MemoryStore(clock, **caps)
     if value.startswith(("redis://", "rediss://", "unix://")):
-        return RedisStore(value, clock)
+        return RedisStore(value, clock, **caps)
     raise InputError("room.bad_store", value=value, name=STORE_ENV)

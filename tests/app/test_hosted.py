@@ -200,7 +200,7 @@ def test_the_sidebar_lists_every_cap_that_can_refuse(monkeypatch):
     Face allow-list is the model box's own choices)."""
     values = {"max_params": "123456789", "max_layers": "7", "max_d_model": "384", "max_new_tokens": "33",
               "max_batch": "3", "max_sweep_points": "5", "kv_budget_bytes": str(3 * 2**20),
-              "offload_store_bytes": str(5 * 2**20)}
+              "offload_store_bytes": str(5 * 2**20), "max_rooms": "2", "max_room_followers": "45"}
     assert set(values) == {f.name for f in dataclasses.fields(HostedCaps)} - {"idle_timeout_s", "hf_allow"}
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     for name, value in values.items():
@@ -209,7 +209,7 @@ def test_the_sidebar_lists_every_cap_that_can_refuse(monkeypatch):
     caption = next(c.value for c in at.sidebar.caption if c.value.startswith("Hosted demo limits"))
     for shown in ("7 layers", "d_model 384", "123,456,789 model parameters", "33 new tokens per request",
                   "batch 3", "5 points per sweep", "3.00 MiB of KV cache",
-                  "5.00 MiB of offloaded KV"):
+                  "5.00 MiB of offloaded KV", "2 lecture rooms at once", "45 followers per room"):
         assert shown in caption
     monkeypatch.setenv("KVVIZ_MAX_SWEEP_POINTS", "1")
     at = AppTest.from_file(APP, default_timeout=60).run()

@@ -24,7 +24,8 @@ def test_hosted_caps_and_allow_lists_are_in_force_in_the_started_app(browser, sh
         limits = t("hosted.sidebar_caption", max_layers=3, max_d_model=caps.max_d_model,
                    max_params=f"{caps.max_params:,}", max_new_tokens=caps.max_new_tokens, max_batch=caps.max_batch,
                    max_sweep_points=caps.max_sweep_points, kv_budget=format_binary(caps.kv_budget_bytes),
-                   offload_store=format_binary(caps.offload_store_bytes))
+                   offload_store=format_binary(caps.offload_store_bytes), max_rooms=caps.max_rooms,
+                   max_room_followers=caps.max_room_followers)
         expect(sidebar.get_by_text(limits)).to_be_visible(timeout=60_000)
         # a custom model past the layer cap is refused, with the cap's own message
         sidebar.get_by_test_id("stSelectbox").first.click()

@@ -1,30 +1,138 @@
-"""A lecture room in a real browser: the lecturer's projector (1280×720) shares the Check page, three followers on
-phone-sized screens (390×844, one in Korean) answer live, the tally reaches the projector, the reveal reaches them."""
+"""A lecture room in a real browser: the lecturer's projector (1280×720) shares a page, followers on phone-sized
+screens (390×844, some in Korean) follow it, answer live, explore on their own and follow again; the room ending,
+the lecturer leaving and Redis stopping mid-lecture are each said on the screens concerned."""
 import re
 
+import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import IDLE, settle
+from kvviz.room.store import LECTURER_GONE_S
+from tests.browser.harness import IDLE, TOKENS_JS, app_server, settle, wait_idle
+from tests.browser.test_reuse_browser import _click, _grid, _step
+
+STATUS = re.compile(r"(\d+(?:\.\d+)?)")  # the numbers of the status line, in its order in both languages
+LINK = r"/{page}\?room=[A-Za-z0-9_-]{{22}}"
 
 
 def _open(browser, url: str, width: int, height: int):  # noqa: ANN001, ANN202 - Playwright objects
     context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
+    page.set_default_timeout(90_000)  # a loaded machine: no time is asserted
     page.goto(url)
     page.wait_for_selector(IDLE, timeout=60_000)
     settle(page)
     return context, page
 
 
-def test_a_live_question_answered_by_three_followers(browser, app_url, shots):
-    lecture, projector = _open(browser, f"{app_url}/Check?lecture=1&idea=5", 1280, 720)
+def _share(projector, page: str, settings: str | None = None) -> str:  # noqa: ANN001
+    """Press "Share with the room" (behind the page's settings button, if named); the followers' link."""
+    if settings is not None:
+        projector.get_by_role("button", name=settings).click()
     projector.get_by_role("button", name="Share with the room").click()
     expect(projector.get_by_text("Scan to follow the lecture")).to_be_visible()
     link = projector.locator("[data-testid='stCode'] code").inner_text().strip()
-    assert re.fullmatch(rf"{re.escape(app_url)}/Check\?room=[A-Za-z0-9_-]{{22}}", link), link
+    assert re.search(LINK.format(page=page) + "$", link), link
     qr = projector.locator("[data-testid='stImage'] img").first
     expect(qr).to_be_visible()
     assert qr.bounding_box()["width"] >= 300  # large enough to scan from the back of a room
+    return link
+
+
+def _seen(page) -> dict:  # noqa: ANN001
+    """What a Reusing Past K/V screen shows of a run: its tokens, the status line's numbers, the cache grid."""
+    captions = page.locator("[data-testid='stCaptionContainer']").all_inner_texts()
+    status = next(c for c in captions if c.count("·") == 5)
+    return {"tokens": page.locator(".kv-chip").all_inner_texts(), "chips": page.evaluate(TOKENS_JS),
+            "status": STATUS.findall(status), "grid": _grid(page)}
+
+
+def _same_as(follower, lecturer_seen: dict) -> dict:  # noqa: ANN001
+    """Wait for the follower's next poll to draw the lecturer's step; what it shows."""
+    follower.wait_for_function(f"document.querySelector('.kv-grid[data-positions=\"{lecturer_seen['grid']['positions']}\"]')"
+                               " !== null")
+    wait_idle(follower)
+    return _seen(follower)
+
+
+@pytest.fixture(scope="module")
+def reuse_room(browser, app_url, shots):
+    """A lecturer on Reusing Past K/V at 1280×720 who shared the page, prefilled and stepped twice."""
+    context, projector = _open(browser, f"{app_url}/Reusing_Past_KV?lecture=1", 1280, 720)
+    link = _share(projector, "Reusing_Past_KV", settings="Prompt, length and speed")
+    _click(projector, "Prefill")
+    _step(projector)
+    _step(projector)
+    settle(projector)
+    projector.screenshot(path=shots / "room_lecturer_reuse_qr.png")
+    yield projector, link
+    context.close()
+
+
+def test_followers_see_the_lecturers_step_in_their_own_language(browser, reuse_room, shots):
+    projector, link = reuse_room
+    ours = _seen(projector)
+    assert ours["status"][1] == "2" and ours["grid"]["cached"][0] == ours["chips"] - 1
+    phones = {lang: _open(browser, f"{link}&lang={lang}", 390, 844) for lang in ("en", "ko")}
+    en, ko = phones["en"][1], phones["ko"][1]
+    expect(en.get_by_text("You are following the lecture")).to_be_visible()
+    expect(ko.get_by_text("강의를 따라 보고 있습니다")).to_be_visible()
+    for phone in (en, ko):  # the same tokens, step, cached positions and timings as the lecturer's screen
+        assert _same_as(phone, ours) == ours
+    expect(ko.get_by_text("디코드 2단계", exact=False)).to_be_visible()  # the Korean status line
+    settle(ko)
+    ko.screenshot(path=shots / "room_follower_reuse_ko_390x844.png")
+
+    _step(projector)  # the lecturer's click reaches both phones at their next poll
+    ours = _seen(projector)
+    assert ours["status"][1] == "3"
+    for phone in (en, ko):
+        assert _same_as(phone, ours) == ours
+        assert phone.locator("button.kv-step").count() == 0  # read-only: no stepper
+        assert phone.locator("[data-testid='stException']").count() == 0
+    for context, _ in phones.values():
+        context.close()
+
+
+def test_explore_from_here_then_follow_again(browser, reuse_room):
+    projector, link = reuse_room
+    ours = _seen(projector)
+    context, phone = _open(browser, link, 390, 844)
+    assert _same_as(phone, ours) == ours
+    phone.get_by_role("button", name="Explore from here").click()
+    phone.wait_for_selector("button.kv-step")  # the follower's own run: the stepper, at the lecturer's step
+    wait_idle(phone)
+    mine = _seen(phone)
+    assert mine["tokens"] == ours["tokens"] and mine["grid"] == ours["grid"]
+    assert mine["status"][:4] == ours["status"][:4]  # its own timings, the lecturer's counts
+    _step(phone)  # a step of the follower's own; the lecture does not move
+    assert _seen(phone)["status"][1] == str(int(ours["status"][1]) + 1)
+    assert _seen(projector) == ours
+
+    phone.get_by_role("button", name="Follow again").click()
+    expect(phone.get_by_text("You are following the lecture")).to_be_visible()
+    assert _same_as(phone, ours) == ours
+    context.close()
+
+
+def test_the_lecturer_leaving_is_said_and_the_last_state_kept(browser, reuse_room):
+    """"Left": the lecturer's page beats every LECTURER_BEAT_S (5 s) while its tab is open; no beat for
+    LECTURER_GONE_S (15 s) and the followers are told. This test closes the lecturer's tab (the module's last)."""
+    projector, link = reuse_room
+    ours = _seen(projector)
+    context, phone = _open(browser, f"{link}&lang=ko", 390, 844)
+    assert _same_as(phone, ours) == ours
+    assert phone.get_by_text("강의자가", exact=False).count() == 0
+    projector.context.close()  # the lecturer's browser closes
+    expect(phone.get_by_text(f"강의자가 {ours['status'][1]}단계에서", exact=False)).to_be_visible(
+        timeout=(LECTURER_GONE_S + 30) * 1000)
+    assert _seen(phone) == ours  # the last state stays
+    context.close()
+
+
+def test_a_live_question_answered_by_three_followers_then_the_room_ended(browser, app_url, shots):
+    lecture, projector = _open(browser, f"{app_url}/Check?lecture=1&idea=5", 1280, 720)
+    _share(projector, "Check")
+    link = projector.locator("[data-testid='stCode'] code").inner_text().strip()
     settle(projector)
     projector.screenshot(path=shots / "room_lecturer_qr.png")
     projector.get_by_role("button", name="Ask the room").click()
@@ -46,6 +154,44 @@ def test_a_live_question_answered_by_three_followers(browser, app_url, shots):
     expect(korean.get_by_text("정답:", exact=False)).to_be_visible(timeout=15_000)
     settle(korean)
     korean.screenshot(path=shots / "room_follower_ko_390x844.png", full_page=True)
+
+    projector.get_by_role("button", name="End the room").click()  # every follower is told, and linked to Check alone
+    for (_, phone), text in zip(followers, ("끝난 방", "has ended", "has ended"), strict=True):
+        expect(phone.get_by_text(text, exact=False)).to_be_visible(timeout=15_000)
+        alone = phone.locator("[data-testid='stPageLink'] a").last
+        assert re.fullmatch(r"(.*/)?Check\?lang=(en|ko)", alone.get_attribute("href")), alone.get_attribute("href")
+        assert phone.locator("[data-testid='stException']").count() == 0
     for context, _ in followers:
         context.close()
     lecture.close()
+
+
+def test_redis_stopped_mid_lecture(browser, shots):
+    """The rooms in a real redis-server; it stops after the lecturer's first step: the lecturer is told sharing
+    stopped and why, steps on, and the follower is told the room cannot be reached. No traceback anywhere."""
+    from tests.room.conftest import redis_server
+
+    with redis_server() as (redis_url, proc), app_server({"KVVIZ_ROOM_STORE": redis_url}) as url:
+        lecture, projector = _open(browser, f"{url}/Reusing_Past_KV?lecture=1", 1280, 720)
+        link = _share(projector, "Reusing_Past_KV", settings="Prompt, length and speed")
+        _click(projector, "Prefill")
+        _step(projector)
+        ours = _seen(projector)
+        context, phone = _open(browser, link, 390, 844)
+        assert _same_as(phone, ours) == ours  # followed through Redis
+
+        proc.terminate()
+        proc.wait(timeout=10)
+        _step(projector)
+        stopped = projector.get_by_text("Sharing with the room stopped", exact=False)
+        expect(stopped).to_be_visible()
+        assert stopped.bounding_box()["width"] > 600  # read from the back of the room, not squeezed beside a button
+        assert _seen(projector)["status"][1] == "2"  # the lecture went on
+        _step(projector)
+        assert _seen(projector)["status"][1] == "3"
+        expect(phone.get_by_text("cannot be reached", exact=False)).to_be_visible(timeout=15_000)
+        projector.screenshot(path=shots / "room_lecturer_redis_stopped.png")
+        for pg in (projector, phone):
+            assert pg.locator("[data-testid='stException']").count() == 0
+        context.close()
+        lecture.close()

@@ -85,3 +85,17 @@ def test_the_spaces_header_in_deploy_md_is_valid_front_matter():
     for name in ("KVVIZ_HOSTED", "KVVIZ_SERVE_ALLOW", "KVVIZ_CACHE_DIR", "PORT", "STREAMLIT_SERVER_ADDRESS",
                  *("KVVIZ_" + f.upper() for f in asdict(HostedCaps()))):
         assert f"`{name}`" in text, name  # every setting is in the recipe
+
+
+def test_compose_runs_the_image_with_its_rooms_in_redis():
+    """compose.yaml: the Dockerfile's image (port 7860) with KVVIZ_ROOM_STORE naming the Redis service beside it."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    app, redis = compose["app"], compose["redis"]
+    assert app["build"] == "." and app["ports"] == ["7860:7860"] and "redis" in app["depends_on"]
+    url = app["environment"]["KVVIZ_ROOM_STORE"]
+    assert url == "redis://redis:6379/0" and redis["image"].startswith("redis:")
+    from kvviz.room.store import RedisStore, store_from_env
+
+    assert isinstance(store_from_env({"KVVIZ_ROOM_STORE": url}), RedisStore)  # a URL the app takes (not dialled)

@@ -159,8 +159,12 @@ def test_redis_stopped_mid_lecture_stops_sharing_not_the_lecture(monkeypatch):
     assert lecturer.session_state["room_id"] is None  # the room is dropped here: the lecture goes on locally
     assert lecturer.session_state["reuse_gen"].n_generated == 3  # the step ran: prefill's token and two steps
     click_step(lecturer)
-    assert not lecturer.exception and not lecturer.main.error  # said once; the lecture goes on
+    assert not lecturer.exception  # the lecture goes on; the reason stays said, once, until dismissed
+    assert [e.value for e in lecturer.main.error if e.value.startswith("Sharing with the room stopped")] == [
+        lecturer.error[0].value]
     assert lecturer.session_state["reuse_gen"].n_generated == 4
+    lecturer.button(key="room_stopped_ok").click().run()
+    assert not lecturer.main.error
 
 
 def test_explore_from_here_then_follow_again(store):
@@ -200,3 +204,35 @@ def test_the_lecturer_leaving_keeps_the_last_state(store, monkeypatch):
     follower.run()
     assert follower.warning[0].value == "The lecturer left at step 2: this is the last state they shared."
     assert _grid_rows(follower) == _grid_rows(lecturer)
+
+
+def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
+    _, room_id, _ = _open_room(store)
+    store.max_followers = 1  # a hosted demo's cap (KVVIZ_MAX_ROOM_FOLLOWERS), here one seat
+    try:
+        first = open_page(CHECK, room=room_id)
+        assert not first.error
+        second = open_page(CHECK, lang="ko", room=room_id)
+        assert second.error[0].value.startswith("이 방은 가득 찼습니다") and "1명" in second.error[0].value
+        link = second.main.get("page_link")[-1].proto
+        assert link.page == "Check" and "room" not in link.query_string
+        first.run()  # the follower already in keeps its seat
+        assert not first.error
+    finally:
+        store.max_followers = None
+
+
+def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
+    lecturer, room_id, _ = _open_room(store)
+    follower = open_page(CHECK, lang="ko", room=room_id)
+    lecturer.switch_page("pages/3_Memory_Footprint.py").run()  # no Share there: the room is told where instead
+    assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
+    assert store.read(room_id)[1] == {"page": None, "path": "pages/3_Memory_Footprint.py"}
+    follower.run()
+    assert follower.info[0].value.startswith("강의자는 “메모리 사용량” 페이지에 있습니다. 이 페이지는 아직")
+    link = follower.main.get("page_link")[-1].proto
+    assert link.page == "Memory_Footprint" and "room" not in link.query_string  # that page, on one's own
+    lecturer.switch_page(CHECK).run()  # back: followed again
+    assert store.read(room_id)[1]["path"] == CHECK
+    follower.run()
+    assert [i.value for i in follower.info] == [t("room.waiting", "ko")]  # the room's question box again

@@ -4,7 +4,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kvviz.errors import InputError
-from kvviz.room.store import LECTURER_GONE_S, ROOM_TTL_S, MemoryStore, RedisStore, store_from_env
+from kvviz.room.store import (
+    FOLLOWER_GONE_S,
+    LECTURER_GONE_S,
+    ROOM_TTL_S,
+    MemoryStore,
+    RedisStore,
+    store_from_env,
+)
 from tests.room.conftest import _free_port
 
 OPTIONS = ("append", "rebuild", "logits", "last_layer")
@@ -150,12 +157,66 @@ def test_the_lecturer_left_when_no_sign_for_a_while(store, clock):
     assert _error(store.read, room.id) == "room.gone"
 
 
+def test_rooms_per_server_cap(store, clock):
+    store.max_rooms = 2
+    a, b = store.create(), store.create()
+    with pytest.raises(InputError) as e:
+        store.create()
+    assert e.value.locale_key == "room.too_many_rooms" and "2 open rooms" in str(e.value)
+    store.end(a.id, a.secret)  # an ended room frees its place
+    c = store.create()
+    clock.now += ROOM_TTL_S / 2
+    store.publish(c.id, c.secret, {"step": 1})  # c changed since; b did not
+    clock.now += ROOM_TTL_S / 2 + 1
+    store.create()  # b expired: its place is free (in Redis as in memory)
+    assert _error(store.create) == "room.too_many_rooms"
+    assert _error(store.read, b.id) == "room.gone"
+
+
+def test_followers_per_room_cap(store, clock):
+    store.max_followers = 3
+    room, other = store.create(), store.create()
+    assert [store.follow(room.id, f"f{i}") for i in range(3)] == [1, 2, 3]
+    with pytest.raises(InputError) as e:
+        store.follow(room.id, "f3")
+    assert e.value.locale_key == "room.full" and "3 followers" in str(e.value)
+    assert store.follow(room.id, "f1") == 3  # a follower already in keeps its seat at every poll
+    assert store.follow(other.id, "f3") == 1  # the cap is per room
+    clock.now += FOLLOWER_GONE_S - 1
+    store.follow(room.id, "f0")
+    store.follow(room.id, "f1")
+    clock.now += 2  # f2 has not polled for FOLLOWER_GONE_S + 1: a closed tab, its seat is free
+    assert store.follow(room.id, "f3") == 3
+    assert _error(store.follow, room.id, "f2") == "room.full"
+    store.max_followers = None  # not hosted: no cap
+    assert store.follow(room.id, "f4") == 4
+    store.end(room.id, room.secret)
+    assert _error(store.follow, room.id, "f0") == "room.gone"
+
+
+def test_followers_from_many_sessions_at_once_never_pass_the_cap(store):
+    store.max_followers = 10
+    room = store.create()
+
+    def follow(i: int) -> str:
+        try:
+            store.follow(room.id, f"follower-{i}")
+            return "in"
+        except InputError as e:
+            return e.locale_key
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(follow, range(40)))
+    assert got.count("in") == 10 and got.count("room.full") == 30
+
+
 def test_redis_keys_carry_the_ttl(redis_url, clock):
     store = RedisStore(redis_url, clock)
     room = store.create()
     store.open_question(room.id, room.secret, "q", OPTIONS)
     store.answer(room.id, "q", "f", "append")
-    for key in store._keys(room.id):
+    store.follow(room.id, "f")
+    for key in (*store._keys(room.id), store._followers_key(room.id)):
         assert 0 < store._redis.ttl(key) <= ROOM_TTL_S
 
 

@@ -13,27 +13,39 @@ from __future__ import annotations
 import io
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import segno
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from kvviz.app.language import lang, show_error, tr
-from kvviz.app.navigation import PAGES
+from kvviz.app.models import hosted_caps
+from kvviz.app.navigation import PAGES, ROOT
 from kvviz.app.state import page_state
 from kvviz.errors import InputError
 from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 
 # explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
-ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None)
+# stopped: why this lecturer's sharing stopped (an InputError), said at the top of every page until dismissed;
+# at: the page the room was last told the lecturer is on
+ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None)
+# The pages a room can follow (they publish what they draw and draw a follower's view); the lecturer on any other
+# page: followers are told which, and linked to it on their own. Only these pages offer "Share with the room".
+FOLLOWED = ("pages/1_Reusing_Past_KV.py", "pages/6_Check.py")
 POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
 QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
 
 
 @st.cache_resource(show_spinner=False)
 def room_store() -> RoomStore:
-    """One store per server process: every session (lecturer and followers) reads and writes the same rooms."""
-    return store_from_env()
+    """One store per server process: every session (lecturer and followers) reads and writes the same rooms; a
+    hosted demo's caps on rooms and followers enforced by it."""
+    caps = hosted_caps()
+    if caps is None:
+        return store_from_env()
+    return store_from_env(max_rooms=caps.max_rooms, max_followers=caps.max_room_followers)
 
 
 def follower_room() -> str | None:
@@ -83,22 +95,36 @@ def qr_svg(url: str) -> str:
     return out.getvalue().decode()
 
 
-def _try(fn: Callable[[], object]) -> object | None:
-    """Run a store call; a fault stops the sharing (said, with why), never the lecture."""
+def _try(fn: Callable[[], object], *, callback: bool = False) -> object | None:
+    """Run a store call; a fault stops the sharing (said, with why), never the lecture. The room out of reach:
+    the page is drawn again at once (not in a widget's `callback`, which runs before the page anyway), so the
+    reason stands at its top (heartbeat) rather than in a fragment the next step or beat redraws."""
     try:
         return fn()
     except InputError as e:
-        if e.locale_key in ("room.store_down", "room.gone"):  # the room is out of reach: this page goes on alone
-            ROOM.reset("id", "secret")
-        show_error(e)
+        if e.locale_key not in ("room.store_down", "room.gone"):
+            show_error(e)
+            return None
+        ROOM.reset("id", "secret", "at")  # the room is out of reach: this page goes on alone
+        ROOM.set("stopped", e)
+        if not callback:
+            st.rerun(scope="app")
         return None
 
 
 def heartbeat() -> None:
-    """On every page (page_setup calls it) while this session holds an open room: the lecturer is still here, so
-    followers are told when the lecturer's browser has closed."""
+    """On every page (page_setup calls it): why sharing stopped, if it did; and while this session holds an open
+    room, the lecturer is still here, so followers are told when the lecturer's browser has closed."""
+    stopped = ROOM.get("stopped")
+    if stopped is not None:
+        # one under the other: in a horizontal row the message was squeezed to nothing beside its button
+        st.error(stopped.message(lang()), icon=":material/portable_wifi_off:")
+        st.button(tr("room.dismiss"), key="room_stopped_ok", on_click=lambda: ROOM.set("stopped", None))
     if ROOM.get("id") is None:
         return
+    here = _this_page()
+    if here is not None and here not in FOLLOWED and ROOM.get("at") != here:
+        publish({"page": None}, here)  # followers are told where the lecturer went (it cannot be followed yet)
 
     @st.fragment(run_every=LECTURER_BEAT_S)
     def beat() -> None:
@@ -109,17 +135,30 @@ def heartbeat() -> None:
     beat()
 
 
+def _this_page() -> str | None:
+    """The page this run draws, as PAGES names it (pages/3_Memory_Footprint.py), or None outside a run."""
+    ctx = get_script_run_ctx()
+    info = ctx.pages_manager.get_pages().get(ctx.page_script_hash) if ctx is not None else None
+    if not info or not info.get("script_path"):
+        return None
+    try:
+        return Path(info["script_path"]).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+
+
 def _end_room(room_id: str) -> None:
-    _try(lambda: room_store().end(room_id, ROOM.get("secret")))
-    ROOM.reset("id", "secret")
+    _try(lambda: room_store().end(room_id, ROOM.get("secret")), callback=True)
+    ROOM.reset("id", "secret", "at")
     st.toast(tr("room.ended"))
 
 
 def share_box() -> str | None:
     """The lecturer's "Share with the room" and, once open, the link and its QR code; returns the open room's id."""
     def open_room() -> None:
-        room = _try(room_store().create)
+        room = _try(room_store().create, callback=True)
         if room is not None:
+            ROOM.reset("stopped", "at")
             ROOM.set("id", room.id)
             ROOM.set("secret", room.secret)
 
@@ -130,7 +169,7 @@ def share_box() -> str | None:
     room_id = ROOM.get("id")
     with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
         text, code = st.columns([3, 2], vertical_alignment="center")  # the code ~470 px: whole on a 720 px screen
-        text.subheader(tr("room.scan"))
+        text.markdown(f"**{tr('room.scan')}**")  # a subheader was drawn half under the code box (lecture CSS)
         text.code(_link(room_id), language=None, wrap_lines=True)
         text.button(tr("room.end"), key="room_end", icon=":material/logout:", on_click=_end_room, args=(room_id,))
         code.image(qr_svg(_link(room_id)), width="stretch")  # the column's width: scannable from the back
@@ -168,7 +207,7 @@ def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], a
         _counts(poll.counts, labels, answer if poll.revealed else None)
         if not poll.revealed:
             st.button(tr("room.reveal_room"), key=f"room_reveal_{question}", type="primary",
-                      on_click=lambda: _try(lambda: room_store().reveal(room_id, secret)))
+                      on_click=lambda: _try(lambda: room_store().reveal(room_id, secret), callback=True))
         else:
             st.success(tr("room.correct_was", answer=labels[answer]))
             explain()
@@ -180,8 +219,8 @@ def publish(view: dict, path: str) -> None:
     """Send what the lecturer's page (`path`) draws to the room, if one is open (a fault stops sharing, not the
     page); followers on another page get a link to this one."""
     room_id, secret = ROOM.get("id"), ROOM.get("secret")
-    if room_id is not None:
-        _try(lambda: room_store().publish(room_id, secret, {**view, "path": path}))
+    if room_id is not None and _try(lambda: room_store().publish(room_id, secret, {**view, "path": path})):
+        ROOM.set("at", path)
 
 
 def _elsewhere(view: dict | None, own_page: str) -> bool:
@@ -190,6 +229,10 @@ def _elsewhere(view: dict | None, own_page: str) -> bool:
     page = next((p for p in PAGES if p.path == path), None)
     if page is None or path == own_page:
         return False
+    if path not in FOLLOWED:  # the lecturer is on a page a room cannot follow yet: that page, on one's own
+        st.info(tr("room.lecturer_on_unfollowed", page=tr(page.title_key)))
+        st.page_link(path, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
+        return True
     st.page_link(path, label=tr("room.lecturer_on", page=tr(page.title_key)), icon=":material/arrow_forward:",
                  query_params={"room": follower_room(), "lang": lang()})
     return True
@@ -197,41 +240,53 @@ def _elsewhere(view: dict | None, own_page: str) -> bool:
 
 def _unreachable(e: InputError, own_page: str) -> None:
     """An unknown, ended or unreachable room: said, and the same page on its own linked."""
-    show_error(e)
+    if e.locale_key == "room.store_down":  # the lecturer's words ("the lecture goes on here") are not a follower's
+        st.error(tr("room.store_down_follower", **e.params))
+    else:
+        show_error(e)
     # the same page, without the room: its language kept, nothing of the lecture
     st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
 
 
+def _room_now(room_id: str) -> tuple[int, dict | None, bool, InputError | None]:
+    """What a follower's screen shows of the room: (version, view, whether the lecturer left, the error if the room
+    is out of reach). Each call also holds this follower's seat (a hosted demo caps the seats)."""
+    try:
+        room_store().follow(room_id, _follower_id())
+        version, view = room_store().read(room_id)
+        return version, view, view is not None and room_store().lecturer_left(room_id), None
+    except InputError as e:
+        return -1, None, False, e
+
+
 def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
-    """A follower's page: what the lecturer's page last published, re-read once a second and drawn by `draw` (the
-    page's own drawing functions); the follower runs no model and changes nothing."""
+    """A follower's page: what the lecturer's page last published, drawn by `draw` (the page's own drawing
+    functions); the follower runs no model and changes nothing. The room is re-read once a second, and the page
+    drawn again only when it changed: a poll that finds nothing new costs a few store reads, not a redraw (every
+    poll redrawing the view held one app server's core with eight followers)."""
     room_id = follower_room()
     st.caption(tr("room.following"))
-
-    @st.fragment(run_every=POLL_S)
-    def live() -> None:
-        if follower_room() is None:  # "Explore from here" was pressed in this fragment: the whole page changes
-            st.rerun(scope="app")
-        try:
-            _, view = room_store().read(room_id)
-        except InputError as e:
-            _unreachable(e, own_page)
-            return
-        if _elsewhere(view, own_page):
-            return
-        if view is None or view.get("page") != page:
-            st.info(tr("room.waiting_run"))
-            return
-        try:
-            left = room_store().lecturer_left(room_id)
-        except InputError as e:
-            _unreachable(e, own_page)
-            return
+    version, view, left, error = shown = _room_now(room_id)
+    if error is not None:
+        _unreachable(error, own_page)
+    elif _elsewhere(view, own_page):
+        pass
+    elif view is None or view.get("page") != page:
+        st.info(tr("room.waiting_run"))
+    else:
         if left:  # the last state stays on screen
             st.warning(tr("room.lecturer_left", step=view.get("n_steps", 0)))
         draw(view)
 
-    live()
+    def mark(now: tuple) -> tuple:  # what a redraw depends on (an error by its kind: its reason may vary)
+        return now[0], now[2], None if now[3] is None else now[3].locale_key
+
+    @st.fragment(run_every=POLL_S)
+    def poll() -> None:
+        if mark(_room_now(room_id)) != mark(shown):
+            st.rerun(scope="app")
+
+    poll()
 
 
 def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[str], str],
@@ -244,6 +299,7 @@ def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[
     @st.fragment(run_every=POLL_S)
     def live() -> None:
         try:
+            room_store().follow(room_id, _follower_id())
             poll, (_, view) = room_store().tally(room_id), room_store().read(room_id)
         except InputError as e:
             _unreachable(e, own_page)
