@@ -71,10 +71,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused op: decode is op-bound
-        # Normalised in float32 and cast back, exactly as LlamaRMSNorm does, so bf16 matches HF.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        # Normalised in float32 and cast back, as LlamaRMSNorm does, so bf16 matches HF; the float32 part in one
+        # fused op (4 ops a norm instead of 8: a bf16 decode step runs 61 norms).
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, None, self.eps).to(x.dtype)
 
 
 def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
@@ -94,17 +93,18 @@ def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
 
 
 def rotary_tables(cfg: DecoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin for every position up to max_seq_len, in HF's non-interleaved (rotate_half) layout."""
+    """cos/sin for every position up to max_seq_len, in HF's non-interleaved (rotate_half) layout; the sin table's
+    first half negated, rotate_half's sign, so that apply_rotary needs no negation of its own."""
     inv_freq = rope_inv_freq(cfg)
     freqs = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos(), torch.cat([-freqs.sin(), freqs.sin()], dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, as transformers' apply_rotary_pos_emb: rotate_half(x) = [−x₂, x₁] is
+    roll(x)·[−1, 1] and the sign sits in the table ((−a)·b = a·(−b) exactly), one op fewer than cat(−x₂, x₁)."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
