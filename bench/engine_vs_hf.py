@@ -88,6 +88,7 @@ def baseline_backend(path: str, backend: NativeBackend) -> NativeBackend:
     """The same weights on the Decoder of another model.py (its imports of the rest of kvviz resolve to this tree)."""
     spec = importlib.util.spec_from_file_location("baseline_model", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     model = module.Decoder(backend.model.cfg)
     model.load_state_dict(backend.model.state_dict())

@@ -25,33 +25,38 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Int8Weight:
     """A weight matrix [N, K] stored as int8 per output channel, symmetric: w ≈ q · scale[:, None] with
-    scale = max|row| / 127 (the per-channel weight-only int8 of gpt-fast's int8 mode and torchao's
+    scale ≥ max|row| / 127 (the per-channel weight-only int8 of gpt-fast's int8 mode and torchao's
     int8_weight_only). A step reads the int8 bytes and the N scales, nothing else (linear() below)."""
 
     q: torch.Tensor  # [N, K] int8
-    scale: torch.Tensor  # [N], in the activations' dtype
+    scale: torch.Tensor  # [N] bfloat16, the kernel's dtype
 
     @classmethod
     def quantize(cls, w: torch.Tensor) -> Int8Weight:
         w32 = w.detach().float()
-        scale = w32.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127
-        q = torch.round(w32 / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        return cls(q.contiguous(), scale.to(w.dtype))
+        amax = w32.abs().amax(dim=1).clamp(min=torch.finfo(torch.bfloat16).tiny) / 127
+        # Stored in bfloat16, rounded up (bf16 rounds by at most 2⁻⁹): no |w / scale| exceeds 127, so nothing is
+        # clipped and every entry moves by at most half a step.
+        scale = (amax * (1 + 2**-8)).to(torch.bfloat16)
+        q = torch.round(w32 / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(q.contiguous(), scale)
 
     @property
     def nbytes(self) -> int:
         return self.q.nbytes + self.scale.nbytes
 
     def dequantize(self) -> torch.Tensor:
-        return self.q.to(self.scale.dtype) * self.scale[:, None]
+        return self.q.float() * self.scale.float()[:, None]  # exact: 8-bit × 8-bit significands
 
 
 def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear over a float or an int8 weight. An int8 weight goes to torch's weight-only int8 kernel
-    (aten _weight_int8pack_mm, the one gpt-fast and torchao call on CPU): it reads the int8 rows and scales
-    them inside the kernel, so no float copy of the matrix is made."""
+    (aten _weight_int8pack_mm, the one gpt-fast and torchao call): it reads the int8 rows and scales them inside the
+    kernel, no float copy of the matrix is made. Activations enter it in bfloat16, its fast path on CPU (float32
+    input takes a ~20× slower one here, bench/quantized_vs_llamacpp.py), and the result returns in x's dtype."""
     if isinstance(w, Int8Weight):
-        y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), w.q, w.scale).view(*x.shape[:-1], -1)
+        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
     return F.linear(x, w, bias)
 
@@ -339,7 +344,8 @@ class Decoder(nn.Module):
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         w = self.embed_weight if self.embed_weight is not None else self.model.embed_tokens.weight
         if isinstance(w, Int8Weight):
-            return F.embedding(input_ids, w.q).to(w.scale.dtype) * w.scale[input_ids, None]
+            rows = F.embedding(input_ids, w.q).float() * w.scale.float()[input_ids, None]
+            return rows.to(self.lm_head.weight.dtype)
         return F.embedding(input_ids, w)
 
     def run_layers(self, h: torch.Tensor, cache: KVCache | None, layers: range, position: int, *,

@@ -23,10 +23,12 @@ def test_int8_weight_rounds_each_entry_to_half_a_step_and_linear_reads_it_as_sto
     assert q.q.dtype == torch.int8 and int(q.q.abs().max()) == 127  # each row's largest entry is ±127 exactly
     # symmetric rounding to the nearest step: no entry moves by more than half its row's step (+ float32 rounding)
     assert bool(((q.dequantize() - w).abs() <= q.scale[:, None] / 2 * (1 + 1e-6)).all())
-    assert q.nbytes == 96 * 64 + 96 * 4
+    assert q.nbytes == 96 * 64 + 96 * 2  # int8 entries and a bfloat16 scale per row
     x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(1))
-    ours, ref = linear(x, q), x @ q.dequantize().T  # the int8 kernel == the float matmul of the dequantized matrix
-    assert agreement((ours - ref).abs().max(), torch.float32, magnitude(ours, ref), 64).within
+    # the int8 kernel == the matmul of the dequantized matrix with x in bfloat16 (the kernel's input), to bf16 rounding
+    ours, ref = linear(x, q), x.bfloat16().float() @ q.dequantize().T
+    assert ours.dtype == torch.float32
+    assert agreement((ours - ref).abs().max(), torch.bfloat16, magnitude(ours, ref), 64).within
 
 
 def test_fused_projections_give_the_unfused_logits_on_smollm2(smollm2):
@@ -50,7 +52,7 @@ def test_int8_weights_read_a_quarter_of_the_bytes(smollm2, smollm2_int8):
                 (d, cfg.d_ff)] * cfg.n_layers + [(cfg.vocab_size, d)]  # SmolLM2 ties the table to the LM head
     norms = (2 * cfg.n_layers + 1) * d * 4
     assert smollm2.model.step_weight_bytes() == smollm2.model.num_parameters() * 4
-    assert smollm2_int8.model.step_weight_bytes() == sum(n * k + 4 * n for n, k in matrices) + norms
+    assert smollm2_int8.model.step_weight_bytes() == sum(n * k + 2 * n for n, k in matrices) + norms
     assert smollm2_int8.weights == "int8" and smollm2.weights == "float"
 
 
@@ -60,7 +62,8 @@ def test_int8_logits_stay_within_the_stated_distance_of_float32_on_smollm2(smoll
     Stated tolerance, and why: per-channel int8 rounds each weight by at most half a step, max|row| / 254, so a
     matrix product moves by about max|row|/(127·√12) / rms(row) ≈ 1 % of its output for SmolLM2's rows (their
     max/rms is ~4). Seven such products per layer over 30 layers add up roughly as √210 ≈ 15 independent 1 %
-    errors; the logits should thus move by a few percent of their magnitude: at most 5 % of max |logit|. Then
+    errors (the activations' bfloat16 rounding at the kernel's input, 2⁻⁹, is small beside them); the logits should
+    thus move by a few percent of their magnitude: at most 5 % of max |logit|. Then
     wherever float32's top-1 leads its top-2 by more than twice the measured max |Δlogit|, int8 must pick the same
     token (no logit can have moved far enough to swap them): a consequence, not a second tuned number."""
     ids = smollm2.tokenizer.encode(PROMPT)
@@ -75,7 +78,7 @@ def test_int8_logits_stay_within_the_stated_distance_of_float32_on_smollm2(smoll
     clear = (top2[:, 0] - top2[:, 1]) > 2 * diff
     assert torch.equal(f32.argmax(-1)[clear], q8.argmax(-1)[clear])
     agree = float((f32.argmax(-1) == q8.argmax(-1)).float().mean())
-    assert agree >= 0.9, agree  # measured 1.0 here; the clear positions alone are asserted exactly above
+    assert agree >= 0.9, agree  # measured 0.94 on this prompt (0.94–0.97 over three); the clear positions exactly
 
 
 def test_int8_cached_decode_equals_its_own_recomputation(smollm2_int8):
