@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_options(g)
     g.add_argument("--weights", default="float", choices=list(WEIGHTS),
                    help="float: the matrices in --dtype; int8: kvviz's decoder with every matrix quantized to int8 per "
-                        "output channel (float scales; activations stay in --dtype), a quarter of float32's bytes")
+                        "output channel (a bfloat16 scale per row; activations enter the int8 kernel in bfloat16, "
+                        "results return in --dtype): about a quarter of float32's weight bytes per token")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=positive_int, default=1)

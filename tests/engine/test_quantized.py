@@ -87,7 +87,8 @@ def test_int8_cached_decode_equals_its_own_recomputation(smollm2_int8):
     diff, cached, fresh = gen.cache_vs_recompute()
     cfg = smollm2_int8.model.cfg
     assert cached == fresh
-    assert agreement(diff, torch.float32, float(gen.last_logits.abs().max()), cfg.d_ff).within
+    # the int8 kernel returns bfloat16 (linear() casts it back): the two orders of work round at bfloat16's precision
+    assert agreement(diff, torch.bfloat16, float(gen.last_logits.abs().max()), cfg.d_ff).within
 
 
 def test_int8_is_refused_where_it_cannot_run():
