@@ -1,16 +1,20 @@
 """Per-token decode time: our step() loop vs transformers' generate(), same weights, one run.
 
     python bench/engine_vs_hf.py [--model random|tiny|smollm2] [--dtype float32|bfloat16] [--prompt-tokens 128]
-                                 [--new-tokens 256] [--repeats 3] [--threads 2]
+                                 [--new-tokens 256] [--repeats 3] [--threads 2 | --threads 1,2]
+                                 [--baseline OLD_MODEL_PY]
 
 Prints ratios (noisy shared machines: only ratios measured in one run mean anything). Per-token decode
 time = (time for N new tokens − time for 1 new token) / (N − 1), so prefill is excluded on both sides;
 each engine gets an untimed warm-up run, the engines take turns in every repeat, and the fastest repeat
-counts.
+counts. --threads 1,2 measures each thread layout in turn in the same run (the floor too, at each count).
+--baseline: another version of kvviz/engine/model.py (e.g. `git show REV:kvviz/engine/model.py > old.py`) runs the
+same weights as one more engine in the same turns, so a change is measured before → after under the same load.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -19,9 +23,11 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kvviz.engine.backends.native import NativeBackend  # noqa: E402
 from kvviz.engine.config import DecoderConfig  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend, random_backend  # noqa: E402
+from kvviz.engine.machine import cpu_load  # noqa: E402
 
 FIXED = DecoderConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, d_ff=688, vocab_size=4096, max_seq_len=1024)
 
@@ -78,6 +84,17 @@ def gemv_bandwidth(d_model: int, dtype: torch.dtype, n_bytes: int = 512 * 2**20,
     return sum(w.numel() * w.element_size() for w in weights) / best
 
 
+def baseline_backend(path: str, backend: NativeBackend) -> NativeBackend:
+    """The same weights on the Decoder of another model.py (its imports of the rest of kvviz resolve to this tree)."""
+    spec = importlib.util.spec_from_file_location("baseline_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    model = module.Decoder(backend.model.cfg)
+    model.load_state_dict(backend.model.state_dict())
+    return NativeBackend(model.to(backend.dtype), backend.tokenizer, backend.spec.name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="random", choices=["random", "tiny", "smollm2"])
@@ -86,9 +103,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-no-cache", action="store_true")
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads for both engines (the app uses 1)")
+    ap.add_argument("--baseline", help="another kvviz/engine/model.py to time beside this one, same weights")
+    ap.add_argument("--threads", default="2", help="torch intra-op threads for both engines (the app uses 1); "
+                                                   "a list, e.g. 1,2: each layout in turn, in one run")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
 
     backend = (random_backend(FIXED, seed=0, dtype=args.dtype) if args.model == "random"
                else load_backend(args.model, device="cpu", dtype=args.dtype))
@@ -99,31 +117,43 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt_tokens,), generator=gen).tolist()
     n = args.new_tokens
-
-    rows, prefill = per_token({
+    engines = {
         "ours, cache, capture off": lambda k: ours(backend, prompt, k, False),
         "ours, cache, capture on": lambda k: ours(backend, prompt, k, True),
         "HF generate(), cache": lambda k: hf(hf_model, prompt, k, True),
-    }, n, args.repeats)
-    if not args.skip_no_cache:
-        rows.update(per_token({"HF generate(), no cache": lambda k: hf(hf_model, prompt, k, False)}, n, 1)[0])
-    base = rows["ours, cache, capture off"]
-    print(f"{backend.spec.name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
-          f"{args.dtype} CPU, {torch.get_num_threads()} threads, prompt {args.prompt_tokens}, {n} new tokens")
-    for name, s in rows.items():
-        first = f"  prefill + 1 token {prefill[name] * 1e3:9.1f} ms" if name in prefill else ""
-        print(f"  {name:28s} {s * 1e3:8.3f} ms/token  {1 / s:8.1f} tokens/s  time ×{s / base:5.2f} of ours{first}")
-    print(f"speed-up of ours over HF generate() with cache: {rows['HF generate(), cache'] / base:.2f}× per token, "
-          f"{prefill['HF generate(), cache'] / prefill['ours, cache, capture off']:.2f}× on the prefill")
-    print(f"attention capture costs {100 * (rows['ours, cache, capture on'] / base - 1):+.1f}% time per token")
-    # A decode step reads every weight once (the tied embedding once, as the LM head): its floor on this machine.
-    weight_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
-    bandwidth = gemv_bandwidth(cfg.d_model, backend.dtype)
-    floor = weight_bytes / bandwidth
-    print(f"memory-bound floor: {weight_bytes / 2**20:,.0f} MiB of weights at {bandwidth / 1e9:.1f} GB/s (F.linear) = "
-          f"{floor * 1e3:.1f} ms/token; ours at {floor / base:.0%} of it, HF at "
-          f"{floor / rows['HF generate(), cache']:.0%}: no engine can beat HF by more than "
-          f"{rows['HF generate(), cache'] / floor:.2f}× here")
+    }
+    if args.baseline:
+        old = baseline_backend(args.baseline, backend)
+        engines["baseline, capture off"] = lambda k: ours(old, prompt, k, False)
+
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        rows, prefill = per_token(engines, n, args.repeats)
+        if not args.skip_no_cache:
+            rows.update(per_token({"HF generate(), no cache": lambda k: hf(hf_model, prompt, k, False)}, n, 1)[0])
+        base = rows["ours, cache, capture off"]
+        load = cpu_load()
+        print(f"{backend.spec.name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads}/{cfg.n_kv_heads} "
+              f"heads, {args.dtype} CPU, {torch.get_num_threads()} threads, prompt {args.prompt_tokens}, {n} new tokens"
+              + (f"; load average {load[0]:.2f} on {load[1]} cores" if load else ""))
+        for name, s in rows.items():
+            first = f"  prefill + 1 token {prefill[name] * 1e3:9.1f} ms" if name in prefill else ""
+            print(f"  {name:28s} {s * 1e3:8.3f} ms/token  {1 / s:8.1f} tokens/s  time ×{s / base:5.2f} of ours{first}")
+        print(f"speed-up of ours over HF generate() with cache: {rows['HF generate(), cache'] / base:.2f}× per token, "
+              f"{prefill['HF generate(), cache'] / prefill['ours, cache, capture off']:.2f}× on the prefill")
+        print(f"attention capture costs {100 * (rows['ours, cache, capture on'] / base - 1):+.1f}% time per token")
+        # A decode step reads every weight once (the tied embedding once, as the LM head): its floor on this machine.
+        weight_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
+        bandwidth = gemv_bandwidth(cfg.d_model, backend.dtype)
+        floor = weight_bytes / bandwidth
+        print(f"memory-bound floor: {weight_bytes / 2**20:,.0f} MiB of weights at {bandwidth / 1e9:.1f} GB/s "
+              f"(F.linear) = {floor * 1e3:.1f} ms/token; ours at {floor / base:.0%} of it, HF at "
+              f"{floor / rows['HF generate(), cache']:.0%}: no engine can beat HF by more than "
+              f"{rows['HF generate(), cache'] / floor:.2f}× here")
+        if args.baseline:
+            old_s = rows["baseline, capture off"]
+            print(f"baseline at {floor / old_s:.0%} of the floor, {rows['HF generate(), cache'] / old_s:.2f}× "
+                  f"transformers; this model.py {old_s / base:.2f}× faster than the baseline")
 
 
 if __name__ == "__main__":

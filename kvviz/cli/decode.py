@@ -22,7 +22,7 @@ from kvviz.cli.common import (
     positive_int,
     shape,
 )
-from kvviz.engine.device_names import DTYPE_NAMES
+from kvviz.engine.device_names import DTYPE_NAMES, WEIGHTS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-new-tokens", type=positive_int, default=32)
     g.add_argument("--no-cache", action="store_true", help="recompute the whole prefix every step")
     add_run_options(g)
+    g.add_argument("--weights", default="float", choices=list(WEIGHTS),
+                   help="float: the matrices in --dtype; int8: kvviz's decoder with every matrix quantized to int8 per "
+                        "output channel (a bfloat16 scale per row; activations enter the int8 kernel in bfloat16, "
+                        "results return in --dtype): about a quarter of float32's weight bytes per token")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=positive_int, default=1)
@@ -72,7 +76,7 @@ def generate(args: argparse.Namespace) -> dict:
     from kvviz.engine.sweeps import warm_up
 
     backend = load_backend(args.model, dtype=args.dtype, device=args.device, shape=shape(args), seed=args.seed,
-                           engine=args.engine)
+                           engine=args.engine, weights=args.weights)
     prompt = args.prompt
     if args.chat:
         from kvviz.engine.chat import chat_prompt
@@ -112,6 +116,8 @@ def generate(args: argparse.Namespace) -> dict:
         "chat": args.chat,
         "device": str(backend.device),
         "dtype": args.dtype,
+        "weights": args.weights,
+        "weight_bytes": backend.model.step_weight_bytes() if backend.kind == "native" else None,
         "use_cache": gen.use_cache,
         "warm_up": not args.no_warm_up,
         "prompt_tokens": len(gen.prompt_ids),
@@ -165,7 +171,7 @@ def show_generate(r: dict) -> None:
     tpot = f"{r['tpot_s'] * 1e3:.2f} ms" if r["tpot_s"] is not None else "n/a"
     print(
         f"\n[{r['model']} on {r['device']} ({'kvviz decoder' if r['engine'] == 'native' else 'transformers'}), "
-        f"{r['dtype']}, cache {'on' if r['use_cache'] else 'off'}] "
+        f"{r['dtype']}{', int8 weights' if r['weights'] == 'int8' else ''}, cache {'on' if r['use_cache'] else 'off'}] "
         f"prompt {r['prompt_tokens']} tokens, {len(r['token_ids'])} new; "
         f"TTFT {r['ttft_s'] * 1e3:.2f} ms, TPOT {tpot} "
         f"({'steady state, after an untimed warm-up pass' if r['warm_up'] else 'cold: no warm-up pass'}); "

@@ -107,8 +107,9 @@ def _rope_rotator(inv_freq: torch.Tensor):  # noqa: ANN202
 
     def rotate(k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         angles = delta.float().unsqueeze(-1) * inv_freq.to(k.device).float()
-        emb = torch.cat([angles, angles], dim=-1)
-        return apply_rotary(k.float(), emb.cos(), emb.sin()).to(k.dtype)
+        cos = torch.cat([angles, angles], dim=-1).cos()
+        signed_sin = torch.cat([-angles.sin(), angles.sin()], dim=-1)  # apply_rotary's table layout
+        return apply_rotary(k.float(), cos, signed_sin).to(k.dtype)
 
     return rotate
 

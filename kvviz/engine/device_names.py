@@ -10,6 +10,7 @@ from pathlib import Path
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+WEIGHTS = ("float", "int8")  # the native decoder's matrices: in the model's dtype, or int8 per output channel
 
 
 def likely_devices() -> list[str]:

@@ -101,7 +101,7 @@ def _gguf_vocab(tokenizer_json: str, vocab_size: int) -> tuple[list[str], list[i
 
 
 def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, name: str = "kvviz", *,
-                add_bos: bool = False) -> Path:
+                add_bos: bool = False, q8_0: bool = False) -> Path:
     """Write a native Decoder as a float32 GGUF file that llama.cpp loads as a LLAMA model.
 
     Everything is read from the model's config and its tokenizer.json, so any shape this engine runs
@@ -109,6 +109,8 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
     same prompt token ids (tests/serving/test_llamacpp.py checks it against a real llama-server).
     add_bos: mark the file so llama.cpp prepends the BOS token to text prompts, as Llama models do (kvviz's
     engine prepends none; the serving tests use it to check predictions that count the server's BOS).
+    q8_0: every matrix in llama.cpp's Q8_0 (blocks of 32 int8 and an fp16 scale, gguf.quants.quantize as
+    llama-quantize writes it), norms in float32: the int8 bytes per token llama.cpp runs, beside kvviz's int8.
     """
     import gguf
     import numpy as np
@@ -122,7 +124,7 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
     arch = gguf.MODEL_ARCH.LLAMA
     w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
     w.add_name(name)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if q8_0 else gguf.LlamaFileType.ALL_F32)
     w.add_context_length(cfg.max_seq_len)
     w.add_embedding_length(cfg.d_model)
     w.add_block_count(cfg.n_layers)
@@ -165,7 +167,12 @@ def export_gguf(model: Decoder, tokenizer: BPETokenizer, out_file: str | Path, n
         new = names.get_name(key, try_suffixes=(".weight", ".bias"))
         if new is None:
             raise InputError("serving.gguf_tensor", name=key)
-        w.add_tensor(new, np.ascontiguousarray(data.numpy(), dtype=np.float32))
+        array = np.ascontiguousarray(data.numpy(), dtype=np.float32)
+        if q8_0 and array.ndim == 2:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(new, gguf.quants.quantize(array, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(new, array)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -12,6 +12,7 @@ from kvviz.engine.backends.hf_policy import HFPolicy, check_allowed, check_size,
 from kvviz.engine.backends.native import NativeBackend
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device import parse_dtype, resolve_device
+from kvviz.engine.device_names import WEIGHTS
 from kvviz.engine.model import Decoder
 from kvviz.engine.shape import TINY_DIR, TINY_NAME, parameter_count, random_name
 from kvviz.engine.tokenizer import BPETokenizer, ByteTokenizer, Tokenizer
@@ -180,10 +181,25 @@ def load_backend(
     seed: int = 0,
     hf_policy: HFPolicy | None = None,
     engine: str = "auto",
+    weights: str = "float",
 ) -> Backend:
     """tiny (shipped), random (custom shape), a fetched model (smollm2), a kvviz directory or GGUF file (native),
     or a transformers directory or hub id: on kvviz's decoder when it implements the architecture (engine
-    "auto" or "native"), else on the Hugging Face backend, which then says why (backend.native_note)."""
+    "auto" or "native"), else on the Hugging Face backend, which then says why (backend.native_note).
+    weights="int8": the native decoder's matrices quantized to int8 per output channel (Decoder.fuse)."""
+    if weights not in WEIGHTS:
+        raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
+    backend = _load_backend(model, dtype=dtype, device=device, shape=shape, seed=seed, hf_policy=hf_policy,
+                            engine=engine)
+    if weights != "float":
+        if backend.kind != "native":
+            raise InputError("model.int8_native_only", name=backend.spec.name)
+        backend.use_weights(weights)
+    return backend
+
+
+def _load_backend(model: str, *, dtype: str, device: str, shape: DecoderConfig | None, seed: int,
+                  hf_policy: HFPolicy | None, engine: str) -> Backend:
     if engine not in ENGINES:
         raise InputError("model.bad_engine", engine=engine, choices=", ".join(ENGINES))
     if model == "tiny":

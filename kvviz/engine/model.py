@@ -15,10 +15,50 @@ from torch import nn
 
 from kvviz.engine.cache import KVCache
 from kvviz.engine.config import DecoderConfig
+from kvviz.engine.device_names import WEIGHTS
 from kvviz.errors import InputError
 
 if TYPE_CHECKING:
     from kvviz.engine.paged.kv import PagedBatch, PagedKV
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """A weight matrix [N, K] stored as int8 per output channel, symmetric: w ≈ q · scale[:, None] with
+    scale ≥ max|row| / 127 (the per-channel weight-only int8 of gpt-fast's int8 mode and torchao's
+    int8_weight_only). A step reads the int8 bytes and the N scales, nothing else (linear() below)."""
+
+    q: torch.Tensor  # [N, K] int8
+    scale: torch.Tensor  # [N] bfloat16, the kernel's dtype
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Int8Weight:
+        w32 = w.detach().float()
+        amax = w32.abs().amax(dim=1).clamp(min=torch.finfo(torch.bfloat16).tiny) / 127
+        # Stored in bfloat16, rounded up (bf16 rounds by at most 2⁻⁹): no |w / scale| exceeds 127, so nothing is
+        # clipped and every entry moves by at most half a step.
+        scale = (amax * (1 + 2**-8)).to(torch.bfloat16)
+        q = torch.round(w32 / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(q.contiguous(), scale)
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.scale.nbytes
+
+    def dequantize(self) -> torch.Tensor:
+        return self.q.float() * self.scale.float()[:, None]  # exact: 8-bit × 8-bit significands
+
+
+def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear over a float or an int8 weight. An int8 weight goes to torch's weight-only int8 kernel
+    (aten _weight_int8pack_mm, the one gpt-fast and torchao call): it reads the int8 rows and scales them inside the
+    kernel, no float copy of the matrix is made. Activations enter it in bfloat16, its fast path on CPU (float32
+    input takes a ~20× slower one here, bench/quantized_vs_llamacpp.py), and the result returns in x's dtype."""
+    if isinstance(w, Int8Weight):
+        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
+        return y if bias is None else y + bias
+    return F.linear(x, w, bias)
 
 
 @dataclass
@@ -36,10 +76,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused op: decode is op-bound
-        # Normalised in float32 and cast back, exactly as LlamaRMSNorm does, so bf16 matches HF.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        # Normalised in float32 and cast back, as LlamaRMSNorm does, so bf16 matches HF; the float32 part in one
+        # fused op (4 ops a norm instead of 8: a bf16 decode step runs 61 norms).
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, None, self.eps).to(x.dtype)
 
 
 def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
@@ -59,17 +98,18 @@ def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
 
 
 def rotary_tables(cfg: DecoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin for every position up to max_seq_len, in HF's non-interleaved (rotate_half) layout."""
+    """cos/sin for every position up to max_seq_len, in HF's non-interleaved (rotate_half) layout; the sin table's
+    first half negated, rotate_half's sign, so that apply_rotary needs no negation of its own."""
     inv_freq = rope_inv_freq(cfg)
     freqs = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos(), torch.cat([-freqs.sin(), freqs.sin()], dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, as transformers' apply_rotary_pos_emb: rotate_half(x) = [−x₂, x₁] is
+    roll(x)·[−1, 1] and the sign sits in the table ((−a)·b = a·(−b) exactly), one op fewer than cat(−x₂, x₁)."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *,
@@ -101,14 +141,18 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=cfg.o_bias)
-        self.qkv_weight: torch.Tensor | None = None  # fused copy for inference, see Decoder.fuse()
+        self.qkv_weight: torch.Tensor | Int8Weight | None = None  # fused copy for inference, see Decoder.fuse()
         self.qkv_bias: torch.Tensor | None = None
+        self.o_weight: torch.Tensor | Int8Weight | None = None
 
     def qkv(self, x: torch.Tensor) -> torch.Tensor:
         """Q, K and V projections side by side: one matmul when fused (a decode step is bound by op count)."""
         if self.qkv_weight is not None:
-            return F.linear(x, self.qkv_weight, self.qkv_bias)
+            return linear(x, self.qkv_weight, self.qkv_bias)
         return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    def out(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.o_weight if self.o_weight is not None else self.o_proj.weight, self.o_proj.bias)
 
     def forward(
         self,
@@ -139,7 +183,7 @@ class Attention(nn.Module):
             mask = torch.ones(t, n_keys, dtype=torch.bool, device=x.device).tril(diagonal=past)
         out, probs = attend(q, k, v, mask, capture=capture)
         out = out.transpose(1, 2).reshape(b, t, hq * d)
-        return F.linear(out, self.o_proj.weight, self.o_proj.bias), probs
+        return self.out(out), probs
 
     def forward_paged(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: PagedKV, layer: int,
                       batch: PagedBatch) -> torch.Tensor:
@@ -160,7 +204,7 @@ class Attention(nn.Module):
             qp = q[grp.query_index].permute(0, 2, 1, 3)  # [R, H, max_q, d]
             o = F.scaled_dot_product_attention(qp, k, v, attn_mask=grp.mask, enable_gqa=hkv != hq)
             out[grp.out_index] = o.permute(0, 2, 1, 3).reshape(r * max_q, hq * d)[grp.unpad_index]
-        return self.o_proj(out.unsqueeze(0))
+        return self.out(out.unsqueeze(0))
 
 
 class MLP(nn.Module):
@@ -169,14 +213,15 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
-        self.gate_up_weight: torch.Tensor | None = None  # fused copy for inference
+        self.gate_up_weight: torch.Tensor | Int8Weight | None = None  # fused copy for inference
+        self.down_weight: torch.Tensor | Int8Weight | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            gate, up = linear(x, self.gate_up_weight).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return F.linear(F.silu(gate) * up, self.down_proj.weight)
+        return linear(F.silu(gate) * up, self.down_weight if self.down_weight is not None else self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -209,6 +254,9 @@ class Decoder(nn.Module):
         cos, sin = rotary_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.head_weight: torch.Tensor | Int8Weight | None = None  # set by fuse()
+        self.embed_weight: torch.Tensor | Int8Weight | None = None
+        self.weights = "float"
 
     def init_weights(self, seed: int, std: float = 0.02) -> Decoder:
         """Seeded random init (the 'custom shape' model and training's starting point)."""
@@ -221,22 +269,51 @@ class Decoder(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
         return self
 
-    def fuse(self) -> Decoder:
-        """Concatenate Q/K/V and gate/up weights for inference; any later .to() or train() drops them."""
+    def fuse(self, weights: str = "float") -> Decoder:
+        """Concatenate Q/K/V and gate/up weights for inference (one matmul each); with weights="int8" every matrix a
+        step multiplies by (those two, O, down, the LM head and a tied embedding) is also quantized to int8 per
+        output channel (Int8Weight). Any later .to() or train() drops them, back to the float parameters."""
+        if weights not in WEIGHTS:
+            raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
+        int8 = weights == "int8"
+        pack = Int8Weight.quantize if int8 else (lambda w: w)
         with torch.no_grad():
             for layer in self.model.layers:
                 a, m = layer.self_attn, layer.mlp
-                a.qkv_weight = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                a.qkv_weight = pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
                 if a.q_proj.bias is not None:
                     a.qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-                m.gate_up_weight = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+                m.gate_up_weight = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
+                # Float: the parameters themselves are read (None here; a Parameter set here would join state_dict).
+                a.o_weight = Int8Weight.quantize(a.o_proj.weight) if int8 else None
+                m.down_weight = Int8Weight.quantize(m.down_proj.weight) if int8 else None
+            self.head_weight = Int8Weight.quantize(self.lm_head.weight) if int8 else None
+            # A tied table is read from its one quantized copy, as llama.cpp reads token_embd for both.
+            self.embed_weight = self.head_weight if int8 and self.cfg.tie_embeddings else None
+        self.weights = weights
         return self
 
     def _unfuse(self) -> None:
         for layer in self.model.layers:
             layer.self_attn.qkv_weight = None
             layer.self_attn.qkv_bias = None
+            layer.self_attn.o_weight = None
             layer.mlp.gate_up_weight = None
+            layer.mlp.down_weight = None
+        self.head_weight = self.embed_weight = None
+        self.weights = "float"
+
+    def step_weight_bytes(self) -> int:
+        """Bytes of the weights a decode step reads as stored: every matrix and norm once, a tied table once (as the
+        LM head), an untied embedding table counted whole; once fused to int8, the int8 matrices and their scales."""
+        params = {id(p): p for p in self.parameters()}.values()
+        if self.weights != "int8":
+            return sum(p.numel() * p.element_size() for p in params)
+        packed = [self.head_weight] + [w for layer in self.model.layers for w in (
+            layer.self_attn.qkv_weight, layer.self_attn.o_weight, layer.mlp.gate_up_weight, layer.mlp.down_weight)]
+        vectors = sum(p.numel() * p.element_size() for p in params if p.dim() == 1)  # norms and biases stay float
+        table = 0 if self.cfg.tie_embeddings else self.model.embed_tokens.weight
+        return sum(w.nbytes for w in packed) + vectors + (table.nbytes if torch.is_tensor(table) else 0)
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
         self._unfuse()  # a dtype/device move would leave the fused copies stale
@@ -265,7 +342,11 @@ class Decoder(nn.Module):
     # The three parts of forward(), public so that a speculative draft can run the first layers only (an early
     # exit) and a verify pass can resume from the hidden states the draft left there (LayerSkip's exit query cache).
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.model.embed_tokens.weight)
+        w = self.embed_weight if self.embed_weight is not None else self.model.embed_tokens.weight
+        if isinstance(w, Int8Weight):
+            rows = F.embedding(input_ids, w.q).float() * w.scale.float()[input_ids, None]
+            return rows.to(self.lm_head.weight.dtype)
+        return F.embedding(input_ids, w)
 
     def run_layers(self, h: torch.Tensor, cache: KVCache | None, layers: range, position: int, *,
                    causal: bool = True, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
@@ -293,7 +374,8 @@ class Decoder(nn.Module):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits of hidden states: the final norm and the LM head (an early exit applies them after any layer)."""
-        return F.linear(self.model.norm.forward(h), self.lm_head.weight)
+        return linear(self.model.norm.forward(h), self.head_weight if self.head_weight is not None
+                      else self.lm_head.weight)
 
     def forward_paged(self, batch: PagedBatch, kv: PagedKV, *, all_logits: bool = False) -> torch.Tensor:
         """One batched forward over several requests in a paged cache: the logits of each request's last new
@@ -302,7 +384,7 @@ class Decoder(nn.Module):
         if int(batch.positions.max()) >= self.cfg.max_seq_len:
             raise InputError("sequence_too_long", n_tokens=int(batch.positions.max()) + 1,
                              max_len=self.cfg.max_seq_len)
-        h = self.model.embed_tokens(batch.input_ids).unsqueeze(0)  # [1, T, d]
+        h = self.embed(batch.input_ids).unsqueeze(0)  # [1, T, d]
         cos = self.rope_cos[batch.positions, None].to(h.dtype)  # [T, 1, d_head]: each token at its own position
         sin = self.rope_sin[batch.positions, None].to(h.dtype)
         for i, layer in enumerate(self.model.layers):
@@ -323,6 +405,7 @@ class Decoder(nn.Module):
         small.model.embed_tokens, small.model.norm = self.model.embed_tokens, self.model.norm
         small.model.layers = nn.ModuleList(self.model.layers[:n_layers])
         small.lm_head = self.lm_head
+        small.head_weight, small.embed_weight, small.weights = self.head_weight, self.embed_weight, self.weights
         small.register_buffer("rope_cos", self.rope_cos, persistent=False)
         small.register_buffer("rope_sin", self.rope_sin, persistent=False)
         return small.train(self.training)

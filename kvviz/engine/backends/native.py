@@ -23,6 +23,14 @@ class NativeBackend:
         self.spec = native_spec(model.cfg, name)
         self.kind = "native"
 
+    @property
+    def weights(self) -> str:
+        """"float" (the model's dtype) or "int8" (per-channel int8 matrices, see Decoder.fuse)."""
+        return self.model.weights
+
+    def use_weights(self, weights: str) -> None:
+        self.model.fuse(weights)
+
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         return self.model.new_cache(batch_size, max_len)
 

@@ -1,0 +1,60 @@
+"""Where one decode step of kvviz's decoder spends its time: torch.profiler over N steps, ops by self CPU time.
+
+    python bench/decode_profile.py [--model smollm2] [--dtype float32|bfloat16] [--weights float|int8]
+                                   [--threads 1] [--steps 20] [--prompt-tokens 128]
+
+Prints the op table (self CPU time, calls) and the share of the matrix products (aten::mm, the weights' GEMVs, and
+aten::_weight_int8pack_mm) against everything else: the part a faster memory system would not speed up.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kvviz.engine.generation import Generation  # noqa: E402
+from kvviz.engine.loading import load_backend  # noqa: E402
+from kvviz.engine.machine import cpu_load  # noqa: E402
+
+GEMV_OPS = ("aten::mm", "aten::_weight_int8pack_mm")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--weights", default="float", choices=["float", "int8"])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    backend = load_backend(args.model, device="cpu", dtype=args.dtype, weights=args.weights)
+    prompt = torch.randint(0, backend.model.cfg.vocab_size, (args.prompt_tokens,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    gen = Generation(backend, max_new_tokens=args.steps + 6, stop_at_eos=False)
+    gen.prefill(prompt)
+    for _ in range(5):  # warm-up, unprofiled
+        gen.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(args.steps):
+            gen.step()
+    averages = prof.key_averages()
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=25))
+    total = sum(e.self_cpu_time_total for e in averages)
+    gemv = sum(e.self_cpu_time_total for e in averages if e.key in GEMV_OPS)
+    load = cpu_load()
+    step_ms = statistics.median(e.seconds for e in gen.events[6:]) * 1e3
+    print(f"{backend.spec.name}, {args.dtype}, {args.weights} weights, {args.threads} threads, {args.steps} steps"
+          + (f", load average {load[0]:.2f} on {load[1]} cores" if load else "")
+          + f": step median {step_ms:.1f} ms (profiled); weight GEMVs {gemv / total:.1%} of self CPU time, "
+            f"everything else {1 - gemv / total:.1%} ({(total - gemv) / args.steps / 1e3:.1f} ms a step)")
+
+
+if __name__ == "__main__":
+    main()
