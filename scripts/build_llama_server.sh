@@ -11,7 +11,12 @@ JOBS="${LLAMA_BUILD_JOBS:-2}"
 if [ -x "$BIN" ]; then
   echo "llama-server already built: $BIN"; exit 0
 fi
+# While it runs, .building holds this script's PID: the llama-server tests wait for it (tests/conftest.py) and the
+# rest of the suite runs meanwhile. A failed build leaves .failed, so those tests fail rather than skip.
 mkdir -p "$ROOT/sdist"
+rm -f "$ROOT/.failed"
+echo $$ > "$ROOT/.building"
+trap 'status=$?; rm -f "$ROOT/.building"; [ $status -eq 0 ] || touch "$ROOT/.failed"' EXIT
 if [ ! -f "$ROOT/sdist/llama_cpp_python-$VERSION.tar.gz" ]; then
   pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VERSION" -d "$ROOT/sdist"
 fi

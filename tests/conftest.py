@@ -1,4 +1,6 @@
 import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +11,45 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # and llama-server they start, and two threads then wait on each other. The sinks test on SmolLM2 took 288 s with 2
 # threads and 30 s with 1 in one sitting (load average ~6).
 torch.set_num_threads(1)
+
+
+LLAMA_BUILD = Path(__file__).resolve().parents[1] / "build" / "llama.cpp"
+NOT_BUILT = "llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)"
+
+
+def pytest_collection_modifyitems(items):
+    """The modules that start llama-server run last: .ci/run compiles it in the background (~5 minutes on 2 cores,
+    at a lower priority) while the rest of the suite runs."""
+    last = {item.path for item in items if item.get_closest_marker("llama_server") or "llama" in item.fixturenames}
+    items.sort(key=lambda item: item.path in last)  # stable: every module's own order kept
+
+
+def _alive(building: Path) -> bool:
+    """A build holds `building` (its PID inside) and is still running."""
+    try:
+        os.kill(int(building.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def pytest_runtest_setup(item):
+    """A llama-server test waits for a build in progress (scripts/build_llama_server.sh holds build/llama.cpp/
+    .building while it runs), then skips if there is no binary (unless the test runs without one too:
+    `llama_server(optional=True)`), or fails if the build did."""
+    marker = item.get_closest_marker("llama_server")
+    if not (marker or "llama" in item.fixturenames):
+        return
+    from kvviz.serving.llamacpp import binary
+
+    building = LLAMA_BUILD / ".building"
+    deadline = time.monotonic() + 40 * 60
+    while binary() is None and _alive(building) and time.monotonic() < deadline:
+        time.sleep(2)
+    if binary() is None and (LLAMA_BUILD / ".failed").is_file():
+        pytest.fail("the llama-server build failed: see build/llama-server-build.log")
+    if binary() is None and not (marker and marker.kwargs.get("optional")):
+        pytest.skip(NOT_BUILT)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from kvviz.engine.shape import fetched_spec, shipped_spec
 from kvviz.errors import InputError
 from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_footprint
 from kvviz.kv.llamacpp import llamacpp_cells, llamacpp_kv
-from kvviz.serving.llamacpp import KVCacheLog, binary, kv_cache_log
+from kvviz.serving.llamacpp import KVCacheLog, kv_cache_log
 
 MIB = 2**20
 
@@ -66,8 +66,7 @@ def test_bad_llamacpp_inputs():
 
 
 # ---- against the real server ------------------------------------------------------------------------------
-needs_server = pytest.mark.skipif(
-    binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
+needs_server = pytest.mark.llama_server  # waits for a build in progress, else skips (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,9 @@ from kvviz.kv.hardware import HARDWARE, LINKS
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.transfer import LoadVsRecompute, handoff_bytes
 from kvviz.lessons import moving
-from kvviz.serving.llamacpp import binary
 from kvviz.units import format_binary
 
-needs_server = pytest.mark.skipif(
-    binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
+needs_server = pytest.mark.llama_server  # waits for a build in progress, else skips (tests/conftest.py)
 SHAPE = DecoderConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=300, max_seq_len=100)
 
 

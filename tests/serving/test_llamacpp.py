@@ -16,14 +16,13 @@ from kvviz.engine.loading import load_backend
 from kvviz.errors import InputError
 from kvviz.serving import client as api
 from kvviz.serving.bench import BenchPlan, BenchRun, calculate_metrics, closed_loop
-from kvviz.serving.llamacpp import LlamaServer, binary, complete_ids
+from kvviz.serving.llamacpp import LlamaServer, complete_ids
 from kvviz.serving.prefix import ORDERS, VERDICTS, run_prefix_experiment
 from kvviz.serving.prom import scrape
 from kvviz.serving.report import detect_engine
 from kvviz.serving.workload import Workload
 
-pytestmark = pytest.mark.skipif(
-    binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
+pytestmark = pytest.mark.llama_server  # waits for a build in progress, else skips (tests/conftest.py)
 
 PROMPTS = ("def cache(self):\n    \"\"\"Return the", "The keys and values of earlier tokens", "Raise ValueError if")
 

@@ -11,7 +11,6 @@ from kvviz.engine.loading import load_backend
 from kvviz.engine.paged.demo import shared_prefix_ids
 from kvviz.engine.shape import fetched_spec
 from kvviz.kv.formula import kv_footprint
-from kvviz.serving.llamacpp import binary
 from kvviz.serving.llamacpp_state import MAGIC, SlotFileError, read_slot_file
 
 CLI_KEYS = {"bytes", "formula_bytes", "save_s", "transfer_s", "restore_s", "tokens_equal_single", "kv_bytes",
@@ -73,8 +72,7 @@ def test_slot_file_layout_explains_the_issue_measurement(tmp_path, v_trans):
         read_slot_file(path)
 
 
-needs_server = pytest.mark.skipif(
-    binary() is None, reason="llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)")
+needs_server = pytest.mark.llama_server  # waits for a build in progress, else skips (tests/conftest.py)
 
 
 @needs_server
