@@ -11,7 +11,6 @@ from kvviz.engine.loading import load_backend
 from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.serving.handoff import handoff_gguf
-from kvviz.serving.llamacpp import binary
 
 
 def test_each_kind_of_model_gets_its_gguf(tmp_path):
@@ -32,7 +31,7 @@ def test_each_kind_of_model_gets_its_gguf(tmp_path):
     assert refused.value.message("ko") == t("errors.handoff_gguf", "ko", name="random", choices=", ".join(fetch.MODELS))
 
 
-@pytest.mark.skipif(binary(None) is None, reason="llama-server is not built here")
+@pytest.mark.llama_server  # waits for a build in progress, else skips (tests/conftest.py)
 def test_the_cli_refuses_a_model_without_a_gguf_in_one_line(capsys):
     assert main(["handoff", "--engine", "llamacpp", "--model", "random", "--prompt-tokens", "20"]) == 2
     err = capsys.readouterr().err
