@@ -18,9 +18,9 @@ NOT_BUILT = "llama-server is not built here: run scripts/build_llama_server.sh (
 
 
 def pytest_collection_modifyitems(items):
-    """The modules that start llama-server run last: .ci/run compiles it in the background (~5 minutes on 2 cores,
-    at a lower priority) while the rest of the suite runs. The browser modules keep their place and wait: they share
-    one app server, and the Latency page's Cancel test stalled when moved to run right after the Serving page's."""
+    """The modules that start llama-server run last, so a build still in progress (~5 minutes on 2 cores) has the
+    rest of the suite to finish in. The browser modules keep their place and wait: they share one app server, and
+    the Latency page's Cancel test stalled when moved to run right after the Serving page's."""
     last = {item.path for item in items if (item.get_closest_marker("llama_server") or "llama" in item.fixturenames)
             and "browser" not in item.path.parts}
     items.sort(key=lambda item: item.path in last)  # stable: every module's own order kept
