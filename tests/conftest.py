@@ -17,12 +17,16 @@ LLAMA_BUILD = Path(__file__).resolve().parents[1] / "build" / "llama.cpp"
 NOT_BUILT = "llama-server is not built here: run scripts/build_llama_server.sh (.ci/run does)"
 
 
+def _needs_llama(item: pytest.Item) -> bool:
+    """Marked `llama_server`, or asks for the browser tests' `llama` fixture."""
+    return item.get_closest_marker("llama_server") is not None or "llama" in item.fixturenames
+
+
 def pytest_collection_modifyitems(items):
     """The modules that start llama-server run last, so a build still in progress (~5 minutes on 2 cores) has the
     rest of the suite to finish in. The browser modules keep their place and wait: they share one app server, and
     the Latency page's Cancel test stalled when moved to run right after the Serving page's."""
-    last = {item.path for item in items if (item.get_closest_marker("llama_server") or "llama" in item.fixturenames)
-            and "browser" not in item.path.parts}
+    last = {item.path for item in items if _needs_llama(item) and "browser" not in item.path.parts}
     items.sort(key=lambda item: item.path in last)  # stable: every module's own order kept
 
 
@@ -39,9 +43,9 @@ def pytest_runtest_setup(item):
     """A llama-server test waits for a build in progress (scripts/build_llama_server.sh holds build/llama.cpp/
     .building while it runs), then skips if there is no binary (unless the test runs without one too:
     `llama_server(optional=True)`), or fails if the build did."""
-    marker = item.get_closest_marker("llama_server")
-    if not (marker or "llama" in item.fixturenames):
+    if not _needs_llama(item):
         return
+    marker = item.get_closest_marker("llama_server")
     from kvviz.serving.llamacpp import binary
 
     building = LLAMA_BUILD / ".building"

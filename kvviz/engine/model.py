@@ -312,8 +312,8 @@ class Decoder(nn.Module):
         packed = [self.head_weight] + [w for layer in self.model.layers for w in (
             layer.self_attn.qkv_weight, layer.self_attn.o_weight, layer.mlp.gate_up_weight, layer.mlp.down_weight)]
         vectors = sum(p.numel() * p.element_size() for p in params if p.dim() == 1)  # norms and biases stay float
-        table = 0 if self.cfg.tie_embeddings else self.model.embed_tokens.weight
-        return sum(w.nbytes for w in packed) + vectors + (table.nbytes if torch.is_tensor(table) else 0)
+        table = 0 if self.cfg.tie_embeddings else self.model.embed_tokens.weight.nbytes
+        return sum(w.nbytes for w in packed) + vectors + table
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - nn.Module's signature
         self._unfuse()  # a dtype/device move would leave the fused copies stale
