@@ -47,8 +47,9 @@ class HostedCaps:
     kv_budget_bytes: int = 64 * 2**20  # one session's KV cache, by the formula
     idle_timeout_s: int = 600  # a session idle this long has its KV cache freed
     offload_store_bytes: int = 32 * 2**20  # one session's offload tiers, memory and disk together
-    # Lecture rooms: a follower only draws (no model), but each polls once a second; a room of sixty and four rooms
-    # at once is about what 240 page views cost. With Redis the rooms cap counts every replica's rooms together.
+    # Lecture rooms: a follower only draws (no model), but each polls once or twice a second; a room of sixty and
+    # four rooms at once is about what 240 page views cost. With Redis the rooms cap counts every replica's rooms
+    # together.
     max_rooms: int = 4
     max_room_followers: int = 60
     # Models a visitor may choose: names fetch-model knows (offered when the deployment fetched them) and hub ids.

@@ -31,7 +31,7 @@ ROOM_ID_BYTES = 16  # 128 random bits in the link (at least 96 asked: unguessabl
 SECRET_BYTES = 32  # the lecturer's right to drive: 256 bits, held only in the lecturer's session
 LECTURER_BEAT_S = 5  # the lecturer's page says "still here" this often (any page, while a room is open)
 LECTURER_GONE_S = 15  # three beats missed: the lecturer's browser has closed (followers keep the last state)
-FOLLOWER_GONE_S = 10  # a follower polls once a second: ten missed and its seat is free (a closed tab, or exploring)
+FOLLOWER_GONE_S = 10  # a follower polls every 0.5-1 s: 10 s unseen and its seat is free (a closed tab, exploring)
 MAX_SNAPSHOT_BYTES = 512 * 1024  # what a view draws is small arrays and numbers; a larger one is a mistake
 STORE_ENV = "KVVIZ_ROOM_STORE"  # unset or "memory": in-process; "redis://…" or "rediss://…": Redis
 
