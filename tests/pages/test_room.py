@@ -9,6 +9,7 @@ from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
+LATENCY = "pages/4_Latency_and_Capacity.py"  # a page a room cannot follow
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
 
 
@@ -225,14 +226,102 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
 def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
-    lecturer.switch_page("pages/3_Memory_Footprint.py").run()  # no Share there: the room is told where instead
+    lecturer.switch_page(LATENCY).run()  # no Share there: the room is told where instead
     assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
-    assert store.read(room_id)[1] == {"page": None, "path": "pages/3_Memory_Footprint.py"}
+    assert store.read(room_id)[1] == {"page": None, "path": LATENCY}
     follower.run()
-    assert follower.info[0].value.startswith("강의자는 “메모리 사용량” 페이지에 있습니다. 이 페이지는 아직")
+    assert follower.info[0].value.startswith("강의자는 “지연 시간과 처리 용량” 페이지에 있습니다. 이 페이지는 아직")
     link = follower.main.get("page_link")[-1].proto
-    assert link.page == "Memory_Footprint" and "room" not in link.query_string  # that page, on one's own
+    assert link.page == "Latency_and_Capacity" and "room" not in link.query_string  # that page, on one's own
     lecturer.switch_page(CHECK).run()  # back: followed again
     assert store.read(room_id)[1]["path"] == CHECK
     follower.run()
     assert [i.value for i in follower.info] == [t("room.waiting", "ko")]  # the room's question box again
+
+
+MEMORY = "pages/3_Memory_Footprint.py"
+SCENARIO = {"preset": "Qwen2.5-7B", "tokens": "8192", "batch": "4", "kv_dtype": "float16"}
+
+
+def _formula_table(at, lang: str = "en") -> str:
+    """The formula's four steps as the page's table draws them (factors, bytes, binary and decimal units)."""
+    return next(md.value for md in at.main.markdown if md.value.startswith(f"| {t('memory.col_step', lang)} |"))
+
+
+def _memory_room(store):
+    lecturer = open_page(MEMORY, lecture="1", **SCENARIO)
+    lecturer.button(key="room_share").click().run()
+    assert not lecturer.exception
+    room_id = lecturer.session_state["room_id"]
+    return lecturer, room_id
+
+
+def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
+    from kvviz.kv.formula import kv_footprint
+    from kvviz.kv.presets import PRESETS
+
+    lecturer, room_id = _memory_room(store)
+    version, view = store.read(room_id)
+    assert view["page"] == "memory" and view["screen"] == 0  # the formula's screen on the projector
+    assert {k: view["scenario"][k] for k in ("preset", "tokens", "batch", "kv_dtype")} == {
+        "preset": "Qwen2.5-7B", "tokens": 8192, "batch": 4, "kv_dtype": "float16"}
+    lecturer.run()
+    assert store.read(room_id)[0] == version  # a rerun that changes nothing is no new version for the room
+
+    total = kv_footprint(PRESETS["Qwen2.5-7B"], 8192, 4, "float16").total
+    en = open_page(MEMORY, room=room_id)
+    assert _formula_table(en) == _formula_table(lecturer)  # the lecturer's figures, the same to the byte
+    assert f"{total:,} B" in _formula_table(en)
+    ko = open_page(MEMORY, lang="ko", room=room_id)
+    alone = open_page(MEMORY, lang="ko", **SCENARIO)  # the page on its own, in Korean, with the same scenario
+    assert _formula_table(ko, "ko") == _formula_table(alone, "ko") and f"{total:,} B" in _formula_table(ko, "ko")
+    assert "강의를 따라 보고 있습니다" in [c.value for c in ko.caption]
+    scenario = next(md.value for md in ko.main.markdown if md.value.startswith("| 설정 |"))
+    assert "| 컨텍스트 길이 n (토큰) | 8,192 |" in scenario and "| 동시 요청 수 B | 4 |" in scenario
+    # read-only: no box of the follower's; its query cannot put another scenario in the room's place
+    for kind in ("number_input", "selectbox", "text_input", "radio", "slider", "checkbox"):
+        assert not ko.main.get(kind), kind
+    sneaky = open_page(MEMORY, room=room_id, tokens="1", batch="999", preset="Llama-3.1-8B")
+    assert _formula_table(sneaky) == _formula_table(lecturer) and store.read(room_id)[0] == version
+
+    lecturer.number_input(key="mem_tokens").set_value(32768).run()  # the lecturer changes the scenario
+    assert store.read(room_id)[0] == version + 1
+    ko.run()  # the follower's next poll
+    total = kv_footprint(PRESETS["Qwen2.5-7B"], 32768, 4, "float16").total
+    assert f"{total:,} B" in _formula_table(ko, "ko") and _formula_table(en.run(), "en") == _formula_table(lecturer)
+
+    lecturer.button(key="kv_idea_next_memory").click().run()  # the next idea: the attention variants
+    assert store.read(room_id)[1]["screen"] == 1
+    ko.run()
+    ours, theirs = _chart(lecturer, "mem_compare_chart"), _chart(ko, "mem_compare_chart")
+    assert theirs["data"][0]["y"] == ours["data"][0]["y"]  # the same bytes per token, the follower's words
+    assert theirs["layout"]["title"]["text"] == t("memory.compare_title", "ko", layers=28, heads=28, d_head=128,
+                                                 dtype="float16")
+    assert not any(md.value.startswith("| 단계 |") for md in ko.main.markdown)  # only the screen on the projector
+
+
+def test_a_memory_follower_explores_the_scenario_then_follows_again(store, monkeypatch):
+    lecturer, room_id = _memory_room(store)
+    version = store.read(room_id)[0]
+    follower = open_page(MEMORY, lang="ko", room=room_id)
+    follower.button(key="room_btn_explore").click().run()
+    assert not follower.exception
+    assert follower.number_input(key="mem_tokens").value == 8192  # the lecturer's scenario, now this session's own
+    assert follower.selectbox(key="mem_preset").value == "Qwen2.5-7B"
+    assert _formula_table(follower, "ko") == _formula_table(open_page(MEMORY, lang="ko", **SCENARIO), "ko")
+    follower.number_input(key="mem_tokens").set_value(1024).run()  # the follower's own change
+    assert follower.query_params["room"] == room_id  # the way back kept in the link
+    assert store.read(room_id)[0] == version and store.read(room_id)[1]["scenario"]["tokens"] == 8192
+
+    follower.button(key="room_btn_follow_again").click().run()
+    assert not follower.exception and "room_btn_explore" in [b.key for b in follower.button]
+    assert _formula_table(follower, "ko") == _formula_table(open_page(MEMORY, lang="ko", **SCENARIO), "ko")
+    monkeypatch.setattr(store, "clock", lambda: time.time() + LECTURER_GONE_S + 1)  # the lecturer's tab closed
+    follower.run()
+    assert follower.warning[0].value == t("room.lecturer_left_page", "ko")  # no step on this page: none said
+
+
+def _chart(at, key: str) -> dict:
+    import json
+
+    return json.loads(next(c for c in at.get("plotly_chart") if key in c.proto.id).proto.spec)
