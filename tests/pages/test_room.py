@@ -325,3 +325,55 @@ def _chart(at, key: str) -> dict:
     import json
 
     return json.loads(next(c for c in at.get("plotly_chart") if key in c.proto.id).proto.spec)
+
+
+PREFILL = "pages/2_Prefill_and_Decode.py"
+
+
+def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.pages.pagetest import APP
+    from tests.pages.test_prefill_and_latency import SMALL, _run_request, _until
+
+    lecturer = AppTest.from_file(APP, default_timeout=300)
+    lecturer.query_params.update(lang="en", lecture="1")
+    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the runs quick
+    lecturer.session_state["kv_shape"] = SMALL
+    lecturer.switch_page(PREFILL).run()
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    assert store.read(room_id)[1] == {"page": "prefill", "shown": [0], "measuring": False, "results": None,
+                                      "path": PREFILL}
+    follower = open_page(PREFILL, lang="ko", room=room_id)
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
+
+    max_len = SMALL.max_seq_len
+    lecturer.number_input(key=f"pd_prompt_{max_len}").set_value(40)
+    lecturer.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(12)
+    lecturer.number_input(key="pd_repeats").set_value(3)
+    lecturer.button(key="pd_run").click().run()
+    assert store.read(room_id)[1]["measuring"]  # the runs are not drawn until they are done: only that they run
+    follower.run()
+    assert [i.value for i in follower.info] == [t("room.measuring", "ko")]
+    _until(lecturer, lambda: not lecturer.session_state["pd_running"])
+    lecturer.run()
+    runs = lecturer.session_state["pd_request"].finished_runs
+    view = store.read(room_id)[1]["results"]
+    assert len(view["summaries"]) == 3 and view["n_prompt"] == 40
+    assert view["seconds"] == [e.seconds for e in runs[view["run"]].events]  # the lecturer's measured passes
+
+    follower.run()
+    ours, theirs = _chart(lecturer, "pd_timeline"), _chart(follower, "pd_timeline")
+    assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]  # the same passes, to the digit
+    assert theirs["layout"]["title"]["text"] == t("prefill_decode.chart_title_run", "ko", run=view["run"] + 1,
+                                                  runs=3)
+    for kind in ("number_input", "button", "text_input"):  # no Run, no box: nothing of the follower's is the room's
+        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("pd_")], kind
+
+    lecturer.button(key="kv_idea_next_pd").click().run()  # the lecturer's next idea: the cards
+    assert store.read(room_id)[1]["shown"] == [1]
+    follower.run()
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"prefill_decode.{k}", "ko"), m.value) for k, m in zip(("ttft", "tpot_p50", "tokens_per_s", "e2e"),
+                                                                  lecturer.metric, strict=True)]
