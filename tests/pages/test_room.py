@@ -321,6 +321,16 @@ def test_a_memory_follower_explores_the_scenario_then_follows_again(store, monke
     assert follower.warning[0].value == t("room.lecturer_left_page", "ko")  # no step on this page: none said
 
 
+def _array(data: dict):
+    """A Plotly array as its figure JSON carries a numpy one (base64 bytes, dtype and shape)."""
+    import base64
+
+    import numpy as np
+
+    flat = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
+    return flat.reshape([int(n) for n in data["shape"].split(",")]) if "shape" in data else flat
+
+
 def _chart(at, key: str) -> dict:
     import json
 
@@ -334,7 +344,7 @@ def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
     from streamlit.testing.v1 import AppTest
 
     from tests.pages.pagetest import APP
-    from tests.pages.test_prefill_and_latency import SMALL, _run_request, _until
+    from tests.pages.test_prefill_and_latency import SMALL, _until
 
     lecturer = AppTest.from_file(APP, default_timeout=300)
     lecturer.query_params.update(lang="en", lecture="1")
@@ -377,3 +387,36 @@ def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
     assert [(m.label, m.value) for m in follower.metric] == [
         (t(f"prefill_decode.{k}", "ko"), m.value) for k, m in zip(("ttft", "tpot_p50", "tokens_per_s", "e2e"),
                                                                   lecturer.metric, strict=True)]
+
+
+HEADS = "pages/12_Attention_Patterns.py"
+
+
+def test_a_follower_sees_the_lecturers_attention_patterns(store):
+    import numpy as np
+
+    lecturer = open_page(HEADS, lecture="1")
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    view = store.read(room_id)[1]
+    assert view["shown"] == [0] and view["sinks"]["n"] > 16 and "induction" not in view  # the idea on screen only
+    follower = open_page(HEADS, lang="ko", room=room_id)
+    sink_keys = ("metric_sink_heads", "metric_mean_share", "metric_uniform")
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"heads.{k}", "ko"), m.value) for k, m in zip(sink_keys, lecturer.metric, strict=True)]
+    ours, theirs = _chart(lecturer, "heads_sinks"), _chart(follower, "heads_sinks")
+    assert theirs["data"][0]["z"] == ours["data"][0]["z"]  # the same bytes
+    # the lecturer's model's shares (in percent)
+    assert _array(theirs["data"][0]["z"]).tolist() == (np.asarray(view["sinks"]["share"]) * 100).tolist()
+    assert theirs["layout"]["title"]["text"] == t("heads.sink_heatmap_title", "ko", n=view["sinks"]["n"])
+    for kind in ("number_input", "radio", "text_area"):  # none of the lecturer's inputs on the follower's page
+        assert not [w for w in follower.main.get(kind) if w.key and "heads" in w.key], kind
+
+    lecturer.button(key="kv_idea_next_heads").click().run()  # the induction heads
+    view = store.read(room_id)[1]
+    assert view["shown"] == [1] and "sinks" not in view
+    follower.run()
+    induction_keys = ("metric_first_copy", "metric_second_copy", "metric_induction_heads", "metric_best_prefix")
+    assert [(m.label, m.value, m.proto.delta) for m in follower.metric] == [
+        (t(f"heads.{k}", "ko"), m.value, m.proto.delta) for k, m in zip(induction_keys, lecturer.metric, strict=True)]
+    assert _chart(follower, "heads_loss")["data"][0]["y"] == _chart(lecturer, "heads_loss")["data"][0]["y"]
