@@ -420,3 +420,39 @@ def test_a_follower_sees_the_lecturers_attention_patterns(store):
     assert [(m.label, m.value, m.proto.delta) for m in follower.metric] == [
         (t(f"heads.{k}", "ko"), m.value, m.proto.delta) for k, m in zip(induction_keys, lecturer.metric, strict=True)]
     assert _chart(follower, "heads_loss")["data"][0]["y"] == _chart(lecturer, "heads_loss")["data"][0]["y"]
+
+
+PAGED = "pages/9_Paged_Blocks.py"
+
+
+def test_a_follower_sees_the_lecturers_block_pool(store):
+    from tests.pages.pagetest import chart
+
+    lecturer = open_page(PAGED, lecture="1")
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    lecturer.button(key="pg_add4").click().run()
+    lecturer.button(key="pg_step").click().run()  # one step admits all four: the system prompt's blocks shared
+    engine = lecturer.session_state["pg_engine"]
+    view = store.read(room_id)[1]
+    assert view["step"] == engine.n_steps == 1 and view["shown"] == ["tables"]
+    assert [r["cached_tokens"] for r in view["requests"]] == [r.cached_tokens for r in engine.requests] == [
+        0, 48, 48, 48]
+
+    follower = open_page(PAGED, lang="ko", room=room_id)
+    assert "pg_engine" not in follower.session_state or follower.session_state["pg_engine"] is None  # no engine
+    ours = chart(lecturer, "Block tables: logical → physical")["data"][0]
+    theirs = chart(follower, t("paged.c_tables_title", "ko"))["data"][0]
+    assert theirs["z"] == ours["z"] and theirs["text"] == ours["text"]  # the same physical blocks, shared the same
+    metric_keys = ("m_step", "m_requests", "m_hit_rate", "m_blocks", "m_preemptions")
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"paged.{k}", "ko"), m.value) for k, m in zip(metric_keys, lecturer.metric, strict=True)]
+    assert not [b for b in follower.main.button if b.key and b.key.startswith("pg_")]  # no Add, Step, Play, Reset
+
+    lecturer.button(key="pg_step").click().run()  # the lecturer's next step reaches the follower at its next poll
+    lecturer.button(key="kv_idea_next_paged").click().run()  # and the pool's idea
+    assert store.read(room_id)[1]["step"] == 2
+    follower.run()
+    assert follower.metric[0].value == "2"
+    pool = chart(lecturer, t("paged.c_pool_title", "en"))["data"][0]
+    assert chart(follower, t("paged.c_pool_title", "ko"))["data"][0]["z"] == pool["z"]
