@@ -9,7 +9,7 @@ from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
-LATENCY = "pages/4_Latency_and_Capacity.py"  # a page a room cannot follow
+MOVING = "pages/11_Moving_the_Cache.py"  # a page a room cannot follow
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
 
 
@@ -226,13 +226,13 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
 def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
-    lecturer.switch_page(LATENCY).run()  # no Share there: the room is told where instead
+    lecturer.switch_page(MOVING).run()  # no Share there: the room is told where instead
     assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
-    assert store.read(room_id)[1] == {"page": None, "path": LATENCY}
+    assert store.read(room_id)[1] == {"page": None, "path": MOVING}
     follower.run()
-    assert follower.info[0].value.startswith("강의자는 “지연 시간과 처리 용량” 페이지에 있습니다. 이 페이지는 아직")
+    assert follower.info[0].value.startswith("강의자는 “캐시 옮기기” 페이지에 있습니다. 이 페이지는 아직")
     link = follower.main.get("page_link")[-1].proto
-    assert link.page == "Latency_and_Capacity" and "room" not in link.query_string  # that page, on one's own
+    assert link.page == "Moving_the_Cache" and "room" not in link.query_string  # that page, on one's own
     lecturer.switch_page(CHECK).run()  # back: followed again
     assert store.read(room_id)[1]["path"] == CHECK
     follower.run()
@@ -456,3 +456,48 @@ def test_a_follower_sees_the_lecturers_block_pool(store):
     assert follower.metric[0].value == "2"
     pool = chart(lecturer, t("paged.c_pool_title", "en"))["data"][0]
     assert chart(follower, t("paged.c_pool_title", "ko"))["data"][0]["z"] == pool["z"]
+
+
+LATENCY = "pages/4_Latency_and_Capacity.py"
+
+
+def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.pages.pagetest import APP
+    from tests.pages.test_prefill_and_latency import SMALL, _until
+
+    lecturer = AppTest.from_file(APP, default_timeout=300)
+    lecturer.query_params.update(lang="en", lecture="1", idea="3")  # the batch sweep's screen
+    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the sweep quick
+    lecturer.session_state["kv_shape"] = SMALL
+    lecturer.switch_page(LATENCY).run()
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    assert store.read(room_id)[1]["shown"] == ["batch"]
+    follower = open_page(LATENCY, lang="ko", room=room_id)
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
+
+    lecturer.text_input(key="lc_b_batches").set_value("1, 2")
+    lecturer.number_input(key=f"lc_b_prompt_{SMALL.max_seq_len}").set_value(8)
+    lecturer.number_input(key="lc_b_new").set_value(3)
+    lecturer.button(key="lc_start_batch").click().run()
+    assert store.read(room_id)[1]["sweeps"] == {"batch": {"measuring": True}}
+    _until(lecturer, lambda: lecturer.session_state["lc_run_batch"].finished)
+    lecturer.run()
+    rows = lecturer.session_state["lc_run_batch"].rows
+    assert store.read(room_id)[1]["sweeps"]["batch"]["rows"] == rows  # the lecturer's measured rows, as they are
+    follower.run()
+    ours, theirs = _chart(lecturer, "lc_chart_batch"), _chart(follower, "lc_chart_batch")
+    assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]
+    assert theirs["layout"]["title"]["text"] == t("latency.bchart_title", "ko")
+    assert not [w for w in follower.main.get("button") if w.key and w.key.startswith("lc_")]  # no Start, no Cancel
+
+    lecturer.button(key="kv_idea_next_latency").click().run()  # dtype
+    lecturer.button(key="kv_idea_next_latency").click().run()  # the roofline's bounds
+    lecturer.number_input(key="lc_r_batch").set_value(8).run()
+    view = store.read(room_id)[1]
+    assert view["shown"] == ["roof_bounds"] and view["roof"]["batch"] == 8
+    follower.run()
+    assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the bounds at the lecturer's B
+    assert not follower.main.get("number_input") and not follower.main.get("selectbox")  # its inputs are not here

@@ -38,7 +38,8 @@ ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, re
 # lecturer on any other page: followers are told which, and linked to it on their own. Only these pages offer
 # "Share with the room".
 FOLLOWED = ("pages/1_Reusing_Past_KV.py", "pages/2_Prefill_and_Decode.py", "pages/3_Memory_Footprint.py",
-            "pages/6_Check.py", "pages/9_Paged_Blocks.py", "pages/12_Attention_Patterns.py")
+            "pages/4_Latency_and_Capacity.py", "pages/6_Check.py", "pages/9_Paged_Blocks.py",
+            "pages/12_Attention_Patterns.py")
 POLL_S = 1.0  # a follower and the projector re-read the store once a second: "within a second of the click"
 QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
 
