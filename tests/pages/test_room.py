@@ -299,6 +299,13 @@ def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
                                                  dtype="float16")
     assert not any(md.value.startswith("| 단계 |") for md in ko.main.markdown)  # only the screen on the projector
 
+    lecturer.switch_page("pages/2_Prefill_and_Decode.py").run()  # another followed page, nothing measured there yet
+    assert store.read(room_id)[1]["path"] == "pages/2_Prefill_and_Decode.py"
+    ko.run()  # not the memory screen of before: a link to follow there
+    link = ko.main.get("page_link")[0].proto
+    assert link.label == t("room.lecturer_on", "ko", page=t("nav.prefill_decode", "ko"))
+    assert link.page == "Prefill_and_Decode" and f"room={room_id}" in link.query_string
+
 
 def test_a_memory_follower_explores_the_scenario_then_follows_again(store, monkeypatch):
     lecturer, room_id = _memory_room(store)

@@ -130,8 +130,10 @@ def heartbeat() -> None:
     if ROOM.get("id") is None:
         return
     here = _this_page()
-    if here is not None and here not in FOLLOWED and ROOM.get("at") != here:
-        publish({"page": None}, here)  # followers are told where the lecturer went (it cannot be followed yet)
+    if here is not None and ROOM.get("at") != here:
+        # Followers are told where the lecturer went: a page the room cannot follow, or a followed one before it
+        # has anything to show (no run yet, a model it cannot use) instead of the last page's state.
+        publish({"page": None}, here)
 
     @st.fragment(run_every=LECTURER_BEAT_S)
     def beat() -> None:
