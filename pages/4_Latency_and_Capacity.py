@@ -50,5 +50,5 @@ else:
                 roof = roofline(page)
             else:
                 sweep_panel(page, name)
-publish(room_view(shown if lecture else list(IDEAS), roof), PAGE)  # a lecture room's followers draw the same
+publish(room_view(shown if lecture else list(IDEAS), roof, spec.name), PAGE)  # a lecture room's followers draw the same
 preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

@@ -395,21 +395,24 @@ def bounds(view: lessons.RoofView, lecture: bool) -> None:
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def room_view(shown: list[str], roof: dict | None) -> dict:
+def room_view(shown: list[str], roof: dict | None, model: str) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, each shown sweep's rows once
-    it has finished (while it runs, only that it does) and the roofline's inputs (None: not on screen)."""
+    it has finished (while it runs, only that it does), the model they ran on and the roofline's inputs (None: not
+    on screen)."""
     sweeps = {}
     for name in shown:
         run = LC.get(f"run_{KIND[name]}") if name in SWEEPS else None
         if run is not None:
             sweeps[name] = {"rows": run.rows} if run.finished else {"measuring": True}
-    return {"page": "latency", "shown": shown, "sweeps": sweeps, "roof": roof}
+    return {"page": "latency", "shown": shown, "sweeps": sweeps, "roof": roof, "model": model}
 
 
 def follow(view: dict, *, lecture: bool) -> None:
     """A lecture room follower's Latency & Capacity: the lecturer's finished sweeps and roofline, the ideas on the
     lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no model
     runs here, no setting of this session's is drawn."""
+    if view["sweeps"]:
+        st.caption(tr("room.lecturers_model", model=view["model"]))
     for name in view["shown"]:
         if name not in SWEEPS:
             continue
