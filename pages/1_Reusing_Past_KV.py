@@ -8,7 +8,7 @@ from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.views.room import ROOM, follow_again_button, follow_run, follower_room, publish, share_box, take_replay
+from kvviz.app.views.room import follow_or_share, follower_room, publish, share_button, take_replay
 from kvviz.app.widgets import (
     current_number,
     number_in_range,
@@ -27,11 +27,8 @@ with head[0], intro_box():  # on a projector folded away: the page is the demo
 if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
     with loading_engine():
         from kvviz.app.views.decode import follow
-    follow_run("reuse", lambda view: follow(view, lecture=lecture), "pages/1_Reusing_Past_KV.py")
-    st.stop()
-if lecture and ROOM.get("id") is not None:
-    share_box()  # an open room's link and QR code, full width: large enough to scan from the back of the room
-follow_again_button()  # a follower exploring on their own: back to the lecture
+# A follower's page stops here; the lecturer: an open room's link and QR code, full width (scannable from the back).
+follow_or_share("reuse", "pages/1_Reusing_Past_KV.py", lambda view: follow(view, lecture=lecture), lecture=lecture)
 with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.app.views.decode import REUSE, download, draw, run_settings
     from kvviz.engine.generation import Generation
@@ -108,8 +105,7 @@ if stale and state.reuse_playing:
 can_step = decode_view.can_step(gen, stale)
 
 with head[1], settings_box(tr("reuse.settings"), border=True):
-    if lecture and ROOM.get("id") is None:  # behind the settings button: the growth idea keeps one 720 px screen
-        share_box()
+    share_button(lecture)  # behind the settings button: the growth idea keeps one 720 px screen
     c1, c2, c3 = st.columns([3, 1, 1])
     c1.selectbox(tr("reuse.preset"), presets, key="reuse_preset", index=None, placeholder=tr("reuse.preset_pick"),
                  on_change=use_preset)

@@ -4,7 +4,8 @@ The model is timed in quiet (kvviz.engine.timing): while a chunk of passes runs 
 garbage collector is paused and torch's threads are fixed; the page draws after each chunk. The first screen
 needs no model (kvviz.app.models.model_spec): it loads when the request first runs. Every figure shown is one run's,
 the median run by T, the one drawn; the range over all runs stands beside it. kvviz.app.views.prefill draws the
-request's results; kvviz.lessons.prefill_decode says what they show.
+request's results (and, in a lecture room, publishes them and draws a follower's page from them);
+kvviz.lessons.prefill_decode says what they show.
 """
 import streamlit as st
 
@@ -14,12 +15,27 @@ from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, model_caption, model_spec, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
-from kvviz.app.views.prefill import PD, PHASES_IDEA, TICK_S, controls, live, phases, start, start_request, stop
+from kvviz.app.views.prefill import (
+    PAGE,
+    PD,
+    PHASES_IDEA,
+    TICK_S,
+    controls,
+    follow,
+    live,
+    phases,
+    start,
+    start_request,
+    stop,
+)
+from kvviz.app.views.room import follow_or_share, share_button
 from kvviz.lessons.prefill_decode import default_request
 
 settings = page_setup("prefill_decode.title")
 lecture = settings.lecture
 st.title(tr("prefill_decode.title"))
+# A follower: the lecturer's runs and ideas, no model here; the lecturer: an open room's link and QR code.
+follow_or_share("prefill", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 spec = model_spec(settings)
 if spec is None:
     st.stop()
@@ -50,6 +66,7 @@ elif lecture:  # the settings behind one button beside Run and Stop: the idea ke
     with head[1]:
         where, b1, b2 = st.columns([3, 3, 2], vertical_alignment="center")
     with where, settings_box():
+        share_button(lecture)  # behind the settings button, as on Reusing Past K/V
         request = controls(max_len, max_new, default)
 else:
     request = controls(max_len, max_new, default)

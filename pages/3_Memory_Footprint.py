@@ -1,7 +1,8 @@
 """Memory Footprint: M_KV = 2·B·L·n·H_kv·d_head·bytes with every factor shown, real presets, any config.json,
 the capacity planner, and the live cache's measured bytes beside the formula. kvviz.lessons.memory computes what
 is shown; kvviz.app.views.memory draws each part; this page lays the parts out (in lecture mode one idea per
-screen)."""
+screen). In a lecture room the lecturer's page publishes its scenario (room_view) and a follower's page is drawn from
+it (follow)."""
 
 import streamlit as st
 
@@ -12,6 +13,7 @@ from kvviz.app.shell import page_setup
 from kvviz.app.views.memory import (
     MEM,
     compare,
+    follow,
     formula,
     growth,
     keep_in_url,
@@ -20,20 +22,25 @@ from kvviz.app.views.memory import (
     paged,
     planner,
     planner_settings,
+    room_view,
     scenario_inputs,
     seed_buttons,
     seed_from_url,
     start_up_logs,
 )
+from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint, weight_bytes
 from kvviz.lessons.memory import lecture_screens
 
+PAGE = "pages/3_Memory_Footprint.py"
 settings = page_setup("memory.title")
 lecture = settings.lecture
 head = lecture_head(tr("memory.title"))
 with head[0], intro_box():
     st.write(tr("memory.intro"))
+# A follower: the lecturer's scenario and screen, and nothing of this session's below; the lecturer: an open room.
+follow_or_share("memory", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 seed_from_url()
 
 # The formula, then the tabs; in lecture mode one of them per screen, the scenario's inputs behind one button
@@ -52,6 +59,7 @@ else:
         seeds = st.container()
         left, right = st.columns([1, 2])
 with seeds:
+    share_button(lecture)  # behind the settings button, as on Reusing Past K/V
     seed_buttons()
 with left:
     spec = model_source()
@@ -90,4 +98,5 @@ with tab_live:
     live(settings)
 
 keep_in_url()  # the scenario back into the link, so the link reproduces it
+publish(room_view(spec, choice), PAGE)  # a lecture room's followers draw the same scenario and screen
 preload_engine()  # the page is drawn: torch and the engine load in the background for Run here

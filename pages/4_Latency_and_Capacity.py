@@ -2,7 +2,8 @@
 
 The first screen needs no model: its settings come from the model's description, and the model loads when a
 sweep starts (kvviz.app.models.model_spec). In lecture mode each sweep, and the roofline, is one idea per screen.
-kvviz.app.views.latency draws each sweep's panel and the roofline; kvviz.lessons.latency says what they show.
+kvviz.app.views.latency draws each sweep's panel and the roofline (and, in a lecture room, publishes them and draws a
+follower's page from them); kvviz.lessons.latency says what they show.
 """
 import streamlit as st
 
@@ -11,11 +12,15 @@ from kvviz.app.lecture import ideas, intro_box, lecture_head
 from kvviz.app.models import model_caption, model_spec, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
-from kvviz.app.views.latency import IDEAS, SWEEPS, LatencyPage, roofline, sweep_panel
+from kvviz.app.views.latency import IDEAS, SWEEPS, LatencyPage, follow, roofline, room_view, sweep_panel
+from kvviz.app.views.room import follow_or_share, publish
 
+PAGE = "pages/4_Latency_and_Capacity.py"
 settings = page_setup("latency.title")
 lecture = settings.lecture
 st.title(tr("latency.title"))
+# A follower: the lecturer's sweeps and roofline, no model here; the lecturer: an open room's link and QR code.
+follow_or_share("latency", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 spec = model_spec(settings)
 if spec is None:
     st.stop()
@@ -30,18 +35,20 @@ with page.head[0], intro_box():
     noise_indicator(page.load, "lc")
 
 # ---- five tabs, or in lecture mode the idea on screen (the roofline's three parts apart) ----------------------
+roof = None  # the roofline's inputs, where it is drawn
 if lecture:
     for name in shown:
         if name in SWEEPS:
             sweep_panel(page, name)
         else:
-            roofline(page, (name.removeprefix("roof_"),))
+            roof = roofline(page, (name.removeprefix("roof_"),))
 else:
     names = (*SWEEPS, "roofline")
     for name, tab in zip(names, st.tabs([tr(f"latency.tab_{n}") for n in names]), strict=True):
         with tab:
             if name == "roofline":
-                roofline(page)
+                roof = roofline(page)
             else:
                 sweep_panel(page, name)
+publish(room_view(shown if lecture else list(IDEAS), roof, spec.name), PAGE)  # a lecture room's followers draw the same
 preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

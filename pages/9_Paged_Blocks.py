@@ -1,4 +1,5 @@
-"""Paged Blocks & Prefix Sharing: many requests in one block pool, prefix hits, preemption, fragmentation."""
+"""Paged Blocks & Prefix Sharing: many requests in one block pool, prefix hits, preemption, fragmentation.
+kvviz.app.views.paged draws the engine's state from its numbers (room_view), which a lecture room's followers get."""
 import streamlit as st
 
 from kvviz.app.hosted import check_kv_budget
@@ -6,13 +7,14 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.widgets import chart, number_in_range, run_download, table
-from kvviz.charts import paged as charts
-from kvviz.engine.paged.blocks import max_cacheable_tokens
+from kvviz.app.views.room import follow_or_share, follower_room, publish, share_button
+from kvviz.app.widgets import number_in_range, run_download
 from kvviz.errors import InputError
 
 TICK_S = 0.4  # one scheduler step per tick while playing
 BLOCK_SIZES = (4, 8, 16, 32)
+IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
+PAGE = "pages/9_Paged_Blocks.py"
 
 settings = page_setup("paged.title")
 head = lecture_head(tr("paged.title"))
@@ -21,12 +23,17 @@ with head[0]:
 with about:
     st.write(tr("paged.intro"))
 settings = shipped_for_hf(settings, "paged.hf_note")  # the paged path gathers K/V inside our own attention
-IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
+if follower_room():  # a lecture's follower: the lecturer's pool and requests, drawn read-only; no engine runs here
+    with loading_engine():
+        from kvviz.app.views.paged import follow
+# A follower's page stops here; the lecturer: an open room's link and QR code, full width.
+follow_or_share("paged", PAGE, lambda view: follow(view, lecture=settings.lecture), lecture=settings.lecture)
 shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
+    from kvviz.app.views.paged import SAVING_REPEATS, room_view, show
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
-    from kvviz.engine.paged.scheduler import PagedEngine, fragmentation, snapshot
+    from kvviz.engine.paged.scheduler import PagedEngine
     from kvviz.lessons.run_record import paged_record
     backend = get_backend(settings)
 if not isinstance(backend, NativeBackend):
@@ -44,6 +51,8 @@ def reset() -> None:
 
 with head[1]:
     box = settings_box()
+with box:
+    share_button(settings.lecture)  # behind the settings button, as on Reusing Past K/V
 c = box.columns(5)
 block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="pg_block", on_change=reset,
                             help=tr("paged.block_size_help"))
@@ -118,9 +127,6 @@ if st.session_state.get("pg_error") is not None:
     st.session_state.pg_error = None
 
 
-SAVING_REPEATS = 9  # each prefill timed this many times, interleaved: the fastest of each, and their spread
-
-
 def savings() -> dict[int, HitSaving]:
     """The prefill time each hit saved: whole prompt vs after the hit, measured once per (prompt length, hit)."""
     done: dict = st.session_state.setdefault("pg_savings", {})
@@ -134,99 +140,16 @@ def savings() -> dict[int, HitSaving]:
     return out
 
 
-
-
-def show() -> None:
-    blocks, requests = snapshot(engine)
-    lecture = settings.lecture
-    m = st.columns(5)
-    counts = {s: sum(r.status == s for r in requests) for s in ("running", "waiting", "arriving", "finished")}
-    rate = engine.hit_rate()
-    helps = {"requests": tr("paged.m_requests_help"), "blocks": tr("paged.m_blocks_help"),
-             "hit_rate": tr("paged.m_hit_rate_help", hits=engine.pool.hits, queries=engine.pool.queries)}
-
-    def metric(i: int, name: str, value: object) -> None:
-        """A metric and what it counts: a caption under it, or on a projector a tooltip (the screen is the chart's)."""
-        m[i].metric(tr(f"paged.m_{name}"), value, help=helps.get(name) if lecture else None)
-        if name in helps and not lecture:
-            m[i].caption(helps[name])
-
-    metric(0, "step", engine.n_steps)
-    metric(1, "requests", f"{counts['running']} / {counts['waiting'] + counts['arriving']} / {counts['finished']}")
-    metric(2, "hit_rate", "—" if rate is None else f"{rate:.0%}")
-    metric(3, "blocks", f"{engine.pool.n_in_use()} / {engine.pool.n_cached_free()} / "
-                        f"{engine.pool.n_free - engine.pool.n_cached_free()}")
-    metric(4, "preemptions", sum(r.n_preemptions for r in requests))
-    if not requests:
-        st.info(tr("paged.idle"))
-        return
-    labels = {k: tr(f"paged.c_{k}") for k in charts.FIGURE_LABELS}
-    if "tables" in shown:
-        chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
-        if not lecture:  # said aloud on a projector
-            st.caption(tr("paged.tables_caption", size=block_size))
-    if "pool" in shown:
-        chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
-    if shown & {"requests", "savings"}:
-        requests_and_hits(requests)
-    if "memory" in shown:
-        memory()
-
-
-def requests_and_hits(requests: list) -> None:
-    """Each request's prompt, hit, TTFT and preemptions, and the prefill time each hit saved (measured)."""
-    saved = savings()
-    rows = []
-    for r in requests:
-        hit = saved.get(r.request_id)
-        rows.append({
-            tr("paged.col_request"): f"R{r.request_id}",
-            tr("paged.col_label"): tr(f"paged.c_label_{r.label}"),
-            tr("paged.col_status"): tr(f"paged.c_status_{charts.status_key(r)}"),
-            tr("paged.col_prompt"): r.prompt_tokens,
-            tr("paged.col_cached"): r.cached_tokens,
-            tr("paged.col_max_cached"): max_cacheable_tokens(r.prompt_tokens, block_size),
-            tr("paged.col_generated"): r.output_tokens, tr("paged.col_blocks"): len(r.block_table),
-            tr("paged.col_ttft"): "—" if r.ttft_s is None else f"{r.ttft_s * 1e3:.1f}",
-            tr("paged.col_preempted"): r.n_preemptions,
-            tr("paged.col_saved"): "—" if hit is None else f"{hit.saved_s * 1e3:.1f}" if hit.measurable
-            else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
-        })
-    if "requests" in shown:
-        table(rows, "pg_requests")
-        st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
-    if saved and "savings" in shown:
-        slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
-        chart(charts.hit_savings(list(saved.items()), slabels, lecture=settings.lecture), "pg_savings")
-        if not settings.lecture:  # said aloud on a projector
-            st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
-
-
-def memory() -> None:
-    """The pool's blocks over time, and the running requests' K/V held four ways (fragmentation)."""
-    left, right = st.columns(2)
-    with left:
-        usage = {k: tr(f"paged.c_{k}") for k in charts.USAGE_LABELS}
-        chart(charts.pool_usage(engine.history, usage, lecture=settings.lecture), "pg_usage")
-    with right:
-        frag = fragmentation(engine)
-        if frag is None:
-            st.info(tr("paged.no_running"))
-        else:
-            flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
-                                                         "bar_text", "frag_title")}
-            chart(charts.fragmentation_bars(frag, flabels, lecture=settings.lecture), "pg_frag")
-            if not settings.lecture:  # said aloud on a projector
-                st.caption(tr("paged.frag_caption", max_len=max_len, per_token=f"{frag.bytes_per_token:,}"))
-
-
 def live() -> None:
     if st.session_state.get("pg_playing"):
         engine.step()
         if engine.idle:
             st.session_state.pg_playing = False
             st.rerun()  # the whole page, so the buttons flip and the fragment stops ticking
-    show()
+    saved = savings() if shown & {"requests", "savings"} else {}  # measured only where it is shown
+    view = room_view(engine, shown, saved, max_len, backend.spec.name)
+    publish(view, PAGE)  # a lecture room's followers draw the same pool, requests and idea
+    show(view, settings.lecture)
 
 
 st.fragment(live, run_every=TICK_S if playing else None)()

@@ -69,8 +69,10 @@ def lecture_head(title: str | None = None, widths: tuple[float, float] = (2.5, 2
 
 
 def intro_box() -> Any:
-    """Where a page's introduction goes: on the page, or in lecture mode folded away (the presenter says it)."""
-    return st.expander(tr("lecture.about")) if st.session_state.get("kv_lecture") else st.container()
+    """Where a page's introduction goes: on the page, or folded away in lecture mode (the presenter says it) and on
+    a lecture room follower's screen (`?room=`: on a phone it took the whole first screen from the lecture)."""
+    folded = st.session_state.get("kv_lecture") or st.query_params.get("room")
+    return st.expander(tr("lecture.about")) if folded else st.container()
 
 
 def settings_box(label: str | None = None, *, border: bool = False) -> Any:

@@ -184,8 +184,8 @@ def scenario_in(state: Mapping[str, Any], prefix: str = "mem_") -> dict[str, Any
             if f"{prefix}{name}" in state}
 
 
-def query_changes(query: Mapping[str, str], wanted: Mapping[str, str], keep: tuple[str, ...] = ("lang", "lecture")
-                  ) -> tuple[dict[str, str], set[str]]:
+def query_changes(query: Mapping[str, str], wanted: Mapping[str, str],
+                  keep: tuple[str, ...] = ("lang", "lecture", "room")) -> tuple[dict[str, str], set[str]]:
     """What a link's query must change to read `wanted`: (the values to set, the keys to drop); `keep` are the
-    app's own settings, never dropped."""
+    app's own settings, never dropped (`room`: a follower exploring on their own keeps the way back)."""
     return {k: v for k, v in wanted.items() if query.get(k) != v}, set(query) - set(wanted) - set(keep)

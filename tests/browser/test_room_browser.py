@@ -195,3 +195,43 @@ def test_redis_stopped_mid_lecture(browser, shots):
             assert pg.locator("[data-testid='stException']").count() == 0
         context.close()
         lecture.close()
+
+
+def test_a_korean_phone_follows_the_memory_scenario_as_the_lecturer_changes_it(browser, app_url, shots):
+    """Memory Footprint: the lecturer's scenario, computed and drawn on a Korean phone; the lecturer's change of the
+    context length reaches it at its next poll; the phone has no box of its own to change it."""
+    from kvviz.kv.formula import kv_footprint
+    from kvviz.kv.presets import PRESETS
+
+    def total(tokens: int) -> str:
+        return f"{kv_footprint(PRESETS['Qwen2.5-7B'], tokens, 4, 'bfloat16').total:,} B"
+
+    lecture, projector = _open(browser, f"{app_url}/Memory_Footprint?lecture=1&preset=Qwen2.5-7B&tokens=8192&batch=4",
+                               1280, 720)
+    link = _share(projector, "Memory_Footprint", settings="Model and scenario")
+    projector.keyboard.press("Escape")  # the settings closed: the formula and the room's code on the projector
+    settle(projector)
+    projector.screenshot(path=shots / "room_lecturer_memory_qr.png")
+    context, phone = _open(browser, f"{link}&lang=ko", 390, 844)
+    expect(phone.get_by_text("강의를 따라 보고 있습니다")).to_be_visible()
+    table = phone.locator("[data-testid='stMarkdownContainer'] table").filter(has_text="단계").first
+    expect(table).to_contain_text(total(8192))
+    scenario = phone.locator("[data-testid='stMarkdownContainer'] table").filter(has_text="강의자의 값").first
+    expect(scenario).to_contain_text("동시 요청 수 B")  # the lecturer's scenario, in the phone's language
+    expect(scenario).to_contain_text("8,192")
+    assert phone.locator("[data-testid='stMain'] input").count() == 0  # read-only: no box to change the room with
+    settle(phone)
+    phone.screenshot(path=shots / "room_follower_memory_ko_390x844.png", full_page=True)
+
+    projector.get_by_role("button", name="Model and scenario").click()
+    box = projector.get_by_label("Context length n (tokens)")
+    box.fill("32768")
+    box.press("Enter")
+    wait_idle(projector)
+    expect(table).to_contain_text(total(32768), timeout=15_000)  # the phone's next poll, once a second
+    settle(phone)
+    table.scroll_into_view_if_needed()  # the formula's figures on the phone's screen
+    phone.screenshot(path=shots / "room_follower_memory_ko_changed_390x844.png")
+    assert phone.locator("[data-testid='stException']").count() == 0
+    context.close()
+    lecture.close()

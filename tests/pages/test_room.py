@@ -9,6 +9,7 @@ from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
+MOVING = "pages/11_Moving_the_Cache.py"  # a page a room cannot follow
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
 
 
@@ -225,14 +226,285 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
 def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
-    lecturer.switch_page("pages/3_Memory_Footprint.py").run()  # no Share there: the room is told where instead
+    lecturer.switch_page(MOVING).run()  # no Share there: the room is told where instead
     assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
-    assert store.read(room_id)[1] == {"page": None, "path": "pages/3_Memory_Footprint.py"}
+    assert store.read(room_id)[1] == {"page": None, "path": MOVING}
     follower.run()
-    assert follower.info[0].value.startswith("강의자는 “메모리 사용량” 페이지에 있습니다. 이 페이지는 아직")
+    assert follower.info[0].value.startswith("강의자는 “캐시 옮기기” 페이지에 있습니다. 이 페이지는 아직")
     link = follower.main.get("page_link")[-1].proto
-    assert link.page == "Memory_Footprint" and "room" not in link.query_string  # that page, on one's own
+    assert link.page == "Moving_the_Cache" and "room" not in link.query_string  # that page, on one's own
     lecturer.switch_page(CHECK).run()  # back: followed again
     assert store.read(room_id)[1]["path"] == CHECK
     follower.run()
     assert [i.value for i in follower.info] == [t("room.waiting", "ko")]  # the room's question box again
+
+
+MEMORY = "pages/3_Memory_Footprint.py"
+SCENARIO = {"preset": "Qwen2.5-7B", "tokens": "8192", "batch": "4", "kv_dtype": "float16"}
+
+
+def _formula_table(at, lang: str = "en") -> str:
+    """The formula's four steps as the page's table draws them (factors, bytes, binary and decimal units)."""
+    return next(md.value for md in at.main.markdown if md.value.startswith(f"| {t('memory.col_step', lang)} |"))
+
+
+def _memory_room(store):
+    lecturer = open_page(MEMORY, lecture="1", **SCENARIO)
+    lecturer.button(key="room_share").click().run()
+    assert not lecturer.exception
+    room_id = lecturer.session_state["room_id"]
+    return lecturer, room_id
+
+
+def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
+    from kvviz.kv.formula import kv_footprint
+    from kvviz.kv.presets import PRESETS
+
+    lecturer, room_id = _memory_room(store)
+    version, view = store.read(room_id)
+    assert view["page"] == "memory" and view["screen"] == 0  # the formula's screen on the projector
+    assert {k: view["scenario"][k] for k in ("preset", "tokens", "batch", "kv_dtype")} == {
+        "preset": "Qwen2.5-7B", "tokens": 8192, "batch": 4, "kv_dtype": "float16"}
+    lecturer.run()
+    assert store.read(room_id)[0] == version  # a rerun that changes nothing is no new version for the room
+
+    total = kv_footprint(PRESETS["Qwen2.5-7B"], 8192, 4, "float16").total
+    en = open_page(MEMORY, room=room_id)
+    assert _formula_table(en) == _formula_table(lecturer)  # the lecturer's figures, the same to the byte
+    assert f"{total:,} B" in _formula_table(en)
+    ko = open_page(MEMORY, lang="ko", room=room_id)
+    alone = open_page(MEMORY, lang="ko", **SCENARIO)  # the page on its own, in Korean, with the same scenario
+    assert _formula_table(ko, "ko") == _formula_table(alone, "ko") and f"{total:,} B" in _formula_table(ko, "ko")
+    assert "강의를 따라 보고 있습니다" in [c.value for c in ko.caption]
+    scenario = next(md.value for md in ko.main.markdown if md.value.startswith("| 설정 |"))
+    assert "| 컨텍스트 길이 n (토큰) | 8,192 |" in scenario and "| 동시 요청 수 B | 4 |" in scenario
+    # read-only: no box of the follower's; its query cannot put another scenario in the room's place
+    for kind in ("number_input", "selectbox", "text_input", "radio", "slider", "checkbox"):
+        assert not ko.main.get(kind), kind
+    sneaky = open_page(MEMORY, room=room_id, tokens="1", batch="999", preset="Llama-3.1-8B")
+    assert _formula_table(sneaky) == _formula_table(lecturer) and store.read(room_id)[0] == version
+
+    lecturer.number_input(key="mem_tokens").set_value(32768).run()  # the lecturer changes the scenario
+    assert store.read(room_id)[0] == version + 1
+    ko.run()  # the follower's next poll
+    total = kv_footprint(PRESETS["Qwen2.5-7B"], 32768, 4, "float16").total
+    assert f"{total:,} B" in _formula_table(ko, "ko") and _formula_table(en.run(), "en") == _formula_table(lecturer)
+
+    lecturer.button(key="kv_idea_next_memory").click().run()  # the next idea: the attention variants
+    assert store.read(room_id)[1]["screen"] == 1
+    ko.run()
+    ours, theirs = _chart(lecturer, "mem_compare_chart"), _chart(ko, "mem_compare_chart")
+    assert theirs["data"][0]["y"] == ours["data"][0]["y"]  # the same bytes per token, the follower's words
+    assert theirs["layout"]["title"]["text"] == t("memory.compare_title", "ko", layers=28, heads=28, d_head=128,
+                                                 dtype="float16")
+    assert not any(md.value.startswith("| 단계 |") for md in ko.main.markdown)  # only the screen on the projector
+
+    lecturer.switch_page("pages/2_Prefill_and_Decode.py").run()  # another followed page, nothing measured there yet
+    assert store.read(room_id)[1]["path"] == "pages/2_Prefill_and_Decode.py"
+    ko.run()  # not the memory screen of before: a link to follow there
+    link = ko.main.get("page_link")[0].proto
+    assert link.label == t("room.lecturer_on", "ko", page=t("nav.prefill_decode", "ko"))
+    assert link.page == "Prefill_and_Decode" and f"room={room_id}" in link.query_string
+
+
+def test_a_memory_follower_explores_the_scenario_then_follows_again(store, monkeypatch):
+    lecturer, room_id = _memory_room(store)
+    version = store.read(room_id)[0]
+    follower = open_page(MEMORY, lang="ko", room=room_id)
+    follower.button(key="room_btn_explore").click().run()
+    assert not follower.exception
+    assert follower.number_input(key="mem_tokens").value == 8192  # the lecturer's scenario, now this session's own
+    assert follower.selectbox(key="mem_preset").value == "Qwen2.5-7B"
+    assert _formula_table(follower, "ko") == _formula_table(open_page(MEMORY, lang="ko", **SCENARIO), "ko")
+    follower.number_input(key="mem_tokens").set_value(1024).run()  # the follower's own change
+    assert follower.query_params["room"] == room_id  # the way back kept in the link
+    assert store.read(room_id)[0] == version and store.read(room_id)[1]["scenario"]["tokens"] == 8192
+
+    follower.button(key="room_btn_follow_again").click().run()
+    assert not follower.exception and "room_btn_explore" in [b.key for b in follower.button]
+    assert _formula_table(follower, "ko") == _formula_table(open_page(MEMORY, lang="ko", **SCENARIO), "ko")
+    monkeypatch.setattr(store, "clock", lambda: time.time() + LECTURER_GONE_S + 1)  # the lecturer's tab closed
+    follower.run()
+    assert follower.warning[0].value == t("room.lecturer_left_page", "ko")  # no step on this page: none said
+
+
+def _array(data: dict):
+    """A Plotly array as its figure JSON carries a numpy one (base64 bytes, dtype and shape)."""
+    import base64
+
+    import numpy as np
+
+    flat = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
+    return flat.reshape([int(n) for n in data["shape"].split(",")]) if "shape" in data else flat
+
+
+def _chart(at, key: str) -> dict:
+    import json
+
+    return json.loads(next(c for c in at.get("plotly_chart") if key in c.proto.id).proto.spec)
+
+
+PREFILL = "pages/2_Prefill_and_Decode.py"
+
+
+def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.pages.pagetest import APP
+    from tests.pages.test_prefill_and_latency import SMALL, _until
+
+    lecturer = AppTest.from_file(APP, default_timeout=300)
+    lecturer.query_params.update(lang="en", lecture="1")
+    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the runs quick
+    lecturer.session_state["kv_shape"] = SMALL
+    lecturer.switch_page(PREFILL).run()
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    assert store.read(room_id)[1] == {"page": "prefill", "shown": [0], "measuring": False, "results": None,
+                                      "path": PREFILL}
+    follower = open_page(PREFILL, lang="ko", room=room_id)
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
+
+    max_len = SMALL.max_seq_len
+    lecturer.number_input(key=f"pd_prompt_{max_len}").set_value(40)
+    lecturer.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(12)
+    lecturer.number_input(key="pd_repeats").set_value(3)
+    lecturer.button(key="pd_run").click().run()
+    assert store.read(room_id)[1]["measuring"]  # the runs are not drawn until they are done: only that they run
+    follower.run()
+    assert [i.value for i in follower.info] == [t("room.measuring", "ko")]
+    _until(lecturer, lambda: not lecturer.session_state["pd_running"])
+    lecturer.run()
+    runs = lecturer.session_state["pd_request"].finished_runs
+    view = store.read(room_id)[1]["results"]
+    assert len(view["summaries"]) == 3 and view["n_prompt"] == 40
+    assert view["seconds"] == [e.seconds for e in runs[view["run"]].events]  # the lecturer's measured passes
+
+    follower.run()
+    ours, theirs = _chart(lecturer, "pd_timeline"), _chart(follower, "pd_timeline")
+    assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]  # the same passes, to the digit
+    assert theirs["layout"]["title"]["text"] == t("prefill_decode.chart_title_run", "ko", run=view["run"] + 1,
+                                                  runs=3)
+    for kind in ("number_input", "button", "text_input"):  # no Run, no box: nothing of the follower's is the room's
+        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("pd_")], kind
+
+    lecturer.button(key="kv_idea_next_pd").click().run()  # the lecturer's next idea: the cards
+    assert store.read(room_id)[1]["shown"] == [1]
+    follower.run()
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"prefill_decode.{k}", "ko"), m.value) for k, m in zip(("ttft", "tpot_p50", "tokens_per_s", "e2e"),
+                                                                  lecturer.metric, strict=True)]
+
+
+HEADS = "pages/12_Attention_Patterns.py"
+
+
+def test_a_follower_sees_the_lecturers_attention_patterns(store):
+    import numpy as np
+
+    lecturer = open_page(HEADS, lecture="1")
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    view = store.read(room_id)[1]
+    assert view["shown"] == [0] and view["sinks"]["n"] > 16 and "induction" not in view  # the idea on screen only
+    follower = open_page(HEADS, lang="ko", room=room_id)
+    sink_keys = ("metric_sink_heads", "metric_mean_share", "metric_uniform")
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"heads.{k}", "ko"), m.value) for k, m in zip(sink_keys, lecturer.metric, strict=True)]
+    ours, theirs = _chart(lecturer, "heads_sinks"), _chart(follower, "heads_sinks")
+    assert theirs["data"][0]["z"] == ours["data"][0]["z"]  # the same bytes
+    # the lecturer's model's shares (in percent)
+    assert _array(theirs["data"][0]["z"]).tolist() == (np.asarray(view["sinks"]["share"]) * 100).tolist()
+    assert theirs["layout"]["title"]["text"] == t("heads.sink_heatmap_title", "ko", n=view["sinks"]["n"])
+    for kind in ("number_input", "radio", "text_area"):  # none of the lecturer's inputs on the follower's page
+        assert not [w for w in follower.main.get(kind) if w.key and "heads" in w.key], kind
+
+    lecturer.button(key="kv_idea_next_heads").click().run()  # the induction heads
+    view = store.read(room_id)[1]
+    assert view["shown"] == [1] and "sinks" not in view
+    follower.run()
+    induction_keys = ("metric_first_copy", "metric_second_copy", "metric_induction_heads", "metric_best_prefix")
+    assert [(m.label, m.value, m.proto.delta) for m in follower.metric] == [
+        (t(f"heads.{k}", "ko"), m.value, m.proto.delta) for k, m in zip(induction_keys, lecturer.metric, strict=True)]
+    assert _chart(follower, "heads_loss")["data"][0]["y"] == _chart(lecturer, "heads_loss")["data"][0]["y"]
+
+
+PAGED = "pages/9_Paged_Blocks.py"
+
+
+def test_a_follower_sees_the_lecturers_block_pool(store):
+    from tests.pages.pagetest import chart
+
+    lecturer = open_page(PAGED, lecture="1")
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    lecturer.button(key="pg_add4").click().run()
+    lecturer.button(key="pg_step").click().run()  # one step admits all four: the system prompt's blocks shared
+    engine = lecturer.session_state["pg_engine"]
+    view = store.read(room_id)[1]
+    assert view["step"] == engine.n_steps == 1 and view["shown"] == ["tables"]
+    assert [r["cached_tokens"] for r in view["requests"]] == [r.cached_tokens for r in engine.requests] == [
+        0, 48, 48, 48]
+
+    follower = open_page(PAGED, lang="ko", room=room_id)
+    assert "pg_engine" not in follower.session_state or follower.session_state["pg_engine"] is None  # no engine
+    ours = chart(lecturer, "Block tables: logical → physical")["data"][0]
+    theirs = chart(follower, t("paged.c_tables_title", "ko"))["data"][0]
+    assert theirs["z"] == ours["z"] and theirs["text"] == ours["text"]  # the same physical blocks, shared the same
+    metric_keys = ("m_step", "m_requests", "m_hit_rate", "m_blocks", "m_preemptions")
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"paged.{k}", "ko"), m.value) for k, m in zip(metric_keys, lecturer.metric, strict=True)]
+    assert not [b for b in follower.main.button if b.key and b.key.startswith("pg_")]  # no Add, Step, Play, Reset
+
+    lecturer.button(key="pg_step").click().run()  # the lecturer's next step reaches the follower at its next poll
+    lecturer.button(key="kv_idea_next_paged").click().run()  # and the pool's idea
+    assert store.read(room_id)[1]["step"] == 2
+    follower.run()
+    assert follower.metric[0].value == "2"
+    pool = chart(lecturer, t("paged.c_pool_title", "en"))["data"][0]
+    assert chart(follower, t("paged.c_pool_title", "ko"))["data"][0]["z"] == pool["z"]
+
+
+LATENCY = "pages/4_Latency_and_Capacity.py"
+
+
+def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.pages.pagetest import APP
+    from tests.pages.test_prefill_and_latency import SMALL, _until
+
+    lecturer = AppTest.from_file(APP, default_timeout=300)
+    lecturer.query_params.update(lang="en", lecture="1", idea="3")  # the batch sweep's screen
+    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the sweep quick
+    lecturer.session_state["kv_shape"] = SMALL
+    lecturer.switch_page(LATENCY).run()
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    assert store.read(room_id)[1]["shown"] == ["batch"]
+    follower = open_page(LATENCY, lang="ko", room=room_id)
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
+
+    lecturer.text_input(key="lc_b_batches").set_value("1, 2")
+    lecturer.number_input(key=f"lc_b_prompt_{SMALL.max_seq_len}").set_value(8)
+    lecturer.number_input(key="lc_b_new").set_value(3)
+    lecturer.button(key="lc_start_batch").click().run()
+    assert store.read(room_id)[1]["sweeps"] == {"batch": {"measuring": True}}
+    _until(lecturer, lambda: lecturer.session_state["lc_run_batch"].finished)
+    lecturer.run()
+    rows = lecturer.session_state["lc_run_batch"].rows
+    assert store.read(room_id)[1]["sweeps"]["batch"]["rows"] == rows  # the lecturer's measured rows, as they are
+    follower.run()
+    ours, theirs = _chart(lecturer, "lc_chart_batch"), _chart(follower, "lc_chart_batch")
+    assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]
+    assert theirs["layout"]["title"]["text"] == t("latency.bchart_title", "ko")
+    assert not [w for w in follower.main.get("button") if w.key and w.key.startswith("lc_")]  # no Start, no Cancel
+
+    lecturer.button(key="kv_idea_next_latency").click().run()  # dtype
+    lecturer.button(key="kv_idea_next_latency").click().run()  # the roofline's bounds
+    lecturer.number_input(key="lc_r_batch").set_value(8).run()
+    view = store.read(room_id)[1]
+    assert view["shown"] == ["roof_bounds"] and view["roof"]["batch"] == 8
+    follower.run()
+    assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the bounds at the lecturer's B
+    assert not follower.main.get("number_input") and not follower.main.get("selectbox")  # its inputs are not here

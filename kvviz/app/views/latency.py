@@ -1,11 +1,13 @@
 """What the Latency & Capacity page draws: the session keys it keeps (`LC`), the page's context (`LatencyPage`), a
 sweep's panel (`sweep_panel`: its settings, Start and Cancel, the fragment that measures a little per tick and then
-the chart, verdict, table and CSV) and the roofline tab (`roofline`, its cards in `bounds`). What a sweep measures
-comes from kvviz.engine.sweeps (imported with the model, when a sweep starts); what its rows and the roofline say
-from kvviz.lessons.latency. Nothing here imports torch before a sweep starts."""
+the chart, verdict, table and CSV) and the roofline tab (`roofline`: its settings in `roof_inputs`, drawn by
+`roof_figures`, its cards in `bounds`); in a lecture room what the lecturer's page publishes (`room_view`: finished
+sweeps' rows, the roofline's inputs) and a follower's page drawn from it (`follow`). What a sweep measures comes
+from kvviz.engine.sweeps (imported with the model, when a sweep starts); what its rows and the roofline say from
+kvviz.lessons.latency. Nothing here imports torch before a sweep starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -16,12 +18,13 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit
 from kvviz.app.state import page_state
+from kvviz.app.views.room import share_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES
+from kvviz.kv.formula import KV_DTYPES, KVSpec
 from kvviz.kv.hardware import HARDWARE
 from kvviz.lessons import latency as lessons
 
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
     from kvviz.app.sidebar import Settings
     from kvviz.engine.backends.base import Backend
     from kvviz.engine.sweeps import Sweep, SweepRun
-    from kvviz.kv.formula import KVSpec
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
 BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
@@ -94,6 +96,7 @@ def sweep_panel(page: LatencyPage, name: str) -> None:
         with page.head[1]:
             where, b1, b2 = st.columns([3, 3, 2], vertical_alignment="center")
         with where, settings_box():
+            share_button(lecture)  # behind the settings button, as on Reusing Past K/V
             st.write(tr(f"latency.{name}_intro"))
             values = controls(page)
     else:
@@ -145,20 +148,20 @@ def sweep_panel(page: LatencyPage, name: str) -> None:
         if not run.finished or not run.rows:
             return  # while measuring, only the progress bar (a chart redrawn in the browser competes with the
             # model); with no whole round, the progress line says so
-        results(page, kind, run.rows, draw)
+        results(lecture, kind, run.rows, draw)
 
     st.fragment(live, run_every=TICK_S if running else None)()
 
 
-def results(page: LatencyPage, kind: str, rows: list[dict], draw: Any) -> None:
-    """A finished sweep: its chart and verdict (side by side on a projector), then the details, table and CSV."""
+def results(lecture: bool, kind: str, rows: list[dict], draw: Any) -> None:
+    """A finished sweep: its chart and verdict (side by side on a projector), then the details, table and CSV (the
+    lecturer's page's, and a room follower's from the lecturer's rows)."""
     import pandas as pd  # ~1 s to import: only once a sweep has rows to show
 
-    lecture = page.lecture
     verdict, details = lessons.describe(kind, rows, lang(), lecture=lecture)
     where, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
     with where:
-        chart(draw(page, rows), f"lc_chart_{kind}")
+        chart(draw(rows, lecture), f"lc_chart_{kind}")
     text.markdown(verdict)
     with text, st.expander(tr("latency.details")) if lecture else st.container():
         st.markdown(details)
@@ -192,9 +195,9 @@ def make_prompt(page: LatencyPage, v: dict) -> Sweep | None:
     return sweeps.prompt_length_sweep(backend, lengths, n_new=v["n_new"], repeats=v["repeats"])
 
 
-def draw_prompt(page: LatencyPage, rows: list[dict]) -> go.Figure:
+def draw_prompt(rows: list[dict], lecture: bool) -> go.Figure:
     names = labels("pchart", "title", "x", "y", "ttft_s", "tpot_s", "fit_ttft_s", "fit_tpot_s")
-    return charts.prompt_length_chart(rows, stats.model_fits("prompt-length", rows), names, lecture=page.lecture)
+    return charts.prompt_length_chart(rows, stats.model_fits("prompt-length", rows), names, lecture=lecture)
 
 
 # ---- cache vs no cache -------------------------------------------------------------------------------
@@ -219,9 +222,9 @@ def make_cache(page: LatencyPage, v: dict) -> Sweep | None:
     return sweeps.cache_sweep(backend, contexts, repeats=v["repeats"])
 
 
-def draw_cache(page: LatencyPage, rows: list[dict]) -> go.Figure:
+def draw_cache(rows: list[dict], lecture: bool) -> go.Figure:
     names = labels("cchart", "title", "x", "y", "cache", "no_cache", "fit_cache", "fit_no_cache")
-    return charts.cache_chart(rows, stats.model_fits("cache", rows), names, lecture=page.lecture)
+    return charts.cache_chart(rows, stats.model_fits("cache", rows), names, lecture=lecture)
 
 
 # ---- batch -----------------------------------------------------------------------------------------------
@@ -251,9 +254,9 @@ def make_batch(page: LatencyPage, v: dict) -> Sweep | None:
     return sweeps.batch_sweep(backend, batches, n_prompt=v["n_prompt"], n_new=v["n_new"])
 
 
-def draw_batch(page: LatencyPage, rows: list[dict]) -> go.Figure:
+def draw_batch(rows: list[dict], lecture: bool) -> go.Figure:
     return charts.batch_chart(rows, labels("bchart", "title", "x", "tpot", "tokens_per_s", "kv"),
-                              lecture=page.lecture)
+                              lecture=lecture)
 
 
 # ---- dtype ---------------------------------------------------------------------------------------------
@@ -282,8 +285,8 @@ def make_dtype(page: LatencyPage, v: dict) -> Sweep | None:
     return sweeps.dtype_sweep(load, v["dtypes"], n_prompt=v["n_prompt"], n_new=v["n_new"])
 
 
-def draw_dtype(page: LatencyPage, rows: list[dict]) -> go.Figure:
-    return charts.dtype_chart(rows, labels("dchart", "title", "y", "ttft_s", "tpot_s"), lecture=page.lecture)
+def draw_dtype(rows: list[dict], lecture: bool) -> go.Figure:
+    return charts.dtype_chart(rows, labels("dchart", "title", "y", "ttft_s", "tpot_s"), lecture=lecture)
 
 
 PANELS = {"prompt": (prompt_controls, make_prompt, draw_prompt), "cache": (cache_controls, make_cache, draw_cache),
@@ -291,14 +294,23 @@ PANELS = {"prompt": (prompt_controls, make_prompt, draw_prompt), "cache": (cache
 
 
 # ---- roofline ----------------------------------------------------------------------------------------------
-def roofline(page: LatencyPage, parts: tuple[str, ...] = ROOF_PARTS) -> None:
-    """The bounds and their two charts (in lecture mode `parts` says which one is on screen)."""
-    lecture = page.lecture
-    if not lecture:
+def roofline(page: LatencyPage, parts: tuple[str, ...] = ROOF_PARTS) -> dict:
+    """The bounds and their two charts (in lecture mode `parts` says which one is on screen); returns the inputs
+    they were drawn from (what a lecture room's followers draw them from)."""
+    if not page.lecture:
         st.write(tr("latency.roof_intro"))
+    inputs = roof_inputs(page)
+    roof_figures(inputs, parts, page.lecture)
+    return inputs
+
+
+def roof_inputs(page: LatencyPage) -> dict:
+    """The roofline's settings (in lecture mode behind one button), as JSON: the accelerator as typed over its
+    preset, the model (its description: the sidebar's model is one of them), the dtypes, context and batch."""
     models = lessons.roofline_models(page.spec)
     with page.head[1], settings_box(tr("latency.roof_settings")):
-        if lecture:
+        share_button(page.lecture)  # behind the settings button, as on Reusing Past K/V
+        if page.lecture:
             st.write(tr("latency.roof_intro"))
         c1, c2 = st.columns(2)
         hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="lc_r_hw")
@@ -319,15 +331,26 @@ def roofline(page: LatencyPage, parts: tuple[str, ...] = ROOF_PARTS) -> None:
         st.caption(tr("latency.hw_sources", gpu=hw_name))
         with st.expander(tr("latency.hw_sources_full")):
             st.markdown(lessons.hardware_sources(preset, lang()))
-        hw = lessons.edited_hardware(preset, memory_gib, bandwidth_tb, peak_tf)
         d1, d2, d3, d4 = st.columns(4)
         weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"],
                                     key="lc_r_wdtype")
         kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
         n_context = number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
         batch = number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
+    return {"hw_name": hw_name, "memory_gib": memory_gib, "bandwidth_tb": bandwidth_tb, "peak_tf": peak_tf,
+            "model": asdict(models[model_name]), "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
+            "n_context": int(n_context), "batch": int(batch)}
+
+
+def roof_figures(inputs: dict, parts: tuple[str, ...], lecture: bool) -> None:
+    """The bounds and the two charts in `parts`, computed from `roof_inputs` (the page's own, or a follower's copy
+    of the lecturer's)."""
+    hw = lessons.edited_hardware(HARDWARE[inputs["hw_name"]], inputs["memory_gib"], inputs["bandwidth_tb"],
+                                 inputs["peak_tf"])
+    n_context, batch = inputs["n_context"], inputs["batch"]
     try:
-        view = lessons.roof_view(models[model_name], hw, weight_dtype, kv_dtype, n_context, batch)
+        view = lessons.roof_view(KVSpec(**inputs["model"]), hw, inputs["weight_dtype"], inputs["kv_dtype"], n_context,
+                                 batch)
     except InputError as exc:
         show_error(exc)
         return
@@ -369,3 +392,40 @@ def bounds(view: lessons.RoofView, lecture: bool) -> None:
     if folded:
         with st.expander(tr("latency.roof_details")):
             st.markdown("\n".join(folded) + "\n\n" + tr("latency.roof_note"))
+
+
+# ---- a lecture room --------------------------------------------------------------------------------------------
+def room_view(shown: list[str], roof: dict | None, model: str) -> dict:
+    """What a lecture room's followers draw of this page, as JSON: the ideas on screen, each shown sweep's rows once
+    it has finished (while it runs, only that it does), the model they ran on and the roofline's inputs (None: not
+    on screen)."""
+    sweeps = {}
+    for name in shown:
+        run = LC.get(f"run_{KIND[name]}") if name in SWEEPS else None
+        if run is not None:
+            sweeps[name] = {"rows": run.rows} if run.finished else {"measuring": True}
+    return {"page": "latency", "shown": shown, "sweeps": sweeps, "roof": roof, "model": model}
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Latency & Capacity: the lecturer's finished sweeps and roofline, the ideas on the
+    lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no model
+    runs here, no setting of this session's is drawn."""
+    if view["sweeps"]:
+        st.caption(tr("room.lecturers_model", model=view["model"]))
+    for name in view["shown"]:
+        if name not in SWEEPS:
+            continue
+        st.subheader(tr(f"latency.idea_{name}"))
+        sweep = view["sweeps"].get(name)
+        if sweep is None:
+            st.info(tr("room.waiting_run"))
+        elif "rows" not in sweep:
+            st.info(tr("room.measuring"))
+        else:
+            results(lecture, KIND[name], sweep["rows"], PANELS[name][2])
+    parts = tuple(name.removeprefix("roof_") for name in view["shown"] if name.startswith("roof_"))
+    if parts and view["roof"] is not None:
+        if len(parts) == 1:
+            st.subheader(tr(f"latency.idea_roof_{parts[0]}"))
+        roof_figures(view["roof"], parts, lecture)

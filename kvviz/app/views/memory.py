@@ -3,21 +3,24 @@
 (`model_source`) and the scenario's sizes (`scenario_inputs`), the formula with its steps (`formula`), the attention
 variants (`compare`), the cache against the weights (`growth`), the capacity planner's settings
 (`planner_settings`, `PlannerChoice`) and answer (`planner`), the planner on real start-up logs (`start_up_logs`),
-paged against contiguous allocation (`paged`) and the live cache's bytes (`live`). What is drawn is computed by
+paged against contiguous allocation (`paged`) and the live cache's bytes (`live`); in a lecture room what the
+lecturer's page publishes (`room_view`) and a follower's page drawn from it (`follow`). What is drawn is computed by
 kvviz.lessons.memory and kvviz.kv; the engine (torch) is imported only after Run here is pressed."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
-from kvviz.app.lecture import idea_title
+from kvviz.app.lecture import idea_title, shown_idea
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, query_changes, read_query, scenario_in, scenario_query
+from kvviz.app.views.room import explore
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts.memory import (
     allocation_figure,
@@ -27,7 +30,7 @@ from kvviz.charts.memory import (
 )
 from kvviz.errors import InputError
 from kvviz.kv.capacity import CapacityPlan, compare_allocation, parse_lengths
-from kvviz.kv.formula import KV_DTYPES, KVFootprint, KVSpec
+from kvviz.kv.formula import KV_DTYPES, KVFootprint, KVSpec, kv_footprint, weight_bytes
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.kv.log_check import TOLERANCE, check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
@@ -45,6 +48,7 @@ from kvviz.lessons.memory import (
     footprint_steps,
     formula_latex,
     growth_curves,
+    lecture_screens,
     live_verdict,
     log_cell,
     log_name,
@@ -295,10 +299,7 @@ def planner(spec: KVSpec, choice: PlannerChoice, weights: int | None, tokens: in
         st.info(tr("memory.cap_memory_unknown"))
     else:
         try:
-            plan = plan_for(choice.engine, spec, device_total(choice.gpu, choice.total_gib), tokens=tokens,
-                            n_gpus=choice.n_gpus, kv_dtype_name=kv_dtype_name, weight_dtype=w_dtype_name,
-                            gpu=choice.gpu, gpu_name=choice.gpu_name, fraction=choice.fraction, flags=choice.flags,
-                            reserve_gib=choice.reserve_gib, sgl_frac=choice.sgl_frac)
+            plan = plan_of(spec, choice, weights, tokens, kv_dtype_name, w_dtype_name)
         except InputError as exc:
             show_error(exc)
     if isinstance(plan, CapacityPlan):
@@ -306,6 +307,17 @@ def planner(spec: KVSpec, choice: PlannerChoice, weights: int | None, tokens: in
     elif plan is not None:
         _sglang_plan(plan, tokens, lecture)
     return plan
+
+
+def plan_of(spec: KVSpec, choice: PlannerChoice, weights: int | None, tokens: int, kv_dtype_name: str,
+            w_dtype_name: str) -> CapacityPlan | SglangPlan | None:
+    """The planner's answer; None without the parameter count or the device's total (planner() says which)."""
+    if weights is None or choice.total_gib is None:
+        return None
+    return plan_for(choice.engine, spec, device_total(choice.gpu, choice.total_gib), tokens=tokens,
+                    n_gpus=choice.n_gpus, kv_dtype_name=kv_dtype_name, weight_dtype=w_dtype_name, gpu=choice.gpu,
+                    gpu_name=choice.gpu_name, fraction=choice.fraction, flags=choice.flags,
+                    reserve_gib=choice.reserve_gib, sgl_frac=choice.sgl_frac)
 
 
 def _vllm_plan(plan: CapacityPlan, fraction: float, tokens: int, lecture: bool) -> None:
@@ -402,6 +414,13 @@ def paged(fp: KVFootprint, plan: CapacityPlan | SglangPlan | None, lecture: bool
     a, b = st.columns([3, 1])
     lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
     block = number_in_range(b, tr("memory.block"), 1, 4096, DEFAULTS["block"], "mem_block")
+    paged_figures(fp, plan, lengths_text, int(block), lecture)
+
+
+def paged_figures(fp: KVFootprint, plan: CapacityPlan | SglangPlan | None, lengths_text: str, block: int,
+                  lecture: bool) -> None:
+    """The request mix `lengths_text` in blocks of `block`: contiguous against paged (the page's, from its boxes;
+    a room follower's, from the lecturer's)."""
     try:
         lengths, longer = capped_lengths(parse_lengths(lengths_text), fp.n_tokens)
         if longer:  # the request mix follows the context set above
@@ -491,3 +510,89 @@ def live(settings: Settings) -> None:
                        factor=f"{stored_heads / arch.n_kv_heads:g}"))
         else:
             st.error(tr("memory.live_differ", diff=f"{event.live_bytes - formula_bytes:,}"))
+
+
+# ---- a lecture room -------------------------------------------------------------------------------------------
+def room_view(spec: KVSpec, choice: PlannerChoice) -> dict:
+    """What a lecture room's followers draw of this page, as plain JSON: the scenario as the boxes hold it, the model
+    it describes (an uploaded config.json travels no other way), the planner's settings (its device total and
+    reserve are kept per GPU and model, not in the link) and the screen on the projector (None: not lecture mode).
+    A follower computes the figures from it with the page's own pure functions: a few sums, no model."""
+    planner = {"engine": choice.engine, "gpu_name": choice.gpu_name, "n_gpus": choice.n_gpus,
+               "total_gib": choice.total_gib, "fraction": choice.fraction, "reserve_gib": choice.reserve_gib,
+               "flags": None if choice.flags is None else dataclasses.asdict(choice.flags), "sgl_frac": choice.sgl_frac}
+    return {"page": "memory", "scenario": scenario_in(st.session_state, WIDGET), "spec": dataclasses.asdict(spec),
+            "planner": planner, "screen": shown_idea("memory")}
+
+
+def _room_choice(planner: dict) -> PlannerChoice:
+    flags = planner["flags"]
+    return PlannerChoice(**{**planner, "flags": None if flags is None else ServingFlags(**flags)},
+                         gpu=HARDWARE[planner["gpu_name"]])
+
+
+def _explore_settings(view: dict) -> dict:
+    """The session keys that make this page the lecturer's scenario: its boxes, the planner's device total and
+    reserve, an uploaded model, the screen on show."""
+    scenario, planner, spec = view["scenario"], view["planner"], KVSpec(**view["spec"])
+    keys = {WIDGET + name: value for name, value in scenario.items()}
+    keys[MEM.key("saved")] = scenario  # what seed_from_url seeds the boxes from after a visit elsewhere
+    keys[f"mem_total_{planner['gpu_name']}"] = planner["total_gib"]
+    if planner["engine"] == "vllm":
+        keys[f"mem_reserve_{spec.name}_{planner['n_gpus']}"] = planner["reserve_gib"]
+    if scenario.get("src") == "upload":  # the file is not sent: the model read from it is
+        keys.update(mem_upload_spec=spec, mem_upload_params_b=params_b_of(spec))
+    if view["screen"] is not None:
+        keys["kv_idea_memory"] = view["screen"] + 1
+    return keys
+
+
+def _room_scenario(spec: KVSpec, scenario: dict, choice: PlannerChoice, planner_on: bool) -> None:
+    rows = [(tr("memory.source"), spec.name), (tr("memory.tokens"), f"{scenario['tokens']:,}"),
+            (tr("memory.batch"), f"{scenario['batch']:,}"), (tr("memory.kv_dtype"), scenario["kv_dtype"]),
+            (tr("memory.w_dtype"), scenario["w_dtype"])]
+    if planner_on:
+        rows += [(tr("memory.engine"), tr(f"memory.engine_{choice.engine}")),
+                 (tr("memory.gpu"), f"{choice.gpu_name} × {choice.n_gpus}")]
+    st.markdown("\n".join([f"| {tr('room.setting')} | {tr('room.value')} |", "|---|---|",
+                           *(f"| {name} | {value} |" for name, value in rows)]))
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Memory Footprint: the lecturer's scenario and the screen on the projector (every
+    screen when the lecturer is not in lecture mode), computed here from the scenario and drawn by this page's own
+    functions in this session's language; no box of this session's is drawn, so none can change what is shown."""
+    scenario, spec, choice = view["scenario"], KVSpec(**view["spec"]), _room_choice(view["planner"])
+    st.button(tr("room.explore"), key="room_btn_explore", help=tr("room.explore_scenario_help"),
+              icon=":material/explore:", on_click=explore, args=(_explore_settings(view),))
+    _, screens, _ = lecture_screens(True)
+    shown = [screens[view["screen"]][1]] if view["screen"] is not None else [title for _, title in screens]
+    _room_scenario(spec, scenario, choice, bool({"tab_capacity", "paged_title"} & set(shown)))
+    tokens, kv_dtype_name, w_dtype_name = scenario["tokens"], scenario["kv_dtype"], scenario["w_dtype"]
+    try:
+        fp = kv_footprint(spec, tokens, scenario["batch"], kv_dtype_name)
+    except InputError as exc:
+        show_error(exc)
+        return
+    weights = weight_bytes(spec.n_params, w_dtype_name)
+    for title in shown:
+        if title != "logs_title":  # the logs draw their own heading
+            st.subheader(tr(f"memory.{title}"))
+        if title == "idea_formula":
+            formula(spec, fp, weights, w_dtype_name, lecture)
+        elif title == "tab_compare":
+            compare(spec, kv_dtype_name, lecture)
+        elif title == "tab_growth":
+            growth(spec, fp, weights, kv_dtype_name, lecture)
+        elif title == "tab_capacity":
+            planner(spec, choice, weights, tokens, kv_dtype_name, w_dtype_name, lecture)
+        elif title == "logs_title":
+            start_up_logs(lecture)
+        elif title == "paged_title":
+            try:
+                plan = plan_of(spec, choice, weights, tokens, kv_dtype_name, w_dtype_name)
+            except InputError:  # said on the planner's screen
+                plan = None
+            paged_figures(fp, plan, scenario["lengths"], scenario["block"], lecture)
+        else:  # the measured cache: the lecturer's own model run, not shared
+            st.info(tr("room.memory_live"))

@@ -1,10 +1,13 @@
 """What the Prefill & Decode page draws: the session keys it keeps (`PD`), the request's settings (`controls`), Run and
 Stop (`start_request`, `stop_request`), the fragment that measures a little per tick and then draws the results
-(`live`), the median run's timeline, cards, runs and formula (`show`) and the table of phases (`phases`). The
-measuring is kvviz.engine.timing.RepeatedRequest's (imported with the model, when Run is clicked), always in quiet;
-what its runs say comes from kvviz.lessons.prefill_decode. Nothing here imports torch before Run."""
+(`live`), the runs' figures as plain numbers (`results`: what is drawn, and what a lecture room's followers get),
+the median run's timeline, cards, runs and formula (`show`), the table of phases (`phases`) and a room follower's
+page (`follow`). The measuring is kvviz.engine.timing.RepeatedRequest's (imported with the model, when Run is
+clicked), always in quiet; what its runs say comes from kvviz.lessons.prefill_decode. Nothing here imports torch
+before Run."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -12,6 +15,7 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.state import page_state
+from kvviz.app.views.room import publish
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
@@ -28,6 +32,7 @@ CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn bet
 PHASES_IDEA = 3  # the table of phases: nothing measured belongs on it
 # The request being measured, Run clicked (built on the next rerun), the error that refused it, whether it runs,
 # the tick to skip after Run (the click redraws the whole page), and the model it was measured on (its key and name).
+PAGE = "pages/2_Prefill_and_Decode.py"  # where a lecture room's followers find this page's view
 PD = page_state("pd", request=None, start=False, error=None, running=False, skip_tick=False, model=None,
                 model_label="?")
 
@@ -81,7 +86,8 @@ def start_request(settings: Settings, request: tuple[int, int, int], model: tupl
 
 def live(shown: list[int], model: tuple[tuple, str], lecture: bool) -> None:
     """One tick: while running, model work in quiet then only a progress bar; once done, the results of the model
-    they were measured on (another model's are named, not shown as this one's)."""
+    they were measured on (another model's are named, not shown as this one's). A lecture room gets what is shown:
+    the ideas on screen and the runs' figures (while measuring, only that the lecturer is)."""
     request: RepeatedRequest | None = PD.get("request")
     if PD.get("running") and request is not None:
         # The page's own elements are still being drawn by the browser after the Run click: start measuring
@@ -91,10 +97,14 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool) -> None:
         if request.done or request.stopped or not PD.get("running"):
             PD.set("running", False)
             st.rerun()  # the whole page, so the fragment stops ticking and the buttons flip
+        publish({"page": "prefill", "shown": shown, "measuring": True, "results": None}, PAGE)
         st.progress(request.passes_done / request.passes_total,
                     text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
                             passes=request.passes_done, total=request.passes_total, prompt=len(request.prompt_ids)))
         return
+    measured = request is not None and request.finished_runs and PD.get("model") == model[0]
+    view = results(request, model[1]) if measured else None
+    publish({"page": "prefill", "shown": shown, "measuring": False, "results": view}, PAGE)
     if shown == [PHASES_IDEA]:
         return
     if PD.get("error"):
@@ -108,31 +118,39 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool) -> None:
     if PD.get("model") != model[0]:  # measured on another model: say so instead of showing them as this one's
         st.warning(tr("prefill_decode.other_model", old=PD.get("model_label"), new=model[1]))
         return
-    gen = request.finished_runs[-1]
-    if not lecture:  # on a projector the chart's title says it
-        st.progress(1.0, text=tr("prefill_decode.progress", done=gen.n_generated, total=gen.max_new_tokens,
-                                 prompt=len(gen.prompt_ids), runs=len(request.finished_runs)))
-    show(request, shown, lecture)
+    show(view, shown, lecture)
 
 
-def show(request: RepeatedRequest, shown: list[int], lecture: bool) -> None:
-    """The median run by T (every figure is that one run's) with each figure's range over all runs beside it."""
+def results(request: RepeatedRequest, model_label: str) -> dict:
+    """The finished runs as plain numbers (every figure the page draws comes from these): each run's summary and
+    gaps between tokens, the median run by T with its passes' seconds, the last run's progress, the text."""
     runs = request.finished_runs
     summaries = [metrics.summarize(g.events) for g in runs]
-    gaps = [[e.seconds for e in g.events[1:]] for g in runs]
     i_run = lessons.median_run(summaries)
-    gen, s = runs[i_run], summaries[i_run]
+    last = runs[-1]
+    return {"summaries": [asdict(x) for x in summaries], "gaps": [[e.seconds for e in g.events[1:]] for g in runs],
+            "run": i_run, "seconds": [e.seconds for e in runs[i_run].events], "n_prompt": len(runs[i_run].prompt_ids),
+            "text": runs[i_run].text, "done": last.n_generated, "total": last.max_new_tokens, "model": model_label}
+
+
+def show(view: dict, shown: list[int], lecture: bool) -> None:
+    """The median run by T (every figure is that one run's) with each figure's range over all runs beside it, from
+    `results` (the lecturer's page's own, or a room follower's copy)."""
+    summaries = [metrics.LatencySummary(**x) for x in view["summaries"]]
+    gaps, i_run = view["gaps"], view["run"]
+    s = summaries[i_run]
+    if not lecture:  # on a projector the chart's title says it
+        st.progress(1.0, text=tr("prefill_decode.progress", done=view["done"], total=view["total"],
+                                 prompt=view["n_prompt"], runs=len(summaries)))
     if 0 in shown:
         names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
         labels = {k: tr(f"prefill_decode.chart_{k}") for k in names}
-        labels["title"] = tr("prefill_decode.chart_title_run", run=i_run + 1, runs=len(runs))
-        chart(charts.token_timeline([e.seconds for e in gen.events], s.queue_s, labels, lecture=lecture),
-              "pd_timeline")
+        labels["title"] = tr("prefill_decode.chart_title_run", run=i_run + 1, runs=len(summaries))
+        chart(charts.token_timeline(view["seconds"], s.queue_s, labels, lecture=lecture), "pd_timeline")
         if s.tpot_p50_s:
-            st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}",
-                          prompt=len(gen.prompt_ids)))
+            st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}", prompt=view["n_prompt"]))
     if 1 in shown:
-        cards(summaries, i_run, gen.text, lecture)
+        cards(summaries, i_run, view["text"], lecture)
     if 2 in shown:
         formula = lessons.formula_text(summaries, gaps, i_run, lang())
         if formula is not None:
@@ -182,3 +200,19 @@ def phases(lecture: bool) -> None:
     if lecture:  # twelve cells of prose on one projected screen: a smaller type than the page's, still large
         st.html("<style>.st-key-pd_phases :is(th, td) { font-size: 0.8rem; padding: 0.3rem 0.6rem; }</style>")
     st.container(key="pd_phases").markdown(lessons.phases_table(lang()))
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Prefill & Decode: the ideas on the lecturer's screen (all of them when the lecturer
+    is not in lecture mode) drawn from the lecturer's runs, in this session's language; no model, no box."""
+    shown, measured = view["shown"], view["results"]
+    if shown != [PHASES_IDEA]:
+        if view["measuring"]:
+            st.info(tr("room.measuring"))
+        elif measured is None:
+            st.info(tr("room.waiting_run"))
+        else:
+            st.caption(tr("room.measured_on", model=measured["model"]))
+            show(measured, shown, lecture)
+    if PHASES_IDEA in shown:
+        phases(lecture)

@@ -5,7 +5,8 @@ follows), explore + take_replay + follow_again_button (a follower's own run from
 share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
 and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg (a link as a QR
 code), heartbeat (the lecturer's "still here"), publish (what the lecturer's page draws, sent to the room),
-follow_run (a follower's page drawn from it, read-only).
+follow_run (a follower's page drawn from it, read-only), follow_or_share + share_button (a followed page's room
+part: the follower's page, or the lecturer's Share and link).
 The lecturer's secret lives in this session only (ROOM's `secret`); the followers' link carries the room id alone.
 """
 from __future__ import annotations
@@ -30,10 +31,15 @@ from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 # explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
 # stopped: why this lecturer's sharing stopped (an InputError), said at the top of every page until dismissed;
 # at: the page the room was last told the lecturer is on
-ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None)
-# The pages a room can follow (they publish what they draw and draw a follower's view); the lecturer on any other
-# page: followers are told which, and linked to it on their own. Only these pages offer "Share with the room".
-FOLLOWED = ("pages/1_Reusing_Past_KV.py", "pages/6_Check.py")
+# sent: (room id, the view) last published, so a rerun that changes nothing is not a new version for the room
+ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None,
+                  sent=None)
+# The pages a room can follow (they publish what they draw and draw a follower's view, see follow_or_share); the
+# lecturer on any other page: followers are told which, and linked to it on their own. Only these pages offer
+# "Share with the room".
+FOLLOWED = ("pages/1_Reusing_Past_KV.py", "pages/2_Prefill_and_Decode.py", "pages/3_Memory_Footprint.py",
+            "pages/4_Latency_and_Capacity.py", "pages/6_Check.py", "pages/9_Paged_Blocks.py",
+            "pages/12_Attention_Patterns.py")
 POLL_S = 1.0  # a live question (the projector's tally, a follower's answer box) is re-read and redrawn once a second
 # A run's follower re-reads the room twice a second and redraws only on a change: a poll that finds nothing new
 # costs ~0.5 % of a core per follower (bench/room_follow.py), and the click -> redrawn median is half a poll plus
@@ -58,9 +64,10 @@ def follower_room() -> str | None:
     return None if ROOM.get("explore") else st.query_params.get("room") or None
 
 
-def explore(settings: Mapping[str, object], steps: int) -> None:
+def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
     """Take the lecturer's run into this session: the lecturer's settings (sidebar keys and the page's own, from
-    the view's `run`) set before the next rerun draws the widgets, and the step to replay to (see `take_replay`)."""
+    the view's `run`) set before the next rerun draws the widgets, and the step to replay to (see `take_replay`;
+    None: a page with no run to replay, its settings are all it takes)."""
     for key, value in settings.items():
         st.session_state[key] = value
     ROOM.set("explore", True)
@@ -127,8 +134,10 @@ def heartbeat() -> None:
     if ROOM.get("id") is None:
         return
     here = _this_page()
-    if here is not None and here not in FOLLOWED and ROOM.get("at") != here:
-        publish({"page": None}, here)  # followers are told where the lecturer went (it cannot be followed yet)
+    if here is not None and ROOM.get("at") != here:
+        # Followers are told where the lecturer went: a page the room cannot follow, or a followed one before it
+        # has anything to show (no run yet, a model it cannot use) instead of the last page's state.
+        publish({"page": None}, here)
 
     @st.fragment(run_every=LECTURER_BEAT_S)
     def beat() -> None:
@@ -223,8 +232,12 @@ def publish(view: dict, path: str) -> None:
     """Send what the lecturer's page (`path`) draws to the room, if one is open (a fault stops sharing, not the
     page); followers on another page get a link to this one."""
     room_id, secret = ROOM.get("id"), ROOM.get("secret")
-    if room_id is not None and _try(lambda: room_store().publish(room_id, secret, {**view, "path": path})):
+    sent = (room_id, {**view, "path": path})
+    if room_id is None or ROOM.get("sent") == sent:  # a rerun that changed nothing: no redraw for the room
+        return
+    if _try(lambda: room_store().publish(room_id, secret, sent[1])):
         ROOM.set("at", path)
+        ROOM.set("sent", sent)
 
 
 def _elsewhere(view: dict | None, own_page: str) -> bool:
@@ -279,7 +292,8 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
         st.info(tr("room.waiting_run"))
     else:
         if left:  # the last state stays on screen
-            st.warning(tr("room.lecturer_left", step=view.get("n_steps", 0)))
+            st.warning(tr("room.lecturer_left", step=view["n_steps"]) if "n_steps" in view
+                       else tr("room.lecturer_left_page"))
         draw(view)
 
     def mark(now: tuple) -> tuple:  # what a redraw depends on (an error by its kind: its reason may vary)
@@ -291,6 +305,26 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
             st.rerun(scope="app")
 
     poll()
+
+
+def follow_or_share(page: str, path: str, draw: Callable[[dict], None], *, lecture: bool) -> None:
+    """A followed page's room, under its title. A follower: the page is the room's (`draw`, the view module's
+    `follow`, draws what the lecturer's page published as `page`) and the run stops here, so no widget of this
+    session can reach the room. The lecturer: an open room's link and QR code, full width (scannable from the back
+    of the room; "Share with the room" itself is share_button's, behind the page's settings). A follower
+    exploring: "Follow again"."""
+    if follower_room():
+        follow_run(page, draw, path)
+        st.stop()
+    if lecture and ROOM.get("id") is not None:
+        share_box()
+    follow_again_button()
+
+
+def share_button(lecture: bool) -> None:
+    """"Share with the room", in lecture mode, until a room is open (then follow_or_share draws its link)."""
+    if lecture and ROOM.get("id") is None:
+        share_box()
 
 
 def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[str], str],
