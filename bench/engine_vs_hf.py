@@ -10,6 +10,9 @@ each engine gets an untimed warm-up run, the engines take turns in every repeat,
 counts. --threads 1,2 measures each thread layout in turn in the same run (the floor too, at each count).
 --baseline: another version of kvviz/engine/model.py (e.g. `git show REV:kvviz/engine/model.py > old.py`) runs the
 same weights as one more engine in the same turns, so a change is measured before → after under the same load.
+The floor: the bytes of weights a step reads over the rate a plain streaming read (torch.sum) draws from memory in
+the same run, whatever kernel an engine multiplies with; beside it, the step's matrix products alone through our
+kernel (the ceiling of a step that did nothing else).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from kvviz.engine.config import DecoderConfig  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend, random_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
+from kvviz.engine.model import Int8Weight, linear  # noqa: E402
 
 FIXED = DecoderConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, d_ff=688, vocab_size=4096, max_seq_len=1024)
 
@@ -67,21 +71,38 @@ def per_token(runs: dict, n_new: int, repeats: int) -> tuple[dict[str, float], d
     return {name: min(s) for name, s in samples.items()}, {name: min(s) for name, s in prefill.items()}
 
 
-def gemv_bandwidth(d_model: int, dtype: torch.dtype, n_bytes: int = 512 * 2**20, repeats: int = 5) -> float:
-    """Bytes of weights per second this machine's matrix-vector product (F.linear on one row, the kernel every
-    decode step runs) streams from memory, over more matrices than any cache holds; the fastest of `repeats`."""
-    rows = 4096
-    n = max(1, n_bytes // (rows * d_model * torch.finfo(dtype).bits // 8))
-    weights = [torch.randn(rows, d_model).to(dtype) for _ in range(n)]
-    x = torch.randn(1, d_model).to(dtype)
+def stream_bandwidth(dtype: torch.dtype, n_bytes: int = 512 * 2**20, repeats: int = 5) -> float:
+    """Bytes per second this machine reads from memory on the current threads: a plain streaming read (torch.sum)
+    over more tensors than any cache holds, the fastest of `repeats`. No matrix kernel can read its weights faster,
+    so it is the floor's bandwidth whichever kernel an engine runs."""
+    chunks = [torch.randn(2**20 // 4).to(dtype) for _ in range(n_bytes // 2**20)]
     best = float("inf")
     with torch.inference_mode():
         for _ in range(repeats):
             t0 = time.perf_counter()
-            for w in weights:
-                torch.nn.functional.linear(x, w)
+            for c in chunks:
+                c.sum()
             best = min(best, time.perf_counter() - t0)
-    return sum(w.numel() * w.element_size() for w in weights) / best
+    return sum(c.numel() * c.element_size() for c in chunks) / best
+
+
+def products_alone(model, repeats: int = 5) -> float:  # noqa: ANN001 - a Decoder of this tree
+    """Seconds for the matrix products of one decode step alone (every matrix the step multiplies, at its own
+    shape, through the step's own kernel, model.linear, on one-row inputs), the fastest of `repeats`: the ceiling
+    of a step that did nothing else."""
+    mats = [w for layer in model.model.layers for w in (layer.self_attn.qkv_weight, layer.self_attn.o_weight,
+                                                         layer.mlp.gate_up_weight, layer.mlp.down_weight)]
+    mats.append(model.head_weight)
+    dtype = model.lm_head.weight.dtype
+    xs = [torch.randn(1, 1, (w.q if isinstance(w, Int8Weight) else w).shape[1]).to(dtype) for w in mats]
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for x, w in zip(xs, mats, strict=True):
+                linear(x, w)
+            best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def baseline_backend(path: str, backend: NativeBackend) -> NativeBackend:
@@ -143,13 +164,17 @@ def main() -> None:
               f"{prefill['HF generate(), cache'] / prefill['ours, cache, capture off']:.2f}× on the prefill")
         print(f"attention capture costs {100 * (rows['ours, cache, capture on'] / base - 1):+.1f}% time per token")
         # A decode step reads every weight once (the tied embedding once, as the LM head): its floor on this machine.
-        weight_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
-        bandwidth = gemv_bandwidth(cfg.d_model, backend.dtype)
+        weight_bytes = backend.model.step_weight_bytes()
+        bandwidth = stream_bandwidth(backend.dtype)
         floor = weight_bytes / bandwidth
+        products = products_alone(backend.model)
         print(f"memory-bound floor: {weight_bytes / 2**20:,.0f} MiB of weights at {bandwidth / 1e9:.1f} GB/s "
-              f"(F.linear) = {floor * 1e3:.1f} ms/token; ours at {floor / base:.0%} of it, HF at "
+              f"(a plain read) = {floor * 1e3:.1f} ms/token; ours at {floor / base:.0%} of it, HF at "
               f"{floor / rows['HF generate(), cache']:.0%}: no engine can beat HF by more than "
               f"{rows['HF generate(), cache'] / floor:.2f}× here")
+        print(f"the step's matrix products alone (ours, same kernel and shapes): {products * 1e3:.1f} ms = "
+              f"{weight_bytes / products / 1e9:.1f} GB/s, {floor / products:.0%} of the floor: the ceiling of a step "
+              f"that did nothing else; the rest of ours: {(base - products) * 1e3:.1f} ms a token")
         if args.baseline:
             old_s = rows["baseline, capture off"]
             print(f"baseline at {floor / old_s:.0%} of the floor, {rows['HF generate(), cache'] / old_s:.2f}× "
