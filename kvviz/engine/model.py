@@ -141,17 +141,21 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
         # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
         # On CPU both products run in float32 whatever the model's dtype: a bfloat16 batched matmul at decode shapes
-        # (a key count new every step) took 2-4× the time of casting q, k, v to float32 and multiplying there
+        # (a key count new every step) took 1.5-2× the time of casting q, k, v to float32 and multiplying there
         # (bench/gemv_paths.py --attention), and float32 is the more exact of the two.
-        work = torch.float32 if q.device.type == "cpu" else q.dtype
+        dtype = q.dtype
+        if q.device.type == "cpu" and dtype != torch.float32:
+            q, k, v = q.float(), k.float(), v.float()
         g = hq // hkv
-        qg = q.reshape(b, hkv, g * t, d).to(work)
-        scores = (qg @ k.to(work).transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
+        qg = q.reshape(b, hkv, g * t, d)
+        scores = (qg @ k.transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        probs = scores.float().softmax(dim=-1).to(work)
-        out = (probs.view(b, hkv, g * t, n_keys) @ v.to(work)).view(b, hq, t, d).to(q.dtype)
-        return out, probs.to(q.dtype) if capture else None
+        probs = scores.float().softmax(dim=-1).to(q.dtype)
+        out = (probs.view(b, hkv, g * t, n_keys) @ v).view(b, hq, t, d)
+        if out.dtype != dtype:
+            out, probs = out.to(dtype), (probs.to(dtype) if capture else None)
+        return out, probs if capture else None
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq), None
 
 
