@@ -52,9 +52,11 @@ class Int8Weight:
 
 def prepack(w: torch.Tensor) -> torch.Tensor:
     """A float matrix [N, K] as the decode step reads it: on a CPU with oneDNN, float32 and bfloat16 matrices are
-    reordered once into oneDNN's blocked layout for one-row inputs (torch.ops.mkldnn._reorder_linear_weight, what
-    inductor's weight prepacking calls under freezing), an opaque tensor that linear() hands to oneDNN's matmul;
-    on SmolLM2's shapes on one thread it streams 1.2-2× the bytes per second F.linear does (bench/gemv_paths.py).
+    reordered once into oneDNN's blocked layout for one-row inputs (torch.ops.mkldnn._reorder_linear_weight, which
+    inductor's weight-prepack pass calls for bfloat16 weights under freezing, mkldnn_fusion.py pack_linear_weight),
+    an opaque tensor that linear() hands to oneDNN's matmul;
+    on SmolLM2's shapes on one thread it streams 1.0-1.6× (float32) and 1.5-1.9× (bfloat16) the bytes per second
+    F.linear does (bench/gemv_paths.py).
     Elsewhere (CUDA, MPS, float16) the matrix itself, detached (a Parameter set on a module would join state_dict)."""
     w = w.detach()
     if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
