@@ -55,7 +55,7 @@ def prepack(w: torch.Tensor) -> torch.Tensor:
     reordered once into oneDNN's blocked layout for one-row inputs (torch.ops.mkldnn._reorder_linear_weight, which
     inductor's weight-prepack pass calls for bfloat16 weights under freezing, mkldnn_fusion.py pack_linear_weight),
     an opaque tensor that linear() hands to oneDNN's matmul;
-    on SmolLM2's shapes on one thread it streams 1.0-1.6× (float32) and 1.5-1.9× (bfloat16) the bytes per second
+    on SmolLM2's shapes on one thread it streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second
     F.linear does (bench/gemv_paths.py).
     Elsewhere (CUDA, MPS, float16) the matrix itself, detached (a Parameter set on a module would join state_dict)."""
     w = w.detach()
@@ -143,7 +143,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
         # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
         # On CPU both products run in float32 whatever the model's dtype: a bfloat16 batched matmul at decode shapes
-        # (a key count new every step) took 1.5-2× the time of casting q, k, v to float32 and multiplying there
+        # (a key count new every step) took 1.3-2× the time of casting q, k, v to float32 and multiplying there
         # (bench/gemv_paths.py --attention), and float32 is the more exact of the two.
         dtype = q.dtype
         if q.device.type == "cpu" and dtype != torch.float32:
