@@ -10,6 +10,9 @@ each engine gets an untimed warm-up run, the engines take turns in every repeat,
 counts. --threads 1,2 measures each thread layout in turn in the same run (the floor too, at each count).
 --baseline: another version of kvviz/engine/model.py (e.g. `git show REV:kvviz/engine/model.py > old.py`) runs the
 same weights as one more engine in the same turns, so a change is measured before → after under the same load.
+The floor: the bytes of weights a step reads over the rate a plain streaming read (torch.sum) draws from memory
+in the same run (or our products', were they faster), whatever kernel an engine multiplies with; beside it, the
+step's matrix products alone through our kernel (the ceiling of a step that did nothing else).
 """
 from __future__ import annotations
 
@@ -28,7 +31,9 @@ from kvviz.engine.config import DecoderConfig  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend, random_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
+from kvviz.engine.model import Int8Weight, linear  # noqa: E402
 
+READ_BYTES = 512 * 2**20  # the floor's plain read: 16× the last-level cache of the machines measured
 FIXED = DecoderConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, d_ff=688, vocab_size=4096, max_seq_len=1024)
 
 
@@ -48,40 +53,56 @@ def hf(model, prompt: list[int], n_new: int, use_cache: bool) -> float:
     return time.perf_counter() - t0
 
 
-def per_token(runs: dict, n_new: int, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+def per_token(runs: dict, n_new: int, repeats: int,
+              passes: dict | None = None) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per engine, the fastest over repeats of (T(n_new) − T(1)) / (n_new − 1), and of T(1) (the prefill and its one
-    token), after an untimed warm-up run.
+    token), after an untimed warm-up run; per entry of `passes` (name: a function returning seconds), the fastest of
+    its seconds, one call per repeat.
 
-    The engines take turns within each repeat, so a burst of load from other processes hits all of them
-    alike; the fastest repeat is kept because noise on a shared machine only ever adds time.
+    The engines and the passes take turns within each repeat, so a burst of load from other processes hits all of
+    them alike; the fastest repeat is kept because noise on a shared machine only ever adds time.
     """
+    passes = passes or {}
     for run in runs.values():
         run(4)  # warm-up, untimed
     samples: dict[str, list[float]] = {name: [] for name in runs}
     prefill: dict[str, list[float]] = {name: [] for name in runs}
+    once: dict[str, list[float]] = {name: [] for name in passes}
     for _ in range(repeats):
         for name, run in runs.items():
             one = run(1)
             samples[name].append((run(n_new) - one) / (n_new - 1))
             prefill[name].append(one)
-    return {name: min(s) for name, s in samples.items()}, {name: min(s) for name, s in prefill.items()}
+        for name, timed in passes.items():
+            once[name].append(timed())
+    fastest = lambda d: {name: min(s) for name, s in d.items()}  # noqa: E731
+    return fastest(samples), fastest(prefill), fastest(once)
 
 
-def gemv_bandwidth(d_model: int, dtype: torch.dtype, n_bytes: int = 512 * 2**20, repeats: int = 5) -> float:
-    """Bytes of weights per second this machine's matrix-vector product (F.linear on one row, the kernel every
-    decode step runs) streams from memory, over more matrices than any cache holds; the fastest of `repeats`."""
-    rows = 4096
-    n = max(1, n_bytes // (rows * d_model * torch.finfo(dtype).bits // 8))
-    weights = [torch.randn(rows, d_model).to(dtype) for _ in range(n)]
-    x = torch.randn(1, d_model).to(dtype)
-    best = float("inf")
-    with torch.inference_mode():
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for w in weights:
-                torch.nn.functional.linear(x, w)
-            best = min(best, time.perf_counter() - t0)
-    return sum(w.numel() * w.element_size() for w in weights) / best
+def floor_passes(model, inner: int = 3) -> dict:  # noqa: ANN001 - a Decoder
+    """Two timed passes for per_token, each the fastest of `inner` in a row: "read", READ_BYTES read from memory by
+    torch.sum over float32 (its fastest reduction; bytes are bytes whatever the model's dtype) across more tensors
+    than any cache holds; "products", one decode step's matrix products alone, every matrix the step multiplies at
+    its own shape through the step's own kernel (model.linear) on one-row inputs: the ceiling of a step that did
+    nothing else."""
+    chunks = [torch.randn(2**20 // 4) for _ in range(READ_BYTES // 2**20)]
+    mats = [w for layer in model.model.layers for w in (layer.self_attn.qkv_weight, layer.self_attn.o_weight,
+                                                         layer.mlp.gate_up_weight, layer.mlp.down_weight)]
+    mats.append(model.head_weight)
+    dtype = model.lm_head.weight.dtype
+    xs = [torch.randn(1, 1, (w.q if isinstance(w, Int8Weight) else w).shape[1]).to(dtype) for w in mats]
+
+    def timed(work) -> float:  # noqa: ANN001
+        best = float("inf")
+        with torch.inference_mode():
+            for _ in range(inner):
+                t0 = time.perf_counter()
+                work()
+                best = min(best, time.perf_counter() - t0)
+        return best
+
+    return {"read": lambda: timed(lambda: [c.sum() for c in chunks]),
+            "products": lambda: timed(lambda: [linear(x, w) for x, w in zip(xs, mats, strict=True)])}
 
 
 def baseline_backend(path: str, backend: NativeBackend) -> NativeBackend:
@@ -128,7 +149,7 @@ def main() -> None:
 
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
-        rows, prefill = per_token(engines, n, args.repeats)
+        rows, prefill, passes = per_token(engines, n, args.repeats, floor_passes(backend.model))
         if not args.skip_no_cache:
             rows.update(per_token({"HF generate(), no cache": lambda k: hf(hf_model, prompt, k, False)}, n, 1)[0])
         base = rows["ours, cache, capture off"]
@@ -143,13 +164,19 @@ def main() -> None:
               f"{prefill['HF generate(), cache'] / prefill['ours, cache, capture off']:.2f}× on the prefill")
         print(f"attention capture costs {100 * (rows['ours, cache, capture on'] / base - 1):+.1f}% time per token")
         # A decode step reads every weight once (the tied embedding once, as the LM head): its floor on this machine.
-        weight_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
-        bandwidth = gemv_bandwidth(cfg.d_model, backend.dtype)
+        # Its bandwidth: the faster of a plain read and our products' own (a kernel that outran the plain read
+        # would show the read short of what memory gives), so no share exceeds 100 %.
+        weight_bytes = backend.model.step_weight_bytes()
+        products = passes["products"]
+        bandwidth = max(READ_BYTES / passes["read"], weight_bytes / products)
         floor = weight_bytes / bandwidth
         print(f"memory-bound floor: {weight_bytes / 2**20:,.0f} MiB of weights at {bandwidth / 1e9:.1f} GB/s "
-              f"(F.linear) = {floor * 1e3:.1f} ms/token; ours at {floor / base:.0%} of it, HF at "
+              f"(a plain read) = {floor * 1e3:.1f} ms/token; ours at {floor / base:.0%} of it, HF at "
               f"{floor / rows['HF generate(), cache']:.0%}: no engine can beat HF by more than "
               f"{rows['HF generate(), cache'] / floor:.2f}× here")
+        print(f"the step's matrix products alone (ours, same kernel and shapes): {products * 1e3:.1f} ms = "
+              f"{weight_bytes / products / 1e9:.1f} GB/s, {floor / products:.0%} of the floor: the ceiling of a step "
+              f"that did nothing else; the rest of ours: {(base - products) * 1e3:.1f} ms a token")
         if args.baseline:
             old_s = rows["baseline, capture off"]
             print(f"baseline at {floor / old_s:.0%} of the floor, {rows['HF generate(), cache'] / old_s:.2f}× "

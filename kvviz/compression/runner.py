@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from kvviz.compression.caches import EvictingCache, QuantizedCache, dtype_name
 from kvviz.compression.eviction import EVICTION, STREAMING_SINKS, Policy, make_policy
@@ -318,7 +317,7 @@ def _rows_pass(model: Decoder, token: torch.Tensor, caches: list[Any],
             outs.append(o)
             attentions[r].append(probs)
         out = torch.cat(outs + pad).transpose(1, 2).reshape(n, 1, hq * d)
-        h = h + F.linear(out, a.o_proj.weight, a.o_proj.bias)
+        h = h + a.out(out)
         h = h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
     return model.head(h)[:b], attentions
 

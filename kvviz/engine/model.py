@@ -5,6 +5,7 @@ The KV cache is an argument of forward(), not module state: one model object ser
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -49,15 +50,34 @@ class Int8Weight:
         return self.q.float() * self.scale.float()[:, None]  # exact: 8-bit × 8-bit significands
 
 
+def prepack(w: torch.Tensor) -> torch.Tensor:
+    """A float matrix [N, K] as the decode step reads it: on a CPU with oneDNN, float32 and bfloat16 matrices are
+    reordered once into oneDNN's blocked layout for one-row inputs (torch.ops.mkldnn._reorder_linear_weight, which
+    inductor's weight-prepack pass calls for bfloat16 weights under freezing, mkldnn_fusion.py pack_linear_weight),
+    an opaque tensor that linear() hands to oneDNN's matmul;
+    on SmolLM2's shapes on one thread it streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second
+    F.linear does (bench/gemv_paths.py).
+    Elsewhere (CUDA, MPS, float16) the matrix itself, detached (a Parameter set on a module would join state_dict)."""
+    w = w.detach()
+    if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return w
+    if w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return torch.ops.mkldnn._reorder_linear_weight(w, 1)
+    return w
+
+
 def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear over a float or an int8 weight. An int8 weight goes to torch's weight-only int8 kernel
-    (aten _weight_int8pack_mm, the one gpt-fast and torchao call): it reads the int8 rows and scales them inside the
-    kernel, no float copy of the matrix is made. Activations enter it in bfloat16, its fast path on CPU (float32
-    input takes a ~20× slower one here, bench/quantized_vs_llamacpp.py), and the result returns in x's dtype."""
+    """F.linear over a float, a prepacked (prepack()) or an int8 weight. An int8 weight goes to torch's weight-only
+    int8 kernel (aten _weight_int8pack_mm, the one gpt-fast and torchao call): it reads the int8 rows and scales them
+    inside the kernel, no float copy of the matrix is made. Activations enter it in bfloat16, its fast path on CPU
+    (float32 input takes a ~20× slower one here, bench/quantized_vs_llamacpp.py), and the result returns in x's
+    dtype."""
     if isinstance(w, Int8Weight):
         x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
         y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
+    if w.is_mkldnn:
+        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
     return F.linear(x, w, bias)
 
 
@@ -122,6 +142,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         # Explicit softmax(QKᵀ/√d): the probabilities can be returned, and for one decode query two
         # small matmuls beat the fused SDPA kernel on CPU. Query heads are grouped under their
         # shared KV head ([B, H_kv, group·T, d]) instead of copying K/V per query head.
+        # On CPU both products run in float32 whatever the model's dtype: a bfloat16 batched matmul at decode shapes
+        # (a key count new every step) took 1.3-2× the time of casting q, k, v to float32 and multiplying there
+        # (bench/gemv_paths.py --attention), and float32 is the more exact of the two.
+        dtype = q.dtype
+        if q.device.type == "cpu" and dtype != torch.float32:
+            q, k, v = q.float(), k.float(), v.float()
         g = hq // hkv
         qg = q.reshape(b, hkv, g * t, d)
         scores = (qg @ k.transpose(-1, -2)).view(b, hq, t, n_keys) / math.sqrt(d)
@@ -129,6 +155,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
             scores = scores.masked_fill(~mask, float("-inf"))
         probs = scores.float().softmax(dim=-1).to(q.dtype)
         out = (probs.view(b, hkv, g * t, n_keys) @ v).view(b, hq, t, d)
+        if out.dtype != dtype:
+            out, probs = out.to(dtype), (probs.to(dtype) if capture else None)
         return out, probs if capture else None
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hkv != hq), None
 
@@ -270,13 +298,14 @@ class Decoder(nn.Module):
         return self
 
     def fuse(self, weights: str = "float") -> Decoder:
-        """Concatenate Q/K/V and gate/up weights for inference (one matmul each); with weights="int8" every matrix a
-        step multiplies by (those two, O, down, the LM head and a tied embedding) is also quantized to int8 per
-        output channel (Int8Weight). Any later .to() or train() drops them, back to the float parameters."""
+        """Concatenate Q/K/V and gate/up weights for inference (one matmul each); every matrix a step multiplies by
+        (those two, O, down and the LM head) is then prepacked for the CPU's kernel (prepack(): a second copy of
+        the matrices beside the parameters), or with weights="int8" quantized to int8 per output channel (Int8Weight,
+        a tied embedding too). Any later .to() or train() drops them, back to the float parameters."""
         if weights not in WEIGHTS:
             raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
         int8 = weights == "int8"
-        pack = Int8Weight.quantize if int8 else (lambda w: w)
+        pack = Int8Weight.quantize if int8 else prepack
         with torch.no_grad():
             for layer in self.model.layers:
                 a, m = layer.self_attn, layer.mlp
@@ -284,14 +313,26 @@ class Decoder(nn.Module):
                 if a.q_proj.bias is not None:
                     a.qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
                 m.gate_up_weight = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
-                # Float: the parameters themselves are read (None here; a Parameter set here would join state_dict).
-                a.o_weight = Int8Weight.quantize(a.o_proj.weight) if int8 else None
-                m.down_weight = Int8Weight.quantize(m.down_proj.weight) if int8 else None
-            self.head_weight = Int8Weight.quantize(self.lm_head.weight) if int8 else None
+                a.o_weight = pack(a.o_proj.weight)
+                m.down_weight = pack(m.down_proj.weight)
+            self.head_weight = pack(self.lm_head.weight)
             # A tied table is read from its one quantized copy, as llama.cpp reads token_embd for both.
             self.embed_weight = self.head_weight if int8 and self.cfg.tie_embeddings else None
         self.weights = weights
         return self
+
+    def __deepcopy__(self, memo: dict) -> Decoder:
+        """A copy of the parameters, unfused (fuse() it again): oneDNN's prepacked matrices are opaque tensors with no
+        storage to copy."""
+        fused = [self.head_weight, self.embed_weight] + [w for layer in self.model.layers for w in (
+            layer.self_attn.qkv_weight, layer.self_attn.qkv_bias, layer.self_attn.o_weight, layer.mlp.gate_up_weight,
+            layer.mlp.down_weight)]
+        memo.update({id(w): None for w in fused if w is not None})  # copied as None: left out
+        new = Decoder.__new__(Decoder)
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        new.weights = "float"
+        return new
 
     def _unfuse(self) -> None:
         for layer in self.model.layers:

@@ -1,10 +1,14 @@
 """The decoder's claims, in numbers: cached decode == recomputation, step K/V == parallel K/V, HF parity."""
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.model import Decoder
+from kvviz.engine.model import Decoder, linear, prepack
+from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
 
 SHAPES = {
@@ -117,6 +121,33 @@ def test_hf_weights_load_into_ours():
     seq = torch.randint(0, 260, (1, 7))
     with torch.no_grad():
         assert (ours.eval()(seq).logits - hf(seq).logits).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prepacked_matrix_gives_f_linear_to_rounding(dtype):
+    """On a CPU with oneDNN the step's matrices are reordered once (prepack) and multiplied there: the products of
+    F.linear on the plain matrix, to the rounding of another summation order, for one row (decode) and many."""
+    gen = torch.Generator().manual_seed(0)
+    w, bias = torch.randn(96, 64, generator=gen).to(dtype), torch.randn(96, generator=gen).to(dtype)
+    packed = prepack(w)
+    assert packed.is_mkldnn == torch.backends.mkldnn.is_available()
+    for rows in (1, 7):
+        x = torch.randn(1, rows, 64, generator=gen).to(dtype)
+        ours, ref = linear(x, packed, bias), F.linear(x, w, bias)
+        assert ours.shape == ref.shape == (1, rows, 96) and ours.dtype == dtype
+        verdict = agreement((ours.float() - ref.float()).abs().max(), dtype, magnitude(ours.float(), ref.float()), 64)
+        assert verdict.within, verdict
+
+
+def test_deepcopy_of_a_fused_model_is_the_same_model_unfused():
+    """oneDNN's packed matrices have no storage to copy: a deep copy carries the parameters, unfused, and gives
+    the original's logits bit for bit once fused again."""
+    model = make("GQA", 2).fuse()
+    twin = copy.deepcopy(model)
+    assert twin.model.layers[0].self_attn.qkv_weight is None and twin.head_weight is None
+    seq = torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(twin.fuse()(seq).logits, model(seq).logits)
 
 
 def test_fused_weights_dropped_on_dtype_move():
