@@ -79,30 +79,36 @@ def per_token(runs: dict, n_new: int, repeats: int,
     return fastest(samples), fastest(prefill), fastest(once)
 
 
-def floor_passes(model, inner: int = 3) -> dict:  # noqa: ANN001 - a Decoder
-    """Two timed passes for per_token, each the fastest of `inner` in a row: "read", READ_BYTES read from memory by
-    torch.sum over float32 (its fastest reduction; bytes are bytes whatever the model's dtype) across more tensors
-    than any cache holds; "products", one decode step's matrix products alone, every matrix the step multiplies at
-    its own shape through the step's own kernel (model.linear) on one-row inputs: the ceiling of a step that did
-    nothing else."""
+def _timed(work, inner: int) -> float:  # noqa: ANN001 - a callable
+    """The fastest of `inner` runs of `work` in a row."""
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(inner):
+            t0 = time.perf_counter()
+            work()
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def plain_read(inner: int = 3):  # noqa: ANN201 - a timed pass
+    """A timed pass (seconds) of the floor's plain read: READ_BYTES read from memory by torch.sum over float32 (its
+    fastest reduction; bytes are bytes whatever the model's dtype) across more tensors than any cache holds."""
     chunks = [torch.randn(2**20 // 4) for _ in range(READ_BYTES // 2**20)]
+    return lambda: _timed(lambda: [c.sum() for c in chunks], inner)
+
+
+def floor_passes(model, inner: int = 3) -> dict:  # noqa: ANN001 - a Decoder
+    """Two timed passes for per_token, each the fastest of `inner` in a row: "read", the plain read (plain_read);
+    "products", one decode step's matrix products alone, every matrix the step multiplies at its own shape through
+    the step's own kernel (model.linear) on one-row inputs: the ceiling of a step that did nothing else."""
     mats = [w for layer in model.model.layers for w in (layer.self_attn.qkv_weight, layer.self_attn.o_weight,
                                                          layer.mlp.gate_up_weight, layer.mlp.down_weight)]
     mats.append(model.head_weight)
     dtype = model.lm_head.weight.dtype
     xs = [torch.randn(1, 1, (w.q if isinstance(w, Int8Weight) else w).shape[1]).to(dtype) for w in mats]
 
-    def timed(work) -> float:  # noqa: ANN001
-        best = float("inf")
-        with torch.inference_mode():
-            for _ in range(inner):
-                t0 = time.perf_counter()
-                work()
-                best = min(best, time.perf_counter() - t0)
-        return best
-
-    return {"read": lambda: timed(lambda: [c.sum() for c in chunks]),
-            "products": lambda: timed(lambda: [linear(x, w) for x, w in zip(xs, mats, strict=True)])}
+    return {"read": plain_read(inner),
+            "products": lambda: _timed(lambda: [linear(x, w) for x, w in zip(xs, mats, strict=True)], inner)}
 
 
 def baseline_backend(path: str, backend: NativeBackend) -> NativeBackend:

@@ -7,7 +7,9 @@ the model's own Q4_1 GGUF for reference. Every engine gets the same prompt token
 engines take turns within each repeat and the fastest repeat counts (noise on a shared machine only adds time).
 TPOT is each engine's own clock of its decode passes: kvviz's Generation.tpot_s (model work of each step),
 llama.cpp's timings.predicted_per_token_ms. Bytes per token: the weights one decode step reads as stored
-(Decoder.step_weight_bytes; the GGUF's tensors). Their quotient is the bandwidth each engine draws.
+(Decoder.step_weight_bytes; the GGUF's tensors). Their quotient is the bandwidth each engine draws, and its share
+of a plain streaming read's rate (engine_vs_hf.py's floor, timed in the same turns) is each engine's share of the
+floor: llama.cpp's hand-written kernels beside kvviz's.
 
     python -m kvviz fetch-model smollm2
     python bench/quantized_vs_llamacpp.py [--model smollm2] [--prompt-tokens 128] [--new-tokens 64] [--repeats 3]
@@ -23,6 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine_vs_hf import READ_BYTES, plain_read  # noqa: E402 - this folder's floor
+
 from kvviz.engine import fetch  # noqa: E402
 from kvviz.engine.export import export_gguf  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
@@ -81,6 +85,7 @@ def main() -> None:
                 f"llama.cpp {q4_1.name} (Q4_1)": (gguf_weight_bytes(q4_1),
                                                  lambda: llamacpp_tpot(s4.base_url, prompt, args.new_tokens)),
             }
+            runs["plain read (the floor)"] = (READ_BYTES, plain_read())
             for _, run in runs.values():
                 run()  # warm-up, untimed
             best = {name: float("inf") for name in runs}
@@ -92,10 +97,13 @@ def main() -> None:
     print(f"{f32.spec.name}: prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; {args.threads} threads "
           f"each; best of {args.repeats} repeats; {conditions}")
     base = best["kvviz int8 (per channel)"]
-    print(f"  {'engine':32s} {'MiB/token':>9} {'ms/token':>9} {'GB/s':>6} {'time ÷ kvviz int8':>18}")
-    for name, (n_bytes, _) in runs.items():
-        s = best[name]
-        print(f"  {name:32s} {n_bytes / 2**20:9.1f} {s * 1e3:9.2f} {n_bytes / s / 1e9:6.2f} {s / base:18.2f}")
+    floor_rate = READ_BYTES / best.pop("plain read (the floor)")
+    print(f"  the floor: a plain read at {floor_rate / 1e9:.2f} GB/s")
+    print(f"  {'engine':32s} {'MiB/token':>9} {'ms/token':>9} {'GB/s':>6} {'of floor':>8} {'time ÷ kvviz int8':>18}")
+    for name, s in best.items():
+        n_bytes = runs[name][0]
+        print(f"  {name:32s} {n_bytes / 2**20:9.1f} {s * 1e3:9.2f} {n_bytes / s / 1e9:6.2f} "
+              f"{n_bytes / s / floor_rate:8.0%} {s / base:18.2f}")
 
 
 if __name__ == "__main__":
