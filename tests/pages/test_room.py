@@ -508,3 +508,84 @@ def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
     follower.run()
     assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the bounds at the lecturer's B
     assert not follower.main.get("number_input") and not follower.main.get("selectbox")  # its inputs are not here
+
+
+COMPRESSING = "pages/8_Compressing_the_Cache.py"
+
+
+def _widgets(at, *kinds: str) -> list:
+    """The page's input widgets of these kinds (the sidebar's own language and model boxes left out)."""
+    return [w for kind in kinds for w in at.main.get(kind)]
+
+
+def test_a_follower_sees_the_lecturers_compression_rows(store):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.pages.pagetest import APP
+    from tests.pages.test_compressing import SMALL, TEXT, finished
+
+    lecturer = AppTest.from_file(APP, default_timeout=300)
+    lecturer.query_params.update(lang="en", lecture="1", text="own", tokens="256")
+    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the run quick
+    lecturer.session_state["kv_shape"] = SMALL
+    lecturer.switch_page(COMPRESSING).run()
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    assert store.read(room_id)[1] == {"page": "compression", "shown": [0], "measuring": False, "result": None,
+                                      "path": COMPRESSING}
+    follower = open_page(COMPRESSING, lang="ko", room=room_id)
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
+
+    lecturer.text_area(key="cc_own_text").input(TEXT).run()
+    lecturer.button(key="cc_run").click().run()
+    assert store.read(room_id)[1]["measuring"]
+    follower.run()
+    assert [i.value for i in follower.info] == [t("room.measuring", "ko")]
+    finished(lecturer)
+    rows = lecturer.session_state["cc_result"][1]
+    version, view = store.read(room_id)
+    assert not view["measuring"] and view["picks"] == {"kv_dtype": "bfloat16", "metric": "kl"}
+    published = view["result"]["rows"]
+    assert [(r["method"], r["perplexity"], r["kl_divergence"], r["kv_bytes"]) for r in published] == [
+        (r.method, r.perplexity, r.kl_divergence, r.kv_bytes) for r in rows]  # the lecturer's measured rows
+
+    follower.run()
+    ours, theirs = _chart(lecturer, "compression_tradeoff"), _chart(follower, "compression_tradeoff")
+    assert [(d["x"], d["y"]) for d in theirs["data"]] == [(d["x"], d["y"]) for d in ours["data"]]
+    assert theirs["layout"]["yaxis"]["title"]["text"] == t("compression.chart_kl", "ko")
+    table = follower.dataframe[0].value
+    assert list(table.columns)[0] == t("compression.table_method", "ko")
+    assert (table.iloc[:, 1:].values == lecturer.dataframe[0].value.iloc[:, 1:].values).all()  # the same figures
+    assert t("compression.method_fp8", "ko") + " (scale=1.0)" in list(table.iloc[:, 0])  # named in Korean
+    assert "강의를 따라 보고 있습니다" in [c.value for c in follower.caption]
+    for kind in ("button", "radio", "selectbox", "select_slider", "text_area", "multiselect"):
+        assert not _widgets(follower, kind), kind  # no Run, no box: nothing of the follower's reaches the room
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+    sneaky = open_page(COMPRESSING, room=room_id, kvdtype="float32", metric="top1")  # its link cannot either
+    assert _chart(sneaky, "compression_tradeoff")["layout"]["yaxis"]["title"]["text"] == t("compression.chart_kl",
+                                                                                           "en")
+    assert store.read(room_id)[0] == version
+
+    lecturer.radio(key="_w_kv_url_metric").set_value("top1").run()  # the lecturer's choice reaches the room
+    follower.run()
+    assert [d["y"] for d in _chart(follower, "compression_tradeoff")["data"]] == [
+        d["y"] for d in _chart(lecturer, "compression_tradeoff")["data"]]
+    lecturer.button(key="kv_idea_next_compression").click().run()  # the kept positions
+    lecturer.selectbox(key="_w_cc_layer").set_value(1).run()
+    view = store.read(room_id)[1]
+    assert view["shown"] == [1] and view["picks"]["layer"] == 1
+    follower.run()
+    ours, theirs = _chart(lecturer, "compression_strip"), _chart(follower, "compression_strip")
+    assert theirs["data"][0]["z"] == ours["data"][0]["z"] and not _chart_or_none(follower, "compression_tradeoff")
+    assert theirs["layout"]["title"]["text"] == t("compression.chart_strip_title", "ko", layer=1,
+                                                 step=view["picks"]["step"])
+    lecturer.button(key="kv_idea_next_compression").click().run()  # one method's attention beside the full cache's
+    lecturer.selectbox(key="_w_cc_attn_method").set_value(2).run()
+    follower.run()
+    ours, theirs = _chart(lecturer, "compression_attention"), _chart(follower, "compression_attention")
+    assert [(d["x"], d["y"]) for d in theirs["data"]] == [(d["x"], d["y"]) for d in ours["data"]]
+    assert not _widgets(follower, "selectbox", "select_slider")
+
+
+def _chart_or_none(at, key: str) -> dict | None:
+    return next((c for c in at.get("plotly_chart") if key in c.proto.id), None)
