@@ -589,3 +589,56 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
 
 def _chart_or_none(at, key: str) -> dict | None:
     return next((c for c in at.get("plotly_chart") if key in c.proto.id), None)
+
+
+SPECULATIVE = "pages/10_Speculative_Decoding.py"
+
+
+def test_a_follower_sees_the_lecturers_speculative_run(store):
+    from tests.pages.test_speculative import _chart as spec_chart
+    from tests.pages.test_speculative import _grid, _page, _run, _step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _run(lecturer, "ngram", 3)
+    gen = lecturer.session_state["spec_gen"]
+    version, view = store.read(room_id)
+    assert view["page"] == "spec" and view["shown"] == ["step"] and view["n_steps"] == 3
+    assert [e["accepted"] for e in view["run"]["events"]] == [e.accepted for e in gen.events]
+    assert view["run"]["rollback_tokens"] == gen.rollback_tokens
+
+    follower = open_page(SPECULATIVE, lang="ko", room=room_id)
+    assert "spec_gen" not in follower.session_state or follower.session_state["spec_gen"] is None  # no model here
+    assert _grid(follower) == _grid(lecturer)  # the target's cache through verify and rollback, the same cells
+    last = gen.events[-1]
+    status = t("spec.status", "ko", n_prompt=len(gen.prompt_ids), n_gen=gen.n_generated, passes=gen.target_passes,
+               plain=gen.plain_passes, rolled=gen.rollback_tokens, mal=f"{gen.stats.mean_acceptance_length:.2f}",
+               step_ms=f"{last.seconds * 1e3:.1f}")
+    captions = [c.value for c in follower.caption]
+    assert status in captions and "강의를 따라 보고 있습니다" in captions  # the lecturer's numbers, in Korean
+    for kind in ("button", "text_area", "number_input", "radio", "selectbox", "slider"):
+        assert not [w for w in follower.main.get(kind) if w.key and "spec" in w.key], kind  # no Step, no box
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+
+    _step(lecturer)
+    assert store.read(room_id)[1]["n_steps"] == 4
+    follower.run()  # the follower's next poll
+    assert _grid(follower) == _grid(lecturer)
+    lecturer.button(key="kv_idea_next_spec").click().run()  # the acceptance
+    follower.run()
+    for key in ("spec_acceptance", "spec_per_position", "spec_bytes"):
+        ours, theirs = spec_chart(lecturer, key), spec_chart(follower, key)
+        assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]], key
+    assert spec_chart(follower, "spec_acceptance")["layout"]["title"]["text"] == t("spec.c_acceptance_title", "ko")
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"spec.{k}", "ko"), m.value) for k, m in zip(("m_mal", "m_passes", "m_rolled", "m_draft_kv"),
+                                                        lecturer.metric, strict=True)]
+    lecturer.button(key="kv_idea_next_spec").click().run()  # the speed: measured by the lecturer's session
+    lecturer.button(key="spec_btn_measure").click().run()
+    assert store.read(room_id)[1]["speed"]["measured"]
+    follower.run()
+    ours, theirs = lecturer.dataframe[-1].value, follower.dataframe[-1].value
+    assert list(theirs.columns) == [t(f"spec.col_{k}", "ko") for k in ("where", "plain", "spec", "speedup")]
+    assert (theirs.iloc[:, 1:].values == ours.iloc[:, 1:].values).all() and len(theirs) == 2  # here, and the GPU
+    assert not [b for b in follower.main.button if b.key and b.key.startswith("spec_")]  # no Measure
