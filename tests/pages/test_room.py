@@ -642,3 +642,66 @@ def test_a_follower_sees_the_lecturers_speculative_run(store):
     assert list(theirs.columns) == [t(f"spec.col_{k}", "ko") for k in ("where", "plain", "spec", "speedup")]
     assert (theirs.iloc[:, 1:].values == ours.iloc[:, 1:].values).all() and len(theirs) == 2  # here, and the GPU
     assert not [b for b in follower.main.button if b.key and b.key.startswith("spec_")]  # no Measure
+
+
+TRAINING = "pages/5_Training_Prefill_Decode.py"
+
+
+def test_a_follower_sees_the_lecturers_training_passes(store):
+    import numpy as np
+
+    from tests.pages.test_training_check import figure
+    from tests.pages.test_training_check import open_page as training_page
+
+    lecturer = training_page(TRAINING, lang="en", lecture="1")  # a small random model: the passes are quick
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    version, view = store.read(room_id)
+    assert view["page"] == "training" and view["shown"] == [0] and view["run"]["steps"] == 8
+    follower = open_page(TRAINING, lang="ko", room=room_id)
+    ours, theirs = figure(lecturer, "training_logits_diff"), figure(follower, "training_logits_diff")
+    assert [d["customdata"] for d in theirs["data"][:2]] == [d["customdata"] for d in ours["data"][:2]]
+    assert theirs["data"][0]["customdata"] == view["result"]["logits_max_diff"][:len(view["run"]["ids"]) - 8]
+    said = lecturer.success[0].value  # the verdict: the lecturer's differences and tolerances, in Korean
+    assert sorted(_numbers(follower.success[0].value)) == sorted(_numbers(said)) and len(_numbers(said)) == 6
+    assert follower.success[0].value.startswith("부동소수점 반올림 오차")
+    assert theirs["layout"]["title"]["text"] == t("training.logits_title", "ko")
+    for kind in ("selectbox", "radio", "slider", "text_input"):
+        assert not follower.main.get(kind), kind  # no text, no steps, no layer: nothing of the follower's
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+
+    lecturer.button(key="kv_idea_next_training").click().run()  # K/V side by side
+    lecturer.selectbox(key="s1_layer").set_value(1).run()
+    lecturer.radio(key="s1_tensor").set_value("V").run()
+    assert store.read(room_id)[1]["kv"]["layer"] == 1
+    follower.run()
+    ours, theirs = figure(lecturer, "training_kv"), figure(follower, "training_kv")
+    kv = store.read(room_id)[1]["kv"]
+    # the lecturer's layer 1 V from both paths, to the bit (the projector draws positions down, a phone across)
+    assert [np.asarray(d["z"]).T.tolist() for d in theirs["data"]] == [d["z"] for d in ours["data"]]
+    assert np.asarray(theirs["data"][0]["z"]).T.tolist() == np.asarray(kv["parallel"], dtype=kv["dtype"]).tolist()
+    lecturer.button(key="kv_idea_next_training").click().run()  # the mask
+    lecturer.radio(key="_w_kv_url_attn").set_value("bidirectional").run()
+    follower.run()
+    assert [d["y"] for d in figure(follower, "training_drift")["data"]] == [
+        d["y"] for d in figure(lecturer, "training_drift")["data"]]
+    (moved,) = follower.error  # the past K/V moved above layer 0, said in Korean with the lecturer's numbers
+    assert t("training.mode_bidirectional", "ko") in moved.value and sorted(_numbers(moved.value)) == sorted(
+        _numbers(lecturer.error[0].value))  # (each language orders them its own way)
+    lecturer.button(key="kv_idea_next_training").click().run()  # the attention rows
+    lecturer.selectbox(key="s3_head").set_value(3).run()
+    follower.run()
+    for key in ("training_attention", "training_decode_row"):  # the masked cells drawn blank (NaN) on both
+        for ours, theirs in zip(figure(lecturer, key)["data"], figure(follower, key)["data"], strict=True):
+            assert np.array_equal(np.asarray(theirs.get("z", theirs.get("y")), dtype=float),
+                                  np.asarray(ours.get("z", ours.get("y")), dtype=float), equal_nan=True), key
+    assert figure(follower, "training_attention")["layout"]["title"]["text"] == t("training.attn_title", "ko",
+                                                                                 layer=0, head=3)
+    assert not follower.main.get("selectbox") and store.read(room_id)[0] > version
+
+
+def _numbers(text: str) -> list[str]:
+    """The figures a sentence states (1.49e-07, 0.5, 3), in its order."""
+    import re
+
+    return re.findall(r"\d+(?:\.\d+)?(?:e[-+]\d+)?", text)
