@@ -9,7 +9,7 @@ from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
-MOVING = "pages/11_Moving_the_Cache.py"  # a page a room cannot follow
+SERVING = "pages/7_Serving_Engine.py"  # a page a room cannot follow
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
 
 
@@ -226,13 +226,13 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
 def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
-    lecturer.switch_page(MOVING).run()  # no Share there: the room is told where instead
+    lecturer.switch_page(SERVING).run()  # no Share there: the room is told where instead
     assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
-    assert store.read(room_id)[1] == {"page": None, "path": MOVING}
+    assert store.read(room_id)[1] == {"page": None, "path": SERVING}
     follower.run()
-    assert follower.info[0].value.startswith("강의자는 “캐시 옮기기” 페이지에 있습니다. 이 페이지는 아직")
+    assert follower.info[0].value.startswith("강의자는 “서빙 엔진” 페이지에 있습니다. 이 페이지는 아직")
     link = follower.main.get("page_link")[-1].proto
-    assert link.page == "Moving_the_Cache" and "room" not in link.query_string  # that page, on one's own
+    assert link.page == "Serving_Engine" and "room" not in link.query_string  # that page, on one's own
     lecturer.switch_page(CHECK).run()  # back: followed again
     assert store.read(room_id)[1]["path"] == CHECK
     follower.run()
@@ -705,3 +705,49 @@ def _numbers(text: str) -> list[str]:
     import re
 
     return re.findall(r"\d+(?:\.\d+)?(?:e[-+]\d+)?", text)
+
+
+MOVING = "pages/11_Moving_the_Cache.py"
+
+
+def test_a_follower_sees_the_lecturers_requests_and_break_even(store):
+    from kvviz.engine.offload.serve import SCRIPT
+
+    lecturer = open_page(MOVING, lecture="1")
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    lecturer.selectbox(key="mv_chunk").set_value(16).run()  # small chunks keep the requests quick
+    lecturer.button(key="mv_next").click().run()
+    lecturer.button(key="mv_next").click().run()
+    demo = lecturer.session_state["mv_demo"]
+    version, view = store.read(room_id)
+    assert view["shown"] == ["tiers"] and len(view["store"]["results"]) == 2
+    assert [r["ttft_s"] for r in view["store"]["results"]] == [r["ttft_s"] for r in demo.results]  # as measured
+
+    follower = open_page(MOVING, lang="ko", room=room_id)
+    assert "mv_demo" not in follower.session_state or follower.session_state["mv_demo"] is None  # no store here
+    ours, theirs = _chart(lecturer, "mv_tiers"), _chart(follower, "mv_tiers")  # each tier's chunks, named in Korean
+    assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]
+    assert [_numbers(str(d["text"])) for d in theirs["data"]] == [_numbers(str(d["text"])) for d in ours["data"]]
+    assert theirs["data"][0]["x"][0] == t("moving.c_device", "ko")
+    assert theirs["layout"]["title"]["text"] == t("moving.c_tiers_title", "ko")
+    assert len(follower.dataframe[0].value) == len(lecturer.dataframe[0].value) == 2  # every request's row
+    assert t("moving.next", "ko", n=3, what=t(f"moving.about_{SCRIPT[2][0]}", "ko")) in [i.value for i in follower.info]
+    for kind in ("button", "selectbox", "number_input", "multiselect"):
+        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("mv_")], kind
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+
+    lecturer.button(key="kv_idea_next_moving").click().run()  # TTFT both ways
+    follower.run()
+    ours, theirs = _chart(lecturer, "mv_ttft"), _chart(follower, "mv_ttft")
+    assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]  # the lecturer's measured TTFTs
+    lecturer.button(key="kv_idea_next_moving").click().run()  # the break-even, on the lecturer's deployment
+    lecturer.selectbox(key="mv_gpu").set_value("H100 SXM").run()
+    view = store.read(room_id)[1]
+    assert view["deployment"]["gpu"] == "H100 SXM" and view["links"]["links"]
+    follower.run()
+    ours, theirs = _chart(lecturer, "mv_break_even"), _chart(follower, "mv_break_even")
+    assert [(d.get("x"), d.get("y")) for d in theirs["data"]] == [(d.get("x"), d.get("y")) for d in ours["data"]]
+    cells = [[_numbers(str(c)) for c in row] for row in follower.table[0].value.values]  # where loading wins, per link
+    assert cells == [[_numbers(str(c)) for c in row] for row in lecturer.table[0].value.values] and cells
+    assert not [w for w in follower.main.get("selectbox") if w.key and w.key.startswith("mv_")]
