@@ -1,4 +1,5 @@
 """A lecture room on the Check page: a lecturer and a follower, two sessions on one in-process store."""
+import json
 import time
 
 import pytest
@@ -9,7 +10,7 @@ from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
-SERVING = "pages/7_Serving_Engine.py"  # a page a room cannot follow
+SERVING = "pages/7_Serving_Engine.py"
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
 
 
@@ -223,20 +224,30 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
         store.max_followers = None
 
 
-def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
+def test_every_page_is_followed_and_the_lecturer_on_home_is_said(store):
+    from kvviz.app.navigation import HOME, PAGES
+    from kvviz.app.views.room import FOLLOWED
+
+    assert sorted(p.path for p in PAGES if p is not HOME) == sorted(FOLLOWED)  # Share with the room on every page
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
-    lecturer.switch_page(SERVING).run()  # no Share there: the room is told where instead
+    lecturer.switch_page(HOME.path).run()  # Home: the map of the lecture, nothing to follow; the room is told where
     assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
-    assert store.read(room_id)[1] == {"page": None, "path": SERVING}
+    assert store.read(room_id)[1] == {"page": None, "path": HOME.path}
     follower.run()
-    assert follower.info[0].value.startswith("강의자는 “서빙 엔진” 페이지에 있습니다. 이 페이지는 아직")
+    assert follower.info[0].value == t("room.lecturer_on_unfollowed", "ko", page=t(HOME.title_key, "ko"))
     link = follower.main.get("page_link")[-1].proto
-    assert link.page == "Serving_Engine" and "room" not in link.query_string  # that page, on one's own
-    lecturer.switch_page(CHECK).run()  # back: followed again
+    assert "room" not in link.query_string  # that page, on one's own
+    lecturer.switch_page(SERVING).run()  # a followed page, nothing run there yet: a link to follow there
+    assert store.read(room_id)[1]["path"] == SERVING
+    follower.run()
+    link = follower.main.get("page_link")[0].proto
+    assert link.label == t("room.lecturer_on", "ko", page=t("nav.serving", "ko"))
+    assert link.page == "Serving_Engine" and f"room={room_id}" in link.query_string
+    lecturer.switch_page(CHECK).run()  # back: the room's question box again
     assert store.read(room_id)[1]["path"] == CHECK
     follower.run()
-    assert [i.value for i in follower.info] == [t("room.waiting", "ko")]  # the room's question box again
+    assert [i.value for i in follower.info] == [t("room.waiting", "ko")]
 
 
 MEMORY = "pages/3_Memory_Footprint.py"
@@ -751,3 +762,69 @@ def test_a_follower_sees_the_lecturers_requests_and_break_even(store):
     cells = [[_numbers(str(c)) for c in row] for row in follower.table[0].value.values]  # where loading wins, per link
     assert cells == [[_numbers(str(c)) for c in row] for row in lecturer.table[0].value.values] and cells
     assert not [w for w in follower.main.get("selectbox") if w.key and w.key.startswith("mv_")]
+
+
+
+@pytest.mark.llama_server
+def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp_path):
+    """A real llama-server on the shipped model: the lecturer's page connects and runs (in its worker processes);
+    a follower draws the workers' latest states, and reaches no server."""
+    from kvviz.engine.export import export_gguf
+    from kvviz.engine.loading import load_backend
+    from kvviz.serving.llamacpp import LlamaServer
+
+    backend = load_backend("tiny", device="cpu")
+    gguf = export_gguf(backend.model, backend.tokenizer, tmp_path / "kvviz-tiny.gguf", name="kvviz-tiny")
+    with LlamaServer(gguf, log=tmp_path / "llama-server.log") as server:
+        lecturer = open_page(SERVING, lecture="1", idea="5")  # the prefix experiment's screen
+        lecturer.button(key="room_share").click().run()
+        room_id = lecturer.session_state["room_id"]
+        lecturer.text_input(key="sv_url").set_value(server.base_url).run()
+        next(b for b in lecturer.button if b.label == "Connect").click().run()
+        view = store.read(room_id)[1]
+        assert (view["shown"], view["engine"], view["prefix"]) == ("prefix", "llama.cpp", None)
+        follower = open_page(SERVING, lang="ko", room=room_id)
+        assert t("room.waiting_run", "ko") in [i.value for i in follower.info]
+
+        lecturer.number_input(key="sv_prefix_repeats").set_value(1).run()
+        lecturer.button(key="sv_prefix_run").click().run()
+        deadline = time.monotonic() + 180
+        while lecturer.session_state["sv_prefix_worker"] is not None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            lecturer.run()
+        finished = lecturer.session_state["sv_prefix_state"]
+        assert finished.final and finished.result["rows"]
+        version, view = store.read(room_id)
+        assert view["prefix"]["result"] == json.loads(json.dumps(finished.result))  # as the worker wrote it
+        follower.run()
+        ours, theirs = _chart(lecturer, "serving_prefix"), _chart(follower, "serving_prefix")
+        assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]  # the lecturer's TTFTs
+        said = next(m.value for m in follower.markdown if m.value.startswith(t("serving.prefix_result", "ko")[:6]))
+        assert sorted(_numbers(said)) == sorted(_numbers(next(
+            m.value for m in lecturer.markdown if m.value.startswith(t("serving.prefix_result", "en")[:6]))))
+        server_line = t("serving.room_server", "ko", engine="llama.cpp", model="kvviz-tiny")
+        assert server_line in [c.value for c in follower.caption]
+        for kind in ("button", "text_input", "number_input", "selectbox", "radio"):
+            assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("sv_")], kind
+        assert "sv_conn" not in follower.session_state or follower.session_state["sv_conn"] is None  # no server
+        assert store.read(room_id)[0] == version  # the follower changed nothing
+
+        lecturer.session_state["kv_idea_serving"] = 1  # the load run's chart
+        lecturer.run()
+        for key, value in (("sv_requests", 4), ("sv_prompt", 16), ("sv_max_tokens", 4)):
+            lecturer.number_input(key=key).set_value(value).run()
+        lecturer.text_input(key="sv_conc").set_value("1, 2").run()
+        lecturer.button(key="sv_start").click().run()
+        deadline = time.monotonic() + 180
+        while lecturer.session_state["sv_worker"] is not None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            lecturer.run()
+        points = lecturer.session_state["sv_state"].result["points"]
+        view = store.read(room_id)[1]
+        assert view["shown"] == "load" and view["load"]["status"] == "done"
+        assert view["load"]["result"]["points"] == json.loads(json.dumps(points)) and len(points) == 2
+        follower.run()
+        ours, theirs = _chart(lecturer, "serving_load"), _chart(follower, "serving_load")
+        assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]  # the lecturer's points
+        assert theirs["layout"]["xaxis"]["title"]["text"] == t("serving.cc_x", "ko")
+        assert not [b for b in follower.main.button if b.key and b.key.startswith("sv_")]  # no Start, no Cancel
