@@ -358,19 +358,25 @@ def _chart(at, key: str) -> dict:
 PREFILL = "pages/2_Prefill_and_Decode.py"
 
 
-def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
+def _sharing(page: str, shape, **query: str):  # noqa: ANN001, ANN202 - a DecoderConfig; (AppTest, room id)
+    """A lecturer in lecture mode on a small random model (quick runs) who shared `page`."""
     from streamlit.testing.v1 import AppTest
 
     from tests.pages.pagetest import APP
-    from tests.pages.test_prefill_and_latency import SMALL, _until
 
     lecturer = AppTest.from_file(APP, default_timeout=300)
-    lecturer.query_params.update(lang="en", lecture="1")
-    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the runs quick
-    lecturer.session_state["kv_shape"] = SMALL
-    lecturer.switch_page(PREFILL).run()
+    lecturer.query_params.update(lang="en", lecture="1", **query)
+    lecturer.session_state["kv_model"] = "random"
+    lecturer.session_state["kv_shape"] = shape
+    lecturer.switch_page(page).run()
     lecturer.button(key="room_share").click().run()
-    room_id = lecturer.session_state["room_id"]
+    return lecturer, lecturer.session_state["room_id"]
+
+
+def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
+    from tests.pages.test_prefill_and_latency import SMALL, _until
+
+    lecturer, room_id = _sharing(PREFILL, SMALL)
     assert store.read(room_id)[1] == {"page": "prefill", "shown": [0], "measuring": False, "results": None,
                                       "path": PREFILL}
     follower = open_page(PREFILL, lang="ko", room=room_id)
@@ -480,18 +486,9 @@ LATENCY = "pages/4_Latency_and_Capacity.py"
 
 
 def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.pages.pagetest import APP
     from tests.pages.test_prefill_and_latency import SMALL, _until
 
-    lecturer = AppTest.from_file(APP, default_timeout=300)
-    lecturer.query_params.update(lang="en", lecture="1", idea="3")  # the batch sweep's screen
-    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the sweep quick
-    lecturer.session_state["kv_shape"] = SMALL
-    lecturer.switch_page(LATENCY).run()
-    lecturer.button(key="room_share").click().run()
-    room_id = lecturer.session_state["room_id"]
+    lecturer, room_id = _sharing(LATENCY, SMALL, idea="3")  # the batch sweep's screen
     assert store.read(room_id)[1]["shown"] == ["batch"]
     follower = open_page(LATENCY, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
@@ -530,29 +527,17 @@ def _widgets(at, *kinds: str) -> list:
 
 
 def test_a_follower_sees_the_lecturers_compression_rows(store):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.pages.pagetest import APP
     from tests.pages.test_compressing import SMALL, TEXT, finished
 
-    lecturer = AppTest.from_file(APP, default_timeout=300)
-    lecturer.query_params.update(lang="en", lecture="1", text="own", tokens="256")
-    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the run quick
-    lecturer.session_state["kv_shape"] = SMALL
-    lecturer.switch_page(COMPRESSING).run()
-    lecturer.button(key="room_share").click().run()
-    room_id = lecturer.session_state["room_id"]
+    lecturer, room_id = _sharing(COMPRESSING, SMALL, text="own", tokens="256")
     assert store.read(room_id)[1] == {"page": "compression", "shown": [0], "measuring": False, "result": None,
                                       "path": COMPRESSING}
     follower = open_page(COMPRESSING, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
 
     lecturer.text_area(key="cc_own_text").input(TEXT).run()
-    lecturer.button(key="cc_run").click().run()
-    assert store.read(room_id)[1]["measuring"]
-    follower.run()
-    assert [i.value for i in follower.info] == [t("room.measuring", "ko")]
-    finished(lecturer)
+    lecturer.button(key="cc_run").click().run()  # (on a quick machine measured within the first tick: no
+    finished(lecturer)  # "measuring" view to wait for, as on Prefill & Decode)
     rows = lecturer.session_state["cc_result"][1]
     version, view = store.read(room_id)
     assert not view["measuring"] and view["picks"] == {"kv_dtype": "bfloat16", "metric": "kl"}
@@ -772,6 +757,7 @@ def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp
     from kvviz.engine.export import export_gguf
     from kvviz.engine.loading import load_backend
     from kvviz.serving.llamacpp import LlamaServer
+    from tests.pages.test_prefill_and_latency import _until
 
     backend = load_backend("tiny", device="cpu")
     gguf = export_gguf(backend.model, backend.tokenizer, tmp_path / "kvviz-tiny.gguf", name="kvviz-tiny")
@@ -788,10 +774,7 @@ def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp
 
         lecturer.number_input(key="sv_prefix_repeats").set_value(1).run()
         lecturer.button(key="sv_prefix_run").click().run()
-        deadline = time.monotonic() + 180
-        while lecturer.session_state["sv_prefix_worker"] is not None and time.monotonic() < deadline:
-            time.sleep(1.0)
-            lecturer.run()
+        _until(lecturer, lambda: lecturer.session_state["sv_prefix_worker"] is None, limit=180, pause_s=1.0)
         finished = lecturer.session_state["sv_prefix_state"]
         assert finished.final and finished.result["rows"]
         version, view = store.read(room_id)
@@ -815,10 +798,7 @@ def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp
             lecturer.number_input(key=key).set_value(value).run()
         lecturer.text_input(key="sv_conc").set_value("1, 2").run()
         lecturer.button(key="sv_start").click().run()
-        deadline = time.monotonic() + 180
-        while lecturer.session_state["sv_worker"] is not None and time.monotonic() < deadline:
-            time.sleep(1.0)
-            lecturer.run()
+        _until(lecturer, lambda: lecturer.session_state["sv_worker"] is None, limit=180, pause_s=1.0)
         points = lecturer.session_state["sv_state"].result["points"]
         view = store.read(room_id)[1]
         assert view["shown"] == "load" and view["load"]["status"] == "done"
