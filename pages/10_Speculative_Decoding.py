@@ -189,6 +189,7 @@ def live_view() -> None:
         state.spec_error = None
     if gen is None:
         st.info(tr("spec.empty"))
+        publish({"page": None}, PAGE)  # reset, or no run yet: a room's followers wait for the next one
         return
     if gen.backend is not backend:
         st.warning(tr("spec.stale", name=gen.backend.spec.name))

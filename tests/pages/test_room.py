@@ -639,6 +639,13 @@ def test_a_follower_sees_the_lecturers_speculative_run(store):
     assert (theirs.iloc[:, 1:].values == ours.iloc[:, 1:].values).all() and len(theirs) == 2  # here, and the GPU
     assert not [b for b in follower.main.button if b.key and b.key.startswith("spec_")]  # no Measure
 
+    served = lecturer.session_state["spec_served"]
+    lecturer.session_state["spec_stepper"] = {"events": [[served + 1, "reset"]]}  # the lecturer's Reset
+    lecturer.run()
+    assert lecturer.session_state["spec_gen"] is None
+    follower.run()  # not the run of before: waiting for the next one
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")] and not follower.get("plotly_chart")
+
 
 TRAINING = "pages/5_Training_Prefill_Decode.py"
 
