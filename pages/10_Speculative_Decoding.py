@@ -1,22 +1,30 @@
 """Speculative Decoding: a draft proposes k tokens, the target verifies them in one pass over k + 1 positions of
-its cache, and the positions it rejects are rolled back out of every cache, in place — stepped on a real decoder."""
+its cache, and the positions it rejects are rolled back out of every cache, in place — stepped on a real decoder.
+kvviz.app.views.speculative draws the run from its texts and numbers, which a lecture room's followers get."""
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
+from kvviz.app.views.room import follow_or_share, follower_room, publish, share_button
 from kvviz.app.widgets import current_number, number_in_range, persisted, serve_presses, stepper_row
 from kvviz.engine.spec.ngram import NgramConfig
 from kvviz.errors import InputError
 from kvviz.i18n import t
 
+PAGE = "pages/10_Speculative_Decoding.py"
 settings = page_setup("spec.title")
 lecture = settings.lecture
 head = lecture_head(tr("spec.title"))
 with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("spec.lead"))
 settings = shipped_for_hf(settings, "spec.hf_note")  # the cache is cropped in place inside kvviz's own decoder
+if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
+    with loading_engine():
+        from kvviz.app.views.speculative import follow
+# A follower's page stops here; the lecturer: an open room's link and QR code, full width.
+follow_or_share("spec", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -111,6 +119,7 @@ def measure() -> None:
 
 
 with head[1], settings_box(tr("spec.settings"), border=True):
+    share_button(lecture)  # behind the settings button, as on Reusing Past K/V
     if lecture:  # on a projector the model is named behind the settings button, so the step keeps the screen
         model_caption(backend.spec)
     c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
@@ -180,11 +189,13 @@ def live_view() -> None:
         state.spec_error = None
     if gen is None:
         st.info(tr("spec.empty"))
+        publish({"page": None}, PAGE)  # reset, or no run yet: a room's followers wait for the next one
         return
     if gen.backend is not backend:
         st.warning(tr("spec.stale", name=gen.backend.spec.name))
         return
-    draw(gen, b[5] if lecture else st, shown, lecture=lecture, measure=measure, device=str(backend.device))
+    publish(draw(gen, b[5] if lecture else st, shown, lecture=lecture, measure=measure, device=str(backend.device)),
+            PAGE)  # a lecture room's followers draw the same
 
 
 live_view()

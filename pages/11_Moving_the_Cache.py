@@ -1,13 +1,27 @@
 """Moving the Cache: offload tiers and reuse across requests, TTFT loading vs recomputing, the break-even for real
 deployments, and the prefill→decode handoff (kvviz workers and llama.cpp). kvviz.app.views.moving draws each idea;
-kvviz.lessons.moving lays out its tables."""
+kvviz.lessons.moving lays out its tables; in a lecture room each idea's numbers are published and a follower's page is
+drawn from them (views/moving.py room_view, follow)."""
 import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.views.moving import break_even_view, deployment, handoff_view, requests_view, store_section, ttft_view
+from kvviz.app.views.moving import (
+    break_even_view,
+    deployment,
+    follow,
+    handoff_view,
+    requests_view,
+    room_view,
+    store_section,
+    store_state,
+    ttft_view,
+)
+from kvviz.app.views.room import follow_or_share, publish, share_button
+
+PAGE = "pages/11_Moving_the_Cache.py"
 
 settings = page_setup("moving.title")
 lecture = settings.lecture
@@ -17,6 +31,8 @@ with head[0]:
 with about:
     st.write(tr("moving.intro"))
 settings = shipped_for_hf(settings, "moving.hf_note")  # the store copies into kvviz's own cache
+# A follower: the lecturer's numbers, drawn read-only, no model here; the lecturer: an open room's link.
+follow_or_share("moving", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 IDEAS = ("tiers", "ttft", "break_even", "handoff")
 shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -28,11 +44,16 @@ if not lecture:  # on a projector behind the settings button
     model_caption(backend.spec)
 with head[1]:  # on a projector one button holds the store's settings, the deployment's and the links
     box = settings_box()
+with box:
+    share_button(lecture)  # behind the settings button, as on Reusing Past K/V
 if lecture:
     with box:
         model_caption(backend.spec)
 
 demo = store_section(box, backend, settings.hosted)
+parts = {}  # each idea's numbers, as drawn: what a lecture room's followers draw
+if demo is not None:
+    parts["store"] = store_state(demo)
 if demo is not None and "tiers" in shown:
     idea_title(tr("moving.idea_tiers"), small=True)
     requests_view(demo, lecture)
@@ -43,11 +64,12 @@ if demo is not None and "ttft" in shown:
 dep = deployment(box) if lecture else deployment(st) if shown & {"break_even", "handoff"} else None
 if dep is not None and "break_even" in shown:
     idea_title(tr("moving.idea_break_even"), small=True)
-    break_even_view(dep, box, backend, lecture)
+    parts["links"] = break_even_view(dep, box, backend, lecture)
 if "handoff" in shown:
     idea_title(tr("moving.idea_handoff"), small=True)
-    handoff_view(dep, box, backend, settings)
+    parts["handoff"] = handoff_view(dep, box, backend, settings)
 with about if lecture else st.expander(tr("moving.rules_title")):  # on a projector with the introduction, folded
     if lecture:
         st.markdown(f"**{tr('moving.rules_title')}**")
     st.markdown(tr("moving.rules"))
+publish(room_view(shown, parts, dep, backend.spec.name, str(backend.device)), PAGE)

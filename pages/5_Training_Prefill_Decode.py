@@ -1,18 +1,23 @@
 """Training · Prefill · Decode: one masked parallel pass equals prefill + decode; why causality allows the cache.
-kvviz.app.views.training draws ideas 1–4 on a native model; kvviz.lessons.causal runs them."""
+kvviz.app.views.training draws ideas 1–4 on a native model (and, in a lecture room, publishes their numbers and draws a
+follower's page from them); kvviz.lessons.causal runs them."""
 import streamlit as st
 
 from kvviz.app.language import tr
-from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head
+from kvviz.app.lecture import ideas, intro_box, lecture_head
 from kvviz.app.models import get_backend, loading_engine
 from kvviz.app.shell import page_setup
-from kvviz.app.views.training import native_sections, phase_table
-from kvviz.app.widgets import table
+from kvviz.app.views.room import follow_or_share, publish, share_button
+from kvviz.app.views.training import follow, native_sections, phase_section, room_view
 
+PAGE = "pages/5_Training_Prefill_Decode.py"
 settings = page_setup("training.title")
+lecture = settings.lecture
 head = lecture_head(tr("training.title"))
 with head[0], intro_box():  # on a projector folded away: the presenter says it
     st.write(tr("training.intro"))
+# A follower: the lecturer's numbers, drawn read-only, no model here; the lecturer: an open room's link.
+follow_or_share("training", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
 show = ideas(titles, "training")
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -20,12 +25,15 @@ with loading_engine():  # the first screen is drawn: now torch and the model
     backend = get_backend(settings)
 
 native = isinstance(getattr(backend, "model", None), Decoder)
+view = room_view(show)  # what a lecture room's followers draw: no run without kvviz's own model
 if backend is not None and not native:
     st.info(tr("training.needs_native"))
 if native and set(show) & {0, 1, 2, 3}:
-    native_sections(backend, settings, show, titles, head[1])
+    view = native_sections(backend, settings, show, titles, head[1])
+elif lecture:
+    with head[1]:
+        share_button(lecture)  # no settings on this idea: the button stands alone
 
 if 4 in show:
-    idea_title(titles[4])
-    table(phase_table(), key="training_prefill_decode", prose=True)
-    st.caption(tr("training.table_note"))
+    phase_section(titles[4])
+publish(view, PAGE)

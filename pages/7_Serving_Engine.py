@@ -2,7 +2,8 @@
 does: TTFT, TPOT, ITL and E2E percentiles, throughput and goodput against concurrency or request rate, the
 server's own counters over each point, and what a shared prefix saves. The measuring runs in a worker process
 (kvviz.serving.worker, the code `serve-bench` runs); this page only starts it and reads what it writes, as a
-WorkerState it keeps; kvviz.app.views.serving draws the results."""
+WorkerState it keeps; kvviz.app.views.serving draws the results (and, in a lecture room, publishes the latest states
+and draws a follower's page from them: a follower never reaches the server)."""
 import os
 
 import streamlit as st
@@ -12,6 +13,7 @@ from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs,
 from kvviz.app.models import secrets_dict
 from kvviz.app.navigation import link_to
 from kvviz.app.shell import page_setup
+from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.app.views.serving import (
     SV,
     connection_details,
@@ -19,8 +21,10 @@ from kvviz.app.views.serving import (
     prefix_details,
     prefix_results,
     prefix_settings,
+    room_view,
     sweep_results,
 )
+from kvviz.app.views.serving import follow as follow_room
 from kvviz.app.widgets import current_number, number_in_range
 from kvviz.errors import InputError
 from kvviz.serving import client as api
@@ -34,6 +38,7 @@ from kvviz.serving.worker import Worker, poll
 # server on this machine would use (~0.1 s of it per rerun on a busy 2-core machine).
 TICK_S = {True: 1.0, False: 5.0}
 
+PAGE = "pages/7_Serving_Engine.py"
 settings = page_setup("serving.title")
 ss, lecture = st.session_state, settings.lecture
 SV.seed()
@@ -42,6 +47,8 @@ SV.seed()
 intro_at, server_at = lecture_head(tr("serving.title"), widths=(2, 2))
 with intro_at, intro_box():
     st.write(tr("serving.intro"))
+# A follower: the lecturer's runs as their workers wrote them, read-only; the lecturer: an open room's link.
+follow_or_share("serving", PAGE, lambda v: follow_room(v, lecture=lecture), lecture=lecture)
 caps = settings.hosted
 secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
@@ -70,6 +77,7 @@ def connect() -> None:
 
 
 with server_at, settings_box(tr("serving.server_settings")):
+    share_button(lecture)  # behind the settings button, as on Reusing Past K/V
     idea_title(tr("serving.connect_header"), small=True)
     c1, c2, c3 = st.columns([3, 2, 1])
     if caps is not None:
@@ -109,6 +117,11 @@ view = None if shown_idea("serving") is None else list(IDEAS)[shown_idea("servin
 
 def on_screen(name: str) -> bool:
     return view is None or view == name
+
+
+def share() -> None:
+    """The runs' latest states to a lecture room (unchanged: not sent again)."""
+    publish(room_view(view, conn, int(num("requests")), bool(ss.get("sv_live_charts"))), PAGE)
 
 
 def follow(name: str) -> None:
@@ -169,6 +182,7 @@ with tab_load:
         follow("")
         sweep_results(SV.get("state"), n_requests=int(num("requests")), live_charts=bool(ss.get("sv_live_charts")),
                       lecture=lecture, on_screen=on_screen)
+        share()
 
     st.fragment(live, run_every=TICK_S[bool(ss.get("sv_live_charts"))] if running else None)()
 
@@ -203,6 +217,7 @@ with tab_prefix:
     def prefix_live() -> None:
         follow("prefix_")
         prefix_results(SV.get("prefix_state"), lecture)
+        share()
 
     st.fragment(prefix_live, run_every=TICK_S[False] if prefix_running else None)()
     finished = SV.get("prefix_state")

@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -55,10 +56,12 @@ def test_batch_sweep_chart_in_both_languages(lang, chart_title):
     assert rows[1]["kv_bytes"] == 2 * rows[0]["kv_bytes"] == 2 * rows[0]["kv_formula_bytes"]
 
 
-def _until(at: AppTest, done, limit: int = 60) -> None:
+def _until(at: AppTest, done, limit: int = 60, pause_s: float = 0.0) -> None:
+    """Rerun until `done()`, at most `limit` times (`pause_s` between: a worker process measuring on its own)."""
     for _ in range(limit):
         if done():
             return
+        time.sleep(pause_s)
         at.run()
     raise AssertionError("did not finish")
 

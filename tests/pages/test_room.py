@@ -1,4 +1,5 @@
 """A lecture room on the Check page: a lecturer and a follower, two sessions on one in-process store."""
+import json
 import time
 
 import pytest
@@ -9,7 +10,7 @@ from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
-MOVING = "pages/11_Moving_the_Cache.py"  # a page a room cannot follow
+SERVING = "pages/7_Serving_Engine.py"
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
 
 
@@ -223,20 +224,30 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
         store.max_followers = None
 
 
-def test_the_lecturer_on_a_page_a_room_cannot_follow(store):
+def test_every_page_is_followed_and_the_lecturer_on_home_is_said(store):
+    from kvviz.app.navigation import HOME, PAGES
+    from kvviz.app.views.room import FOLLOWED
+
+    assert sorted(p.path for p in PAGES if p is not HOME) == sorted(FOLLOWED)  # Share with the room on every page
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
-    lecturer.switch_page(MOVING).run()  # no Share there: the room is told where instead
+    lecturer.switch_page(HOME.path).run()  # Home: the map of the lecture, nothing to follow; the room is told where
     assert not lecturer.exception and "room_share" not in [b.key for b in lecturer.button]
-    assert store.read(room_id)[1] == {"page": None, "path": MOVING}
+    assert store.read(room_id)[1] == {"page": None, "path": HOME.path}
     follower.run()
-    assert follower.info[0].value.startswith("강의자는 “캐시 옮기기” 페이지에 있습니다. 이 페이지는 아직")
+    assert follower.info[0].value == t("room.lecturer_on_unfollowed", "ko", page=t(HOME.title_key, "ko"))
     link = follower.main.get("page_link")[-1].proto
-    assert link.page == "Moving_the_Cache" and "room" not in link.query_string  # that page, on one's own
-    lecturer.switch_page(CHECK).run()  # back: followed again
+    assert "room" not in link.query_string  # that page, on one's own
+    lecturer.switch_page(SERVING).run()  # a followed page, nothing run there yet: a link to follow there
+    assert store.read(room_id)[1]["path"] == SERVING
+    follower.run()
+    link = follower.main.get("page_link")[0].proto
+    assert link.label == t("room.lecturer_on", "ko", page=t("nav.serving", "ko"))
+    assert link.page == "Serving_Engine" and f"room={room_id}" in link.query_string
+    lecturer.switch_page(CHECK).run()  # back: the room's question box again
     assert store.read(room_id)[1]["path"] == CHECK
     follower.run()
-    assert [i.value for i in follower.info] == [t("room.waiting", "ko")]  # the room's question box again
+    assert [i.value for i in follower.info] == [t("room.waiting", "ko")]
 
 
 MEMORY = "pages/3_Memory_Footprint.py"
@@ -347,19 +358,25 @@ def _chart(at, key: str) -> dict:
 PREFILL = "pages/2_Prefill_and_Decode.py"
 
 
-def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
+def _sharing(page: str, shape, **query: str):  # noqa: ANN001, ANN202 - a DecoderConfig; (AppTest, room id)
+    """A lecturer in lecture mode on a small random model (quick runs) who shared `page`."""
     from streamlit.testing.v1 import AppTest
 
     from tests.pages.pagetest import APP
-    from tests.pages.test_prefill_and_latency import SMALL, _until
 
     lecturer = AppTest.from_file(APP, default_timeout=300)
-    lecturer.query_params.update(lang="en", lecture="1")
-    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the runs quick
-    lecturer.session_state["kv_shape"] = SMALL
-    lecturer.switch_page(PREFILL).run()
+    lecturer.query_params.update(lang="en", lecture="1", **query)
+    lecturer.session_state["kv_model"] = "random"
+    lecturer.session_state["kv_shape"] = shape
+    lecturer.switch_page(page).run()
     lecturer.button(key="room_share").click().run()
-    room_id = lecturer.session_state["room_id"]
+    return lecturer, lecturer.session_state["room_id"]
+
+
+def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
+    from tests.pages.test_prefill_and_latency import SMALL, _until
+
+    lecturer, room_id = _sharing(PREFILL, SMALL)
     assert store.read(room_id)[1] == {"page": "prefill", "shown": [0], "measuring": False, "results": None,
                                       "path": PREFILL}
     follower = open_page(PREFILL, lang="ko", room=room_id)
@@ -469,18 +486,9 @@ LATENCY = "pages/4_Latency_and_Capacity.py"
 
 
 def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.pages.pagetest import APP
     from tests.pages.test_prefill_and_latency import SMALL, _until
 
-    lecturer = AppTest.from_file(APP, default_timeout=300)
-    lecturer.query_params.update(lang="en", lecture="1", idea="3")  # the batch sweep's screen
-    lecturer.session_state["kv_model"] = "random"  # a small shape keeps the sweep quick
-    lecturer.session_state["kv_shape"] = SMALL
-    lecturer.switch_page(LATENCY).run()
-    lecturer.button(key="room_share").click().run()
-    room_id = lecturer.session_state["room_id"]
+    lecturer, room_id = _sharing(LATENCY, SMALL, idea="3")  # the batch sweep's screen
     assert store.read(room_id)[1]["shown"] == ["batch"]
     follower = open_page(LATENCY, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
@@ -508,3 +516,302 @@ def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
     follower.run()
     assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the bounds at the lecturer's B
     assert not follower.main.get("number_input") and not follower.main.get("selectbox")  # its inputs are not here
+
+
+COMPRESSING = "pages/8_Compressing_the_Cache.py"
+
+
+def _widgets(at, *kinds: str) -> list:
+    """The page's input widgets of these kinds (the sidebar's own language and model boxes left out)."""
+    return [w for kind in kinds for w in at.main.get(kind)]
+
+
+def test_a_follower_sees_the_lecturers_compression_rows(store):
+    from tests.pages.test_compressing import SMALL, TEXT, finished
+
+    lecturer, room_id = _sharing(COMPRESSING, SMALL, text="own", tokens="256")
+    assert store.read(room_id)[1] == {"page": "compression", "shown": [0], "measuring": False, "result": None,
+                                      "path": COMPRESSING}
+    follower = open_page(COMPRESSING, lang="ko", room=room_id)
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
+
+    lecturer.text_area(key="cc_own_text").input(TEXT).run()
+    lecturer.button(key="cc_run").click().run()  # (on a quick machine measured within the first tick: no
+    finished(lecturer)  # "measuring" view to wait for, as on Prefill & Decode)
+    rows = lecturer.session_state["cc_result"][1]
+    version, view = store.read(room_id)
+    assert not view["measuring"] and view["picks"] == {"kv_dtype": "bfloat16", "metric": "kl"}
+    published = view["result"]["rows"]
+    assert [(r["method"], r["perplexity"], r["kl_divergence"], r["kv_bytes"]) for r in published] == [
+        (r.method, r.perplexity, r.kl_divergence, r.kv_bytes) for r in rows]  # the lecturer's measured rows
+
+    follower.run()
+    ours, theirs = _chart(lecturer, "compression_tradeoff"), _chart(follower, "compression_tradeoff")
+    assert [(d["x"], d["y"]) for d in theirs["data"]] == [(d["x"], d["y"]) for d in ours["data"]]
+    assert theirs["layout"]["yaxis"]["title"]["text"] == t("compression.chart_kl", "ko")
+    table = follower.dataframe[0].value
+    assert list(table.columns)[0] == t("compression.table_method", "ko")
+    assert (table.iloc[:, 1:].values == lecturer.dataframe[0].value.iloc[:, 1:].values).all()  # the same figures
+    assert t("compression.method_fp8", "ko") + " (scale=1.0)" in list(table.iloc[:, 0])  # named in Korean
+    assert "강의를 따라 보고 있습니다" in [c.value for c in follower.caption]
+    for kind in ("button", "radio", "selectbox", "select_slider", "text_area", "multiselect"):
+        assert not _widgets(follower, kind), kind  # no Run, no box: nothing of the follower's reaches the room
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+    sneaky = open_page(COMPRESSING, room=room_id, kvdtype="float32", metric="top1")  # its link cannot either
+    assert _chart(sneaky, "compression_tradeoff")["layout"]["yaxis"]["title"]["text"] == t("compression.chart_kl",
+                                                                                           "en")
+    assert store.read(room_id)[0] == version
+
+    lecturer.radio(key="_w_kv_url_metric").set_value("top1").run()  # the lecturer's choice reaches the room
+    follower.run()
+    assert [d["y"] for d in _chart(follower, "compression_tradeoff")["data"]] == [
+        d["y"] for d in _chart(lecturer, "compression_tradeoff")["data"]]
+    lecturer.button(key="kv_idea_next_compression").click().run()  # the kept positions
+    lecturer.selectbox(key="_w_cc_layer").set_value(1).run()
+    view = store.read(room_id)[1]
+    assert view["shown"] == [1] and view["picks"]["layer"] == 1
+    follower.run()
+    ours, theirs = _chart(lecturer, "compression_strip"), _chart(follower, "compression_strip")
+    assert theirs["data"][0]["z"] == ours["data"][0]["z"] and not _chart_or_none(follower, "compression_tradeoff")
+    assert theirs["layout"]["title"]["text"] == t("compression.chart_strip_title", "ko", layer=1,
+                                                 step=view["picks"]["step"])
+    lecturer.button(key="kv_idea_next_compression").click().run()  # one method's attention beside the full cache's
+    lecturer.selectbox(key="_w_cc_attn_method").set_value(2).run()
+    follower.run()
+    ours, theirs = _chart(lecturer, "compression_attention"), _chart(follower, "compression_attention")
+    assert [(d["x"], d["y"]) for d in theirs["data"]] == [(d["x"], d["y"]) for d in ours["data"]]
+    assert not _widgets(follower, "selectbox", "select_slider")
+
+
+def _chart_or_none(at, key: str) -> dict | None:
+    return next((c for c in at.get("plotly_chart") if key in c.proto.id), None)
+
+
+SPECULATIVE = "pages/10_Speculative_Decoding.py"
+
+
+def test_a_follower_sees_the_lecturers_speculative_run(store):
+    from tests.pages.test_speculative import _chart as spec_chart
+    from tests.pages.test_speculative import _grid, _page, _run, _step
+
+    lecturer = _page(lecture=True)
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    _run(lecturer, "ngram", 3)
+    gen = lecturer.session_state["spec_gen"]
+    version, view = store.read(room_id)
+    assert view["page"] == "spec" and view["shown"] == ["step"] and view["n_steps"] == 3
+    assert [e["accepted"] for e in view["run"]["events"]] == [e.accepted for e in gen.events]
+    assert view["run"]["rollback_tokens"] == gen.rollback_tokens
+
+    follower = open_page(SPECULATIVE, lang="ko", room=room_id)
+    assert "spec_gen" not in follower.session_state or follower.session_state["spec_gen"] is None  # no model here
+    assert _grid(follower) == _grid(lecturer)  # the target's cache through verify and rollback, the same cells
+    last = gen.events[-1]
+    status = t("spec.status", "ko", n_prompt=len(gen.prompt_ids), n_gen=gen.n_generated, passes=gen.target_passes,
+               plain=gen.plain_passes, rolled=gen.rollback_tokens, mal=f"{gen.stats.mean_acceptance_length:.2f}",
+               step_ms=f"{last.seconds * 1e3:.1f}")
+    captions = [c.value for c in follower.caption]
+    assert status in captions and "강의를 따라 보고 있습니다" in captions  # the lecturer's numbers, in Korean
+    for kind in ("button", "text_area", "number_input", "radio", "selectbox", "slider"):
+        assert not [w for w in follower.main.get(kind) if w.key and "spec" in w.key], kind  # no Step, no box
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+
+    _step(lecturer)
+    assert store.read(room_id)[1]["n_steps"] == 4
+    follower.run()  # the follower's next poll
+    assert _grid(follower) == _grid(lecturer)
+    lecturer.button(key="kv_idea_next_spec").click().run()  # the acceptance
+    follower.run()
+    for key in ("spec_acceptance", "spec_per_position", "spec_bytes"):
+        ours, theirs = spec_chart(lecturer, key), spec_chart(follower, key)
+        assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]], key
+    assert spec_chart(follower, "spec_acceptance")["layout"]["title"]["text"] == t("spec.c_acceptance_title", "ko")
+    assert [(m.label, m.value) for m in follower.metric] == [
+        (t(f"spec.{k}", "ko"), m.value) for k, m in zip(("m_mal", "m_passes", "m_rolled", "m_draft_kv"),
+                                                        lecturer.metric, strict=True)]
+    lecturer.button(key="kv_idea_next_spec").click().run()  # the speed: measured by the lecturer's session
+    lecturer.button(key="spec_btn_measure").click().run()
+    assert store.read(room_id)[1]["speed"]["measured"]
+    follower.run()
+    ours, theirs = lecturer.dataframe[-1].value, follower.dataframe[-1].value
+    assert list(theirs.columns) == [t(f"spec.col_{k}", "ko") for k in ("where", "plain", "spec", "speedup")]
+    assert (theirs.iloc[:, 1:].values == ours.iloc[:, 1:].values).all() and len(theirs) == 2  # here, and the GPU
+    assert not [b for b in follower.main.button if b.key and b.key.startswith("spec_")]  # no Measure
+
+    served = lecturer.session_state["spec_served"]
+    lecturer.session_state["spec_stepper"] = {"events": [[served + 1, "reset"]]}  # the lecturer's Reset
+    lecturer.run()
+    assert lecturer.session_state["spec_gen"] is None
+    follower.run()  # not the run of before: waiting for the next one
+    assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")] and not follower.get("plotly_chart")
+
+
+TRAINING = "pages/5_Training_Prefill_Decode.py"
+
+
+def test_a_follower_sees_the_lecturers_training_passes(store):
+    import numpy as np
+
+    from tests.pages.test_training_check import figure
+    from tests.pages.test_training_check import open_page as training_page
+
+    lecturer = training_page(TRAINING, lang="en", lecture="1")  # a small random model: the passes are quick
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    version, view = store.read(room_id)
+    assert view["page"] == "training" and view["shown"] == [0] and view["run"]["steps"] == 8
+    follower = open_page(TRAINING, lang="ko", room=room_id)
+    ours, theirs = figure(lecturer, "training_logits_diff"), figure(follower, "training_logits_diff")
+    assert [d["customdata"] for d in theirs["data"][:2]] == [d["customdata"] for d in ours["data"][:2]]
+    assert theirs["data"][0]["customdata"] == view["result"]["logits_max_diff"][:len(view["run"]["ids"]) - 8]
+    said = lecturer.success[0].value  # the verdict: the lecturer's differences and tolerances, in Korean
+    assert sorted(_numbers(follower.success[0].value)) == sorted(_numbers(said)) and len(_numbers(said)) == 6
+    assert follower.success[0].value.startswith("부동소수점 반올림 오차")
+    assert theirs["layout"]["title"]["text"] == t("training.logits_title", "ko")
+    for kind in ("selectbox", "radio", "slider", "text_input"):
+        assert not follower.main.get(kind), kind  # no text, no steps, no layer: nothing of the follower's
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+
+    lecturer.button(key="kv_idea_next_training").click().run()  # K/V side by side
+    lecturer.selectbox(key="s1_layer").set_value(1).run()
+    lecturer.radio(key="s1_tensor").set_value("V").run()
+    assert store.read(room_id)[1]["kv"]["layer"] == 1
+    follower.run()
+    ours, theirs = figure(lecturer, "training_kv"), figure(follower, "training_kv")
+    kv = store.read(room_id)[1]["kv"]
+    # the lecturer's layer 1 V from both paths, to the bit (the projector draws positions down, a phone across)
+    assert [np.asarray(d["z"]).T.tolist() for d in theirs["data"]] == [d["z"] for d in ours["data"]]
+    assert np.asarray(theirs["data"][0]["z"]).T.tolist() == np.asarray(kv["parallel"], dtype=kv["dtype"]).tolist()
+    lecturer.button(key="kv_idea_next_training").click().run()  # the mask
+    lecturer.radio(key="_w_kv_url_attn").set_value("bidirectional").run()
+    follower.run()
+    assert [d["y"] for d in figure(follower, "training_drift")["data"]] == [
+        d["y"] for d in figure(lecturer, "training_drift")["data"]]
+    (moved,) = follower.error  # the past K/V moved above layer 0, said in Korean with the lecturer's numbers
+    assert t("training.mode_bidirectional", "ko") in moved.value and sorted(_numbers(moved.value)) == sorted(
+        _numbers(lecturer.error[0].value))  # (each language orders them its own way)
+    lecturer.button(key="kv_idea_next_training").click().run()  # the attention rows
+    lecturer.selectbox(key="s3_head").set_value(3).run()
+    follower.run()
+    for key in ("training_attention", "training_decode_row"):  # the masked cells drawn blank (NaN) on both
+        for ours, theirs in zip(figure(lecturer, key)["data"], figure(follower, key)["data"], strict=True):
+            assert np.array_equal(np.asarray(theirs.get("z", theirs.get("y")), dtype=float),
+                                  np.asarray(ours.get("z", ours.get("y")), dtype=float), equal_nan=True), key
+    assert figure(follower, "training_attention")["layout"]["title"]["text"] == t("training.attn_title", "ko",
+                                                                                 layer=0, head=3)
+    assert not follower.main.get("selectbox") and store.read(room_id)[0] > version
+
+
+def _numbers(text: str) -> list[str]:
+    """The figures a sentence states (1.49e-07, 0.5, 3), in its order."""
+    import re
+
+    return re.findall(r"\d+(?:\.\d+)?(?:e[-+]\d+)?", text)
+
+
+MOVING = "pages/11_Moving_the_Cache.py"
+
+
+def test_a_follower_sees_the_lecturers_requests_and_break_even(store):
+    from kvviz.engine.offload.serve import SCRIPT
+
+    lecturer = open_page(MOVING, lecture="1")
+    lecturer.button(key="room_share").click().run()
+    room_id = lecturer.session_state["room_id"]
+    lecturer.selectbox(key="mv_chunk").set_value(16).run()  # small chunks keep the requests quick
+    lecturer.button(key="mv_next").click().run()
+    lecturer.button(key="mv_next").click().run()
+    demo = lecturer.session_state["mv_demo"]
+    version, view = store.read(room_id)
+    assert view["shown"] == ["tiers"] and len(view["store"]["results"]) == 2
+    assert [r["ttft_s"] for r in view["store"]["results"]] == [r["ttft_s"] for r in demo.results]  # as measured
+
+    follower = open_page(MOVING, lang="ko", room=room_id)
+    assert "mv_demo" not in follower.session_state or follower.session_state["mv_demo"] is None  # no store here
+    ours, theirs = _chart(lecturer, "mv_tiers"), _chart(follower, "mv_tiers")  # each tier's chunks, named in Korean
+    assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]
+    assert [_numbers(str(d["text"])) for d in theirs["data"]] == [_numbers(str(d["text"])) for d in ours["data"]]
+    assert theirs["data"][0]["x"][0] == t("moving.c_device", "ko")
+    assert theirs["layout"]["title"]["text"] == t("moving.c_tiers_title", "ko")
+    assert len(follower.dataframe[0].value) == len(lecturer.dataframe[0].value) == 2  # every request's row
+    assert t("moving.next", "ko", n=3, what=t(f"moving.about_{SCRIPT[2][0]}", "ko")) in [i.value for i in follower.info]
+    for kind in ("button", "selectbox", "number_input", "multiselect"):
+        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("mv_")], kind
+    assert store.read(room_id)[0] == version  # the follower changed nothing
+
+    lecturer.button(key="kv_idea_next_moving").click().run()  # TTFT both ways
+    follower.run()
+    ours, theirs = _chart(lecturer, "mv_ttft"), _chart(follower, "mv_ttft")
+    assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]  # the lecturer's measured TTFTs
+    lecturer.button(key="kv_idea_next_moving").click().run()  # the break-even, on the lecturer's deployment
+    lecturer.selectbox(key="mv_gpu").set_value("H100 SXM").run()
+    view = store.read(room_id)[1]
+    assert view["deployment"]["gpu"] == "H100 SXM" and view["links"]["links"]
+    follower.run()
+    ours, theirs = _chart(lecturer, "mv_break_even"), _chart(follower, "mv_break_even")
+    assert [(d.get("x"), d.get("y")) for d in theirs["data"]] == [(d.get("x"), d.get("y")) for d in ours["data"]]
+    cells = [[_numbers(str(c)) for c in row] for row in follower.table[0].value.values]  # where loading wins, per link
+    assert cells == [[_numbers(str(c)) for c in row] for row in lecturer.table[0].value.values] and cells
+    assert not [w for w in follower.main.get("selectbox") if w.key and w.key.startswith("mv_")]
+
+
+
+@pytest.mark.llama_server
+def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp_path):
+    """A real llama-server on the shipped model: the lecturer's page connects and runs (in its worker processes);
+    a follower draws the workers' latest states, and reaches no server."""
+    from kvviz.engine.export import export_gguf
+    from kvviz.engine.loading import load_backend
+    from kvviz.serving.llamacpp import LlamaServer
+    from tests.pages.test_prefill_and_latency import _until
+
+    backend = load_backend("tiny", device="cpu")
+    gguf = export_gguf(backend.model, backend.tokenizer, tmp_path / "kvviz-tiny.gguf", name="kvviz-tiny")
+    with LlamaServer(gguf, log=tmp_path / "llama-server.log") as server:
+        lecturer = open_page(SERVING, lecture="1", idea="5")  # the prefix experiment's screen
+        lecturer.button(key="room_share").click().run()
+        room_id = lecturer.session_state["room_id"]
+        lecturer.text_input(key="sv_url").set_value(server.base_url).run()
+        next(b for b in lecturer.button if b.label == "Connect").click().run()
+        view = store.read(room_id)[1]
+        assert (view["shown"], view["engine"], view["prefix"]) == ("prefix", "llama.cpp", None)
+        follower = open_page(SERVING, lang="ko", room=room_id)
+        assert t("room.waiting_run", "ko") in [i.value for i in follower.info]
+
+        lecturer.number_input(key="sv_prefix_repeats").set_value(1).run()
+        lecturer.button(key="sv_prefix_run").click().run()
+        _until(lecturer, lambda: lecturer.session_state["sv_prefix_worker"] is None, limit=180, pause_s=1.0)
+        finished = lecturer.session_state["sv_prefix_state"]
+        assert finished.final and finished.result["rows"]
+        version, view = store.read(room_id)
+        assert view["prefix"]["result"] == json.loads(json.dumps(finished.result))  # as the worker wrote it
+        follower.run()
+        ours, theirs = _chart(lecturer, "serving_prefix"), _chart(follower, "serving_prefix")
+        assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]  # the lecturer's TTFTs
+        said = next(m.value for m in follower.markdown if m.value.startswith(t("serving.prefix_result", "ko")[:6]))
+        assert sorted(_numbers(said)) == sorted(_numbers(next(
+            m.value for m in lecturer.markdown if m.value.startswith(t("serving.prefix_result", "en")[:6]))))
+        server_line = t("serving.room_server", "ko", engine="llama.cpp", model="kvviz-tiny")
+        assert server_line in [c.value for c in follower.caption]
+        for kind in ("button", "text_input", "number_input", "selectbox", "radio"):
+            assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("sv_")], kind
+        assert "sv_conn" not in follower.session_state or follower.session_state["sv_conn"] is None  # no server
+        assert store.read(room_id)[0] == version  # the follower changed nothing
+
+        lecturer.session_state["kv_idea_serving"] = 1  # the load run's chart
+        lecturer.run()
+        for key, value in (("sv_requests", 4), ("sv_prompt", 16), ("sv_max_tokens", 4)):
+            lecturer.number_input(key=key).set_value(value).run()
+        lecturer.text_input(key="sv_conc").set_value("1, 2").run()
+        lecturer.button(key="sv_start").click().run()
+        _until(lecturer, lambda: lecturer.session_state["sv_worker"] is None, limit=180, pause_s=1.0)
+        points = lecturer.session_state["sv_state"].result["points"]
+        view = store.read(room_id)[1]
+        assert view["shown"] == "load" and view["load"]["status"] == "done"
+        assert view["load"]["result"]["points"] == json.loads(json.dumps(points)) and len(points) == 2
+        follower.run()
+        ours, theirs = _chart(lecturer, "serving_load"), _chart(follower, "serving_load")
+        assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]  # the lecturer's points
+        assert theirs["layout"]["xaxis"]["title"]["text"] == t("serving.cc_x", "ko")
+        assert not [b for b in follower.main.button if b.key and b.key.startswith("sv_")]  # no Start, no Cancel

@@ -2,7 +2,9 @@
 `Choices`), the run and Cancel buttons with the background run (`run_buttons`), its progress and time left
 (`progress`), the last results (`measured`, with the settings they were `measured_with`), each method's name in the
 user's language (`method_name`), memory saved against quality (`tradeoff_view`) and the kept positions
-and attention rows (`positions_view`). The budgets and steps come from kvviz.compression.quality. The engine's
+and attention rows (`positions_view`), each drawn from the lecturer's choices on a lecture room follower's page; what
+the lecturer's page publishes to the room (`room_view`: the measured rows, the step and layer on screen) and the
+follower's page drawn from it (`follow`). The budgets and steps come from kvviz.compression.quality. The engine's
 modules (torch) are imported inside the functions: the page imports this module before its first screen is drawn."""
 from __future__ import annotations
 
@@ -167,16 +169,20 @@ def measured(backend: Any, request: tuple) -> tuple | None:
         return None
     if stored[0] != request:  # the last results stay, labelled with the settings they were measured with
         st.info(tr("compression.settings_changed", run=tr("compression.run"), shown=measured_with(stored[0])))
-    if stored[2] is not None:  # cancelled: each method pooled over the chunks it finished
-        from kvviz.compression.quality import chunk_steps
-
-        seq_len = stored[0][3]
-        n_prompt = chunk_steps(seq_len)[0]
-        done, total, n_methods = stored[2]
-        counts = sorted({r.n_predicted // (seq_len - n_prompt) for r in stored[1]})
-        st.warning(tr("compression.partial", done=done, total=total, measured=len(stored[1]) - 1, methods=n_methods,
-                      chunks="–".join(map(str, dict.fromkeys([counts[0], counts[-1]])))))
+    if stored[2] is not None:
+        partial_note(stored[0][3], stored[1], stored[2])
     return stored
+
+
+def partial_note(seq_len: int, rows: list, partial: tuple) -> None:
+    """A cancelled run's results: each method pooled over the chunks it finished, said so."""
+    from kvviz.compression.quality import chunk_steps
+
+    n_prompt = chunk_steps(seq_len)[0]
+    done, total, n_methods = partial
+    counts = sorted({r.n_predicted // (seq_len - n_prompt) for r in rows})
+    st.warning(tr("compression.partial", done=done, total=total, measured=len(rows) - 1, methods=n_methods,
+                  chunks="–".join(map(str, dict.fromkeys([counts[0], counts[-1]])))))
 
 
 def method_name(r: Any) -> str:
@@ -184,10 +190,13 @@ def method_name(r: Any) -> str:
     return tr(f"compression.method_{r.method}") + r.label.removeprefix(r.method)
 
 
-def tradeoff_view(backend: Any, full_row: Any, rows: list, names: list[str], seq_len: int, *, lecture: bool) -> None:
-    """Memory saved against quality lost, every method on one chart, with the table, the sink finding and notes."""
+# ---- the ideas, on the lecturer's page and a room follower's ----------------------------------------------------
+def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, run_dtype: str, d_head: int,
+                  lecture: bool, picks: dict | None = None) -> dict:
+    """Memory saved against quality lost, every method on one chart, with the table, the sink finding and notes.
+    `picks`: the deployment's KV dtype and the quality metric as a room follower got them from the lecturer (no box
+    of the follower's); None: the boxes. Returns what was drawn with."""
     from kvviz.compression import quality
-    from kvviz.compression.caches import dtype_name
     from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
     from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
     from kvviz.compression.runner import DEPLOY_DTYPES, kivi_group, kivi_residual
@@ -204,16 +213,17 @@ def tradeoff_view(backend: Any, full_row: Any, rows: list, names: list[str], seq
     else:
         k1, k2 = st.columns(2)
         above, plot, below = st.container(), st.container(), st.container()
-    kv_dtype = persisted(k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)),
-                         tr("compression.kv_dtype"), options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
+    kv_dtype = picks["kv_dtype"] if picks else persisted(
+        k1.selectbox, url_state("kvdtype", "bfloat16", one_of(DEPLOY_DTYPES)), tr("compression.kv_dtype"),
+        options=DEPLOY_DTYPES, help=tr("compression.kv_dtype_help"))
     data = [dataclasses.replace(r, kv_dtype=kv_dtype).to_dict() | {"label": name}
             for r, name in zip(rows, names, strict=True)]
     above.caption(tr("compression.s1_caption", n_predicted=full_row.n_predicted, n_chunks=full_row.n_predicted // (
         seq_len - n_prompt), seq_len=seq_len, n_prompt=n_prompt, full_ppl=f"{full_row.full_perplexity:.3f}",
-        full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=dtype_name(backend.dtype), dtype=kv_dtype))
-    metric = persisted(k2.radio, url_state("metric", "kl", one_of(METRICS)), tr("compression.metric"),
-                       options=METRICS, horizontal=True,
-                       format_func={m: tr(f"compression.metric_{m}") for m in METRICS}.get)
+        full_bytes=format_binary(full_row.full_kv_bytes), run_dtype=run_dtype, dtype=kv_dtype))
+    metric = picks["metric"] if picks else persisted(
+        k2.radio, url_state("metric", "kl", one_of(METRICS)), tr("compression.metric"), options=METRICS,
+        horizontal=True, format_func={m: tr(f"compression.metric_{m}") for m in METRICS}.get)
     fams = {f: tr(f"compression.family_{f}") for f in charts.FAMILY_COLORS}
     with plot:
         chart(charts.tradeoff_figure(data, metric=metric, family_names=fams,
@@ -251,15 +261,17 @@ def tradeoff_view(backend: Any, full_row: Any, rows: list, names: list[str], seq
         with st.container() if lecture else st.expander(tr("compression.notes_title")):  # none inside another
             if lecture:
                 st.markdown(f"**{tr('compression.notes_title')}**")
-            group = kivi["group"] if kivi else kivi_group(backend.spec.d_head)
+            group = kivi["group"] if kivi else kivi_group(d_head)
             st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
                            group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
+    return {"kv_dtype": kv_dtype, "metric": metric}
 
 
-def positions_view(backend: Any, full_row: Any, rows: list, names: list[str], seq_len: int, show: set[int], *,
-                   lecture: bool) -> None:
+def positions_view(full_row: Any, rows: list, names: list[str], seq_len: int, show: set[int], *, n_layers: int,
+                   lecture: bool, picks: dict | None = None) -> dict:
     """At one decode step and layer: the positions each method kept (idea 2) and one method's attention beside the
-    full cache's (idea 3)."""
+    full cache's (idea 3). `picks` (step, layer, method): a room follower's copy of the lecturer's, drawn without
+    their boxes; None: the boxes. Returns what was drawn with."""
     from kvviz.compression.quality import chunk_steps
 
     view_steps = chunk_steps(seq_len)[1]
@@ -269,12 +281,15 @@ def positions_view(backend: Any, full_row: Any, rows: list, names: list[str], se
     else:
         d1, d2, d3 = st.columns(3)
         side, plot = st, contextlib.nullcontext()
-    if st.session_state.get("cc_step") not in view_steps:
-        st.session_state.cc_step = view_steps[-1]
-    step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
-    if st.session_state.get("cc_layer") not in range(backend.spec.n_layers):
-        st.session_state.cc_layer = 0
-    layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(backend.spec.n_layers))
+    if picks:
+        step, layer = picks["step"], picks["layer"]
+    else:
+        if st.session_state.get("cc_step") not in view_steps:
+            st.session_state.cc_step = view_steps[-1]
+        step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
+        if st.session_state.get("cc_layer") not in range(n_layers):
+            st.session_state.cc_layer = 0
+        layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(n_layers))
     view_full = full_row.views[step]
     position = view_full.position
     if 1 in show:
@@ -286,12 +301,16 @@ def positions_view(backend: Any, full_row: Any, rows: list, names: list[str], se
             chart(charts.kept_strip_figure(labels, shares, x_title=tr("compression.chart_strip_x"),
                                            title=tr("compression.chart_strip_title", layer=layer, step=step),
                                            lecture=lecture), "compression_strip")
+    pick = None
     if 2 in show:
         idea_title(tr("compression.s3_title"))
-        if st.session_state.get("cc_attn_method") not in range(len(rows)):
-            st.session_state.cc_attn_method = 0
-        pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
-                         format_func=names.__getitem__)
+        if picks:
+            pick = picks["method"]
+        else:
+            if st.session_state.get("cc_attn_method") not in range(len(rows)):
+                st.session_state.cc_attn_method = 0
+            pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
+                             format_func=names.__getitem__)
         side.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
         with plot:
@@ -302,3 +321,78 @@ def positions_view(backend: Any, full_row: Any, rows: list, names: list[str], se
                 y_title=tr("compression.chart_attn_y"),
                 title=tr("compression.chart_attn_title", layer=layer, step=step), lecture=lecture),
                 "compression_attention")
+    return {"step": step, "layer": layer, "method": pick}
+
+
+# ---- a lecture room --------------------------------------------------------------------------------------------
+def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: bool, model: str, run_dtype: str,
+              d_head: int, n_layers: int) -> dict:
+    """What a lecture room's followers draw of this page, as JSON: the ideas on screen, whether a run is under way,
+    and the last results' measured rows (the full cache's first) with, for the positions' ideas, only the step and
+    layer on the lecturer's screen (each method's kept positions there, and the attention of the full cache and
+    the method shown). `picks`: the lecturer's choices the figures were drawn with."""
+    if stored is None:
+        return {"page": "compression", "shown": shown, "measuring": running, "result": None}
+    request, rows, partial = stored
+    step, layer, method = picks.get("step"), picks.get("layer"), picks.get("method")
+
+    def row(i: int, r: Any) -> dict:
+        out = {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "views"}
+        out["notes"] = list(r.notes)
+        if step is not None:
+            v = r.views[step]
+            out["view"] = {"position": v.position, "kept": v.kept[layer].tolist(),
+                           "attention": v.attention[layer].tolist() if i == 0 or i - 1 == method else None}
+        return out
+
+    return {"page": "compression", "shown": shown, "measuring": running, "picks": picks,
+            "result": {"model": model, "run_dtype": run_dtype, "d_head": d_head, "n_layers": n_layers,
+                       "seq_len": request[3], "measured_with": list(request[2:]), "partial": partial,
+                       "rows": [row(i, r) for i, r in enumerate(rows)]}}
+
+
+def _rows(result: dict, picks: dict) -> list:
+    """The published rows as the page's own (kvviz.compression.quality.Quality), each holding the one step and
+    layer published (float32 attention, as measured: the same sums, the same chart)."""
+    import numpy as np
+
+    from kvviz.compression.quality import Quality
+    from kvviz.compression.runner import StepView
+
+    out = []
+    for r in result["rows"]:
+        r = dict(r)
+        v = r.pop("view", None)
+        views = {} if v is None else {picks["step"]: StepView(
+            picks["step"], v["position"], {picks["layer"]: np.asarray(v["kept"])},
+            {picks["layer"]: None if v["attention"] is None else np.asarray(v["attention"], dtype=np.float32)})}
+        out.append(Quality(**{**r, "notes": tuple(r["notes"]), "views": views}))
+    return out
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Compressing the Cache: the lecturer's measured rows, drawn with the lecturer's
+    choices, the ideas on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this
+    session's language; no model runs here, no box of this session's is drawn."""
+    result = view["result"]
+    if view["measuring"]:
+        st.info(tr("room.measuring"))
+    if result is None:
+        if not view["measuring"]:
+            st.info(tr("room.waiting_run"))
+        return
+    st.caption(tr("room.measured_on", model=result["model"]))
+    text, seq_len, n_tokens, budgets = result["measured_with"]
+    st.caption(measured_with((None, None, text, seq_len, n_tokens, budgets)))
+    rows = _rows(result, view["picks"])
+    full_row, rows = rows[0], rows[1:]
+    if result["partial"] is not None:
+        partial_note(seq_len, [full_row, *rows], result["partial"])
+    names = [method_name(r) for r in rows]
+    shown = set(view["shown"])
+    if 0 in shown:
+        tradeoff_view(full_row, rows, names, seq_len, run_dtype=result["run_dtype"], d_head=result["d_head"],
+                      lecture=lecture, picks=view["picks"])
+    if shown & {1, 2}:
+        positions_view(full_row, rows, names, seq_len, shown, n_layers=result["n_layers"], lecture=lecture,
+                       picks=view["picks"])

@@ -82,16 +82,18 @@ def show_last_error() -> None:
         MV.set("error", None)
 
 
+def store_state(demo: Any) -> dict:
+    """The store's requests and sizes, as `requests_figures` draws them (a lecture room's followers get it; a copy
+    of the list, which the demo appends to: publish compares it with the last view sent)."""
+    return {"results": list(demo.results), "memory_chunks": demo.memory_chunks, "disk_chunks": demo.disk_chunks,
+            "repeats": demo.repeats}
+
+
 def requests_view(demo: Any, lecture: bool) -> None:
     """What the next request shows, the buttons that serve it, the tiers after the last one and every request's
     row."""
-    from kvviz.engine.offload.serve import SCRIPT
-
-    step = len(demo.results)
-    if step < len(SCRIPT):
-        st.info(tr("moving.next", n=step + 1, what=tr(f"moving.about_{SCRIPT[step][0]}")))
-    else:
-        st.success(tr("moving.all_done"))
+    store = store_state(demo)
+    next_request(store)
     b = st.columns([3, 3, 2])
     b[0].button(tr("moving.serve_next"), on_click=serve_next, args=(False,), type="primary", key="mv_next",
                 disabled=demo.done, width="stretch")
@@ -99,9 +101,27 @@ def requests_view(demo: Any, lecture: bool) -> None:
                 width="stretch")
     b[2].button(tr("moving.reset"), on_click=MV.set, args=("demo", None), key="mv_reset", width="stretch")
     show_last_error()
-    if not demo.results:
+    requests_figures(store, lecture)
+
+
+def next_request(store: dict) -> None:
+    """What the next scripted request shows, or that all were served."""
+    from kvviz.engine.offload.serve import SCRIPT
+
+    step = len(store["results"])
+    if step < len(SCRIPT):
+        st.info(tr("moving.next", n=step + 1, what=tr(f"moving.about_{SCRIPT[step][0]}")))
+    else:
+        st.success(tr("moving.all_done"))
+
+
+def requests_figures(store: dict, lecture: bool) -> None:
+    """The tiers after the last request and every request's row, from the store's state (`requests_view`'s: the
+    lecturer's page's own, or a room follower's copy)."""
+    if not store["results"]:
         return
-    last = demo.results[-1]
+    results = store["results"]
+    last = results[-1]
     keys = ("device", "memory", "disk", "from_memory", "from_disk", "computed_cell", "computed_hover", "held",
             "empty_slot", "chunks", "tiers_title")
     labels = {k: tr(f"moving.c_{k}") for k in keys}
@@ -109,14 +129,14 @@ def requests_view(demo: Any, lecture: bool) -> None:
     plot, side = st.columns([3, 2], vertical_alignment="center") if lecture else (st.container(), st.container())
     with plot:
         chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
-                                last["after"], {"memory": demo.memory_chunks, "disk": demo.disk_chunks}, labels,
-                                lecture=lecture), "mv_tiers")
+                                last["after"], {"memory": store["memory_chunks"], "disk": store["disk_chunks"]},
+                                labels, lecture=lecture), "mv_tiers")
     side.caption(tr("moving.tiers_chart_caption"))
     side.markdown(tr("moving.last_request", n=last["request"], what=tr(f"moving.kind_{last['kind']}"),
                      why=lesson.reason_text(last["miss_reason"], lang())))
     with side.expander(tr("moving.requests_table")) if lecture else st.container():  # the chart keeps the screen
-        table(lesson.request_rows(demo.results, lang()), "mv_requests")
-        st.caption(tr("moving.table_caption", repeats=demo.repeats))
+        table(lesson.request_rows(results, lang()), "mv_requests")
+        st.caption(tr("moving.table_caption", repeats=store["repeats"]))
 
 
 def measure_tiers(backend: Any) -> None:
@@ -132,24 +152,33 @@ def measure_tiers(backend: Any) -> None:
 
 def ttft_view(demo: Any, backend: Any, lecture: bool) -> None:
     """Each request's TTFT with the store and recomputing, and the button that measures every tier's cost."""
+    ttft_figures(demo.results, MV.get("tiers"), str(backend.device), lecture,
+                 lambda press: press.button(tr("moving.measure_tiers"), on_click=measure_tiers, args=(backend,),
+                                            key="mv_measure", help=tr("moving.measure_help")))
+
+
+def ttft_figures(results: list[dict], tiers: list | None, device: str, lecture: bool,
+                 measure: Any = None) -> None:
+    """The TTFT chart and the tiers' costs (the lecturer's page's, with `measure` drawing its button; or a room
+    follower's copy, without)."""
     from kvviz.engine.offload.serve import SCRIPT
 
-    if demo.results:
+    if results:
         keys = ("load_memory", "load_disk", "prefill_rest", "recompute", "ms", "ttft_title")
         labels = {k: tr(f"moving.c_{k}") for k in keys} | {f"kind_{k}": tr(f"moving.kind_{k}") for k, _, _ in SCRIPT}
-        chart(charts.ttft_bars(demo.results, labels, lecture=lecture), "mv_ttft")
+        chart(charts.ttft_bars(results, labels, lecture=lecture), "mv_ttft")
     # on a projector the caption beside the button, and the tiers' table folded: the chart keeps the screen
     words, press = st.columns([4, 1], vertical_alignment="center") if lecture else (st.container(), st.container())
-    if demo.results:
+    if results:
         words.caption(tr("moving.ttft_caption"))
     else:
         words.info(tr("moving.ttft_empty"))
-    press.button(tr("moving.measure_tiers"), on_click=measure_tiers, args=(backend,), key="mv_measure",
-                 help=tr("moving.measure_help"))
-    if MV.get("tiers"):
+    if measure is not None:
+        measure(press)
+    if tiers:
         with st.expander(tr("moving.tiers_table")) if lecture else st.container():
-            table(lesson.tier_rows(MV.get("tiers"), lang()), "mv_tier_costs")
-            st.caption(tr("moving.tiers_caption", repeats=TIER_REPEATS, device=str(backend.device)))
+            table(lesson.tier_rows(tiers, lang()), "mv_tier_costs")
+            st.caption(tr("moving.tiers_caption", repeats=TIER_REPEATS, device=device))
 
 
 # ---- a real deployment: the calculator ------------------------------------------------------------------------
@@ -179,25 +208,34 @@ def deployment(where: Any) -> dict | None:
     return {"spec": spec, "hw": HARDWARE[gpu], "kv_dtype": kv_dtype, "tp": tp}
 
 
-def break_even_view(dep: dict, box: Any, backend: Any, lecture: bool) -> None:
+def break_even_view(dep: dict, box: Any, backend: Any, lecture: bool) -> dict:
     """Loading over each chosen link vs recomputing on the deployment's GPUs, this machine's tiers beside them, and
-    the table of where loading starts to win."""
-    spec, max_tokens = dep["spec"], dep["spec"].max_context
+    the table of where loading starts to win; returns the links and context drawn (a room's followers draw them)."""
+    max_tokens = dep["spec"].max_context
     if max_tokens is None:
         max_tokens = int(number_in_range(box if lecture else st, tr("moving.max_tokens"), 16, 10**7, 131072,
                                          "mv_max_tokens"))
     links = (box if lecture else st).multiselect(tr("moving.links"), list(LINKS), default=list(LINKS), key="mv_links")
+    picks = {"links": links, "max_tokens": max_tokens}
+    break_even_figures(dep, picks, MV.get("tiers"), str(backend.device), backend.spec.name, lecture)
+    return picks
+
+
+def break_even_figures(dep: dict, picks: dict, tiers: list | None, device: str, model: str, lecture: bool) -> None:
+    """The break-even chart, table and sources for the deployment, the links and context in `picks` (the lecturer's
+    page's, or a room follower's copy)."""
     try:
-        curves, even = lesson.break_even(spec, dep["hw"], links, dep["kv_dtype"], dep["tp"], max_tokens)
+        curves, even = lesson.break_even(dep["spec"], dep["hw"], picks["links"], dep["kv_dtype"], dep["tp"],
+                                         picks["max_tokens"])
     except InputError as exc:
         show_error(exc)
         return
     measured = [{"label": tr("moving.here_load", tier=tr(f"moving.tier_{t.tier}")), "tokens": t.tokens,
-                 "ratio": t.load_over_recompute, "color": charts.TIER_COLORS[t.tier]} for t in MV.get("tiers") or []]
+                 "ratio": t.load_over_recompute, "color": charts.TIER_COLORS[t.tier]} for t in tiers or []]
     labels = {k: tr(f"moving.c_{k}") for k in ("break_even_at", "tokens", "ratio", "even_line", "hover",
                                               "break_even_title")}
     chart(charts.break_even_chart(curves, even, measured, labels, lecture=lecture), "mv_break_even")
-    rows, sources = lesson.break_even_rows(even, max_tokens, lang()), lesson.link_sources(list(even))
+    rows, sources = lesson.break_even_rows(even, picks["max_tokens"], lang()), lesson.link_sources(list(even))
     if lecture:  # the chart keeps the screen: the table and its sources folded under it, in one box
         links_box = st.expander(tr("moving.links_table"))
         with links_box:
@@ -210,7 +248,7 @@ def break_even_view(dep: dict, box: Any, backend: Any, lecture: bool) -> None:
     # on a projector the caption (the rates and their sources) is folded with the table
     (links_box if lecture else st).caption(tr("moving.break_even_caption", gpu=dep["hw"].name,
                   tflops=f"{dep['hw'].peak_flops / 1e12:,.1f}", source=dep["hw"].flops_source, tp=dep["tp"],
-                  here=str(backend.device), model=backend.spec.name))
+                  here=device, model=model))
 
 
 # ---- prefill → decode handoff -----------------------------------------------------------------------------
@@ -222,9 +260,10 @@ def run_handoff(engine: str, backend: Any, model: str, n_prompt: int, n_new: int
         MV.set("handoff_error", str(exc).splitlines()[0])
 
 
-def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -> None:
+def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -> dict:
     """The handoff's prompt and buttons (kvviz's workers, llama.cpp), its timeline and tables, and the
-    calculator's bytes and times for the deployment."""
+    calculator's bytes and times for the deployment; returns the results and the prompt's length drawn (a room's
+    followers draw them)."""
     from kvviz.serving.llamacpp import binary
 
     lecture = settings.lecture
@@ -247,7 +286,15 @@ def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -
     if MV.get("handoff_error"):
         st.error(tr("moving.handoff_failed", error=MV.get("handoff_error")))
         MV.set("handoff_error", None)
-    results = MV.get("handoff") or {}
+    handoff = {"results": MV.get("handoff") or {}, "n_prompt": n_prompt}
+    handoff_figures(handoff, dep, lecture)
+    return handoff
+
+
+def handoff_figures(handoff: dict, dep: dict | None, lecture: bool) -> None:
+    """The handoff's timeline and tables and the calculator's bytes and times (the lecturer's page's, or a room
+    follower's copy)."""
+    results, n_prompt = handoff["results"], handoff["n_prompt"]
     if results:
         labels = {k: tr(f"moving.c_{k}") for k in ("ms", "handoff_title")} | {
             f"phase_{p}": tr(f"moving.phase_{p}") for p in lesson.PHASES}
@@ -264,3 +311,48 @@ def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -
             calc = handoff_bytes(dep["spec"], n_prompt, dep["kv_dtype"], dep["tp"])
             st.markdown(lesson.calc_line(dep["spec"].name, calc, lang()))
             table(lesson.calc_rows(calc, lang()), "mv_handoff_calc")
+
+
+# ---- a lecture room --------------------------------------------------------------------------------------------
+def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str) -> dict:
+    """What a lecture room's followers draw of this page, as JSON: the ideas on screen and, per idea drawn, its
+    numbers (`parts`: the store's requests, the links and context, the handoff's results), the tiers' measured
+    costs, and the deployment (its model's description, the GPU's name, KV format and TP)."""
+    from dataclasses import asdict
+
+    return {"page": "moving", "shown": sorted(shown), "model": model, "device": device, **parts,
+            "tiers": [asdict(t) for t in MV.get("tiers") or []],
+            "deployment": None if dep is None else {"spec": asdict(dep["spec"]), "gpu": dep["hw"].name,
+                                                    "kv_dtype": dep["kv_dtype"], "tp": dep["tp"]}}
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Moving the Cache: the lecturer's requests, costs, break-even and handoff, the ideas
+    on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no
+    model runs here, no button or box of this session's is drawn."""
+    from kvviz.engine.metrics import Spread
+    from kvviz.engine.offload.serve import TierCost
+    from kvviz.kv.formula import KVSpec
+
+    shown = set(view["shown"])
+    tiers = [TierCost(**{**t, "load_s": Spread(**t["load_s"]), "recompute_s": Spread(**t["recompute_s"])})
+             for t in view["tiers"]]
+    d = view["deployment"]
+    dep = None if d is None else {"spec": KVSpec(**d["spec"]), "hw": HARDWARE[d["gpu"]], "kv_dtype": d["kv_dtype"],
+                                  "tp": d["tp"]}
+    for name in ("tiers", "ttft", "break_even", "handoff"):
+        if name not in shown:
+            continue
+        st.subheader(tr(f"moving.idea_{name}"))
+        store = view.get("store")
+        if name in ("tiers", "ttft") and store is None or name == "break_even" and (dep is None or "links" not in view):
+            st.info(tr("room.waiting_run"))
+        elif name == "tiers":
+            next_request(store)
+            requests_figures(store, lecture)
+        elif name == "ttft":
+            ttft_figures(store["results"], tiers, view["device"], lecture)
+        elif name == "break_even":
+            break_even_figures(dep, view["links"], tiers, view["device"], view["model"], lecture)
+        elif "handoff" in view:
+            handoff_figures(view["handoff"], dep, lecture)

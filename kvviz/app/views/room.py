@@ -34,12 +34,13 @@ from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 # sent: (room id, the view) last published, so a rerun that changes nothing is not a new version for the room
 ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None,
                   sent=None)
-# The pages a room can follow (they publish what they draw and draw a follower's view, see follow_or_share); the
-# lecturer on any other page: followers are told which, and linked to it on their own. Only these pages offer
-# "Share with the room".
+# The pages a room can follow (they publish what they draw and draw a follower's view, see follow_or_share): every
+# page but Home; the lecturer on Home (or a page not listed): followers are told which, and linked to it on their
+# own. Only these pages offer "Share with the room".
 FOLLOWED = ("pages/1_Reusing_Past_KV.py", "pages/2_Prefill_and_Decode.py", "pages/3_Memory_Footprint.py",
-            "pages/4_Latency_and_Capacity.py", "pages/6_Check.py", "pages/9_Paged_Blocks.py",
-            "pages/12_Attention_Patterns.py")
+            "pages/4_Latency_and_Capacity.py", "pages/5_Training_Prefill_Decode.py", "pages/6_Check.py",
+            "pages/7_Serving_Engine.py", "pages/8_Compressing_the_Cache.py", "pages/9_Paged_Blocks.py",
+            "pages/10_Speculative_Decoding.py", "pages/11_Moving_the_Cache.py", "pages/12_Attention_Patterns.py")
 POLL_S = 1.0  # a live question (the projector's tally, a follower's answer box) is re-read and redrawn once a second
 # A run's follower re-reads the room twice a second and redraws only on a change: a poll that finds nothing new
 # costs ~0.5 % of a core per follower (bench/room_follow.py), and the click -> redrawn median is half a poll plus

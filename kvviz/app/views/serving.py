@@ -327,3 +327,53 @@ def prefix_results(state: WorkerState | None, lecture: bool) -> None:
                    server_saved=saving(s["server_saving"])))
     if not lecture:
         _trials_table(result)
+
+
+# ---- a lecture room --------------------------------------------------------------------------------------------
+LOAD_IDEAS = ("load", "timeline", "counters", "numbers")  # the load run's screens in lecture mode
+
+
+def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool) -> dict:
+    """What a lecture room's followers draw of this page, as JSON: the idea on screen (None: all), the server's
+    engine and model, and the load run's and the prefix experiment's latest states as their workers wrote them
+    (numbers only; a follower never connects to the server)."""
+    def state(name: str) -> dict | None:
+        s = SV.get(name)
+        return None if s is None else {"kind": s.kind, "status": s.status, "result": s.result, "error": s.error}
+
+    return {"page": "serving", "shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("sv_model"),
+            "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
+            "prefix": state("prefix_state")}
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Serving Engine: the lecturer's load run and prefix experiment as their workers last
+    wrote them, the idea on the lecturer's screen (all when the lecturer is not in lecture mode), in this session's
+    language; no server is reached from here, no box of this session's is drawn."""
+    shown = view["shown"]
+
+    def on_screen(name: str) -> bool:
+        return shown is None or shown == name
+
+    st.caption(tr("serving.room_server", engine=view["engine"] or "?", model=view["model"] or "?"))
+    if shown is None or shown in LOAD_IDEAS:
+        if shown is None:
+            st.subheader(tr("serving.tab_sweep"))
+        load = view["load"]
+        sweep_results(None if load is None else WorkerState.from_dict(load), n_requests=view["n_requests"],
+                      live_charts=view["live_charts"], lecture=lecture, on_screen=on_screen)
+    if on_screen("prefix"):
+        st.subheader(tr("serving.tab_prefix"))
+        prefix = None if view["prefix"] is None else WorkerState.from_dict(view["prefix"])
+        if prefix is None:
+            st.info(tr("room.waiting_run"))
+        else:
+            prefix_results(prefix, lecture)
+            if lecture and prefix.result:  # the page's own folds them beside its Run button
+                with st.expander(tr("serving.prefix_details")):
+                    prefix_details(prefix.result)
+    if on_screen("definitions"):
+        st.subheader(tr("serving.tab_defs"))
+        st.markdown(tr("serving.definitions"))
+        st.markdown(tr("serving.definitions_load"))
+        st.markdown(tr("serving.definitions_why"))

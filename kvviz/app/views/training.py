@@ -6,8 +6,7 @@ the one attention row a decode step computes (`attention_section`); and the tabl
 torch is imported inside the functions: the page imports this module before its first screen is drawn."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
@@ -17,6 +16,7 @@ from kvviz.app.lecture import idea_title, settings_box
 from kvviz.app.models import check_request, model_caption
 from kvviz.app.sidebar import Settings
 from kvviz.app.url_state import int_in, one_of, url_state
+from kvviz.app.views.room import share_button
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import training as charts
 from kvviz.engine.tokenizer import chip_labels
@@ -64,12 +64,33 @@ def phase_table() -> pd.DataFrame:
 
 @dataclass
 class Run:
-    """The text the sections run on one model, and what every section needs of it."""
+    """The text the sections run on one model, and what every section needs of it: the lecturer's page's (with its
+    `backend`), or a lecture room follower's copy (`from_json`, no model)."""
 
-    backend: Any  # a NativeBackend
     ids: tuple[int, ...]
+    tokens: list[str]  # byte runs as their characters
     steps: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_model: int  # the tolerance's dot-product length (its precision: dtype)
+    dtype: str  # the model's dtype, as torch names it ("float32")
     lecture: bool
+    backend: Any = None  # a NativeBackend; None on a room follower's page
+
+    @classmethod
+    def of(cls, backend: Any, ids: tuple[int, ...], steps: int, lecture: bool) -> Run:
+        spec = backend.spec
+        return cls(ids, chip_labels([backend.tokenizer.token_text(i) for i in ids]), steps, spec.n_layers,
+                   spec.n_heads, spec.n_kv_heads, spec.d_model, str(backend.dtype).removeprefix("torch."), lecture,
+                   backend)
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("backend", "lecture")}
+
+    @classmethod
+    def from_json(cls, d: dict, lecture: bool) -> Run:
+        return cls(**{**d, "ids": tuple(d["ids"])}, lecture=lecture)
 
     @property
     def model(self) -> Decoder:
@@ -84,17 +105,19 @@ class Run:
     def n_prompt(self) -> int:
         return len(self.ids) - self.steps
 
-    @cached_property
-    def tokens(self) -> list[str]:
-        return chip_labels([self.backend.tokenizer.token_text(i) for i in self.ids])  # byte runs as their characters
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
 
     @property
     def n_terms(self) -> int:
-        return self.backend.spec.d_model  # the tolerance's dot-product length (its precision: backend.dtype)
+        return self.d_model
 
     @property
     def layers(self) -> list[int]:
-        return list(range(self.backend.spec.n_layers))
+        return list(range(self.n_layers))
 
     def layer_label(self, layer: int) -> str:
         # 0-based on every page, as the model's own tensor names count them (model.layers.0)
@@ -108,6 +131,13 @@ class Run:
         chart(charts.mask_figure(self.tokens, is_causal, title=title, key_axis=tr("training.key_axis"),
                                  query_axis=tr("training.query_axis"), allowed=tr("training.allowed"),
                                  masked=tr("training.masked"), lecture=self.lecture), key=key)
+
+
+def _array(values: list, dtype: str) -> Any:
+    """A published matrix as the lecturer's page drew it (the same dtype: the same chart)."""
+    import numpy as np
+
+    return np.asarray(values, dtype=dtype)
 
 
 def text_settings(backend: Any, settings: Settings) -> tuple[list[int], int] | InputError:
@@ -176,16 +206,18 @@ def equal_section(run: Run, title: str, result: causal.ParallelVsSequential, agr
         decode_name=tr("training.decode_positions"), tolerance_name=tr("training.tolerance", tol=fmt(tol)),
         lecture=run.lecture), key="training_logits_diff")
     note = result.logits_note(tol)
-    dtype = run.backend.dtype
+    dtype = run.torch_dtype
     st.caption(tr(f"training.logits_note_{note['note']}", n_exact=note["n_exact"], n_prefill=note["n_prefill"],
                   prefill_max=fmt(note["prefill_max"]), decode_max=fmt(note["decode_max"]), tol=fmt(tol))
                + ("" if run.lecture else " " + tr("training.tolerance_rule", eps=fmt(tolerance.eps(dtype)),
                                                   dtype=str(dtype).removeprefix("torch."))))
 
 
-def kv_section(run: Run, title: str, result: causal.ParallelVsSequential, par: causal.KVPass,
-               seq: causal.KVPass) -> None:
-    """Idea 2: one layer's and head's K or V from both paths, side by side, and their difference."""
+def kv_section(run: Run, title: str, result: causal.ParallelVsSequential, par: causal.KVPass | None,
+               seq: causal.KVPass | None, picks: dict | None = None) -> dict:
+    """Idea 2: one layer's and head's K or V from both paths, side by side, and their difference. `picks`: the
+    layer, head and tensor with both matrices, as a room follower got them from the lecturer (no box of the
+    follower's); None: the boxes. Returns what was drawn."""
     idea_title(title)
     # On a projector the K/V take the whole width; the mask they follow is the next idea's.
     mask_col, kv_col = (None, st.container()) if run.lecture else run.pair()
@@ -193,14 +225,21 @@ def kv_section(run: Run, title: str, result: causal.ParallelVsSequential, par: c
         with mask_col:
             run.mask_chart(True, tr("training.mask_title"), "training_mask")
     with kv_col:
-        s1, s2, s3 = st.columns(3)
-        layer = s1.selectbox(tr("training.layer"), run.layers, index=len(run.layers) - 1,
-                             format_func=run.layer_label, key="s1_layer")
-        head_ = s2.selectbox(tr("training.kv_head"), range(run.backend.spec.n_kv_heads), key="s1_head")
-        which = s3.radio(tr("training.tensor"), ["K", "V"], horizontal=True, key="s1_tensor")
-        pick = (lambda p: p.keys) if which == "K" else (lambda p: p.values)
+        if picks is None:
+            s1, s2, s3 = st.columns(3)
+            layer = s1.selectbox(tr("training.layer"), run.layers, index=len(run.layers) - 1,
+                                 format_func=run.layer_label, key="s1_layer")
+            head_ = s2.selectbox(tr("training.kv_head"), range(run.n_kv_heads), key="s1_head")
+            which = s3.radio(tr("training.tensor"), ["K", "V"], horizontal=True, key="s1_tensor")
+            pick = (lambda p: p.keys) if which == "K" else (lambda p: p.values)
+            a, b = pick(par)[layer][head_].numpy(), pick(seq)[layer][head_].numpy()
+            picks = {"layer": layer, "head": head_, "which": which, "parallel": a.tolist(),
+                     "sequential": b.tolist(), "dtype": str(a.dtype)}
+        else:
+            which = picks["which"]
+            a, b = _array(picks["parallel"], picks["dtype"]), _array(picks["sequential"], picks["dtype"])
         chart(charts.kv_side_by_side(
-            pick(par)[layer][head_].numpy(), pick(seq)[layer][head_].numpy(), run.tokens,
+            a, b, run.tokens,
             titles=[tr("training.from_parallel", t=which), tr("training.from_sequential", t=which),
                     tr("training.abs_diff")],
             position_axis=tr("training.position"), dim_axis=tr("training.dim"), lecture=run.lecture),
@@ -212,10 +251,13 @@ def kv_section(run: Run, title: str, result: causal.ParallelVsSequential, par: c
                 tr("training.max_dk"): [f"{d:.3e}" for d in result.k_max_diff],
                 tr("training.max_dv"): [f"{d:.3e}" for d in result.v_max_diff],
             }, key="training_kv_diff_by_layer")
+    return picks
 
 
-def mask_section(run: Run, title: str) -> None:
-    """Idea 3: append one token; under the causal mask the past K/V stay, without it they move above layer 0."""
+def mask_section(run: Run, title: str, both: list[causal.PastDrift], mode: str | None = None) -> str:
+    """Idea 3: append one token; under the causal mask the past K/V stay, without it they move above layer 0.
+    `both`: the drift with the mask and without; `mode`: the one a room follower got from the lecturer (no switch
+    of the follower's); None: the switch. Returns the mode drawn."""
     from kvviz.lessons import causal
 
     idea_title(title)
@@ -223,13 +265,13 @@ def mask_section(run: Run, title: str) -> None:
         st.markdown(tr("training.s2_text"))
     # On a projector the switch sits beside its verdict (one screen); on the page above it.
     switch, said = st.columns([1, 3], vertical_alignment="center") if run.lecture else (st.container(),) * 2
-    mode = persisted(switch.radio, url_state("attn", "causal", one_of(["causal", "bidirectional"])),
-                     tr("training.attention_mode"), options=["causal", "bidirectional"],
-                     format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
-                     horizontal=not run.lecture, label_visibility="collapsed" if run.lecture else "visible")
-    both = [drift(run.model, run.key, run.ids, c) for c in (True, False)]
+    if mode is None:
+        mode = persisted(switch.radio, url_state("attn", "causal", one_of(["causal", "bidirectional"])),
+                         tr("training.attention_mode"), options=["causal", "bidirectional"],
+                         format_func={m: tr(f"training.mode_{m}") for m in ("causal", "bidirectional")}.get,
+                         horizontal=not run.lecture, label_visibility="collapsed" if run.lecture else "visible")
     d = both[0] if mode == "causal" else both[1]
-    verdicts = d.kv_agreements(run.backend.dtype, run.n_terms)
+    verdicts = d.kv_agreements(run.torch_dtype, run.n_terms)
     y_max = max(max(x.k_max_diff + x.v_max_diff) for x in both)
     first = 1  # every layer after the first (0-based, as the model's own tensor names count them)
     if not run.lecture:  # the verdict below gives the largest change and its limit
@@ -254,56 +296,117 @@ def mask_section(run: Run, title: str) -> None:
                                   y_title=tr("training.drift_axis"), k_name=tr("training.past_k"),
                                   v_name=tr("training.past_v"), tolerance_name=tr("training.tolerance_per_layer"),
                                   lecture=run.lecture), key="training_drift")
-    layer0 = [x.kv_agreements(run.backend.dtype, run.n_terms)[0] for x in both]  # with and without the mask
+    layer0 = [x.kv_agreements(run.torch_dtype, run.n_terms)[0] for x in both]  # with and without the mask
     values = dict(causal=fmt(layer0[0].diff), bidirectional=fmt(layer0[1].diff),
                   tol=fmt(max(a.tolerance for a in layer0)))
     if not run.lecture:  # the presenter says why layer 0 never moves
         st.caption(tr("training.layer1_note", layer1=tr(f"training.layer1_{causal.overall(layer0)}", **values)))
+    return mode
 
 
-def attention_section(run: Run, title: str) -> None:
-    """Idea 4: the full causal attention matrix next to the one row the last decode step computes."""
+def attention_section(run: Run, title: str, picks: dict | None = None) -> dict:
+    """Idea 4: the full causal attention matrix next to the one row the last decode step computes. `picks`: the
+    layer and head with their rows, as a room follower got them from the lecturer (no box of the follower's); None:
+    the boxes and the model. Returns what was drawn."""
     idea_title(title)
     if not run.lecture:
         st.markdown(tr("training.s3_text"))
     a1, a2, a3 = st.columns([1, 1, 3], vertical_alignment="bottom")
-    layer = a1.selectbox(tr("training.layer"), run.layers, format_func=run.layer_label, key="s3_layer")
-    head_ = a2.selectbox(tr("training.q_head"), range(run.backend.spec.n_heads), key="s3_head")
-    rows = attention(run.model, run.key, run.ids, layer)
-    a3.caption(tr("training.rows_line", n=len(run.ids), diff=fmt(rows.row_max_diff)))
+    if picks is None:
+        layer = a1.selectbox(tr("training.layer"), run.layers, format_func=run.layer_label, key="s3_layer")
+        head_ = a2.selectbox(tr("training.q_head"), range(run.n_heads), key="s3_head")
+        rows = attention(run.model, run.key, run.ids, layer)
+        full, decode_row = rows.full[head_].numpy(), rows.decode_row[head_].numpy()
+        picks = {"layer": layer, "head": head_, "full": full.tolist(), "decode_row": decode_row.tolist(),
+                 "dtype": str(full.dtype), "row_max_diff": rows.row_max_diff}
+    else:
+        layer, head_ = picks["layer"], picks["head"]
+        full, decode_row = _array(picks["full"], picks["dtype"]), _array(picks["decode_row"], picks["dtype"])
+    a3.caption(tr("training.rows_line", n=len(run.ids), diff=fmt(picks["row_max_diff"])))
     full_col, row_col = run.pair()
     with full_col:
-        chart(charts.attention_figure(rows.full[head_].numpy(), run.tokens,
-                                      title=tr("training.attn_title", layer=layer, head=head_),
+        chart(charts.attention_figure(full, run.tokens, title=tr("training.attn_title", layer=layer, head=head_),
                                       key_axis=tr("training.key_axis"), query_axis=tr("training.query_axis"),
                                       new_row=tr("training.new_row"), past_rows=tr("training.past_rows"),
                                       lecture=run.lecture), key="training_attention")
     with row_col:
-        chart(charts.decode_row_figure(rows.decode_row[head_].numpy(), rows.full[head_, -1].numpy(), run.tokens,
+        chart(charts.decode_row_figure(decode_row, full[-1], run.tokens,
                                        title=tr("training.row_title"), x_title=tr("training.key_axis"),
                                        decode_name=tr("training.decode_row"), full_name=tr("training.full_row"),
                                        lecture=run.lecture), key="training_decode_row")
+    return picks
 
 
-def native_sections(backend: Any, settings: Settings, show: list[int], titles: list[str], settings_at: Any) -> None:
-    """Ideas 1–4 (they read K/V inside the layers); a text too short to run says so and skips only them."""
+def native_sections(backend: Any, settings: Settings, show: list[int], titles: list[str], settings_at: Any) -> dict:
+    """Ideas 1–4 (they read K/V inside the layers); a text too short to run says so and skips only them. Returns
+    what a lecture room's followers draw of them (`room_view`)."""
     from kvviz.lessons import causal
 
     with settings_at, settings_box(tr("training.settings")):
+        share_button(settings.lecture)  # behind the settings button, as on Reusing Past K/V
         chosen = text_settings(backend, settings)
     if isinstance(chosen, InputError):
         show_error(chosen)
-        return  # not st.stop(): the comparison table below still belongs on the page
+        return room_view(show)  # not st.stop(): the comparison table below still belongs on the page
     ids, steps = chosen
-    run = Run(backend, tuple(ids), steps, settings.lecture)
+    run = Run.of(backend, tuple(ids), steps, settings.lecture)
+    view = room_view(show, run)
     if {0, 1} & set(show):
         par, seq = passes(run.model, run.key, run.ids, run.n_prompt)
         result = causal.compare_passes(par, seq, run.n_prompt)
+        view["result"] = asdict(result)
         if 0 in show:
             equal_section(run, titles[0], result, result.agreements(backend.dtype, run.n_terms))
         if 1 in show:
-            kv_section(run, titles[1], result, par, seq)
+            view["kv"] = kv_section(run, titles[1], result, par, seq)
     if 2 in show:
-        mask_section(run, titles[2])
+        both = [drift(run.model, run.key, run.ids, c) for c in (True, False)]
+        view["drift"] = [asdict(d) for d in both]
+        view["mode"] = mask_section(run, titles[2], both)
     if 3 in show:
-        attention_section(run, titles[3])
+        view["attention"] = attention_section(run, titles[3])
+    return view
+
+
+# ---- a lecture room --------------------------------------------------------------------------------------------
+def room_view(show: list[int], run: Run | None = None) -> dict:
+    """What a lecture room's followers draw of this page, as JSON: the ideas on screen, the text's tokens and the
+    model's shape (None: nothing to run, a text refused or a model that is not kvviz's own), then per idea shown its
+    numbers (native_sections adds them): the passes' differences, the K/V and attention rows on the lecturer's
+    screen, the drift with and without the mask."""
+    return {"page": "training", "shown": list(show), "run": None if run is None else run.to_json()}
+
+
+def follow(view: dict, *, lecture: bool) -> None:
+    """A lecture room follower's Training · Prefill · Decode: the lecturer's numbers, the ideas on the lecturer's
+    screen (all of them when the lecturer is not in lecture mode), in this session's language; no model runs here,
+    no box of this session's is drawn."""
+    from kvviz.lessons import causal
+
+    titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
+    shown = set(view["shown"])
+    if view["run"] is None and shown & {0, 1, 2, 3}:
+        st.info(tr("room.waiting_run"))
+    elif view["run"] is not None:
+        run = Run.from_json(view["run"], lecture)
+        st.caption(tr("training.token_caption", n_tokens=len(run.ids), n_prompt=run.n_prompt, steps=run.steps,
+                      max_tokens=causal.MAX_DEMO_TOKENS))
+        if "result" in view:
+            result = causal.ParallelVsSequential(**view["result"])
+            if 0 in shown:
+                equal_section(run, titles[0], result, result.agreements(run.torch_dtype, run.n_terms))
+            if 1 in shown:
+                kv_section(run, titles[1], result, None, None, view["kv"])
+        if 2 in shown:
+            mask_section(run, titles[2], [causal.PastDrift(**d) for d in view["drift"]], view["mode"])
+        if 3 in shown:
+            attention_section(run, titles[3], view["attention"])
+    if 4 in shown:
+        phase_section(titles[4])
+
+
+def phase_section(title: str) -> None:
+    """Idea 5: the table that compares training, prefill and decode."""
+    idea_title(title)
+    table(phase_table(), key="training_prefill_decode", prose=True)
+    st.caption(tr("training.table_note"))
