@@ -24,6 +24,7 @@ from kvviz.app.views.prefill import (
     follow,
     live,
     phases,
+    run_settings,
     start,
     start_request,
     stop,
@@ -81,7 +82,7 @@ if measuring_idea:
 
 
 def tick() -> None:
-    live(shown, model, lecture)
+    live(shown, model, lecture, run_settings(settings, max_len, max_new, request if measuring_idea else None))
 
 
 st.fragment(tick, run_every=TICK_S if running else None)()  # on every idea: measuring never waits on the stepper

@@ -1,4 +1,5 @@
 """A lecture room on the Check page: a lecturer and a follower, two sessions on one in-process store."""
+import dataclasses
 import json
 import time
 
@@ -339,6 +340,24 @@ def test_a_memory_follower_explores_the_scenario_then_follows_again(store, monke
     assert follower.warning[0].value == t("room.lecturer_left_page", "ko")  # no step on this page: none said
 
 
+def _explore(follower, store, room_id: str) -> int:  # noqa: ANN001 - an AppTest, a store
+    """"Explore from here" pressed: the follower on its own run of the page, "Follow again" shown, the link still the
+    room's; returns the room's version (the follower's own changes must leave it as it is)."""
+    version = store.read(room_id)[0]
+    follower.button(key="room_btn_explore").click().run()
+    assert not follower.exception
+    assert "room_btn_follow_again" in [b.key for b in follower.button] and follower.query_params["room"] == room_id
+    return version
+
+
+def _follow_again(follower, store, room_id: str, version: int) -> None:  # noqa: ANN001 - an AppTest, a store
+    """The follower's own changes left the room's version as it was; "Follow again" returns to the lecture."""
+    assert not follower.exception and store.read(room_id)[0] == version
+    follower.button(key="room_btn_follow_again").click().run()
+    assert not follower.exception and "room_btn_explore" in [b.key for b in follower.button]
+    assert t("room.following", follower.query_params.get("lang", "en")) in [c.value for c in follower.caption]
+
+
 def _array(data: dict):
     """A Plotly array as its figure JSON carries a numpy one (base64 bytes, dtype and shape)."""
     import base64
@@ -377,8 +396,11 @@ def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
     from tests.pages.test_prefill_and_latency import SMALL, _until
 
     lecturer, room_id = _sharing(PREFILL, SMALL)
-    assert store.read(room_id)[1] == {"page": "prefill", "shown": [0], "measuring": False, "results": None,
-                                      "path": PREFILL}
+    view = store.read(room_id)[1]
+    assert view.pop("run")["model"] == {"kv_model": "random", "kv_dtype": "float32", "kv_device": "cpu",
+                                        "kv_hf_model": "", "kv_engine": "auto",
+                                        "kv_shape": dataclasses.asdict(lecturer.session_state["kv_shape"])}
+    assert view == {"page": "prefill", "shown": [0], "measuring": False, "results": None, "path": PREFILL}
     follower = open_page(PREFILL, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
 
@@ -411,6 +433,16 @@ def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
     assert [(m.label, m.value) for m in follower.metric] == [
         (t(f"prefill_decode.{k}", "ko"), m.value) for k, m in zip(("ttft", "tpot_p50", "tokens_per_s", "e2e"),
                                                                   lecturer.metric, strict=True)]
+
+    # Explore from here: the lecturer's model and request in the follower's own boxes, measured there on Run
+    version = _explore(follower, store, room_id)
+    assert follower.session_state["kv_model"] == "random"
+    assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
+    boxes = (f"pd_prompt_{max_len}", f"pd_new_{max_len}_{max_len - 1}", "pd_repeats")
+    assert [follower.number_input(key=k).value for k in boxes] == [40, 12, 3]
+    follower.number_input(key="pd_repeats").set_value(2).run()  # the follower's own change
+    _follow_again(follower, store, room_id, version)
+    assert not [w for w in follower.main.get("number_input") if w.key and w.key.startswith("pd_")]
 
 
 HEADS = "pages/12_Attention_Patterns.py"

@@ -5,19 +5,16 @@ bytes, the cached K/V values, the newest token's attention, the work with and wi
 recomputing. Imports the engine (torch): the page imports it after its first screen is drawn."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.state import page_state
-from kvviz.app.views.room import explore
+from kvviz.app.views.room import explore_button, model_settings
 from kvviz.app.widgets import chart, run_download
 from kvviz.charts import decode as charts
 from kvviz.charts.run_html import decode_size
 from kvviz.engine import tolerance
-from kvviz.engine.config import DecoderConfig
 from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.lessons import decode_view, work
@@ -71,23 +68,14 @@ def draw_head(view: dict, *, lecture: bool) -> None:
 
 def run_settings(key: decode_view.ModelKey, prompt: str, chat: bool, max_new: int) -> dict:
     """The session keys a lecturer's run was started with, as JSON: what "Explore from here" sets in a follower's."""
-    return {"kv_model": key.model, "kv_dtype": key.dtype, "kv_device": key.device, "kv_hf_model": key.hf_model,
-            "kv_engine": key.engine, "kv_shape": None if key.shape is None else dataclasses.asdict(key.shape),
-            "reuse_prompt": prompt, "reuse_chat": chat, "_w_reuse_max_new": max_new}
-
-
-def _session_settings(run: dict) -> dict:
-    shape = run.get("kv_shape")
-    return {**{k: v for k, v in run.items() if k != "kv_shape"},
-            **({} if shape is None else {"kv_shape": DecoderConfig(**shape)})}
+    return {**model_settings(key), "reuse_prompt": prompt, "reuse_chat": chat, "_w_reuse_max_new": max_new}
 
 
 def follow(view: dict, *, lecture: bool) -> None:
     """A lecture room follower's Reusing Past K/V: the lecturer's status and strip, and the tabs drawn from published
     data (cache grid, bytes, the attention row of the lecturer's layer), read-only; the follower picks the tab."""
     if "run" in view:
-        st.button(tr("room.explore"), key="room_btn_explore", help=tr("room.explore_help"), icon=":material/explore:",
-                  on_click=explore, args=(_session_settings(view["run"]), view["n_steps"]))
+        explore_button(view["run"], view["n_steps"])
     draw_head(view, lecture=lecture)
     labels = decode_view.position_labels(chip_labels(view["texts"]))
     names = [name for name in FOLLOWED if name != "attention" or view.get("attention")]

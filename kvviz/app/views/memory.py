@@ -20,7 +20,7 @@ from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, query_changes, read_query, scenario_in, scenario_query
-from kvviz.app.views.room import explore
+from kvviz.app.views.room import explore_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts.memory import (
     allocation_figure,
@@ -563,8 +563,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     screen when the lecturer is not in lecture mode), computed here from the scenario and drawn by this page's own
     functions in this session's language; no box of this session's is drawn, so none can change what is shown."""
     scenario, spec, choice = view["scenario"], KVSpec(**view["spec"]), _room_choice(view["planner"])
-    st.button(tr("room.explore"), key="room_btn_explore", help=tr("room.explore_scenario_help"),
-              icon=":material/explore:", on_click=explore, args=(_explore_settings(view),))
+    explore_button(_explore_settings(view), help_key="room.explore_scenario_help")
     _, screens, _ = lecture_screens(True)
     shown = [screens[view["screen"]][1]] if view["screen"] is not None else [title for _, title in screens]
     _room_scenario(spec, scenario, choice, bool({"tab_capacity", "paged_title"} & set(shown)))

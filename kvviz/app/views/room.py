@@ -1,7 +1,8 @@
 """The lecture room in the app: the only streamlit part of kvviz.room.
 
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
-follows), explore + take_replay + follow_again_button (a follower's own run from the lecturer's step, and back),
+follows), model_settings + explore + explore_button + take_replay + follow_again_button (a follower's own run from
+the lecturer's settings and step, and back),
 share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
 and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg (a link as a QR
 code), heartbeat (the lecturer's "still here"), publish (what the lecturer's page draws, sent to the room),
@@ -11,6 +12,7 @@ The lecturer's secret lives in this session only (ROOM's `secret`); the follower
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +27,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import hosted_caps
 from kvviz.app.navigation import PAGES, ROOT
 from kvviz.app.state import page_state
+from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
 from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
 
@@ -65,14 +68,33 @@ def follower_room() -> str | None:
     return None if ROOM.get("explore") else st.query_params.get("room") or None
 
 
+def model_settings(s: object) -> dict:
+    """The sidebar's model settings of `s` (a Settings, or the ModelKey a run started with), as JSON: what a
+    lecturer's view carries so that "Explore from here" runs the follower's page on the lecturer's model."""
+    shape = s.shape if s.model == "random" else None
+    return {"kv_model": s.model, "kv_dtype": s.dtype, "kv_device": s.device, "kv_hf_model": s.hf_model,
+            "kv_engine": s.engine, "kv_shape": None if shape is None else dataclasses.asdict(shape)}
+
+
 def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
-    """Take the lecturer's run into this session: the lecturer's settings (sidebar keys and the page's own, from
-    the view's `run`) set before the next rerun draws the widgets, and the step to replay to (see `take_replay`;
-    None: a page with no run to replay, its settings are all it takes)."""
+    """Take the lecturer's run into this session: the lecturer's settings (sidebar keys, model_settings', and the
+    page's own) set before the next rerun draws the widgets, each then checked by its page as any entry is, and the
+    step to replay to (see `take_replay`; None: a page with no run to replay, its settings are all it takes)."""
     for key, value in settings.items():
+        if key == "kv_shape":  # a custom shape travels as JSON; None: not the random model, this session's kept
+            if value is not None:
+                st.session_state[key] = DecoderConfig(**value)
+            continue
         st.session_state[key] = value
     ROOM.set("explore", True)
     ROOM.set("replay", steps)
+
+
+def explore_button(settings: Mapping[str, object], steps: int | None = None, help_key: str = "room.explore_help",
+                   ) -> None:
+    """A follower's "Explore from here": `explore` with the lecturer's settings (and step) when pressed."""
+    st.button(tr("room.explore"), key="room_btn_explore", help=tr(help_key), icon=":material/explore:",
+              on_click=explore, args=(settings, steps))
 
 
 def take_replay() -> int | None:
