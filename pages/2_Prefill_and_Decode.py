@@ -24,12 +24,11 @@ from kvviz.app.views.prefill import (
     follow,
     live,
     phases,
-    run_settings,
     start,
     start_request,
     stop,
 )
-from kvviz.app.views.room import follow_or_share, share_button
+from kvviz.app.views.room import follow_or_share, page_settings, share_button
 from kvviz.lessons.prefill_decode import default_request
 
 settings = page_setup("prefill_decode.title")
@@ -82,7 +81,7 @@ if measuring_idea:
 
 
 def tick() -> None:
-    live(shown, model, lecture, run_settings(settings, max_len, max_new, request if measuring_idea else None))
+    live(shown, model, lecture, page_settings(settings, "pd"))
 
 
 st.fragment(tick, run_every=TICK_S if running else None)()  # on every idea: measuring never waits on the stepper

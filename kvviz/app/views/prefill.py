@@ -2,7 +2,7 @@
 Stop (`start_request`, `stop_request`), the fragment that measures a little per tick and then draws the results
 (`live`), the runs' figures as plain numbers (`results`: what is drawn, and what a lecture room's followers get),
 the median run's timeline, cards, runs and formula (`show`), the table of phases (`phases`), a room follower's
-page (`follow`) and its "Explore from here" (`run_settings`, `explore_settings`). The measuring is
+page (`follow`, with "Explore from here": the lecturer's model and boxes). The measuring is
 kvviz.engine.timing.RepeatedRequest's (imported with the model, when Run is clicked), always in quiet; what its runs
 say comes from kvviz.lessons.prefill_decode. Nothing here imports torch before Run."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.state import page_state
-from kvviz.app.views.room import explore_button, model_settings, publish
+from kvviz.app.views.room import explore_button, explore_keys, publish
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
@@ -84,26 +84,11 @@ def start_request(settings: Settings, request: tuple[int, int, int], model: tupl
         PD.set("running", False)
 
 
-def run_settings(settings: Settings, max_len: int, max_new: int, request: tuple[int, int, int] | None) -> dict:
-    """What "Explore from here" gives a follower, as JSON: the lecturer's model and the request's boxes (None on the
-    table of phases, which has none), keyed as the boxes are for that model (`controls`)."""
-    return {"model": model_settings(settings), "max_len": max_len, "max_new": max_new, "request": request}
-
-
-def explore_settings(run: dict) -> dict:
-    """The session keys of a lecturer's `run_settings`: its model, then its boxes (number_in_range checks them)."""
-    keys = dict(run["model"])
-    if run["request"] is not None:
-        max_len, max_new = int(run["max_len"]), int(run["max_new"])
-        n_prompt, n_new, repeats = (float(n) for n in run["request"])
-        keys.update({f"pd_prompt_{max_len}": n_prompt, f"pd_new_{max_len}_{max_new}": n_new, "pd_repeats": repeats})
-    return keys
-
-
 def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -> None:
     """One tick: while running, model work in quiet then only a progress bar; once done, the results of the model
     they were measured on (another model's are named, not shown as this one's). A lecture room gets what is shown:
-    the ideas on screen and the runs' figures (while measuring, only that the lecturer is)."""
+    the ideas on screen and the runs' figures (while measuring, only that the lecturer is), and `run`, the lecturer's
+    model and boxes (room.page_settings) for a follower's "Explore from here"."""
     request: RepeatedRequest | None = PD.get("request")
     if PD.get("running") and request is not None:
         # The page's own elements are still being drawn by the browser after the Run click: start measuring
@@ -223,7 +208,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     is not in lecture mode) drawn from the lecturer's runs, in this session's language; no model, no box."""
     shown, measured = view["shown"], view["results"]
     if "run" in view:  # the lecturer's model and request; the follower measures them on Run
-        explore_button(explore_settings(view["run"]), help_key="room.explore_measure_help")
+        explore_button(explore_keys(view["run"], "pd"), help_key="room.explore_measure_help")
     if shown != [PHASES_IDEA]:
         if view["measuring"]:
             st.info(tr("room.measuring"))

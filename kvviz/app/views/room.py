@@ -1,8 +1,8 @@
 """The lecture room in the app: the only streamlit part of kvviz.room.
 
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
-follows), model_settings + explore + explore_button + take_replay + follow_again_button (a follower's own run from
-the lecturer's settings and step, and back),
+follows), model_settings + page_settings + explore_keys + explore + explore_button + take_replay +
+follow_again_button (a follower's own run from the lecturer's settings and step, and back),
 share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
 and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg (a link as a QR
 code), heartbeat (the lecturer's "still here"), publish (what the lecturer's page draws, sent to the room),
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -26,7 +26,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import hosted_caps
 from kvviz.app.navigation import PAGES, ROOT
-from kvviz.app.state import page_state
+from kvviz.app.state import REGISTRY, page_state
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
 from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
@@ -68,12 +68,43 @@ def follower_room() -> str | None:
     return None if ROOM.get("explore") else st.query_params.get("room") or None
 
 
+MODEL_KEYS = ("kv_model", "kv_dtype", "kv_device", "kv_hf_model", "kv_engine", "kv_shape")  # the sidebar's model
+
+
 def model_settings(s: object) -> dict:
     """The sidebar's model settings of `s` (a Settings, or the ModelKey a run started with), as JSON: what a
     lecturer's view carries so that "Explore from here" runs the follower's page on the lecturer's model."""
     shape = s.shape if s.model == "random" else None
     return {"kv_model": s.model, "kv_dtype": s.dtype, "kv_device": s.device, "kv_hf_model": s.hf_model,
             "kv_engine": s.engine, "kv_shape": None if shape is None else dataclasses.asdict(shape)}
+
+
+def _plain(value: object) -> bool:
+    # A box's value (a number, a text, a choice, a list of choices); a button's True/False and objects are not.
+    scalar = (int, float, str)
+    return (isinstance(value, scalar) and not isinstance(value, bool)) or (
+        isinstance(value, list) and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value))
+
+
+def _page_keys(items: Iterable[tuple[str, object]], prefix: str, keep: Collection[str]) -> dict:
+    """The keys of `items` that are this page's boxes: under `prefix`, a plain value, and not one of the page's own
+    state keys (page_state's: runs, flags, counters) unless `keep` names it (a box persisted under it)."""
+    own = REGISTRY[prefix].defaults if prefix in REGISTRY else {}
+    return {key: value for key, value in items if key.startswith(f"{prefix}_") and _plain(value)
+            and (key.removeprefix(f"{prefix}_") not in own or key.removeprefix(f"{prefix}_") in keep)}
+
+
+def page_settings(settings: object, prefix: str, keep: Collection[str] = ()) -> dict:
+    """What a lecturer's view carries for "Explore from here", as JSON: the sidebar's model (model_settings) and the
+    page's boxes as they stand (see _page_keys)."""
+    return {**model_settings(settings), **_page_keys(st.session_state.items(), prefix, keep)}
+
+
+def explore_keys(run: Mapping[str, object], prefix: str, keep: Collection[str] = ()) -> dict:
+    """The session keys a follower takes from a lecturer's `page_settings`: the model's and the page's boxes only
+    (a key of another page, of the room or of a run is never set from the store)."""
+    model = {key: run[key] for key in MODEL_KEYS if key in run}
+    return {**model, **_page_keys(run.items(), prefix, keep)}
 
 
 def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
