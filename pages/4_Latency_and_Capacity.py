@@ -13,7 +13,7 @@ from kvviz.app.models import model_caption, model_spec, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
 from kvviz.app.views.latency import IDEAS, SWEEPS, LatencyPage, follow, roofline, room_view, sweep_panel
-from kvviz.app.views.room import follow_or_share, publish
+from kvviz.app.views.room import follow_or_share, page_settings, publish
 
 PAGE = "pages/4_Latency_and_Capacity.py"
 settings = page_setup("latency.title")
@@ -50,5 +50,6 @@ else:
                 roof = roofline(page)
             else:
                 sweep_panel(page, name)
-publish(room_view(shown if lecture else list(IDEAS), roof, spec.name), PAGE)  # a lecture room's followers draw the same
+# a lecture room's followers draw the same, and may take the settings into their own session
+publish(room_view(shown if lecture else list(IDEAS), roof, spec.name, page_settings(settings, "lc")), PAGE)
 preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

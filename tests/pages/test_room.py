@@ -397,7 +397,7 @@ def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
 
     lecturer, room_id = _sharing(PREFILL, SMALL)
     view = store.read(room_id)[1]
-    model = {k: v for k, v in view.pop("run").items() if k.startswith("kv_")}  # for "Explore from here"
+    model = {k: v for k, v in view.pop("explore").items() if k.startswith("kv_")}  # for "Explore from here"
     assert model == {"kv_model": "random", "kv_dtype": "float32", "kv_device": "cpu", "kv_hf_model": "",
                      "kv_engine": "auto", "kv_shape": dataclasses.asdict(lecturer.session_state["kv_shape"])}
     assert view == {"page": "prefill", "shown": [0], "measuring": False, "results": None, "path": PREFILL}
@@ -548,6 +548,16 @@ def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
     follower.run()
     assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the bounds at the lecturer's B
     assert not follower.main.get("number_input") and not follower.main.get("selectbox")  # its inputs are not here
+
+    version = _explore(follower, store, room_id)  # the lecturer's model and boxes, now the follower's own
+    assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
+    assert follower.number_input(key="lc_r_batch").value == 8
+    for key in ("lc_r_hw", "lc_r_model", "lc_r_wdtype", "lc_r_kvdtype"):
+        assert follower.selectbox(key=key).value == lecturer.selectbox(key=key).value, key
+    assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the same bounds, here
+    follower.number_input(key="lc_r_batch").set_value(16).run()  # the follower's own change
+    assert store.read(room_id)[1]["roof"]["batch"] == 8
+    _follow_again(follower, store, room_id, version)
 
 
 COMPRESSING = "pages/8_Compressing_the_Cache.py"

@@ -15,7 +15,7 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.state import page_state
-from kvviz.app.views.room import explore_button, explore_keys, publish
+from kvviz.app.views.room import explore_from, publish
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
@@ -98,14 +98,14 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -
         if request.done or request.stopped or not PD.get("running"):
             PD.set("running", False)
             st.rerun()  # the whole page, so the fragment stops ticking and the buttons flip
-        publish({"page": "prefill", "shown": shown, "measuring": True, "results": None, "run": run}, PAGE)
+        publish({"page": "prefill", "shown": shown, "measuring": True, "results": None, "explore": run}, PAGE)
         st.progress(request.passes_done / request.passes_total,
                     text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
                             passes=request.passes_done, total=request.passes_total, prompt=len(request.prompt_ids)))
         return
     measured = request is not None and request.finished_runs and PD.get("model") == model[0]
     view = results(request, model[1]) if measured else None
-    publish({"page": "prefill", "shown": shown, "measuring": False, "results": view, "run": run}, PAGE)
+    publish({"page": "prefill", "shown": shown, "measuring": False, "results": view, "explore": run}, PAGE)
     if shown == [PHASES_IDEA]:
         return
     if PD.get("error"):
@@ -207,8 +207,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     """A lecture room follower's Prefill & Decode: the ideas on the lecturer's screen (all of them when the lecturer
     is not in lecture mode) drawn from the lecturer's runs, in this session's language; no model, no box."""
     shown, measured = view["shown"], view["results"]
-    if "run" in view:  # the lecturer's model and request; the follower measures them on Run
-        explore_button(explore_keys(view["run"], "pd"), help_key="room.explore_measure_help")
+    explore_from(view, "pd", help_key="room.explore_measure_help")  # the lecturer's model and request
     if shown != [PHASES_IDEA]:
         if view["measuring"]:
             st.info(tr("room.measuring"))

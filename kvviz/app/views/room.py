@@ -1,7 +1,7 @@
 """The lecture room in the app: the only streamlit part of kvviz.room.
 
 Lives here: room_store (the process's store, as KVVIZ_ROOM_STORE picks it), follower_room (the room a `?room=` link
-follows), model_settings + page_settings + explore_keys + explore + explore_button + take_replay +
+follows), model_settings + page_settings + explore_from + explore + explore_button + take_replay +
 follow_again_button (a follower's own run from the lecturer's settings and step, and back),
 share_box (the lecturer's "Share with the room": the link and its QR code), ask_room (the lecturer's "Ask the room"
 and the tally as it comes in), follow_check (a follower's live question on the Check page), qr_svg (a link as a QR
@@ -86,25 +86,30 @@ def _plain(value: object) -> bool:
         isinstance(value, list) and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value))
 
 
-def _page_keys(items: Iterable[tuple[str, object]], prefix: str, keep: Collection[str]) -> dict:
-    """The keys of `items` that are this page's boxes: under `prefix`, a plain value, and not one of the page's own
-    state keys (page_state's: runs, flags, counters) unless `keep` names it (a box persisted under it)."""
-    own = REGISTRY[prefix].defaults if prefix in REGISTRY else {}
-    return {key: value for key, value in items if key.startswith(f"{prefix}_") and _plain(value)
-            and (key.removeprefix(f"{prefix}_") not in own or key.removeprefix(f"{prefix}_") in keep)}
+def _page_keys(items: Iterable[tuple[str, object]], prefix: str, keep: Collection[str], also: Collection[str]) -> dict:
+    """The keys of `items` that are this page's boxes: under `prefix` (or named in `also`: a box kept in the link),
+    a plain value, and not one of the page's own state keys (page_state's: runs, flags, counters) unless `keep`
+    names it (a box persisted under it)."""
+    own = set(REGISTRY[prefix].defaults) - set(keep) if prefix in REGISTRY else set()
+    return {key: value for key, value in items if _plain(value) and (key in also or (
+        key.startswith(f"{prefix}_") and key.removeprefix(f"{prefix}_") not in own))}
 
 
-def page_settings(settings: object, prefix: str, keep: Collection[str] = ()) -> dict:
+def page_settings(settings: object, prefix: str, keep: Collection[str] = (), also: Collection[str] = ()) -> dict:
     """What a lecturer's view carries for "Explore from here", as JSON: the sidebar's model (model_settings) and the
     page's boxes as they stand (see _page_keys)."""
-    return {**model_settings(settings), **_page_keys(st.session_state.items(), prefix, keep)}
+    return {**model_settings(settings), **_page_keys(st.session_state.items(), prefix, keep, also)}
 
 
-def explore_keys(run: Mapping[str, object], prefix: str, keep: Collection[str] = ()) -> dict:
-    """The session keys a follower takes from a lecturer's `page_settings`: the model's and the page's boxes only
-    (a key of another page, of the room or of a run is never set from the store)."""
-    model = {key: run[key] for key in MODEL_KEYS if key in run}
-    return {**model, **_page_keys(run.items(), prefix, keep)}
+def explore_from(view: Mapping[str, object], prefix: str, keep: Collection[str] = (), also: Collection[str] = (),
+                 help_key: str = "room.explore_settings_help") -> None:
+    """A follower's "Explore from here" for a view that carries `explore` (the lecturer's page_settings): the
+    model's keys and the page's boxes only are taken (a key of another page, of the room or of a run is never set
+    from the store), each then checked by the page as any entry is."""
+    run = view.get("explore")
+    if isinstance(run, Mapping):
+        model = {key: run[key] for key in MODEL_KEYS if key in run}
+        explore_button({**model, **_page_keys(run.items(), prefix, keep, also)}, help_key=help_key)
 
 
 def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
