@@ -8,6 +8,7 @@ from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption
 from kvviz.app.shell import page_setup
 from kvviz.app.views.compression import (
+    LINKED,
     choices,
     follow,
     measured,
@@ -18,7 +19,7 @@ from kvviz.app.views.compression import (
     run_buttons,
     tradeoff_view,
 )
-from kvviz.app.views.room import follow_or_share, publish, share_button
+from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 
 PAGE = "pages/8_Compressing_the_Cache.py"
 
@@ -54,7 +55,7 @@ progress(backend, running)
 stored = measured(backend, chosen.request)
 run_dtype = dtype_name(backend.dtype)
 shape = {"model": backend.spec.name, "run_dtype": run_dtype, "d_head": backend.spec.d_head,
-         "n_layers": backend.spec.n_layers}
+         "n_layers": backend.spec.n_layers, "explore": page_settings(settings, "cc", also=LINKED)}
 if stored is None:
     publish(room_view(show, None, {}, running=running, **shape), PAGE)  # followers: waiting, or measuring
     st.stop()

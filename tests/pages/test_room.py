@@ -572,8 +572,9 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     from tests.pages.test_compressing import SMALL, TEXT, finished
 
     lecturer, room_id = _sharing(COMPRESSING, SMALL, text="own", tokens="256")
-    assert store.read(room_id)[1] == {"page": "compression", "shown": [0], "measuring": False, "result": None,
-                                      "path": COMPRESSING}
+    view = store.read(room_id)[1]
+    assert view.pop("explore")["kv_url_text"] == "own"  # the lecturer's boxes, for "Explore from here"
+    assert view == {"page": "compression", "shown": [0], "measuring": False, "result": None, "path": COMPRESSING}
     follower = open_page(COMPRESSING, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
 
@@ -597,7 +598,8 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     assert t("compression.method_fp8", "ko") + " (scale=1.0)" in list(table.iloc[:, 0])  # named in Korean
     assert "강의를 따라 보고 있습니다" in [c.value for c in follower.caption]
     for kind in ("button", "radio", "selectbox", "select_slider", "text_area", "multiselect"):
-        assert not _widgets(follower, kind), kind  # no Run, no box: nothing of the follower's reaches the room
+        # no Run, no box: nothing of the follower's reaches the room (Explore from here takes the follower away)
+        assert not [w for w in _widgets(follower, kind) if w.key != "room_btn_explore"], kind
     assert store.read(room_id)[0] == version  # the follower changed nothing
     sneaky = open_page(COMPRESSING, room=room_id, kvdtype="float32", metric="top1")  # its link cannot either
     assert _chart(sneaky, "compression_tradeoff")["layout"]["yaxis"]["title"]["text"] == t("compression.chart_kl",
@@ -623,6 +625,15 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     ours, theirs = _chart(lecturer, "compression_attention"), _chart(follower, "compression_attention")
     assert [(d["x"], d["y"]) for d in theirs["data"]] == [(d["x"], d["y"]) for d in ours["data"]]
     assert not _widgets(follower, "selectbox", "select_slider")
+
+    version = _explore(follower, store, room_id)  # the lecturer's text, sizes and picks, the follower's own to run
+    assert follower.radio(key="_w_kv_url_text").value == "own" and follower.text_area(key="cc_own_text").value == TEXT
+    for key in ("_w_kv_url_seq", "_w_kv_url_tokens"):
+        assert follower.selectbox(key=key).value == lecturer.selectbox(key=key).value, key
+    assert follower.multiselect(key="_w_cc_budgets").value == lecturer.multiselect(key="_w_cc_budgets").value
+    assert [follower.session_state[k] for k in ("cc_layer", "cc_attn_method", "kv_url_metric")] == [1, 2, "top1"]
+    follower.selectbox(key="_w_kv_url_seq").set_value(128).run()  # the follower's own change
+    _follow_again(follower, store, room_id, version)
 
 
 def _chart_or_none(at, key: str) -> dict | None:

@@ -19,6 +19,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title
 from kvviz.app.state import page_state
 from kvviz.app.url_state import one_of, url_state
+from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
 from kvviz.errors import InputError
@@ -325,14 +326,19 @@ def positions_view(full_row: Any, rows: list, names: list[str], seq_len: int, sh
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
+# The page's boxes kept in the link (url_state's keys), which "Explore from here" takes with its cc_ ones.
+LINKED = ("kv_url_text", "kv_url_seq", "kv_url_tokens", "kv_url_kvdtype", "kv_url_metric")
+
+
 def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: bool, model: str, run_dtype: str,
-              d_head: int, n_layers: int) -> dict:
+              d_head: int, n_layers: int, explore: dict) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, whether a run is under way,
     and the last results' measured rows (the full cache's first) with, for the positions' ideas, only the step and
     layer on the lecturer's screen (each method's kept positions there, and the attention of the full cache and
-    the method shown). `picks`: the lecturer's choices the figures were drawn with."""
+    the method shown). `picks`: the lecturer's choices the figures were drawn with; `explore`: the lecturer's model
+    and boxes (room.page_settings) for a follower's "Explore from here"."""
     if stored is None:
-        return {"page": "compression", "shown": shown, "measuring": running, "result": None}
+        return {"page": "compression", "shown": shown, "measuring": running, "result": None, "explore": explore}
     request, rows, partial = stored
     step, layer, method = picks.get("step"), picks.get("layer"), picks.get("method")
 
@@ -345,7 +351,7 @@ def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: b
                            "attention": v.attention[layer].tolist() if i == 0 or i - 1 == method else None}
         return out
 
-    return {"page": "compression", "shown": shown, "measuring": running, "picks": picks,
+    return {"page": "compression", "shown": shown, "measuring": running, "picks": picks, "explore": explore,
             "result": {"model": model, "run_dtype": run_dtype, "d_head": d_head, "n_layers": n_layers,
                        "seq_len": request[3], "measured_with": list(request[2:]), "partial": partial,
                        "rows": [row(i, r) for i, r in enumerate(rows)]}}
@@ -374,6 +380,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     """A lecture room follower's Compressing the Cache: the lecturer's measured rows, drawn with the lecturer's
     choices, the ideas on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this
     session's language; no model runs here, no box of this session's is drawn."""
+    explore_from(view, "cc", also=LINKED, help_key="room.explore_measure_help")
     result = view["result"]
     if view["measuring"]:
         st.info(tr("room.measuring"))
