@@ -7,7 +7,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, follower_room, publish, share_button
+from kvviz.app.views.room import follow_or_share, follower_room, page_settings, publish, share_button, take_replay
 from kvviz.app.widgets import current_number, number_in_range, persisted, serve_presses, stepper_row
 from kvviz.engine.spec.ngram import NgramConfig
 from kvviz.errors import InputError
@@ -28,7 +28,7 @@ follow_or_share("spec", PAGE, lambda view: follow(view, lecture=lecture), lectur
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.speculative import MEASURE_REPEATS, SPEC, download, draw
+    from kvviz.app.views.speculative import EXPLORED, MEASURE_REPEATS, SPEC, download, draw
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.spec import drafts
     from kvviz.engine.spec.decoding import SpeculativeGeneration
@@ -72,8 +72,13 @@ def make_draft_factory():  # noqa: ANN202 - a () -> Draft
     if method == "early-exit":
         return lambda: drafts.EarlyExitDraft(m)
     loaded = drafts.load_draft(drafts.RANDOM_DRAFT if state.spec_draft_model == "random" else f"layers:{m}", backend,
-                               seed=demo_seed(0))
+                               seed=run_seed())
     return lambda: drafts.ModelDraft(loaded.backend, loaded.name)
+
+
+def run_seed() -> int:
+    """The run's seed: one taken from a lecturer's by "Explore from here", else the demo's."""
+    return demo_seed(0) if state.spec_seed is None else state.spec_seed
 
 
 def prefill() -> None:
@@ -84,13 +89,16 @@ def prefill() -> None:
         n_prompt = len(backend.tokenizer.encode(prompt))
         check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=number("spec_max_new"))
         gen = SpeculativeGeneration(backend, factory(), k=number("spec_k"), max_new_tokens=number("spec_max_new"),
-                                    temperature=float(state.spec_temperature), seed=demo_seed(0))
+                                    temperature=float(state.spec_temperature), seed=run_seed())
         gen.prefill(prompt)
     except InputError as exc:
         state.spec_error = exc  # the previous generation stays as it was (said once by the live view)
         return
     state.spec_gen, state.spec_factory, state.spec_prompt_used = gen, factory, prompt
     state.spec_measured = None
+    # what a follower's "Explore from here" replays this run from: these settings, this seed, the same steps
+    state.spec_started = {**page_settings(settings, "spec", **EXPLORED), "spec_prompt": prompt,
+                          "spec_seed": run_seed()}
 
 
 def step_once(gen: SpeculativeGeneration) -> bool:
@@ -198,4 +206,9 @@ def live_view() -> None:
             PAGE)  # a lecture room's followers draw the same
 
 
+replay = take_replay()
+if replay is not None:  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
+    prefill()
+    for _ in range(replay if state.spec_gen is not None else 0):  # a refused prefill is said by the live view
+        step_once(state.spec_gen)
 live_view()

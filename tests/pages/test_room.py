@@ -692,6 +692,17 @@ def test_a_follower_sees_the_lecturers_speculative_run(store):
     assert (theirs.iloc[:, 1:].values == ours.iloc[:, 1:].values).all() and len(theirs) == 2  # here, and the GPU
     assert not [b for b in follower.main.button if b.key and b.key.startswith("spec_")]  # no Measure
 
+    version = _explore(follower, store, room_id)  # the lecturer's run, replayed here to the lecturer's step
+    mine = follower.session_state["spec_gen"]
+    assert mine is not None and mine is not gen and mine.seed == gen.seed
+    assert mine.token_ids == gen.token_ids and [e.accepted for e in mine.events] == [e.accepted for e in gen.events]
+    assert follower.radio(key="_w_spec_method").value == "ngram" and follower.number_input(key="spec_k").value == (
+        lecturer.number_input(key="spec_k").value)
+    assert follower.text_area(key="_w_spec_prompt").value == lecturer.text_area(key="_w_spec_prompt").value
+    _step(follower)  # the follower steps on their own; the lecture does not move
+    assert len(mine.events) == len(gen.events) + 1 and store.read(room_id)[1]["n_steps"] == 4
+    _follow_again(follower, store, room_id, version)
+
     served = lecturer.session_state["spec_served"]
     lecturer.session_state["spec_stepper"] = {"events": [[served + 1, "reset"]]}  # the lecturer's Reset
     lecturer.run()

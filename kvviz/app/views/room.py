@@ -86,30 +86,33 @@ def _plain(value: object) -> bool:
         isinstance(value, list) and all(isinstance(v, scalar) and not isinstance(v, bool) for v in value))
 
 
-def _page_keys(items: Iterable[tuple[str, object]], prefix: str, keep: Collection[str], also: Collection[str]) -> dict:
+def _page_keys(items: Iterable[tuple[str, object]], prefix: str, keep: Collection[str], also: Collection[str],
+               skip: Collection[str]) -> dict:
     """The keys of `items` that are this page's boxes: under `prefix` (or named in `also`: a box kept in the link),
-    a plain value, and not one of the page's own state keys (page_state's: runs, flags, counters) unless `keep`
-    names it (a box persisted under it)."""
+    a plain value, not in `skip` (a box whose options are in the UI's language), and not one of the page's own state
+    keys (page_state's: runs, flags, counters) unless `keep` names it (a box persisted under it)."""
     own = set(REGISTRY[prefix].defaults) - set(keep) if prefix in REGISTRY else set()
-    return {key: value for key, value in items if _plain(value) and (key in also or (
+    return {key: value for key, value in items if _plain(value) and key not in skip and (key in also or (
         key.startswith(f"{prefix}_") and key.removeprefix(f"{prefix}_") not in own))}
 
 
-def page_settings(settings: object, prefix: str, keep: Collection[str] = (), also: Collection[str] = ()) -> dict:
+def page_settings(settings: object, prefix: str, keep: Collection[str] = (), also: Collection[str] = (),
+                  skip: Collection[str] = ()) -> dict:
     """What a lecturer's view carries for "Explore from here", as JSON: the sidebar's model (model_settings) and the
     page's boxes as they stand (see _page_keys)."""
-    return {**model_settings(settings), **_page_keys(st.session_state.items(), prefix, keep, also)}
+    return {**model_settings(settings), **_page_keys(st.session_state.items(), prefix, keep, also, skip)}
 
 
 def explore_from(view: Mapping[str, object], prefix: str, keep: Collection[str] = (), also: Collection[str] = (),
+                 skip: Collection[str] = (), steps: int | None = None,
                  help_key: str = "room.explore_settings_help") -> None:
     """A follower's "Explore from here" for a view that carries `explore` (the lecturer's page_settings): the
     model's keys and the page's boxes only are taken (a key of another page, of the room or of a run is never set
-    from the store), each then checked by the page as any entry is."""
+    from the store), each then checked by the page as any entry is; `steps`: the lecturer's step to replay to."""
     run = view.get("explore")
     if isinstance(run, Mapping):
         model = {key: run[key] for key in MODEL_KEYS if key in run}
-        explore_button({**model, **_page_keys(run.items(), prefix, keep, also)}, help_key=help_key)
+        explore_button({**model, **_page_keys(run.items(), prefix, keep, also, skip)}, steps, help_key=help_key)
 
 
 def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
