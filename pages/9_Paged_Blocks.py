@@ -7,7 +7,7 @@ from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, loading_engine, model_caption, shipped_for_hf
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, follower_room, publish, share_button
+from kvviz.app.views.room import follow_or_share, follower_room, page_settings, publish, share_button, take_replay
 from kvviz.app.widgets import number_in_range, run_download
 from kvviz.errors import InputError
 
@@ -47,6 +47,7 @@ def reset() -> None:
     st.session_state.pg_engine = None
     st.session_state.pg_playing = False
     st.session_state.pg_savings = {}
+    st.session_state.pg_adds = []
 
 
 with head[1]:
@@ -77,6 +78,7 @@ if st.session_state.get("pg_engine") is None or st.session_state.get("pg_key") !
     st.session_state.pg_key = key
     st.session_state.pg_savings = {}
     st.session_state.pg_playing = False
+    st.session_state.pg_adds = []  # each request as added: [step, shared, system, own, new] (a follower's replay)
 engine: PagedEngine = st.session_state.pg_engine
 box.caption(tr("paged.pool_caption", blocks=n_blocks, size=block_size, tokens=n_blocks * block_size,
                kib=f"{engine.kv.allocated_bytes() / 1024:,.0f}", per_block=f"{engine.kv.bytes_per_block():,}"))
@@ -85,14 +87,43 @@ if settings.lecture:
         model_caption(backend.spec)
 
 
+def add_request(shared: bool, system: int, own: int, new: int) -> None:
+    """One request, arriving now; kept in pg_adds with its step and lengths, which replay it exactly (the engine
+    is deterministic: the same requests at the same steps give the same pool)."""
+    index = len(engine.requests)
+    prompt = (shared_prefix_ids(backend.tokenizer, system) if shared else []) + suffix_ids(
+        model.cfg.vocab_size, own, index)
+    engine.add(prompt, new, "shared" if shared else "own")  # the label is translated when drawn
+    st.session_state.pg_adds.append([engine.n_steps, shared, system, own, new])
+
+
 def add(shared: bool, count: int = 1) -> None:
     """Queue requests, all arriving now: admitted in one step, the later ones hit the first one's blocks."""
     try:
         for _ in range(count):
-            index = len(engine.requests)
-            prompt = (shared_prefix_ids(backend.tokenizer, n_system) if shared else []) + suffix_ids(
-                model.cfg.vocab_size, n_own, index)
-            engine.add(prompt, n_new, "shared" if shared else "own")  # the label is translated when drawn
+            add_request(shared, n_system, n_own, n_new)
+    except InputError as exc:
+        st.session_state.pg_error = exc
+
+
+def replay_to(lecturer: dict) -> None:
+    """"Explore from here": a new engine given the lecturer's requests at the steps they were added, stepped to the
+    lecturer's step (each length held to its box's range; a refused request is said, as a click's would be)."""
+    global engine  # noqa: PLW0603 - the page's engine, which add_request and the view below use
+    engine = st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size, record_views=True)
+    st.session_state.pg_savings, st.session_state.pg_adds = {}, []
+    within = lambda n, high: min(max(int(n), 1), high)  # noqa: E731
+    adds = [(int(at), bool(shared), within(system, max_len - 2), within(own, max_len - 2), within(new, max_len - 2))
+            for at, shared, system, own, new in lecturer["adds"]]
+    target, i = int(lecturer["step"]), 0
+    try:
+        while True:
+            while i < len(adds) and adds[i][0] <= engine.n_steps:
+                add_request(*adds[i][1:])
+                i += 1
+            if engine.n_steps >= target or engine.idle:
+                break
+            engine.step()
     except InputError as exc:
         st.session_state.pg_error = exc
 
@@ -107,6 +138,9 @@ def play(on: bool) -> None:
     st.session_state.pg_playing = on and not engine.idle
 
 
+replay = take_replay()
+if isinstance(replay, dict):  # "Explore from here": the lecturer's requests, replayed here to the lecturer's step
+    replay_to(replay)
 playing = st.session_state.get("pg_playing", False)
 b = st.columns([4, 3, 2, 2, 2, 2, 1] if settings.lecture else [4, 3, 2, 2, 2, 2, 4])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")
@@ -148,7 +182,8 @@ def live() -> None:
             st.rerun()  # the whole page, so the buttons flip and the fragment stops ticking
     saved = savings() if shown & {"requests", "savings"} else {}  # measured only where it is shown
     view = room_view(engine, shown, saved, max_len, backend.spec.name)
-    publish(view, PAGE)  # a lecture room's followers draw the same pool, requests and idea
+    # a lecture room's followers draw the same pool, requests and idea; "Explore from here" replays the requests
+    publish({**view, "explore": page_settings(settings, "pg"), "adds": st.session_state.pg_adds}, PAGE)
     show(view, settings.lecture)
 
 

@@ -513,6 +513,24 @@ def test_a_follower_sees_the_lecturers_block_pool(store):
     pool = chart(lecturer, t("paged.c_pool_title", "en"))["data"][0]
     assert chart(follower, t("paged.c_pool_title", "ko"))["data"][0]["z"] == pool["z"]
 
+    version = _explore(follower, store, room_id)  # the lecturer's requests, replayed here to the lecturer's step
+    from kvviz.engine.paged.scheduler import snapshot
+
+    mine = follower.session_state["pg_engine"]
+    assert mine is not engine and mine.n_steps == engine.n_steps == 2
+    def state(e):  # noqa: ANN001, ANN202 - the pool's blocks and requests, the time to a first token left out
+        blocks, requests = snapshot(e)
+        return blocks, [dataclasses.replace(r, ttft_s=None) for r in requests]
+
+    assert state(mine) == state(engine)  # the same blocks, tables, hits and tokens
+    assert [r.output_ids for r in mine.requests] == [r.output_ids for r in engine.requests]
+    for key in ("pg_blocks", f"pg_system_{view['max_len']}", f"pg_own_{view['max_len']}"):
+        assert follower.number_input(key=key).value == lecturer.number_input(key=key).value, key
+    assert follower.selectbox(key="pg_block").value == lecturer.selectbox(key="pg_block").value
+    follower.button(key="pg_step").click().run()  # the follower steps on their own; the lecture does not move
+    assert mine.n_steps == 3 and store.read(room_id)[1]["step"] == 2
+    _follow_again(follower, store, room_id, version)
+
 
 LATENCY = "pages/4_Latency_and_Capacity.py"
 

@@ -9,6 +9,7 @@ from dataclasses import asdict
 import streamlit as st
 
 from kvviz.app.language import tr
+from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, table
 from kvviz.charts import paged as charts
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -123,5 +124,7 @@ def _memory(view: dict, lecture: bool) -> None:
 def follow(view: dict, *, lecture: bool) -> None:
     """A lecture room follower's Paged Blocks: the lecturer's pool and requests at the lecturer's step, the ideas on
     the lecturer's screen, in this session's language; no engine runs here, no button is drawn."""
+    explore_from(view, "pg", steps={"step": view["step"], "adds": view.get("adds", [])},
+                 help_key="room.explore_paged_help")
     st.caption(tr("room.lecturers_model", model=view["model"]))
     show(view, lecture)

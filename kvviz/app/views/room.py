@@ -104,7 +104,7 @@ def page_settings(settings: object, prefix: str, keep: Collection[str] = (), als
 
 
 def explore_from(view: Mapping[str, object], prefix: str, keep: Collection[str] = (), also: Collection[str] = (),
-                 skip: Collection[str] = (), steps: int | None = None,
+                 skip: Collection[str] = (), steps: object = None,
                  help_key: str = "room.explore_settings_help") -> None:
     """A follower's "Explore from here" for a view that carries `explore` (the lecturer's page_settings): the
     model's keys and the page's boxes only are taken (a key of another page, of the room or of a run is never set
@@ -115,7 +115,7 @@ def explore_from(view: Mapping[str, object], prefix: str, keep: Collection[str] 
         explore_button({**model, **_page_keys(run.items(), prefix, keep, also, skip)}, steps, help_key=help_key)
 
 
-def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
+def explore(settings: Mapping[str, object], steps: object = None) -> None:
     """Take the lecturer's run into this session: the lecturer's settings (sidebar keys, model_settings', and the
     page's own) set before the next rerun draws the widgets, each then checked by its page as any entry is, and the
     step to replay to (see `take_replay`; None: a page with no run to replay, its settings are all it takes)."""
@@ -129,15 +129,16 @@ def explore(settings: Mapping[str, object], steps: int | None = None) -> None:
     ROOM.set("replay", steps)
 
 
-def explore_button(settings: Mapping[str, object], steps: int | None = None, help_key: str = "room.explore_help",
+def explore_button(settings: Mapping[str, object], steps: object = None, help_key: str = "room.explore_help",
                    ) -> None:
     """A follower's "Explore from here": `explore` with the lecturer's settings (and step) when pressed."""
     st.button(tr("room.explore"), key="room_btn_explore", help=tr(help_key), icon=":material/explore:",
               on_click=explore, args=(settings, steps))
 
 
-def take_replay() -> int | None:
-    """The lecturer's step an "Explore from here" asks this session to reach, once."""
+def take_replay() -> object:
+    """The lecturer's step an "Explore from here" asks this session to reach, once (a step count; a page's own
+    record of how it got there, such as Paged Blocks' requests and step)."""
     return ROOM.pop("replay")
 
 
