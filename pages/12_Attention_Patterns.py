@@ -13,7 +13,7 @@ from kvviz.app.shell import page_setup
 from kvviz.app.state import page_state
 from kvviz.app.url_state import one_of, url_state
 from kvviz.app.views.heads import follow, idea_titles, induction, induction_numbers, sink_numbers, sinks
-from kvviz.app.views.room import follow_or_share, publish, share_button
+from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 from kvviz.app.widgets import number_in_range, persisted
 from kvviz.errors import InputError
 from kvviz.training.prose import PROSE
@@ -98,4 +98,8 @@ if 1 in show:
     published["induction"] = induction_numbers(study(backend, model_key(), tuple(repeat)),
                                                copying(backend, model_key()))
     induction(published["induction"], lecture)
+# "Explore from here": the lecturer's model and boxes, the seed as this run used it (lecture mode pins it)
+published["explore"] = page_settings(settings, "heads", keep=("custom_text",), also=("kv_url_text",))
+if 1 in show:
+    published["explore"]["heads_seed"] = float(demo_seed(seed))
 publish(published, PAGE)

@@ -477,6 +477,16 @@ def test_a_follower_sees_the_lecturers_attention_patterns(store):
         (t(f"heads.{k}", "ko"), m.value, m.proto.delta) for k, m in zip(induction_keys, lecturer.metric, strict=True)]
     assert _chart(follower, "heads_loss")["data"][0]["y"] == _chart(lecturer, "heads_loss")["data"][0]["y"]
 
+    lecturer.number_input(key="heads_n_random").set_value(20).run()
+    follower.run()  # the follower's next poll
+    version = _explore(follower, store, room_id)  # the lecturer's model and boxes, computed here
+    assert follower.number_input(key="heads_n_random").value == 20
+    assert follower.radio(key="_w_kv_url_text").value == "en"
+    assert [m.value for m in follower.metric][-4:] == [m.value for m in lecturer.metric]  # the same induction
+    assert _chart(follower, "heads_loss")["data"][0]["y"] == _chart(lecturer, "heads_loss")["data"][0]["y"]
+    follower.number_input(key="heads_seed").set_value(7).run()  # the follower's own change
+    _follow_again(follower, store, room_id, version)
+
 
 PAGED = "pages/9_Paged_Blocks.py"
 
