@@ -7,8 +7,8 @@ from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head
 from kvviz.app.models import get_backend, loading_engine
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, publish, share_button
-from kvviz.app.views.training import follow, native_sections, phase_section, room_view
+from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
+from kvviz.app.views.training import EXPLORED, follow, native_sections, phase_section, room_view
 
 PAGE = "pages/5_Training_Prefill_Decode.py"
 settings = page_setup("training.title")
@@ -36,4 +36,4 @@ elif lecture:
 
 if 4 in show:
     phase_section(titles[4])
-publish(view, PAGE)
+publish({**view, "explore": page_settings(settings, "training", also=EXPLORED)}, PAGE)  # and "Explore from here"

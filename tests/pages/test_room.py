@@ -794,6 +794,19 @@ def test_a_follower_sees_the_lecturers_training_passes(store):
                                                                                  layer=0, head=3)
     assert not follower.main.get("selectbox") and store.read(room_id)[0] > version
 
+    # An English follower explores (AppTest formats a Korean selectbox's options in English on its next run)
+    follower = open_page(TRAINING, room=room_id)
+    version = _explore(follower, store, room_id)  # the lecturer's model, text and picks, run here
+    assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
+    assert follower.selectbox(key="s3_head").value == 3 and follower.radio(key="_w_kv_url_attn").value == (
+        "bidirectional")
+    for key in ("training_attention", "training_decode_row"):  # the same rows, computed by the follower's session
+        for ours, theirs in zip(figure(lecturer, key)["data"], figure(follower, key)["data"], strict=True):
+            assert np.array_equal(np.asarray(theirs.get("z", theirs.get("y")), dtype=float),
+                                  np.asarray(ours.get("z", ours.get("y")), dtype=float), equal_nan=True), key
+    follower.selectbox(key="s3_head").set_value(0).run()  # the follower's own change
+    _follow_again(follower, store, room_id, version)
+
 
 def _numbers(text: str) -> list[str]:
     """The figures a sentence states (1.49e-07, 0.5, 3), in its order."""

@@ -16,7 +16,7 @@ from kvviz.app.lecture import idea_title, settings_box
 from kvviz.app.models import check_request, model_caption
 from kvviz.app.sidebar import Settings
 from kvviz.app.url_state import int_in, one_of, url_state
-from kvviz.app.views.room import share_button
+from kvviz.app.views.room import explore_from, share_button
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import training as charts
 from kvviz.engine.tokenizer import chip_labels
@@ -369,6 +369,11 @@ def native_sections(backend: Any, settings: Settings, show: list[int], titles: l
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
+# The page's boxes (kept in the link, or under the ideas' own keys), which "Explore from here" takes.
+EXPLORED = ("kv_url_preset", "kv_url_text", "kv_url_steps", "kv_url_attn", "s1_layer", "s1_head", "s1_tensor",
+            "s3_layer", "s3_head")
+
+
 def room_view(show: list[int], run: Run | None = None) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, the text's tokens and the
     model's shape (None: nothing to run, a text refused or a model that is not kvviz's own), then per idea shown its
@@ -383,6 +388,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     no box of this session's is drawn."""
     from kvviz.lessons import causal
 
+    explore_from(view, "training", also=EXPLORED, help_key="room.explore_page_help")
     titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
     shown = set(view["shown"])
     if view["run"] is None and shown & {0, 1, 2, 3}:
