@@ -19,7 +19,7 @@ from kvviz.app.views.moving import (
     store_state,
     ttft_view,
 )
-from kvviz.app.views.room import follow_or_share, publish, share_button
+from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 
 PAGE = "pages/11_Moving_the_Cache.py"
 
@@ -72,4 +72,4 @@ with about if lecture else st.expander(tr("moving.rules_title")):  # on a projec
     if lecture:
         st.markdown(f"**{tr('moving.rules_title')}**")
     st.markdown(tr("moving.rules"))
-publish(room_view(shown, parts, dep, backend.spec.name, str(backend.device)), PAGE)
+publish(room_view(shown, parts, dep, backend.spec.name, str(backend.device), page_settings(settings, "mv")), PAGE)

@@ -860,6 +860,16 @@ def test_a_follower_sees_the_lecturers_requests_and_break_even(store):
     assert cells == [[_numbers(str(c)) for c in row] for row in lecturer.table[0].value.values] and cells
     assert not [w for w in follower.main.get("selectbox") if w.key and w.key.startswith("mv_")]
 
+    follower = open_page(MOVING, room=room_id)  # (an English one: AppTest formats options in English)
+    version = _explore(follower, store, room_id)  # the lecturer's settings; the requests are the follower's to serve
+    assert follower.selectbox(key="mv_chunk").value == 16 and follower.selectbox(key="mv_gpu").value == "H100 SXM"
+    assert follower.session_state.get("mv_demo") is None or not follower.session_state["mv_demo"].results
+    ours, theirs = _chart(lecturer, "mv_break_even"), _chart(follower, "mv_break_even")  # computed here
+    assert [(d.get("x"), d.get("y")) for d in theirs["data"]] == [(d.get("x"), d.get("y")) for d in ours["data"]]
+    follower.selectbox(key="mv_gpu").set_value("A100 80GB").run()  # the follower's own change
+    assert store.read(room_id)[1]["deployment"]["gpu"] == "H100 SXM"
+    _follow_again(follower, store, room_id, version)
+
 
 
 @pytest.mark.llama_server

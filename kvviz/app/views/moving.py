@@ -15,6 +15,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
+from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import moving as charts
 from kvviz.errors import InputError
@@ -314,13 +315,14 @@ def handoff_figures(handoff: dict, dep: dict | None, lecture: bool) -> None:
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str) -> dict:
+def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str, explore: dict) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen and, per idea drawn, its
     numbers (`parts`: the store's requests, the links and context, the handoff's results), the tiers' measured
-    costs, and the deployment (its model's description, the GPU's name, KV format and TP)."""
+    costs, the deployment (its model's description, the GPU's name, KV format and TP), and the lecturer's model and
+    boxes for "Explore from here" (`explore`, room.page_settings)."""
     from dataclasses import asdict
 
-    return {"page": "moving", "shown": sorted(shown), "model": model, "device": device, **parts,
+    return {"page": "moving", "shown": sorted(shown), "model": model, "device": device, **parts, "explore": explore,
             "tiers": [asdict(t) for t in MV.get("tiers") or []],
             "deployment": None if dep is None else {"spec": asdict(dep["spec"]), "gpu": dep["hw"].name,
                                                     "kv_dtype": dep["kv_dtype"], "tp": dep["tp"]}}
@@ -334,6 +336,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     from kvviz.engine.offload.serve import TierCost
     from kvviz.kv.formula import KVSpec
 
+    explore_from(view, "mv")  # the settings only: the store's requests and the runs are the follower's to make
     shown = set(view["shown"])
     tiers = [TierCost(**{**t, "load_s": Spread(**t["load_s"]), "recompute_s": Spread(**t["recompute_s"])})
              for t in view["tiers"]]
