@@ -32,7 +32,7 @@ shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "
 with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.app.views.paged import SAVING_REPEATS, room_view, show
     from kvviz.engine.backends.native import NativeBackend
-    from kvviz.engine.paged.demo import HitSaving, measure_hit_saving, shared_prefix_ids, suffix_ids
+    from kvviz.engine.paged.demo import HitSaving, add_request, measure_hit_saving, replay
     from kvviz.engine.paged.scheduler import PagedEngine
     from kvviz.lessons.run_record import paged_record
     backend = get_backend(settings)
@@ -87,43 +87,11 @@ if settings.lecture:
         model_caption(backend.spec)
 
 
-def add_request(shared: bool, system: int, own: int, new: int) -> None:
-    """One request, arriving now; kept in pg_adds with its step and lengths, which replay it exactly (the engine
-    is deterministic: the same requests at the same steps give the same pool)."""
-    index = len(engine.requests)
-    prompt = (shared_prefix_ids(backend.tokenizer, system) if shared else []) + suffix_ids(
-        model.cfg.vocab_size, own, index)
-    engine.add(prompt, new, "shared" if shared else "own")  # the label is translated when drawn
-    st.session_state.pg_adds.append([engine.n_steps, shared, system, own, new])
-
-
 def add(shared: bool, count: int = 1) -> None:
     """Queue requests, all arriving now: admitted in one step, the later ones hit the first one's blocks."""
     try:
         for _ in range(count):
-            add_request(shared, n_system, n_own, n_new)
-    except InputError as exc:
-        st.session_state.pg_error = exc
-
-
-def replay_to(lecturer: dict) -> None:
-    """"Explore from here": a new engine given the lecturer's requests at the steps they were added, stepped to the
-    lecturer's step (each length held to its box's range; a refused request is said, as a click's would be)."""
-    global engine  # noqa: PLW0603 - the page's engine, which add_request and the view below use
-    engine = st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size, record_views=True)
-    st.session_state.pg_savings, st.session_state.pg_adds = {}, []
-    within = lambda n, high: min(max(int(n), 1), high)  # noqa: E731
-    adds = [(int(at), bool(shared), within(system, max_len - 2), within(own, max_len - 2), within(new, max_len - 2))
-            for at, shared, system, own, new in lecturer["adds"]]
-    target, i = int(lecturer["step"]), 0
-    try:
-        while True:
-            while i < len(adds) and adds[i][0] <= engine.n_steps:
-                add_request(*adds[i][1:])
-                i += 1
-            if engine.n_steps >= target or engine.idle:
-                break
-            engine.step()
+            st.session_state.pg_adds.append(add_request(engine, backend.tokenizer, shared, n_system, n_own, n_new))
     except InputError as exc:
         st.session_state.pg_error = exc
 
@@ -138,9 +106,15 @@ def play(on: bool) -> None:
     st.session_state.pg_playing = on and not engine.idle
 
 
-replay = take_replay()
-if isinstance(replay, dict):  # "Explore from here": the lecturer's requests, replayed here to the lecturer's step
-    replay_to(replay)
+lecturers = take_replay()
+if isinstance(lecturers, dict):  # "Explore from here": the lecturer's requests, replayed here to the lecturer's step
+    engine = st.session_state.pg_engine = PagedEngine(model, n_blocks, block_size, record_views=True)
+    st.session_state.pg_savings, st.session_state.pg_adds = {}, []
+    try:
+        for record in replay(engine, backend.tokenizer, lecturers["adds"], int(lecturers["step"]), max_len):
+            st.session_state.pg_adds.append(record)
+    except InputError as exc:  # said as a click's would be
+        st.session_state.pg_error = exc
 playing = st.session_state.get("pg_playing", False)
 b = st.columns([4, 3, 2, 2, 2, 2, 1] if settings.lecture else [4, 3, 2, 2, 2, 2, 4])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="pg_add4", width="stretch")

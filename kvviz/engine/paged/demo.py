@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +39,35 @@ def suffix_ids(vocab_size: int, n_tokens: int, index: int) -> list[int]:
     if ids:
         ids[0] = FIRST_ID + index % (vocab_size - FIRST_ID)
     return ids
+
+
+def add_request(engine: PagedEngine, tokenizer: Tokenizer, shared: bool, system: int, own: int, new: int) -> list:
+    """One demo request arriving now: the shared system prompt of `system` tokens (if `shared`), then its own `own`
+    tokens, `new` to generate. Returns how it was added, [step, shared, system, own, new]: `replay` adds it again
+    exactly (the same prompt ids at the same step)."""
+    prompt = (shared_prefix_ids(tokenizer, system) if shared else []) + suffix_ids(
+        engine.model.cfg.vocab_size, own, len(engine.requests))
+    engine.add(prompt, new, "shared" if shared else "own")  # the label is translated when drawn
+    return [engine.n_steps, shared, system, own, new]
+
+
+def replay(engine: PagedEngine, tokenizer: Tokenizer, added: Sequence[Sequence], step: int,
+           max_len: int) -> Iterator[list]:
+    """Another engine brought to the same state: the requests `added` (add_request's records, in order) each added
+    at its step, the engine stepped to `step` (the scheduler and the model are deterministic: the same blocks, hits
+    and tokens). Each length is held to [1, max_len - 2], the page's boxes' range. Yields each record as it is added;
+    an InputError (a pool too small for a request) stops it there."""
+    def within(n: object) -> int:
+        return min(max(int(n), 1), max_len - 2)
+
+    for at, shared, *lengths in added:
+        while engine.n_steps < min(int(at), step) and not engine.idle:
+            engine.step()
+        if int(at) > engine.n_steps:  # added after a step this engine did not reach
+            return
+        yield add_request(engine, tokenizer, bool(shared), *(within(n) for n in lengths))
+    while engine.n_steps < step and not engine.idle:
+        engine.step()
 
 
 def warm_up(model: Decoder) -> None:

@@ -377,3 +377,38 @@ def test_fragmentation_bytes(small):
     assert frag.paged_bytes == (4 + 2) * 8 * per_token  # ⌈26/8⌉ + ⌈29/8⌉ − 2 shared
     assert frag.paged_unshared_bytes == (4 + 4) * 8 * per_token
     assert frag.contiguous_bytes == 2 * c.max_seq_len * per_token
+
+
+def test_replay_reaches_the_same_pool_at_the_same_step():
+    """"Explore from here" on Paged Blocks: the requests added at their steps, replayed into another engine and
+    stepped to the same step, give the same blocks, tables, hits and tokens (a preemption included)."""
+    import dataclasses
+
+    from kvviz.engine.paged.demo import add_request, replay
+
+    backend = load_backend("tiny", device="cpu")
+    first = PagedEngine(backend.model, 10, 8)  # a pool too small for all four: the last one is preempted
+    added = [add_request(first, backend.tokenizer, True, 24, 6, 10) for _ in range(2)]
+    first.step()
+    first.step()
+    added += [add_request(first, backend.tokenizer, True, 24, 6, 10), add_request(first, backend.tokenizer, False,
+                                                                                   24, 9, 10)]
+    for _ in range(6):
+        first.step()
+    assert first.n_steps == 8 and [a[0] for a in added] == [0, 0, 2, 2]
+    assert [r.n_preemptions for r in first.requests] == [0, 0, 0, 1]
+
+    second = PagedEngine(backend.model, 10, 8)
+    assert list(replay(second, backend.tokenizer, added, 8, backend.spec.max_context)) == added
+    assert second.n_steps == 8
+
+    def state(e: PagedEngine) -> tuple:  # the time to a first token is the one figure that differs
+        blocks, requests = snapshot(e)
+        return blocks, [dataclasses.replace(r, ttft_s=None) for r in requests]
+
+    assert state(second) == state(first) and first.pool.hits == second.pool.hits > 0
+    assert [r.output_ids for r in second.requests] == [r.output_ids for r in first.requests]
+    # a record's lengths are held to the page's boxes' range: a length of 10**9 asks for max_len - 2 tokens
+    third = PagedEngine(backend.model, 10, 8)
+    with pytest.raises(InputError):  # too many for this pool: refused, as a click's would be
+        list(replay(third, backend.tokenizer, [[0, False, 1, 10**9, 1]], 1, backend.spec.max_context))
