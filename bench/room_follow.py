@@ -6,11 +6,12 @@
   cache grid shows the new position. For each tab count (0: the lecturer alone) prints click -> follower redrawn
   over every (click, tab), click -> the lecturer's own page redrawn (its Step time, with and without followers),
   each median and p90, and the server's CPU while the room sits idle (the followers' polls alone). Goal: median
-  <= 1 s with 10 tabs (a follower re-reads the room once a second), the lecturer's step unchanged.
-- The store alone: --followers simulated followers each reading the room once a second, while the lecturer
-  publishes a Reusing Past K/V view every --publish-every seconds; in-process and on Redis (a redis-server this
-  script starts on a free loopback port and stops). Prints each store's read latency (median, p99) and publish
-  latency (median). Goal: p99 read <= 10 ms with 500 followers.
+  <= 1 s with 10 tabs (a run's follower polls the room twice a second), the lecturer's step unchanged.
+- The store alone: --followers simulated followers each polling the room once a second as a follower's page does
+  (hold its seat, ask the version, read the view when it changed), while the lecturer publishes a Reusing Past K/V
+  view every --publish-every seconds; in-process and on Redis (a redis-server this script starts on a free loopback
+  port and stops). Prints each store's read and version-poll latency (median, p99) and publish latency (median).
+  Goal: p99 read <= 10 ms with 500 followers.
 - The lecturer under the polls: the real app with its rooms on Redis, the lecturer's Step -> redrawn for --clicks
   clicks with the store quiet and --clicks with --followers simulated followers polling it, alternating, in one run.
   Goal: the lecturer's step time unchanged within its spread (p10-p90).
@@ -141,24 +142,33 @@ def reuse_view(n_tokens: int = 64, n_layers: int = 30, n_heads: int = 9) -> dict
 
 
 def _poll(store: RoomStore, room_id: str, followers: int, threads: int, stop: threading.Event,
-          reads: list[float]) -> list[threading.Thread]:
-    """`followers` simulated followers, each reading the room once a second (spread evenly over the second) as a
-    follower's page does (hold its seat, read the view), until `stop`; each read's latency into `reads`."""
+          reads: list[float], polls: list[float] | None = None) -> list[threading.Thread]:
+    """`followers` simulated followers, each polling the room once a second (spread evenly over the second) as a
+    follower's page does: hold its seat, ask the version (`status`), and read the view when it changed; until
+    `stop`. Each read's latency into `reads`, each status's into `polls`."""
     lock = threading.Lock()
 
     def pool(k: int) -> None:  # followers k, k + threads, ...
         mine = [f"sim{i}" for i in range(k, followers, threads)]
+        seen = dict.fromkeys(mine, -1)
         start, n = time.monotonic(), 0
         while not stop.is_set():
             stop.wait(max(0.0, start + n / max(1, len(mine)) - time.monotonic()))
             if stop.is_set():
                 return
-            store.follow(room_id, mine[n % len(mine)])  # timed apart: the goal is the read's
+            follower = mine[n % len(mine)]
+            store.follow(room_id, follower)
             t0 = time.perf_counter()
-            store.read(room_id)
-            dt = time.perf_counter() - t0
-            with lock:
-                reads.append(dt)
+            version, _ = store.status(room_id)
+            t1 = time.perf_counter()
+            if version != seen[follower]:
+                store.read(room_id)
+                seen[follower] = version
+                with lock:
+                    reads.append(time.perf_counter() - t1)
+            if polls is not None:
+                with lock:
+                    polls.append(t1 - t0)
             n += 1
 
     workers = [threading.Thread(target=pool, args=(k,), daemon=True) for k in range(threads)]
@@ -167,11 +177,16 @@ def _poll(store: RoomStore, room_id: str, followers: int, threads: int, stop: th
     return workers
 
 
-def _read_stats(reads: list[float], seconds: float) -> dict:
+def _read_stats(reads: list[float], seconds: float, polls: list[float] | None = None) -> dict:
     reads = sorted(reads)
-    return {"reads": len(reads), "reads_per_s": round(len(reads) / seconds, 1),
-            "read_median_ms": round(statistics.median(reads) * 1e3, 3),
-            "read_p99_ms": round(reads[int(0.99 * (len(reads) - 1))] * 1e3, 3)}
+    out = {"reads": len(reads), "reads_per_s": round(len(reads) / seconds, 1),
+           "read_median_ms": round(statistics.median(reads) * 1e3, 3),
+           "read_p99_ms": round(reads[int(0.99 * (len(reads) - 1))] * 1e3, 3)}
+    if polls:
+        polls = sorted(polls)
+        out |= {"polls": len(polls), "status_median_ms": round(statistics.median(polls) * 1e3, 3),
+                "status_p99_ms": round(polls[int(0.99 * (len(polls) - 1))] * 1e3, 3)}
+    return out
 
 
 def run(store: RoomStore, followers: int, seconds: float, threads: int, publish_every: float) -> dict:
@@ -179,9 +194,10 @@ def run(store: RoomStore, followers: int, seconds: float, threads: int, publish_
     view = reuse_view()
     store.publish(room.id, room.secret, view)
     reads: list[float] = []
+    polls: list[float] = []
     publishes: list[float] = []
     stop = threading.Event()
-    workers = _poll(store, room.id, followers, threads, stop, reads)
+    workers = _poll(store, room.id, followers, threads, stop, reads, polls)
     end = time.monotonic() + seconds
     step = 0
     while time.monotonic() < end:  # the lecturer
@@ -194,7 +210,7 @@ def run(store: RoomStore, followers: int, seconds: float, threads: int, publish_
     for w in workers:
         w.join()
     store.end(room.id, room.secret)
-    return {**_read_stats(reads, seconds), "publish_median_ms": round(statistics.median(publishes) * 1e3, 3),
+    return {**_read_stats(reads, seconds, polls), "publish_median_ms": round(statistics.median(publishes) * 1e3, 3),
             "view_bytes": len(json.dumps(view, separators=(",", ":")))}
 
 

@@ -112,9 +112,14 @@ class RoomStore(ABC):
         self._check(room_id, secret)
         self._beat(room_id, self.clock())
 
+    def status(self, room_id: str) -> tuple[int, bool]:
+        """(version, whether the lecturer left): what a follower's poll asks, without the snapshot (read only once
+        the version changed). The lecturer left: no sign (a beat or a publish) for LECTURER_GONE_S."""
+        version, seen = self._status(room_id)
+        return version, self.clock() - seen > LECTURER_GONE_S
+
     def lecturer_left(self, room_id: str) -> bool:
-        """Whether the lecturer has given no sign (a beat or a publish) for LECTURER_GONE_S."""
-        return self.clock() - self._seen(room_id) > LECTURER_GONE_S
+        return self.status(room_id)[1]
 
     def open_question(self, room_id: str, secret: str, question: str, options: Sequence[str]) -> None:
         """Open a question to the room; the answers to the one before it are dropped."""
@@ -181,7 +186,7 @@ class RoomStore(ABC):
     @abstractmethod
     def _beat(self, room_id: str, now: float) -> None: ...
     @abstractmethod
-    def _seen(self, room_id: str) -> float: ...
+    def _status(self, room_id: str) -> tuple[int, float]: ...  # (version, when the lecturer was last seen)
 
 
 @dataclass
@@ -302,9 +307,10 @@ class MemoryStore(RoomStore):
         with self._lock:
             self._get(room_id).seen = now
 
-    def _seen(self, room_id: str) -> float:
+    def _status(self, room_id: str) -> tuple[int, float]:
         with self._lock:
-            return self._get(room_id).seen
+            room = self._get(room_id)
+            return room.version, room.seen
 
 
 class RedisStore(RoomStore):
@@ -350,9 +356,15 @@ class RedisStore(RoomStore):
         except self._errors as e:  # unreachable, timed out, refused: the app says sharing stopped, and why
             raise InputError("room.store_down", reason=str(e) or type(e).__name__) from None
 
-    def _fields(self, room_id: str) -> dict[str, str]:
+    def _fields(self, room_id: str, *names: str) -> dict[str, str]:
+        """The room's hash (only `names` when given: a poll reads two numbers, not the snapshot); room.gone when it
+        is missing or past its two hours."""
         room, answers = self._keys(room_id)
-        fields = self._call(lambda: self._redis.hgetall(room))
+        if names:
+            values = self._call(lambda: self._redis.hmget(room, ["touched", *names]))
+            fields = {k: v for k, v in zip(["touched", *names], values, strict=True) if v is not None}
+        else:
+            fields = self._call(lambda: self._redis.hgetall(room))
         if not fields or self.clock() - float(fields["touched"]) > ROOM_TTL_S:
             if fields:
                 self._delete(room_id)
@@ -493,8 +505,9 @@ class RedisStore(RoomStore):
     def _beat(self, room_id: str, now: float) -> None:
         self._call(lambda: self._redis.hset(self._keys(room_id)[0], "seen", repr(now)))  # HSET keeps the TTL
 
-    def _seen(self, room_id: str) -> float:
-        return float(self._fields(room_id)["seen"])
+    def _status(self, room_id: str) -> tuple[int, float]:
+        fields = self._fields(room_id, "version", "seen")
+        return int(fields.get("version", 0)), float(fields["seen"])
 
 
 def store_from_env(env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time,

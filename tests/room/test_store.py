@@ -40,6 +40,7 @@ def test_publish_and_read_versions(store):
     assert store.read(room.id) == (1, snap)
     assert store.publish(room.id, room.secret, {**snap, "step": 4}) == 2
     assert store.read(room.id) == (2, {**snap, "step": 4})
+    assert store.status(room.id) == (2, False)  # a poll's question: the version alone, no snapshot
 
 
 def test_wrong_secret_is_refused(store):
@@ -53,6 +54,7 @@ def test_wrong_secret_is_refused(store):
 
 def test_unknown_room_is_gone(store):
     assert _error(store.read, "no-such-room") == "room.gone"
+    assert _error(store.status, "no-such-room") == "room.gone"
     assert _error(store.answer, "no-such-room", "q", "f", "append") == "room.gone"
 
 
@@ -136,6 +138,7 @@ def test_expires_two_hours_after_the_last_change(store, clock):
     assert store.read(room.id)[0] == 2
     clock.now += 2
     assert _error(store.read, room.id) == "room.gone"
+    assert _error(store.status, room.id) == "room.gone"  # two hours after the last change, as read() says
     assert _error(store.publish, room.id, room.secret, {"step": 3}) == "room.gone"
 
 
@@ -149,12 +152,22 @@ def test_the_lecturer_left_when_no_sign_for_a_while(store, clock):
     clock.now += LECTURER_GONE_S + 1
     store.publish(room.id, room.secret, {"step": 1})  # a publish is a sign too
     assert not store.lecturer_left(room.id)
+    assert store.status(room.id) == (1, False)  # the poll's version and "left" together
     assert _error(store.beat, room.id, "not-the-secret") == "room.not_lecturer"
     # a beat is not a change: the room still ends two hours after its last change
     clock.now += ROOM_TTL_S - 1
     store.beat(room.id, room.secret)
     clock.now += 2
     assert _error(store.read, room.id) == "room.gone"
+
+
+def test_a_polls_status_says_the_lecturer_left_and_the_version_kept(store, clock):
+    room = store.create()
+    store.publish(room.id, room.secret, {"step": 1})
+    clock.now += LECTURER_GONE_S + 1
+    assert store.status(room.id) == (1, True)
+    store.beat(room.id, room.secret)
+    assert store.status(room.id) == (1, False)
 
 
 def test_rooms_per_server_cap(store, clock):

@@ -339,6 +339,18 @@ def _room_now(room_id: str) -> tuple[int, dict | None, bool, InputError | None]:
         return -1, None, False, e
 
 
+def _room_mark(room_id: str) -> tuple[int, bool, str | None]:
+    """What a follower's redraw depends on: (version, whether the lecturer left, an error by its kind: its reason
+    may vary). A poll's question, asked without the snapshot (a lecturer's pasted text can make it ~200 kB); each
+    call holds this follower's seat."""
+    try:
+        room_store().follow(room_id, _follower_id())
+        version, left = room_store().status(room_id)
+        return version, version > 0 and left, None  # version 0: nothing published yet, as read() says
+    except InputError as e:
+        return -1, False, e.locale_key
+
+
 def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
     """A follower's page: what the lecturer's page last published, drawn by `draw` (the page's own drawing
     functions); the follower runs no model and changes nothing. The room is re-read twice a second, and the page
@@ -359,12 +371,11 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
                        else tr("room.lecturer_left_page"))
         draw(view)
 
-    def mark(now: tuple) -> tuple:  # what a redraw depends on (an error by its kind: its reason may vary)
-        return now[0], now[2], None if now[3] is None else now[3].locale_key
+    drawn = (shown[0], shown[2], None if shown[3] is None else shown[3].locale_key)  # as _room_mark says it
 
     @st.fragment(run_every=RUN_POLL_S)
     def poll() -> None:
-        if mark(_room_now(room_id)) != mark(shown):
+        if _room_mark(room_id) != drawn:
             st.rerun(scope="app")
 
     poll()
