@@ -32,6 +32,7 @@ PYTHON = VENV / "bin" / "python"
 PROMPT = ("The keys and values of earlier tokens never change under a causal mask, so a serving engine keeps them "
           "in a paged cache and each new token only computes its own. ") * 3
 RATIO = 0.5
+TIE_RTOL = 1e-5  # two key norms this close are one norm (float32 products' rounding is ~1e-7 relative here)
 SPECS = {"streaming": "StreamingLLMPress:0.5", "snapkv": "SnapKVPress:0.5:window_size=32", "knorm": "KnormPress:0.5"}
 
 pytestmark = pytest.mark.skipif(
@@ -85,7 +86,14 @@ def test_knorm_keeps_the_smallest_key_norms_of_kvvizs_cache(smollm2, ids, kvpres
     for layer, theirs in enumerate(kvpress_kept["knorm"]):
         norms = cache.keys(layer)[0].float().norm(dim=-1)  # [H_kv, n], keys after RoPE, as the HF cache holds them
         ours = (-norms).topk(n_kept, dim=-1).indices.sort(dim=-1).values.tolist()
-        assert ours == theirs, layer
+        for head, (mine, kept) in enumerate(zip(ours, theirs, strict=True)):
+            assert len(mine) == len(kept) == n_kept, (layer, head)
+            # The prompt repeats, so one token's key can have the same norm at two positions: at the cut, topk keeps
+            # either. A position one side keeps and the other does not must sit on the cut, within TIE_RTOL of the
+            # n_kept-th smallest norm (kvviz's products and transformers' differ by rounding: ~3e-7 measured).
+            cut = norms[head].sort().values[n_kept - 1]
+            for p in set(mine) ^ set(kept):
+                assert torch.isclose(norms[head, p], cut, rtol=TIE_RTOL, atol=0), (layer, head, p)
 
 
 def test_install_script_is_in_ci():
