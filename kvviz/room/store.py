@@ -416,7 +416,7 @@ class RedisStore(RoomStore):
         return self._watched(self.ROOMS, create)
 
     def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
-        self._fields(room_id)
+        self._fields(room_id, "version")  # the room is open (its clock alone read, not the snapshot)
         key = self._followers_key(room_id)
 
         def follow(p: Any) -> int | None:
@@ -435,7 +435,7 @@ class RedisStore(RoomStore):
         return self._watched(key, follow)
 
     def _secret_digest(self, room_id: str) -> str:
-        return self._fields(room_id)["digest"]
+        return self._fields(room_id, "digest")["digest"]
 
     def _publish(self, room_id: str, text: str) -> int:
         return self._write(room_id, {"snapshot": text, "seen": repr(self.clock())}, bump=True)
