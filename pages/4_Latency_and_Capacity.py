@@ -13,7 +13,7 @@ from kvviz.app.models import model_caption, model_spec, preload_engine
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
 from kvviz.app.views.latency import IDEAS, SWEEPS, LatencyPage, follow, roofline, room_view, sweep_panel
-from kvviz.app.views.room import ROOM, follow_or_share, page_settings, publish
+from kvviz.app.views.room import follow_or_share, page_settings, publish
 
 PAGE = "pages/4_Latency_and_Capacity.py"
 settings = page_setup("latency.title")
@@ -50,9 +50,6 @@ else:
                 roof = roofline(page)
             else:
                 sweep_panel(page, name)
-# a lecture room's followers draw the same, and may take the settings into their own session. The settings are read
-# only while a room is open: reading every session key on each run of this page stalled a sweep in the browser
-# (tests/browser/test_tour_browser.py cancel test; cause not found yet)
-explore = page_settings(settings, "lc") if ROOM.get("id") is not None else None
-publish(room_view(shown if lecture else list(IDEAS), roof, spec.name, explore), PAGE)
+# a lecture room's followers draw the same, and may take the settings into their own session
+publish(room_view(shown if lecture else list(IDEAS), roof, spec.name, page_settings(settings, "lc")), PAGE)
 preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

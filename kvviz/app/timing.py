@@ -2,7 +2,8 @@
 
 - `noise_indicator()`: the CPU load always, and on request the spread of identical passes (engine.timing), the
   model loaded only then;
-- `record_timing()`: the server's own time per step, appended to $KVVIZ_TIMING_LOG for bench/ (off unless set).
+- `record_timing()`: the server's own time per step, appended to $KVVIZ_TIMING_LOG for bench/ (off unless set);
+- `draw_then_measure()`: one tick of a fragment that measures while it runs (a sweep, a request, a compression run).
 """
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ def noise_indicator(model: Callable[[], Backend | None], key: str) -> None:
                       p50=f"{noise.p50_s * 1e3:.2f} ms", p90=f"{noise.p90_s * 1e3:.2f} ms",
                       ratio=f"{noise.p90_over_p50:.2f}"))
     c2.button(tr("timing.check_noise"), on_click=probe, key=f"{state}_button", help=tr("timing.check_noise_help"))
+
+
+SEND_S = 0.05  # a tick's pause between drawing and measuring: the server sends what was drawn before the model works
+
+
+def draw_then_measure(draw: Callable[[], object], measure: Callable[[], object]) -> None:
+    """One tick of a fragment that measures while it runs: draw where the work stands, pause while the server sends
+    it, then measure in quiet. In this order, not measure-then-draw: a tick that measures for a second always finds
+    the next tick waiting (the browser asks every `run_every`), and Streamlit drops a fragment run's elements not yet
+    sent when the next run of that fragment starts (ForwardMsgQueue.clear at script start), so a progress bar drawn
+    last in the tick never reached the browser and stood at 0 until the run ended."""
+    draw()
+    time.sleep(SEND_S)
+    measure()
 
 
 def record_timing(event: str, **fields: float | int | str) -> None:

@@ -161,9 +161,15 @@ def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
     at.button(key="cc_run").click().run()
     run = at.session_state["cc_sweep"][1]
     assert not run.finished and 0 < run.done < run.sweep.total
+    (bar,) = at.get("progress")  # drawn before the tick's work: nothing measured yet, no time left to tell
+    assert bar.proto.text == t("compression.progress", lang, done=0, total=run.sweep.total,
+                               left=t("compression.time_left_unknown", lang))
+    done, seconds = run.done, run.seconds
+    at.run()  # the next tick draws where the last one left the run, then measures on
+    assert not run.finished and done < run.done < run.sweep.total
     (bar,) = at.get("progress")
-    left = round(run.seconds / run.done * (run.sweep.total - run.done))  # the measured time per pass, times passes
-    assert bar.proto.text == t("compression.progress", lang, done=run.done, total=run.sweep.total,
+    left = round(seconds / done * (run.sweep.total - done))  # the measured time per pass, times passes
+    assert bar.proto.text == t("compression.progress", lang, done=done, total=run.sweep.total,
                                left=t("compression.time_left", lang, seconds=left))
     assert at.button(key="cc_run").disabled and not at.button(key="cc_cancel").disabled
     while not run.rows:  # until the first chunk's batch is done

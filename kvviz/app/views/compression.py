@@ -18,6 +18,7 @@ import streamlit as st
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title
 from kvviz.app.state import page_state
+from kvviz.app.timing import draw_then_measure
 from kvviz.app.url_state import one_of, url_state
 from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, persisted, table
@@ -31,7 +32,7 @@ CC = page_state("cc", start=False, sweep=None, error=None, empty=None, result=No
 SOURCES = ("held_out", "own")
 METRICS = ("kl", "top1")
 TICK_S = 0.3  # the fragment's period while the methods run
-BUDGET_S = 1.0  # model work per tick before the progress bar and the time left redraw
+BUDGET_S = 1.0  # model work per tick, after the progress bar and the time left are drawn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,16 +126,26 @@ def run_buttons(controls: Any, backend: Any, c: Choices, *, lecture: bool) -> bo
 
 
 def _live(backend: Any) -> None:
-    """Runs the methods a second per tick, then draws the progress and the time left; once done or cancelled the
+    """Draws the progress and the time left, then runs the methods a second per tick; once done or cancelled the
     whole page redraws with what was measured."""
     from kvviz.compression import quality
 
     if CC.get("sweep") is None:
         return
     asked, run = CC.get("sweep")
-    if not run.finished:
+
+    def draw() -> None:
+        left = run.time_left
+        st.progress(run.progress, text=tr("compression.progress", done=run.done, total=run.sweep.total,
+                                          left=tr("compression.time_left", seconds=round(left)) if left is not None
+                                          else tr("compression.time_left_unknown")))
+
+    def measure() -> None:
         with quality.torch_threads(1 if backend.device.type == "cpu" else None):
             run.advance(BUDGET_S)
+
+    if not run.finished:
+        draw_then_measure(draw, measure)
     if run.finished:
         CC.pop("sweep")
         if run.error:
@@ -145,10 +156,6 @@ def _live(backend: Any) -> None:
         else:
             CC.set("empty", (run.done, run.sweep.total))
         st.rerun()
-    left = run.time_left
-    st.progress(run.progress, text=tr("compression.progress", done=run.done, total=run.sweep.total,
-                                      left=tr("compression.time_left", seconds=round(left)) if left is not None
-                                      else tr("compression.time_left_unknown")))
 
 
 def progress(backend: Any, running: bool) -> None:

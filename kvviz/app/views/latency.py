@@ -1,7 +1,7 @@
 """What the Latency & Capacity page draws: the session keys it keeps (`LC`), the page's context (`LatencyPage`), a
-sweep's panel (`sweep_panel`: its settings, Start and Cancel, the fragment that measures a little per tick and then
-the chart, verdict, table and CSV) and the roofline tab (`roofline`: its settings in `roof_inputs`, drawn by
-`roof_figures`, its cards in `bounds`); in a lecture room what the lecturer's page publishes (`room_view`: finished
+sweep's panel (`sweep_panel`: its settings, Start and Cancel, the fragment that draws the progress and measures a
+little per tick, then the chart, verdict, table and CSV) and the roofline tab (`roofline`: its settings in
+`roof_inputs`, drawn by `roof_figures`, its cards in `bounds`); in a lecture room what the lecturer's page publishes (`room_view`: finished
 sweeps' rows, the roofline's inputs) and a follower's page drawn from it (`follow`). What a sweep measures comes
 from kvviz.engine.sweeps (imported with the model, when a sweep starts); what its rows and the roofline say from
 kvviz.lessons.latency. Nothing here imports torch before a sweep starts."""
@@ -18,6 +18,7 @@ from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit
 from kvviz.app.state import page_state
+from kvviz.app.timing import draw_then_measure
 from kvviz.app.views.room import explore_from, share_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from kvviz.engine.sweeps import Sweep, SweepRun
 
 TICK_S = 0.3  # the fragment's period while a sweep runs
-BUDGET_S = 1.0  # measuring per tick (in quiet) before the progress bar redraws
+BUDGET_S = 1.0  # measuring per tick (in quiet) after the progress bar is drawn
 SWEEPS = ("prompt", "cache", "batch", "dtype")
 ROOF_PARTS = ("bounds", "chart", "kv")
 IDEAS = (*SWEEPS, "roof_bounds", "roof_chart", "roof_kv")
@@ -84,10 +85,10 @@ def labels(prefix: str, *names: str) -> dict[str, str]:
 
 
 def sweep_panel(page: LatencyPage, name: str) -> None:
-    """Settings, Start/Cancel, and a fragment that measures a little per tick (in quiet), then draws progress;
+    """Settings, Start/Cancel, and a fragment that draws the progress, then measures a little per tick (in quiet);
     the chart, the verdict and the CSV are drawn once the sweep is done or cancelled. In lecture mode the settings
     sit behind one button beside Start, and the details under the verdict are folded."""
-    controls, make, draw = PANELS[name]
+    controls, make, draw_chart = PANELS[name]
     kind, lecture = KIND[name], page.lecture
     key = f"run_{kind}"
     run: SweepRun | None = LC.get(key)
@@ -133,22 +134,29 @@ def sweep_panel(page: LatencyPage, name: str) -> None:
         if run is None:
             st.info(tr("latency.idle"))
             return
-        if not run.finished and not LC.pop(key + "_skip"):
-            run.advance(BUDGET_S)  # model work first, in quiet; drawing comes after
         if run.finished and running:
             # The whole page, so the fragment stops ticking and the buttons flip: also when the run was finished by
             # an older script thread (a Cancel's rerun starts while the last tick is still measuring).
             st.rerun()
-        state = run.state
-        if not lecture or state != "done":  # on a projector a finished sweep's chart says it
-            st.progress(run.progress, text=tr(f"latency.progress_{state}", done=run.done, total=run.sweep.total,
-                                              settings=run.sweep.settings, kept=len(run.rows)))
-        if run.error:
-            show_error(run.error)
-        if not run.finished or not run.rows:
-            return  # while measuring, only the progress bar (a chart redrawn in the browser competes with the
-            # model); with no whole round, the progress line says so
-        results(lecture, kind, run.rows, draw)
+
+        def draw() -> None:
+            state = run.state
+            if not lecture or state != "done":  # on a projector a finished sweep's chart says it
+                st.progress(run.progress, text=tr(f"latency.progress_{state}", done=run.done, total=run.sweep.total,
+                                                  settings=run.sweep.settings, kept=len(run.rows)))
+            if run.error:
+                show_error(run.error)
+            if run.finished and run.rows:  # while measuring only the progress bar: a chart redrawn in the browser
+                results(lecture, kind, run.rows, draw_chart)  # competes with the model; with no whole round, the
+                # progress line says so
+
+        # The Start click's whole-page run draws the page first: measuring begins on the fragment's first tick.
+        if running and not LC.pop(key + "_skip"):
+            draw_then_measure(draw, lambda: run.advance(BUDGET_S))
+            if run.finished:
+                st.rerun()  # the last round measured: the whole page, with the results
+        else:
+            draw()
 
     st.fragment(live, run_every=TICK_S if running else None)()
 

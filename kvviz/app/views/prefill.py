@@ -1,6 +1,6 @@
 """What the Prefill & Decode page draws: the session keys it keeps (`PD`), the request's settings (`controls`), Run and
-Stop (`start_request`, `stop_request`), the fragment that measures a little per tick and then draws the results
-(`live`), the runs' figures as plain numbers (`results`: what is drawn, and what a lecture room's followers get),
+Stop (`start_request`, `stop_request`), the fragment that draws the progress and measures a little per tick, then
+the results (`live`), the runs' figures as plain numbers (`results`: what is drawn, and what a lecture room's followers get),
 the median run's timeline, cards, runs and formula (`show`), the table of phases (`phases`), a room follower's
 page (`follow`, with "Explore from here": the lecturer's model and boxes). The measuring is
 kvviz.engine.timing.RepeatedRequest's (imported with the model, when Run is clicked), always in quiet; what its runs
@@ -15,6 +15,7 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
 from kvviz.app.state import page_state
+from kvviz.app.timing import draw_then_measure
 from kvviz.app.views.room import explore_from, publish
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
@@ -85,23 +86,32 @@ def start_request(settings: Settings, request: tuple[int, int, int], model: tupl
 
 
 def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -> None:
-    """One tick: while running, model work in quiet then only a progress bar; once done, the results of the model
+    """One tick: while running, only a progress bar, then model work in quiet; once done, the results of the model
     they were measured on (another model's are named, not shown as this one's). A lecture room gets what is shown:
     the ideas on screen and the runs' figures (while measuring, only that the lecturer is), and `run`, the lecturer's
     model and boxes (room.page_settings) for a follower's "Explore from here"."""
     request: RepeatedRequest | None = PD.get("request")
     if PD.get("running") and request is not None:
-        # The page's own elements are still being drawn by the browser after the Run click: start measuring
-        # on the fragment's first tick, when only this fragment reruns.
-        if not PD.pop("skip_tick"):
-            request.advance(CHUNK_S)  # model work only, in quiet: nothing of this rerun is drawn meanwhile
-        if request.done or request.stopped or not PD.get("running"):
+        if request.done or request.stopped:
             PD.set("running", False)
             st.rerun()  # the whole page, so the fragment stops ticking and the buttons flip
-        publish({"page": "prefill", "shown": shown, "measuring": True, "results": None, "explore": run}, PAGE)
-        st.progress(request.passes_done / request.passes_total,
-                    text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
-                            passes=request.passes_done, total=request.passes_total, prompt=len(request.prompt_ids)))
+
+        def draw() -> None:
+            publish({"page": "prefill", "shown": shown, "measuring": True, "results": None, "explore": run}, PAGE)
+            st.progress(request.passes_done / request.passes_total,
+                        text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
+                                passes=request.passes_done, total=request.passes_total,
+                                prompt=len(request.prompt_ids)))
+
+        # The page's own elements are still being drawn by the browser after the Run click: start measuring
+        # on the fragment's first tick, when only this fragment reruns.
+        if PD.pop("skip_tick"):
+            draw()
+            return
+        draw_then_measure(draw, lambda: request.advance(CHUNK_S))  # model work in quiet, after the drawing
+        if request.done or request.stopped or not PD.get("running"):
+            PD.set("running", False)
+            st.rerun()
         return
     measured = request is not None and request.finished_runs and PD.get("model") == model[0]
     view = results(request, model[1]) if measured else None
