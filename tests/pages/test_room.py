@@ -664,6 +664,26 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     _follow_again(follower, store, room_id, version)
 
 
+def test_a_long_pasted_text_is_not_carried_and_sharing_goes_on(store):
+    """A 200,000-character Korean text (the box's limit) escaped to JSON is 1.2 MB, past the store's limit on a view:
+    sent with every view it stopped the page's updates. Longer than SHARED_TEXT_CHARS it stays with the lecturer."""
+    from kvviz.app.views.room import SHARED_TEXT_CHARS
+    from kvviz.room.store import MAX_SNAPSHOT_BYTES
+    from tests.pages.test_compressing import SMALL
+
+    lecturer, room_id = _sharing(COMPRESSING, SMALL, text="own", tokens="256")
+    long_text = "키와 값을 캐시에 둔다. " * 14_000
+    assert len(long_text) <= 200_000 and len(json.dumps(long_text)) > MAX_SNAPSHOT_BYTES
+    lecturer.text_area(key="cc_own_text").input(long_text).run()
+    assert not lecturer.exception and not lecturer.error  # no "too large" refusal on the lecturer's page
+    version, view = store.read(room_id)
+    assert "cc_own_text" not in view["explore"] and view["explore"]["kv_url_text"] == "own"
+    short = long_text[:SHARED_TEXT_CHARS]
+    lecturer.text_area(key="cc_own_text").input(short).run()
+    later, view = store.read(room_id)
+    assert later > version and view["explore"]["cc_own_text"] == short  # up to the limit it travels whole
+
+
 def _chart_or_none(at, key: str) -> dict | None:
     return next((c for c in at.get("plotly_chart") if key in c.proto.id), None)
 

@@ -49,6 +49,10 @@ POLL_S = 1.0  # a live question (the projector's tally, a follower's answer box)
 # costs ~0.5 % of a core per follower (bench/room_follow.py), and the click -> redrawn median is half a poll plus
 # the page's redraw, so 1 s polls put it at the "within a second" goal, not under it.
 RUN_POLL_S = 0.5
+# A pasted text (Compressing the Cache takes 200,000 characters) would travel in every view the page publishes, to
+# every follower, and a long Korean one would pass the store's limit on a view (room.store.MAX_SNAPSHOT_BYTES):
+# longer texts are not carried for "Explore from here".
+SHARED_TEXT_CHARS = 20_000
 QR_SCALE = 12  # px per module: a ~30-module code is ~360 px wide, drawn to fill its column on the projector
 
 
@@ -99,8 +103,11 @@ def _page_keys(items: Iterable[tuple[str, object]], prefix: str, keep: Collectio
 def page_settings(settings: object, prefix: str, keep: Collection[str] = (), also: Collection[str] = (),
                   skip: Collection[str] = ()) -> dict:
     """What a lecturer's view carries for "Explore from here", as JSON: the sidebar's model (model_settings) and the
-    page's boxes as they stand (see _page_keys)."""
-    return {**model_settings(settings), **_page_keys(st.session_state.items(), prefix, keep, also, skip)}
+    page's boxes as they stand (see _page_keys), but a text longer than SHARED_TEXT_CHARS: that box keeps the
+    follower's own text."""
+    boxes = _page_keys(st.session_state.items(), prefix, keep, also, skip)
+    return {**model_settings(settings), **{key: value for key, value in boxes.items()
+                                          if not (isinstance(value, str) and len(value) > SHARED_TEXT_CHARS)}}
 
 
 def explore_from(view: Mapping[str, object], prefix: str, keep: Collection[str] = (), also: Collection[str] = (),
