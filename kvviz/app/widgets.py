@@ -4,7 +4,8 @@
 - `number_in_range()`: a number box whose range is checked here, so a value outside it is refused with a message
   naming the range while the last valid value stays in use (`number_text()` writes the numbers it names;
   `current_number()` is its value as a callback sees it);
-- `chart()` and `table()`: a Plotly figure with its toolbar, a table with its CSV download;
+- `chart()` and `table()`: a Plotly figure with its toolbar (laid out for a phone where `on_phone()`: the
+  browser says it is one), a table with its CSV download;
 - `run_download()`: "Download this run", the page's run as one self-contained .html (kvviz.charts.run_html);
 - `stepper()`, `pending_actions()` and `apply_press()`: a Step button and one numbered log of a page's presses (its
   clicks, the → / Space / P / R keys, the page's own buttons), applied once each and in order, so no press is lost
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from kvviz.app.language import lang, tr
+from kvviz.charts.base import phone_layout
 from kvviz.charts.image import PROJECTOR, SCALE, can_export, slide_svg
 from kvviz.errors import InputError
 
@@ -116,6 +118,12 @@ def current_number(key: str, before: Any = None) -> Any:
     return None if value is None and optional else st.session_state.get(f"_valid_{key}")
 
 
+def on_phone() -> bool:
+    """Whether this session's browser says it is a phone: "Mobile" in its User-Agent (iOS Safari, Chrome and Firefox
+    on Android phones; a tablet's says it not). The server learns no screen width, so this is what it can tell."""
+    return "Mobile" in (st.context.headers.get("User-Agent") or "")  # none (AppTest, a bare script): not a phone
+
+
 def chart(fig: go.Figure, key: str) -> None:
     """A Plotly chart for a slide: its toolbar's camera saves `key`.png at a projector's size (drawn by the browser),
     and a button under it `key`.svg (drawn on the server by charts.image when this machine can: kaleido and a
@@ -126,6 +134,8 @@ def chart(fig: go.Figure, key: str) -> None:
     """
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
     lecture = st.session_state.get("kv_lecture")
+    if on_phone():  # a room's follower holds one: the legend under the plot, titles in lines (charts.base)
+        fig = phone_layout(fig)
     if lecture:
         config["displayModeBar"] = "hover"  # on a projector the toolbar would sit on a wrapped title
     st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)

@@ -1,4 +1,6 @@
-"""Layout every kvviz figure shares: a stable uirevision (zoom survives live updates) and lecture sizing."""
+"""Layout every kvviz figure shares: a stable uirevision (zoom survives live updates) and lecture sizing; legends
+(`legend_below`) and labels (`fit_labels`) placed to fit; a figure laid out for a phone's narrow screen
+(`phone_layout`)."""
 from __future__ import annotations
 
 import unicodedata
@@ -62,6 +64,49 @@ def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, he
     )
     if lecture:
         _wrap_axis_titles(fig, size)
+    return fig
+
+
+PHONE_WIDTH_PX = 390  # a phone's width in CSS px (a room's followers hold these): the figure's width there
+LEGEND_ROW_FONTS = 1.65  # a legend row in font sizes (measured in Chromium: 16 rows at 13 px took 347 px)
+
+
+def phone_layout(fig: go.Figure) -> go.Figure:
+    """The figure for a phone's narrow screen, a copy. A legend beside the plot took half of its 390 px (the plot
+    squeezed to ~150 px), and one above it wrapped into rows over the title: every legend becomes a list under the
+    plot, one entry per row, and the figure grows by those rows, so the plot keeps its height and the whole width.
+    The title, the x-axis titles and subplots' titles are broken into the lines their width holds (Plotly clips them
+    at the figure's edge, and lets neighbouring subplots' titles run into each other)."""
+    fig = go.Figure(fig)
+    font = fig.layout.font.size or 13
+    legend = fig.layout.legend
+    entries = [t for t in fig.data if t.showlegend or (t.showlegend is None and t.name and len(fig.data) > 1
+                                                        and t.type not in ("heatmap", "table"))]
+    listed_below = legend.yref == "container" and legend.orientation in (None, "v")
+    if fig.layout.showlegend is not False and entries and not listed_below:
+        legend_font = legend.font.size or font
+        groups = {t.legendgroup for t in entries if t.legendgrouptitle and t.legendgrouptitle.text}
+        gap = legend.tracegroupgap if legend.tracegroupgap is not None else 10
+        rows_px = int(LEGEND_ROW_FONTS * legend_font * (len(entries) + len(groups)) + gap * len(groups)) + 10
+        margin = fig.layout.margin
+        fig.update_layout(legend=dict(orientation="v", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
+                          height=(fig.layout.height or 450) + rows_px, margin=dict(r=20, b=(margin.b or 80) + rows_px))
+    wide = PHONE_WIDTH_PX - 40  # the page's side padding
+    title = fig.layout.title.text if fig.layout.title else None
+    if title and "<br>" not in title:
+        title_font = fig.layout.title.font.size or font + 3
+        lines = wrap_title(title, max(12, int(wide / (0.55 * title_font))))
+        fig.update_layout(title_text=lines, margin_t=(fig.layout.margin.t or 100) + 26 * lines.count("<br>"),
+                          height=(fig.layout.height or 450) + 26 * lines.count("<br>"))
+    axes = [fig.layout[k] for k in fig.layout.to_plotly_json() if k.startswith("xaxis")]
+    column = wide / max(1, len({tuple(a.domain or (0, 1)) for a in axes}))  # subplots side by side share the width
+    for axis in axes:
+        text = axis.title.text if axis.title else None
+        if text and "<br>" not in text:
+            axis.title.text = wrap_title(text, max(12, int(column / (0.55 * font))))
+    for note in fig.layout.annotations:  # make_subplots' titles: standing on a plot's top edge, one per column
+        if note.text and "<br>" not in note.text and note.yanchor == "bottom" and (note.y or 0) >= 0.99:
+            note.text = wrap_title(note.text, max(8, int(column / (0.55 * (note.font.size or font)))))
     return fig
 
 

@@ -23,6 +23,15 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# What an iPhone's Safari sends: a phone-sized test screen says it is a phone, as a room's followers' do
+PHONE_UA = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+            "Version/17.5 Mobile/15E148 Safari/604.1")
+# Per Plotly chart on the page: its width, its plot area's (the drag layer's) and the legend's top under the plot's
+PLOT_BOXES = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart']")).map(c => {
+    const plot = c.querySelector('.nsewdrag').getBoundingClientRect(), legend = c.querySelector('.legend');
+    return {width: c.getBoundingClientRect().width, plot: plot.width,
+            legend_below: legend ? legend.getBoundingClientRect().top >= plot.bottom : null};
+})"""
 # Tokens on the decode page's strip: a chip spans data-tokens tokens (a run of byte tokens is one chip).
 TOKENS_JS = "Array.from(document.querySelectorAll('.kv-chip')).reduce((n, c) => n + Number(c.dataset.tokens || 1), 0)"
 # The lowest edge of anything drawn in the page's main block: elements, and expanders (blocks, not elements: a

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from kvviz.room.store import LECTURER_GONE_S
-from tests.browser.harness import IDLE, TOKENS_JS, app_server, settle, wait_idle
+from tests.browser.harness import IDLE, PHONE_UA, PLOT_BOXES, TOKENS_JS, app_server, settle, wait_idle
 from tests.browser.test_reuse_browser import _click, _grid, _step
 
 STATUS = re.compile(r"(\d+(?:\.\d+)?)")  # the numbers of the status line, in its order in both languages
@@ -15,7 +15,9 @@ LINK = r"/{page}\?room=[A-Za-z0-9_-]{{22}}"
 
 
 def _open(browser, url: str, width: int, height: int):  # noqa: ANN001, ANN202 - Playwright objects
-    context = browser.new_context(viewport={"width": width, "height": height})
+    # a phone-sized screen is a phone's browser: it says so (kvviz.app.widgets.on_phone)
+    context = browser.new_context(viewport={"width": width, "height": height},
+                                  **({"user_agent": PHONE_UA, "is_mobile": True} if width <= 480 else {}))
     page = context.new_page()
     page.set_default_timeout(90_000)  # a loaded machine: no time is asserted
     page.goto(url)
@@ -232,6 +234,31 @@ def test_a_korean_phone_follows_the_memory_scenario_as_the_lecturer_changes_it(b
     settle(phone)
     table.scroll_into_view_if_needed()  # the formula's figures on the phone's screen
     phone.screenshot(path=shots / "room_follower_memory_ko_changed_390x844.png")
+    assert phone.locator("[data-testid='stException']").count() == 0
+    context.close()
+    lecture.close()
+
+
+def test_a_korean_phone_follows_compression_with_the_plot_across_its_width(browser, app_url, shots):
+    """Compressing the Cache: the lecturer's measured methods on a Korean phone. Its legend of 13 methods stood right
+    of the plot and squeezed it to ~150 of 390 px; on a phone it stands under the plot, which takes the width."""
+    lecture, projector = _open(browser, f"{app_url}/Compressing_the_Cache?lecture=1&tokens=256", 1280, 720)
+    link = _share(projector, "Compressing_the_Cache", settings="Settings")
+    projector.keyboard.press("Escape")
+    projector.get_by_role("button", name="Measure all methods").click()
+    expect(projector.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=300_000)
+    wait_idle(projector)
+    desk = projector.evaluate(PLOT_BOXES)[0]
+    assert desk["legend_below"] is False  # on the projector the legend stands beside the plot
+    context, phone = _open(browser, f"{link}&lang=ko", 390, 844)
+    expect(phone.get_by_text("강의를 따라 보고 있습니다")).to_be_visible()
+    expect(phone.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=15_000)
+    settle(phone)
+    boxes = phone.evaluate(PLOT_BOXES)
+    assert boxes and all(b["legend_below"] is not False for b in boxes)
+    tradeoff = boxes[0]
+    assert tradeoff["plot"] >= 0.7 * tradeoff["width"], tradeoff  # was ~0.4 with the legend beside it
+    phone.locator("[data-testid='stPlotlyChart']").first.screenshot(path=shots / "room_follower_compression_ko_390.png")
     assert phone.locator("[data-testid='stException']").count() == 0
     context.close()
     lecture.close()
