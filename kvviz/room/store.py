@@ -118,9 +118,6 @@ class RoomStore(ABC):
         version, seen = self._status(room_id)
         return version, self.clock() - seen > LECTURER_GONE_S
 
-    def lecturer_left(self, room_id: str) -> bool:
-        return self.status(room_id)[1]
-
     def open_question(self, room_id: str, secret: str, question: str, options: Sequence[str]) -> None:
         """Open a question to the room; the answers to the one before it are dropped."""
         if not options or len(set(options)) != len(options):

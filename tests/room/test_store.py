@@ -144,15 +144,14 @@ def test_expires_two_hours_after_the_last_change(store, clock):
 
 def test_the_lecturer_left_when_no_sign_for_a_while(store, clock):
     room = store.create()
-    assert not store.lecturer_left(room.id)
+    assert store.status(room.id) == (0, False)  # the poll's version and "left" together
     clock.now += LECTURER_GONE_S + 1
-    assert store.lecturer_left(room.id)
+    assert store.status(room.id) == (0, True)
     store.beat(room.id, room.secret)
-    assert not store.lecturer_left(room.id)
+    assert store.status(room.id) == (0, False)
     clock.now += LECTURER_GONE_S + 1
     store.publish(room.id, room.secret, {"step": 1})  # a publish is a sign too
-    assert not store.lecturer_left(room.id)
-    assert store.status(room.id) == (1, False)  # the poll's version and "left" together
+    assert store.status(room.id) == (1, False)
     assert _error(store.beat, room.id, "not-the-secret") == "room.not_lecturer"
     # a beat is not a change: the room still ends two hours after its last change
     clock.now += ROOM_TTL_S - 1

@@ -335,27 +335,21 @@ def _unreachable(e: InputError, own_page: str) -> None:
     st.page_link(own_page, label=tr("room.on_own"), icon=":material/arrow_forward:", query_params={"lang": lang()})
 
 
-def _room_now(room_id: str) -> tuple[int, dict | None, bool, InputError | None]:
-    """What a follower's screen shows of the room: (version, view, whether the lecturer left, the error if the room
-    is out of reach). Each call also holds this follower's seat (a hosted demo caps the seats)."""
-    try:
-        room_store().follow(room_id, _follower_id())
-        version, view = room_store().read(room_id)
-        return version, view, view is not None and room_store().lecturer_left(room_id), None
-    except InputError as e:
-        return -1, None, False, e
-
-
-def _room_mark(room_id: str) -> tuple[int, bool, str | None]:
-    """What a follower's redraw depends on: (version, whether the lecturer left, an error by its kind: its reason
-    may vary). A poll's question, asked without the snapshot (a lecturer's pasted text can make it ~200 kB); each
-    call holds this follower's seat."""
+def _room_mark(room_id: str) -> tuple[int, bool, InputError | None]:
+    """What a follower's redraw depends on: (version, whether the lecturer left, the error if the room is out of
+    reach). A poll's question, asked without the snapshot (a view can be ~100 kB); each call holds this follower's
+    seat (a hosted demo caps the seats)."""
     try:
         room_store().follow(room_id, _follower_id())
         version, left = room_store().status(room_id)
-        return version, version > 0 and left, None  # version 0: nothing published yet, as read() says
+        return version, version > 0 and left, None  # version 0: nothing published yet, nobody to have left
     except InputError as e:
-        return -1, False, e.locale_key
+        return -1, False, e
+
+
+def _same(a: tuple[int, bool, InputError | None], b: tuple[int, bool, InputError | None]) -> bool:
+    # an error by its kind: its reason (a Redis message) may vary from poll to poll
+    return a[:2] == b[:2] and (a[2] and a[2].locale_key) == (b[2] and b[2].locale_key)
 
 
 def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
@@ -365,7 +359,13 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
     poll redrawing the view held one app server's core with eight followers)."""
     room_id = follower_room()
     st.caption(tr("room.following"))
-    version, view, left, error = shown = _room_now(room_id)
+    drawn = _room_mark(room_id)
+    view, left, error = None, drawn[1], drawn[2]
+    if error is None:
+        try:
+            view = room_store().read(room_id)[1]  # a newer version than the mark's: the next poll redraws
+        except InputError as e:
+            error = e
     if error is not None:
         _unreachable(error, own_page)
     elif _elsewhere(view, own_page):
@@ -378,11 +378,9 @@ def follow_run(page: str, draw: Callable[[dict], None], own_page: str) -> None:
                        else tr("room.lecturer_left_page"))
         draw(view)
 
-    drawn = (shown[0], shown[2], None if shown[3] is None else shown[3].locale_key)  # as _room_mark says it
-
     @st.fragment(run_every=RUN_POLL_S)
     def poll() -> None:
-        if _room_mark(room_id) != drawn:
+        if not _same(_room_mark(room_id), drawn):
             st.rerun(scope="app")
 
     poll()
