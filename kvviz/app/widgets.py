@@ -134,11 +134,12 @@ def chart(fig: go.Figure, key: str) -> None:
     """
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
     lecture = st.session_state.get("kv_lecture")
-    if on_phone():  # a room's follower holds one: the legend under the plot, titles in lines (charts.base)
-        fig = phone_layout(fig)
+    # On a phone (a room's follower holds one) the legend under the plot, titles in lines (charts.base); a copy: the
+    # SVG below is the slide's, at a projector's size.
+    shown = phone_layout(fig) if on_phone() else fig
     if lecture:
         config["displayModeBar"] = "hover"  # on a projector the toolbar would sit on a wrapped title
-    st.plotly_chart(fig, key=key, config=config, width="stretch", theme=None)
+    st.plotly_chart(shown, key=key, config=config, width="stretch", theme=None)
     if not lecture and can_export():
         # Drawn only when pressed (a callable), on Streamlit's download thread: ~1-10 s of Chromium per image.
         failed = tr("lecture.download_svg_failed")  # read here: the callable runs outside the script

@@ -262,3 +262,35 @@ def test_a_korean_phone_follows_compression_with_the_plot_across_its_width(brows
     assert phone.locator("[data-testid='stException']").count() == 0
     context.close()
     lecture.close()
+
+
+CHART_DATA = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => p.data.map(t => [t.x, t.y]))"""
+
+
+def test_a_sweep_with_a_room_open_shows_its_progress_then_the_korean_phone_its_chart(browser, app_url, shots):
+    """Latency & Capacity with a room open: the lecturer's sweep shows its progress as it runs (a progress bar drawn
+    after each tick's measuring never reached the browser), and a Korean phone draws the finished sweep's chart
+    from the lecturer's rows: the same points."""
+    lecture, projector = _open(browser, f"{app_url}/Latency_and_Capacity?lecture=1", 1280, 720)
+    link = _share(projector, "Latency_and_Capacity", settings="Settings")
+    projector.keyboard.press("Escape")
+    projector.get_by_role("button", name="Settings").click()
+    lengths = projector.get_by_label(re.compile("Prompt lengths"))
+    lengths.fill("16, 64, 128, 256, 384")
+    lengths.press("Enter")
+    wait_idle(projector)
+    projector.keyboard.press("Escape")
+    context, phone = _open(browser, f"{link}&lang=ko", 390, 844)
+    projector.get_by_role("button", name="Start sweep").click()
+    expect(projector.get_by_text(re.compile(r"Measuring… [1-9]\d* / 30 runs"))).to_be_visible(timeout=60_000)
+    expect(projector.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=240_000)
+    wait_idle(projector)
+    ours = projector.evaluate(CHART_DATA)[0]
+    expect(phone.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=15_000)
+    settle(phone)
+    assert phone.evaluate(CHART_DATA)[0] == ours  # the lecturer's measured points, drawn on the phone
+    assert phone.evaluate(PLOT_BOXES)[0]["plot"] >= 0.7 * 350  # the legend under the plot, not beside it
+    phone.locator("[data-testid='stPlotlyChart']").first.screenshot(path=shots / "room_follower_latency_ko_390.png")
+    assert phone.locator("[data-testid='stException']").count() == 0
+    context.close()
+    lecture.close()
