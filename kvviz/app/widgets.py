@@ -136,9 +136,10 @@ def chart(fig: go.Figure, key: str) -> None:
     lecture = st.session_state.get("kv_lecture")
     # On a phone (a room's follower holds one) the legend under the plot, titles in lines (charts.base); a copy: the
     # SVG below is the slide's, at a projector's size.
-    shown = phone_layout(fig) if on_phone() else fig
-    if lecture:
-        config["displayModeBar"] = "hover"  # on a projector the toolbar would sit on a wrapped title
+    phone = on_phone()
+    shown = phone_layout(fig) if phone else fig
+    if lecture or phone:
+        config["displayModeBar"] = "hover"  # on a projector or a phone the toolbar would sit on a wrapped title
     st.plotly_chart(shown, key=key, config=config, width="stretch", theme=None)
     if not lecture and can_export():
         # Drawn only when pressed (a callable), on Streamlit's download thread: ~1-10 s of Chromium per image.

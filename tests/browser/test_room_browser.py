@@ -276,13 +276,13 @@ def test_a_sweep_with_a_room_open_shows_its_progress_then_the_korean_phone_its_c
     projector.keyboard.press("Escape")
     projector.get_by_role("button", name="Settings").click()
     lengths = projector.get_by_label(re.compile("Prompt lengths"))
-    lengths.fill("16, 64, 128, 256, 384")
+    lengths.fill(", ".join(str(n) for n in range(16, 513, 16)))  # 32 lengths, 6 runs each: several ticks' work
     lengths.press("Enter")
     wait_idle(projector)
     projector.keyboard.press("Escape")
     context, phone = _open(browser, f"{link}&lang=ko", 390, 844)
     projector.get_by_role("button", name="Start sweep").click()
-    expect(projector.get_by_text(re.compile(r"Measuring… [1-9]\d* / 30 runs"))).to_be_visible(timeout=60_000)
+    expect(projector.get_by_text(re.compile(r"Measuring… [1-9]\d* / 192 runs"))).to_be_visible(timeout=60_000)
     expect(projector.locator("[data-testid='stPlotlyChart']").first).to_be_visible(timeout=240_000)
     wait_idle(projector)
     ours = projector.evaluate(CHART_DATA)[0]
