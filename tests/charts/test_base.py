@@ -2,15 +2,17 @@
 from kvviz.charts.base import PHONE_WIDTH_PX, _display_width, legend_below, phone_layout, style
 from kvviz.charts.compression import tradeoff_figure
 
+METHODS = [("window", "슬라이딩 윈도 (64)"), ("h2o", "H2O (64)"), ("snapkv", "SnapKV (64)"), ("int8", "KIVI int8"),
+           ("fp8", "FP8 (--calculate-kv-scales)"), ("mqa", "MQA로 묶기")]
 ROWS = [dict(method=m, label=label, memory_saved=0.1 * i, kl_divergence=10 ** -i, top1_agreement=0.9,
-             perplexity=3.0, kv_bytes=1000, n_cached=10)
-        for i, (m, label) in enumerate([("window", "슬라이딩 윈도 (64)"), ("h2o", "H2O (64)"), ("snapkv", "SnapKV (64)"),
-                                        ("int8", "KIVI int8"), ("fp8", "FP8 (--calculate-kv-scales)"), ("mqa", "MQA로 묶기")])]
+             perplexity=3.0, kv_bytes=1000, n_cached=10) for i, (m, label) in enumerate(METHODS)]
+FAMILIES = {"evict": "축출", "quantize": "양자화", "share": "헤드 공유"}
 
 
 def _tradeoff():
-    return tradeoff_figure(ROWS, metric="kl", family_names={"evict": "축출", "quantize": "양자화", "share": "헤드 공유"},
-                           x_title="절약한 메모리 (전체 캐시 대비 비율, 둘 다 bfloat16로 저장)", y_title="KL", title="절약한 메모리 대 잃은 품질 (모든 방법)")
+    return tradeoff_figure(ROWS, metric="kl", family_names=FAMILIES, y_title="KL",
+                           x_title="절약한 메모리 (전체 캐시 대비 비율, 둘 다 bfloat16로 저장)",
+                           title="절약한 메모리 대 잃은 품질 (모든 방법)")
 
 
 def _plot_px(fig) -> int:
@@ -50,7 +52,8 @@ def test_a_legend_in_a_row_becomes_a_list_under_the_plot_and_stays_one():
 def test_subplots_titles_are_broken_to_their_columns_width():
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=3, subplot_titles=["토큰당 디코드 시간 (TPOT)", "초당 토큰 수 (전체 배치)", "KV 캐시 메모리"])
+    titles = ["토큰당 디코드 시간 (TPOT)", "초당 토큰 수 (전체 배치)", "KV 캐시 메모리"]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     phone = phone_layout(style(fig, title="t"))
     column = (PHONE_WIDTH_PX - 40) / 3
     for note in phone.layout.annotations:

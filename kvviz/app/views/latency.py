@@ -1,10 +1,10 @@
 """What the Latency & Capacity page draws: the session keys it keeps (`LC`), the page's context (`LatencyPage`), a
 sweep's panel (`sweep_panel`: its settings, Start and Cancel, the fragment that draws the progress and measures a
 little per tick, then the chart, verdict, table and CSV) and the roofline tab (`roofline`: its settings in
-`roof_inputs`, drawn by `roof_figures`, its cards in `bounds`); in a lecture room what the lecturer's page publishes (`room_view`: finished
-sweeps' rows, the roofline's inputs) and a follower's page drawn from it (`follow`). What a sweep measures comes
-from kvviz.engine.sweeps (imported with the model, when a sweep starts); what its rows and the roofline say from
-kvviz.lessons.latency. Nothing here imports torch before a sweep starts."""
+`roof_inputs`, drawn by `roof_figures`, its cards in `bounds`); in a lecture room what the lecturer's page publishes
+(`room_view`: finished sweeps' rows, the roofline's inputs) and a follower's page drawn from it (`follow`). What a
+sweep measures comes from kvviz.engine.sweeps (imported with the model, when a sweep starts); what its rows and the
+roofline say from kvviz.lessons.latency. Nothing here imports torch before a sweep starts."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace

@@ -1,7 +1,7 @@
 """What the Prefill & Decode page draws: the session keys it keeps (`PD`), the request's settings (`controls`), Run and
-Stop (`start_request`, `stop_request`), the fragment that draws the progress and measures a little per tick, then
-the results (`live`), the runs' figures as plain numbers (`results`: what is drawn, and what a lecture room's followers get),
-the median run's timeline, cards, runs and formula (`show`), the table of phases (`phases`), a room follower's
+Stop (`start_request`, `stop_request`), the fragment that draws the progress and measures a little per tick, then the
+results (`live`), the runs' figures as plain numbers (`results`: what is drawn, and what a lecture room's followers
+get), the median run's timeline, cards, runs and formula (`show`), the table of phases (`phases`), a room follower's
 page (`follow`, with "Explore from here": the lecturer's model and boxes). The measuring is
 kvviz.engine.timing.RepeatedRequest's (imported with the model, when Run is clicked), always in quiet; what its runs
 say comes from kvviz.lessons.prefill_decode. Nothing here imports torch before Run."""
