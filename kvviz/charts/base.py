@@ -90,8 +90,10 @@ def phone_layout(fig: go.Figure) -> go.Figure:
         rows_px = int(LEGEND_ROW_FONTS * legend_font * (len(entries) + len(groups)) + gap * len(groups)) + 10
         margin = fig.layout.margin
         fig.update_layout(legend=dict(orientation="v", x=0, xanchor="left", y=0, yref="container", yanchor="bottom"),
-                          height=(fig.layout.height or 450) + rows_px, margin=dict(r=20, b=(margin.b or 80) + rows_px))
-    wide = PHONE_WIDTH_PX - 40  # the page's side padding
+                          height=(fig.layout.height or 450) + rows_px,  # Plotly's default height and margins
+                          margin=dict(r=20, b=(margin.b or 80) + rows_px))
+    # a chart is 358 px wide on that screen (Streamlit's padding, measured in Chromium), less the title's indent
+    wide = PHONE_WIDTH_PX - 40
     title = fig.layout.title.text if fig.layout.title else None
     if title and "<br>" not in title:
         title_font = fig.layout.title.font.size or font + 3
