@@ -119,6 +119,10 @@ class KVSpec:
     n_dense_layers: int = 0  # DeepSeek's first_k_dense_replace: leading layers with a dense MLP of d_ff
     q_lora_rank: int = 0  # MLA: the query's low-rank width (0: queries projected directly)
     v_head_dim: int = 0  # MLA: one head's value width
+    # The checkpoint's weights (kvviz.kv.weights sizes them): config.json's quantization_config as canonical JSON
+    # ("" = none), and the dtype of its unquantized tensors (torch_dtype / dtype; "" = not said)
+    quantization: str = ""
+    dtype: str = ""
 
     def __post_init__(self) -> None:
         _check_positive(n_layers=self.n_layers, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head)

@@ -5,8 +5,9 @@ the public files; the copy each was checked against is named beside it), and goe
 uploaded config, so a preset and `--config` on that model's file give the same figures. Parameter counts are exact
 counts of the checkpoint's unique tensors (tied embeddings counted once; for the MoE presets and Gemma-3-27B, its
 vision tower included, the parameters of transformers' own model built from that config, gpt-oss-120b's equal to
-its model card's 116.83B), except DeepSeek-V3's published 671B, which leaves out the 14B multi-token-prediction
-module.
+its model card's 116.83B; DeepSeek-V3's as vLLM builds it, without the 14B multi-token-prediction module). The
+presets whose checkpoints ship quantized (DeepSeek-V3 in FP8 blocks, gpt-oss in MXFP4) keep their config.json's
+quantization_config, so their weights are sized in that format (kvviz.kv.weights).
 """
 
 from __future__ import annotations
@@ -175,8 +176,14 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
             "first_k_dense_replace": 3,
             "max_position_embeddings": 163840,
             "vocab_size": 129280,
+            "torch_dtype": "bfloat16",
+            # the checkpoint ships FP8 (the Hub config.json's quantization_config)
+            "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                    "weight_block_size": [128, 128]},
         },
-        671_000_000_000,
+        # counted from the config as vLLM's DeepseekV3ForCausalLM builds it (the multi-token-prediction layer,
+        # which vLLM does not load, left out): 671B, README_WEIGHTS.md's "671B main model weights"
+        671_026_419_200,
     ),
     # config.json: NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_mixtral.py, MIXTRAL_8X7B_CONFIG
     # (the Hub file, transformers_version 4.36.0.dev0)
@@ -242,6 +249,11 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
             "max_position_embeddings": 131072,
             "vocab_size": 201088,
             "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            # the checkpoint ships MXFP4 experts (the Hub config.json's quantization_config)
+            "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                               "model.embed_tokens", "lm_head"],
+                                    "quant_method": "mxfp4"},
         },
         116_829_156_672,
     ),
@@ -270,7 +282,7 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
 HF_REPOS: dict[str, str] = {name: repo for name, (repo, _, _) in _PRESETS.items()}
 CONFIGS: dict[str, dict] = {name: config for name, (_, config, _) in _PRESETS.items()}
 PRESETS: dict[str, KVSpec] = {
-    name: parse_hf_config(config, name).with_params(params, "published" if name == "DeepSeek-V3" else "counted")
+    name: parse_hf_config(config, name).with_params(params, "counted")
     for name, (_, config, params) in _PRESETS.items()
 }
 

@@ -147,8 +147,11 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
     """The KV description of a Hugging Face config dict; InputError for anything the formula cannot trust."""
     if not isinstance(cfg, dict):
         raise InputError("memory.config_not_object")
+    quantization = cfg.get("quantization_config")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     if isinstance(cfg.get("text_config"), dict) and not any(f in cfg for f in LAYER_FIELDS):
         cfg = {**cfg["text_config"]}  # multimodal wrappers keep the decoder's fields one level down
+        dtype = dtype or cfg.get("torch_dtype") or cfg.get("dtype")
     n_layers = _int_field(cfg, LAYER_FIELDS)
     n_heads = _int_field(cfg, HEAD_FIELDS)
     d_model = _int_field(cfg, HIDDEN_FIELDS)
@@ -193,6 +196,8 @@ def parse_hf_config(cfg: Any, name: str = "config.json") -> KVSpec:
         model_type=str(cfg.get("model_type", "")),
         d_ff=d_ff,
         mlp_gated=gated,
+        quantization=json.dumps(quantization, sort_keys=True) if quantization else "",
+        dtype=str(dtype).removeprefix("torch.") if isinstance(dtype, str) else "",
         **moe,
     )
 
