@@ -19,6 +19,7 @@ from kvviz.cli.common import (
     positive_int,
 )
 from kvviz.kv.formula import KVSpec
+from kvviz.kv.quant import DTYPE_BYTES
 from kvviz.units import format_binary
 
 
@@ -50,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size (GPUs sharing the model)")
     c.add_argument("--gpu-memory-utilization", type=positive_float, default=0.9)
     add_kv_dtype(c)
-    add_kv_dtype(c, "--weight-dtype")
+    c.add_argument("--weight-dtype", choices=list(DTYPE_BYTES),
+                   help="every parameter in this dtype (default: the checkpoint's format, from its config's "
+                        "quantization_config or the preset's, or read from a model directory's safetensors)")
     c.add_argument("--max-model-len", type=positive_int, help="tokens per request (default: the model's context)")
     c.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block (vLLM's choices)")
     c.add_argument("--reserve-gib", type=non_negative_float,
@@ -135,12 +138,18 @@ def capacity(args: argparse.Namespace) -> dict:
     flags = ServingFlags(vllm_version=args.vllm_version, engine=args.vllm_engine, entry=args.entry,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                          enforce_eager=args.enforce_eager, sampler=args.sampler)
+    weights = None
+    if args.config and args.weight_dtype is None:
+        from kvviz.kv.weights import read_checkpoint
+
+        weights = read_checkpoint(args.config, spec, tp=args.tp)  # a model directory with safetensors: read
     return capacity_report(spec, total, device_total_source=source, max_model_len=max_len, engine=args.engine,
                            tp=args.tp, kv_dtype_name=args.kv_dtype, weight_dtype=args.weight_dtype,
                            gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
                            reserve_bytes=None if args.reserve_gib is None else round(args.reserve_gib * 2**30),
                            flags=flags, gpu_name=args.gpu, smi_mib=smi_mib,
-                           mem_fraction_static=args.mem_fraction_static, sglang_version=args.sglang_version)
+                           mem_fraction_static=args.mem_fraction_static, sglang_version=args.sglang_version,
+                           weights=weights, preset=args.preset is not None)
 
 
 def presets(args: argparse.Namespace) -> dict:
@@ -227,8 +236,26 @@ def _show_sglang(r: dict) -> None:
           f"{r['max_concurrency']:.2f} requests of {r['context_len']:,} tokens")
 
 
+def weights_line(w: dict) -> str:
+    """Where the weights' bytes come from: read from the headers or estimated, the format and its source."""
+    f = w["format"]
+    how = f"read from {w['files']} safetensors file(s)" if w["read"] else "estimated"
+    parts = ""
+    if f["method"] != "none":
+        parts = (f": {w['quantized_bytes'] / GIB:.2f} quantized + {w['scale_bytes'] / GIB:.2f} scales"
+                 + (f" + {w['zero_point_bytes'] / GIB:.2f} zero points" if w["zero_point_bytes"] else "")
+                 + f" + {w['unquantized_bytes'] / GIB:.2f} GiB in {w['model_dtype']} (all GPUs)")
+    rng = ""
+    if w.get("per_gpu_range") and w["total_bytes"] is not None:
+        lo, hi = w["per_gpu_range"]
+        rng = f"; {lo / GIB:.2f} – {hi / GIB:.2f} GiB per GPU over the expert kernels' padding ({w['backend']} counted)"
+    return f"  weights {how}, format {f['label']} (from the {w['source']}){parts}{rng}"
+
+
 def _show_vllm(r: dict) -> None:
     print(f"{r['model']} on {r['tp']} GPU(s); per GPU, as vLLM computes it at start-up:")
+    if r.get("weights"):
+        print(weights_line(r["weights"]))
     print(f"  total {r['device_total_bytes'] / GIB:.2f} GiB × gpu_memory_utilization {r['gpu_memory_utilization']} "
           f"= {r['requested_bytes'] / GIB:.2f} GiB")
     print(f"  − weights {r['weights_bytes'] / GIB:.2f} GiB − reserve {r['reserve_bytes'] / GIB:.2f} GiB"
@@ -251,6 +278,14 @@ def _show_vllm(r: dict) -> None:
         padding = f", {r['padding_layers']} padding layers" if r.get("padding_layers") else ""
         print(f"  {len(r['kv_cache_groups'])} KV-cache group(s){padding}: a request takes {groups} = "
               f"{r['blocks_per_request']:,} blocks")
+    d = r.get("derived")
+    if d:
+        for g in d["groups"]:
+            pad = f" + {g['padding_layers']} padding" if g["padding_layers"] else ""
+            print(f"    group {g['kind']}: {g['layers']} layers{pad}, {g['blocks_per_request']:,} blocks per request "
+                  f"({g['share']:.0%} of a request's blocks)")
+        print(f"  GPU KV cache size {d['kv_cache_tokens']:,} tokens is derived: {d['tokens_formula']} "
+              f"({d['num_blocks']:,} blocks in the pool)")
     if r.get("sliding_as_full"):
         print(f"  this release counts the sliding-window layers as full attention ({r['kv_rule']})")
     print(f"  maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")

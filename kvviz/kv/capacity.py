@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec, kv_bytes, kv_footprint, shard_for_tp, weight_bytes
+from kvviz.kv.formula import KVSpec, kv_bytes, kv_footprint, shard_for_tp
 from kvviz.kv.vllm_profile import (
     Gpu,
     Reserve,
@@ -22,6 +22,7 @@ from kvviz.kv.vllm_profile import (
     parse_version,
     predict_reserve,
 )
+from kvviz.kv.weights import WeightSizing, size_weights
 
 # vLLM's defaults where the user does not say otherwise: 16-token blocks (CacheConfig.block_size) and
 # gpu_memory_utilization 0.9 (EngineArgs), the same in every release read (0.4.1 – 0.33.0).
@@ -162,6 +163,8 @@ class CapacityPlan:
     padding_layers: int = 0  # layers vLLM adds so that every group has group_size layers ("Add %d padding layers")
     kv_rule: str = ""  # the release whose layout and counting rule the plan follows, with the function read
     sliding_as_full: bool = False  # the release (V0, V1 before 0.9.1) counts sliding-window layers as full attention
+    weights: dict | None = None  # WeightSizing.to_dict(): the format, where it came from, its parts, read or not
+    derived: dict | None = None  # kv_derived(): per group its layers, blocks per request, share; how N is counted
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -180,14 +183,18 @@ def plan_capacity(
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     tp: int = 1,
     kv_dtype_name: str = "bfloat16",
-    weight_dtype: str = "bfloat16",
+    weight_dtype: str | None = None,
     block_size: int = BLOCK_SIZE,
     reserve_bytes: int | None = None,
     flags: ServingFlags | None = None,
     gpu_name: str | None = None,
+    weights: WeightSizing | None = None,
+    preset: bool = False,
 ) -> CapacityPlan:
     """The KV capacity of one model on tp GPUs of device_total_bytes each, computed as vLLM computes it; the
-    reserve predicted from the flags (kvviz.kv.vllm_profile) unless given (from a log)."""
+    reserve predicted from the flags (kvviz.kv.vllm_profile) unless given (from a log). The weights: as given
+    (a checkpoint's headers read), else every parameter in weight_dtype when named, else in the format the
+    config (or the preset's checkpoint) states."""
     flags = flags or ServingFlags()
     if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
         raise InputError("memory.bad_fraction", value=gpu_memory_utilization)
@@ -207,7 +214,10 @@ def plan_capacity(
     if spec.n_params is None:
         raise InputError("capacity.params_unknown", name=spec.name or "?")
     shard = shard_for_tp(spec, tp)
-    weights = math.ceil(weight_bytes(spec.n_params, weight_dtype) / tp)
+    sizing = weights or size_weights(spec, tp=tp, weight_dtype=weight_dtype, preset=preset)
+    if sizing.per_gpu_bytes is None:
+        raise _unknown_weights(sizing)
+    weights = sizing.per_gpu_bytes
     requested = int(device_total_bytes * gpu_memory_utilization)
     fp = kv_footprint(shard, max_model_len, 1, kv_dtype_name)
     given_version = parse_version(flags.vllm_version) if flags.vllm_version else None
@@ -224,7 +234,7 @@ def plan_capacity(
     terms = reserve_range = tokens_range = concurrency_range = narrows = launch = None
     if estimated:
         prediction = predict_reserve(spec, Gpu(device_total_bytes, gpu_name), flags, max_model_len=max_model_len,
-                                     tp=tp, weight_dtype=weight_dtype)
+                                     tp=tp, weight_dtype=sizing.model_dtype)
         if prediction is None:
             raise InputError("capacity.reserve_unknown")
         likely: Reserve = prediction.likely
@@ -283,7 +293,40 @@ def plan_capacity(
         padding_layers=kv.padding_layers,
         kv_rule=kv.source,
         sliding_as_full=kv.rule != "groups" and shard.n_sliding_layers > 0,
+        weights=sizing.to_dict(),
+        derived=kv_derived(kv, shard, num_blocks, block_size, max_model_len),
     )
+
+
+def _unknown_weights(sizing: WeightSizing) -> InputError:
+    """A format (or a family's layers) kvviz cannot size: named, with what the GPU surely holds."""
+    low, high = sizing.per_gpu_range or (0, 0)
+    if sizing.unknown.startswith("method:"):
+        return InputError("weights.unknown_method", method=sizing.unknown.removeprefix("method:"),
+                          low=f"{low / 2**30:.2f}", high=f"{high / 2**30:.2f}")
+    return InputError("weights.unknown_layers", method=sizing.format.label, high=f"{high / 2**30:.2f}")
+
+
+def kv_derived(kv: KVLayout, shard: KVSpec, num_blocks: int, block_size: int, max_model_len: int) -> dict:
+    """The numbers vLLM derives from its KV-cache groups, each labelled (vllm#54662): per group its kind, layers
+    (group_size real layers of that kind, padding shown apart), the blocks one max_model_len request takes and its
+    share of those; the pool's blocks; and how this release turns them into the logged "GPU KV cache size"."""
+    n_sliding = shard.n_sliding_layers if kv.rule == "groups" else 0
+    left = {"full": shard.n_layers - n_sliding, "sliding": n_sliding}
+    if kv.rule != "groups":
+        left = {kv.groups[0][0]: shard.n_layers}
+    groups, total = [], kv.blocks_per_request
+    for kind, blocks in kv.groups:
+        layers = min(kv.group_size, left.get(kind, 0))
+        left[kind] = left.get(kind, 0) - layers
+        groups.append({"kind": kind, "layers": layers, "padding_layers": kv.group_size - layers,
+                       "blocks_per_request": blocks, "share": blocks / total if total else 0.0})
+    tokens = kv.tokens(num_blocks, block_size, max_model_len)
+    how = {"concurrency": f"int({num_blocks:,} / {total:,} × {max_model_len:,})",
+           "groups": f"{num_blocks:,} // {len(kv.groups)} × {block_size}",
+           "blocks": f"{num_blocks:,} × {block_size}"}[kv.tokens_rule]
+    return {"groups": groups, "num_blocks": num_blocks, "blocks_per_request": total, "tokens_rule": kv.tokens_rule,
+            "kv_cache_tokens": tokens, "tokens_formula": how, "derived": True}
 
 
 @dataclass(frozen=True)
@@ -363,10 +406,11 @@ def parse_lengths(text: str) -> list[int]:
 
 def capacity_report(spec: KVSpec, device_total_bytes: int, *, device_total_source: str, max_model_len: int,
                     engine: str = "vllm", tp: int = 1, kv_dtype_name: str = "bfloat16",
-                    weight_dtype: str = "bfloat16", gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                    weight_dtype: str | None = None, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
                     block_size: int = BLOCK_SIZE, reserve_bytes: int | None = None,
                     flags: ServingFlags | None = None, gpu_name: str | None = None, smi_mib: int | None = None,
-                    mem_fraction_static: float | None = None, sglang_version: str | None = None) -> dict:
+                    mem_fraction_static: float | None = None, sglang_version: str | None = None,
+                    weights: WeightSizing | None = None, preset: bool = False) -> dict:
     """The plan of `engine` ("vllm" or "sglang") as one dict, headed by the model, its parameter count with their
     source and where the device total came from: what `kvviz capacity --json` prints."""
     head = {"model": spec.name, "n_params": spec.n_params, "params_source": spec.params_source,
@@ -374,12 +418,15 @@ def capacity_report(spec: KVSpec, device_total_bytes: int, *, device_total_sourc
     if engine == "sglang":
         from kvviz.kv.sglang_pool import plan_sglang
 
+        sizing = weights or size_weights(spec, tp=tp, weight_dtype=weight_dtype, preset=preset)
+        if sizing.per_gpu_bytes is None:
+            raise _unknown_weights(sizing)
         plan = plan_sglang(spec, device_total_bytes, context_len=max_model_len, tp=tp, smi_mib=smi_mib,
                            mem_fraction_static=mem_fraction_static, sglang_version=sglang_version,
-                           kv_dtype_name=kv_dtype_name, weight_dtype=weight_dtype)
-        return head | plan.to_dict()
+                           kv_dtype_name=kv_dtype_name, weights_per_gpu=sizing.per_gpu_bytes)
+        return head | plan.to_dict() | {"weights": sizing.to_dict()}
     plan = plan_capacity(spec, device_total_bytes, max_model_len=max_model_len,
                          gpu_memory_utilization=gpu_memory_utilization, tp=tp, kv_dtype_name=kv_dtype_name,
                          weight_dtype=weight_dtype, block_size=block_size, reserve_bytes=reserve_bytes, flags=flags,
-                         gpu_name=gpu_name)
+                         gpu_name=gpu_name, weights=weights, preset=preset)
     return head | {"engine": "vllm"} | plan.to_dict()

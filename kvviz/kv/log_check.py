@@ -75,6 +75,8 @@ class LogCheck:
     terms: tuple[Term, ...]
     kv_tokens_range: tuple[int, int]
     launch: dict = field(default_factory=dict)
+    weight_format: str = ""  # the weights' format as the planner sized them, and where it came from
+    weight_source: str = ""
 
     def term(self, name: str) -> Term | None:
         return next((t for t in self.terms if t.name == name), None)
@@ -82,6 +84,8 @@ class LogCheck:
     @property
     def kv_within(self) -> bool:
         kv = self.term("kv_tokens")
+        if kv is not None and kv.logged == 0:
+            return kv.predicted == 0  # the engine refused to start, and the planner says nothing fits
         return kv is not None and kv.difference is not None and abs(kv.difference) <= TOLERANCE
 
     @property
@@ -104,7 +108,7 @@ def _vllm(entry: dict) -> LogCheck:
     plan = plan_capacity(spec, total, max_model_len=f["max_model_len"],
                          gpu_memory_utilization=f["gpu_memory_utilization"], tp=f["tp"],
                          block_size=f.get("block_size") or 16, flags=flags, gpu_name=name,
-                         weight_dtype=f.get("weight_dtype") or "bfloat16")
+                         weight_dtype=f.get("weight_dtype"), preset=bool(entry.get("preset")))
     block = plan.block_size
     terms = [Term("weights", logged.get("weights_gib"), plan.weights_bytes / GIB, "GiB")]
     activation, derived = logged.get("activation_peak_gib"), False
@@ -117,10 +121,20 @@ def _vllm(entry: dict) -> LogCheck:
         kv_tokens, derived = logged["gpu_blocks"] * block, True
     if kv_tokens is None and logged.get("kv_cache_gib") is not None:
         # the blocks that memory holds, counted as the planner's release counts them (per KV-cache group)
-        blocks = int(logged["kv_cache_gib"] * GIB // plan.kv_bytes_per_block)
+        # (none when the memory left is negative: the engine refused to start)
+        blocks = max(int(logged["kv_cache_gib"] * GIB // plan.kv_bytes_per_block), 0)
         kv_tokens, derived = blocks // len(plan.kv_cache_groups) * block, True
     terms.append(Term("kv_tokens", kv_tokens, plan.kv_cache_tokens, "tokens", derived))
-    terms = list(_with_kv_effect(terms, None if kv_tokens is None else kv_tokens * plan.kv_bytes_per_token))
+    terms = list(_with_kv_effect(terms, None if not kv_tokens else kv_tokens * plan.kv_bytes_per_token))
+    if logged.get("kv_cache_gib") is not None:
+        # "Available KV cache memory": requested − weights − reserve, negative where nothing is left
+        left = plan.requested_bytes - plan.weights_bytes - plan.reserve_bytes
+        terms.append(Term("kv_memory", logged["kv_cache_gib"], left / GIB, "GiB"))
+        if logged.get("weights_gib") is not None and logged.get("activation_peak_gib") is None:
+            # the reserve the log implies: what was requested, less its weights and KV memory
+            requested = (logged.get("total_gpu_memory_gib") or total / GIB) * f["gpu_memory_utilization"]
+            terms.append(Term("reserve", requested - logged["weights_gib"] - logged["kv_cache_gib"],
+                              plan.reserve_bytes / GIB, "GiB", True))
     if logged.get("max_concurrency") is not None:
         # vLLM's concurrency is for max_model_len tokens per request, the length the log states
         n = logged.get("max_concurrency_tokens") or f["max_model_len"]
@@ -129,7 +143,8 @@ def _vllm(entry: dict) -> LogCheck:
     return LogCheck(id=entry["id"], engine="vllm", model=entry["model"], gpu=entry.get("gpu") or name or "",
                     tp=f["tp"], source_url=entry["source_url"], flags_named=entry["flags_named"],
                     flags_note=entry["flags_note"], version=f.get("vllm_version") or "?", terms=tuple(terms),
-                    kv_tokens_range=plan.kv_cache_tokens_range, launch=plan.launch or {})
+                    kv_tokens_range=plan.kv_cache_tokens_range, launch=plan.launch or {},
+                    weight_format=plan.weights["format"]["label"], weight_source=plan.weights["source"])
 
 
 def _sglang(entry: dict) -> LogCheck:

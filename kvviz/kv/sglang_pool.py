@@ -84,7 +84,7 @@ class SglangPlan:
 def plan_sglang(spec: KVSpec, device_total_bytes: int, *, context_len: int, tp: int = 1,
                 smi_mib: int | None = None, mem_fraction_static: float | None = None,
                 sglang_version: str | None = None, kv_dtype_name: str = "bfloat16",
-                weight_dtype: str = "bfloat16") -> SglangPlan:
+                weight_dtype: str = "bfloat16", weights_per_gpu: int | None = None) -> SglangPlan:
     """The pool SGLang sizes for this model on tp GPUs, the likely value and the range over what is unknown
     before launch (memory in use at start, load overhead, the default fraction's rule when no version)."""
 
@@ -100,7 +100,9 @@ def plan_sglang(spec: KVSpec, device_total_bytes: int, *, context_len: int, tp: 
         rules = [(mem_fraction_static, "capacity.sgl_given")]
     shard = shard_for_tp(spec, tp)
     cell = kv_footprint(shard, 1, 1, kv_dtype_name).per_token
-    weights = math.ceil(weight_bytes(spec.n_params, weight_dtype) / tp)
+    # one GPU's weights: as sized from the checkpoint's format (kvviz.kv.weights), else every parameter in one dtype
+    weights = weights_per_gpu if weights_per_gpu is not None else math.ceil(weight_bytes(spec.n_params, weight_dtype)
+                                                                             / tp)
 
     def pool(frac: float, in_use: float, overhead: float) -> tuple[int, int, int]:
         free_start = device_total_bytes - round(in_use * GIB)
