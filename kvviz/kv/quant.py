@@ -225,6 +225,8 @@ def linear_bytes(out: int, inp: int, fmt: WeightFormat, *, parts: int = 1) -> By
         return Bytes(data, blocks * fmt.scale_bytes + nested)
     groups = 1 if fmt.group_size == -1 else (inp // fmt.group_size if fmt.group_size else 1)
     scales = groups * out * fmt.scale_bytes
+    if fmt.method == "compressed-tensors":
+        scales += 16  # CompressedTensorsWNA16.create_weights: weight_shape, two int64
     zeros = math.ceil(groups * out * fmt.bits / 8) if fmt.zero_points else 0
     g_idx = inp * 4 if fmt.act_order else 0
     return Bytes(data, scales + g_idx, zeros)

@@ -17,8 +17,16 @@ from pathlib import Path
 
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec
-from kvviz.kv.quant import DTYPE_BYTES, Bytes, WeightFormat, is_ignored, linear_bytes, mxfp4_expert_bytes, \
-    plain_format, weight_format
+from kvviz.kv.quant import (
+    DTYPE_BYTES,
+    Bytes,
+    WeightFormat,
+    is_ignored,
+    linear_bytes,
+    mxfp4_expert_bytes,
+    plain_format,
+    weight_format,
+)
 
 # Where the weight format came from: the model's config.json, the preset's (its checkpoint ships quantized),
 # --weight-dtype, the checkpoint's safetensors headers, or vLLM's --dtype auto for a config that says nothing

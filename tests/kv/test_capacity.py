@@ -78,7 +78,7 @@ def test_mla_latent_is_whole_on_every_gpu():
     assert kv_footprint(shard, 1).per_token == kv_footprint(v3, 1).per_token == 61 * (512 + 64) * 2
     plan = plan_capacity(v3, HARDWARE["H200"].memory_bytes, max_model_len=32768, tp=8, weight_dtype="fp8",
                          reserve_bytes=5 * GIB)
-    assert plan.kv_bytes_per_token == 70_272 and plan.weights_bytes == -(-671 * 10**9 // 8)
+    assert plan.kv_bytes_per_token == 70_272 and plan.weights_bytes == -(-v3.n_params // 8)
     assert plan.num_blocks == (int(HARDWARE["H200"].memory_bytes * 0.9) - plan.weights_bytes - 5 * GIB) // (
         16 * 70_272)
     with pytest.raises(InputError, match="split evenly"):
