@@ -27,10 +27,11 @@ from kvviz.app.views.memory import (
     seed_buttons,
     seed_from_url,
     start_up_logs,
+    weights_total,
 )
 from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.errors import InputError
-from kvviz.kv.formula import kv_footprint, weight_bytes
+from kvviz.kv.formula import kv_footprint
 from kvviz.lessons.memory import lecture_screens
 
 PAGE = "pages/3_Memory_Footprint.py"
@@ -73,7 +74,7 @@ try:
 except InputError as exc:  # a llama.cpp block format this head size is not whole blocks of (llama.cpp refuses it too)
     show_error(exc)
     st.stop()
-weights = weight_bytes(spec.n_params, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
+weights = weights_total(spec, w_dtype_name)  # None: unknown, and nothing below pretends otherwise
 
 with right:
     formula(spec, fp, weights, w_dtype_name, lecture)

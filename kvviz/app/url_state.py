@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "tokens": 4096,
     "batch": 1,
     "kv_dtype": "bfloat16",
-    "w_dtype": "bfloat16",
+    "w_dtype": "checkpoint",  # the checkpoint's own format (its quantization_config), else one dtype
     "gpu": "H100 SXM",
     "n_gpus": 1,
     "frac": 0.9,
@@ -139,7 +139,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "tokens": int_in(1, 10_000_000),
     "batch": int_in(1, 100_000),
     "kv_dtype": one_of(KV_DTYPES),
-    "w_dtype": one_of(KV_DTYPES),
+    "w_dtype": one_of(("checkpoint", *KV_DTYPES)),
     "gpu": one_of(HARDWARE),
     "n_gpus": int_in(1, 64),
     "frac": float_in(0.1, 1.0),

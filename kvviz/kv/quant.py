@@ -56,9 +56,10 @@ class WeightFormat:
 
 def plain_format(dtype: str) -> WeightFormat:
     """Every weight in one dtype (an unquantized checkpoint, or --weight-dtype)."""
-    if dtype not in DTYPE_BYTES:
-        raise InputError("unknown_kv_dtype", name=dtype, choices=", ".join(DTYPE_BYTES))
-    return WeightFormat("none", DTYPE_BYTES[dtype] * 8, label=dtype, rule="UnquantizedLinearMethod.create_weights")
+    from kvviz.kv.formula import kv_dtype
+
+    return WeightFormat("none", kv_dtype(dtype).data_bytes * 8, label=dtype,
+                        rule="UnquantizedLinearMethod.create_weights")
 
 
 def _int(cfg: dict, key: str, default: int | None = None) -> int:

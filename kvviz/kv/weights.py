@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec
+from kvviz.kv.formula import KVSpec, weight_bytes
 from kvviz.kv.quant import (
     DTYPE_BYTES,
     Bytes,
@@ -151,7 +151,7 @@ def size_weights(spec: KVSpec, *, tp: int = 1, weight_dtype: str | None = None, 
     dtype = model_dtype(spec)
     if weight_dtype is not None:
         fmt, source = plain_format(weight_dtype), "flag"
-        total = math.ceil(spec.n_params * DTYPE_BYTES[weight_dtype])
+        total = weight_bytes(spec.n_params, weight_dtype)
         return WeightSizing(fmt, source, weight_dtype, tp, total, math.ceil(total / tp), quantized_bytes=0,
                             unquantized_bytes=total, unquantized_params=spec.n_params)
     config = json.loads(spec.quantization) if spec.quantization else None

@@ -24,12 +24,15 @@ from kvviz.kv.formula import (
 )
 from kvviz.kv.hardware import Hardware
 from kvviz.kv.log_check import LogCheck
+from kvviz.kv.presets import PRESETS
 from kvviz.kv.sglang_pool import SglangPlan, plan_sglang
 from kvviz.kv.vllm_profile import ServingFlags
+from kvviz.kv.weights import WeightSizing, size_weights
 
 GIB = 2**30
 CROSSING_LIMIT = 1 << 24  # contexts searched for the cache reaching the weights (16,777,216 tokens)
-LOG_TERMS = ("weights", "activation", "non_torch", "kv_tokens")  # the planner's terms checked against the logs
+# the planner's terms checked against the logs
+LOG_TERMS = ("weights", "activation", "non_torch", "reserve", "kv_tokens")
 
 
 # ---- lecture mode: one idea per screen ------------------------------------------------------------------------
@@ -186,18 +189,39 @@ def serving_flags(version: str, entry: str, eager: bool, max_num_batched_tokens:
                         max_num_seqs=int(max_num_seqs) or None)
 
 
+CHECKPOINT = "checkpoint"  # the weight-dtype box's first choice: the checkpoint's own format
+
+
+def is_preset(spec: KVSpec) -> bool:
+    return PRESETS.get(spec.name) == spec
+
+
+def page_weights(spec: KVSpec, w_dtype_name: str, tp: int = 1) -> WeightSizing | None:
+    """The weights the page shows: in the checkpoint's format (its config's quantization_config, a preset's own),
+    or every parameter in the dtype picked; None when the parameter count is unknown. An unknown format raises
+    (named, with the range the GPU surely holds)."""
+    if spec.n_params is None:
+        return None
+    return size_weights(spec, tp=tp, weight_dtype=None if w_dtype_name == CHECKPOINT else w_dtype_name,
+                        preset=is_preset(spec))
+
+
 def plan_for(engine: str, spec: KVSpec, total_bytes: int, *, tokens: int, n_gpus: int, kv_dtype_name: str,
              weight_dtype: str, gpu: Hardware, gpu_name: str, fraction: float = 0.9,
              flags: ServingFlags | None = None, reserve_gib: float | None = None, sgl_frac: float = 0.0
              ) -> CapacityPlan | SglangPlan:
     """vLLM's plan (its fraction, flags and a reserve given in GiB, else predicted) or SGLang's (a fraction of 0
     is its default rule)."""
+    weights = page_weights(spec, weight_dtype, n_gpus)
     if engine == "vllm":
         return plan_capacity(spec, total_bytes, max_model_len=tokens, gpu_memory_utilization=fraction, tp=n_gpus,
-                             kv_dtype_name=kv_dtype_name, weight_dtype=weight_dtype, flags=flags, gpu_name=gpu_name,
+                             kv_dtype_name=kv_dtype_name, flags=flags, gpu_name=gpu_name, weights=weights,
                              reserve_bytes=None if reserve_gib is None else round(reserve_gib * GIB))
+    if weights is not None and weights.per_gpu_bytes is None:
+        plan_capacity(spec, total_bytes, max_model_len=tokens, weights=weights)  # raises: the format is unknown
     return plan_sglang(spec, total_bytes, context_len=tokens, tp=n_gpus, smi_mib=gpu.nvidia_smi_total_mib,
-                       mem_fraction_static=sgl_frac or None, kv_dtype_name=kv_dtype_name, weight_dtype=weight_dtype)
+                       mem_fraction_static=sgl_frac or None, kv_dtype_name=kv_dtype_name,
+                       weights_per_gpu=None if weights is None else weights.per_gpu_bytes)
 
 
 def flag_name(field: str) -> str:
@@ -229,7 +253,8 @@ def log_cell(check: LogCheck, name: str) -> str:
         return f"? → {term.predicted:,.2f}" if term is not None else "—"
     fmt = "{:,.0f}" if term.unit == "tokens" else "{:,.2f}"
     mark = "*" if term.derived else ""
-    return f"{fmt.format(term.logged)}{mark} → {fmt.format(term.predicted)} ({term.difference:+.1%})"
+    diff = "" if term.difference is None else f" ({term.difference:+.1%})"  # 0 logged: the engine did not start
+    return f"{fmt.format(term.logged)}{mark} → {fmt.format(term.predicted)}{diff}"
 
 
 def log_name(check: LogCheck) -> str:

@@ -12,6 +12,7 @@ from kvviz.kv.log_check import check_all
 from kvviz.kv.presets import CONFIGS, get_preset
 from kvviz.kv.sglang_pool import plan_sglang
 from kvviz.kv.vllm_profile import ServingFlags
+from kvviz.units import format_binary
 from tests.kv.test_formula import GEMMA2_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,11 +301,17 @@ def test_block_format_refused_for_a_head_it_does_not_divide(lang, words):
 
 
 def test_no_window_claim_for_a_model_without_one():
-    """Issue 12 item 6: DeepSeek-V3's cache passes its weights beyond the search limit; it has no window."""
-    at = open_page({"preset": "DeepSeek-V3", "tokens": "4096", "batch": "1"})
+    """Issue 12 item 6: DeepSeek-V3's cache passes its bfloat16 weights beyond the search limit; it has no window.
+    Issue 46: in the FP8 its checkpoint ships (the default), one request's cache passes them at 9.58M tokens."""
+    at = open_page({"preset": "DeepSeek-V3", "tokens": "4096", "batch": "1", "w_dtype": "bfloat16"})
     texts = [md.value for md in at.markdown]
     assert not any("sliding window" in t for t in texts)
     assert any("does not reach the weights within 16,777,216 tokens" in t for t in texts)
+    at = open_page({"preset": "DeepSeek-V3", "tokens": "4096", "batch": "1"})
+    texts = [md.value for md in at.markdown]
+    assert any("in fp8 block [128, 128], from the preset's checkpoint = 626.92 GiB" in t for t in texts)
+    # 626.92 GiB of weights ÷ 70,272 B per token (61 layers × 576 values × 2 B)
+    assert any(f"passes the weights at {-(-673_150_582_112 // 70_272):,} tokens" in t for t in texts)
     at = open_page({"preset": "Mistral-7B", "tokens": "4096", "batch": "1"})
     assert any("every layer keeps only its sliding window" in md.value for md in at.markdown)
 
@@ -312,3 +319,24 @@ def test_no_window_claim_for_a_model_without_one():
 def test_context_past_the_models_maximum_is_flagged():
     at = open_page({"preset": "GPT-2", "tokens": "32768"})
     assert any("maximum context of 1,024 tokens" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize("lang, fmt, table", [("en", "Weights: MXFP4 experts, from the preset's checkpoint",
+                                               "| 0 · full attention | 18 |"),
+                                              ("ko", "가중치: MXFP4 experts, 출처: 프리셋의 체크포인트",
+                                               "| 0 · 전체 어텐션 | 18 |")])
+def test_quantized_checkpoint_and_derived_groups_on_the_planner(lang, fmt, table):
+    """Issue 46: gpt-oss-120b's MXFP4 weights sized as the checkpoint ships them, where they came from, and the
+    KV-cache groups behind 'GPU KV cache size', labelled as derived, in both languages."""
+    at = open_page({"preset": "gpt-oss-120b", "tokens": "131072", "gpu": "H200", "vllm": "0.29.0"}, lang=lang)
+    plan = plan_capacity(get_preset("gpt-oss-120b"), HARDWARE["H200"].memory_bytes, max_model_len=131072,
+                         gpu_name=HARDWARE["H200"].name, preset=True,
+                         flags=ServingFlags(vllm_version="0.29.0"))
+    assert any(fmt in c.value and format_binary(plan.weights_bytes) in c.value for c in at.caption)
+    groups = next(md.value for md in at.markdown if table in md.value)
+    d = plan.derived
+    assert f"| {d['groups'][1]['blocks_per_request']:,} |" in groups and f"**{d['blocks_per_request']:,}**" in groups
+    assert f"{d['num_blocks']:,}" in groups and f"{d['kv_cache_tokens']:,}" in groups
+    at.selectbox(key="mem_w_dtype").set_value("int4").run()  # the old one-dtype guess, now a choice, said so
+    assert any("int4" in c.value and ("weight dtype chosen" in c.value or "고른 가중치 dtype" in c.value)
+               for c in at.caption)

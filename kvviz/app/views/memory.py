@@ -30,13 +30,14 @@ from kvviz.charts.memory import (
 )
 from kvviz.errors import InputError
 from kvviz.kv.capacity import CapacityPlan, compare_allocation, parse_lengths
-from kvviz.kv.formula import KV_DTYPES, KVFootprint, KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.formula import KV_DTYPES, KVFootprint, KVSpec, kv_footprint
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.kv.log_check import TOLERANCE, check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
 from kvviz.kv.sglang_pool import SglangPlan
 from kvviz.kv.vllm_profile import ServingFlags, why_text
 from kvviz.lessons.memory import (
+    CHECKPOINT,
     CROSSING_LIMIT,
     LOG_TERMS,
     attention_bars,
@@ -52,6 +53,7 @@ from kvviz.lessons.memory import (
     live_verdict,
     log_cell,
     log_name,
+    page_weights,
     params_b_of,
     plan_for,
     residuals,
@@ -157,7 +159,8 @@ def scenario_inputs() -> tuple[int, int, str, str]:
     tokens = number_in_range(a, tr("memory.tokens"), 1, 10_000_000, DEFAULTS["tokens"], "mem_tokens", step=1024)
     batch = number_in_range(b, tr("memory.batch"), 1, 100_000, DEFAULTS["batch"], "mem_batch")
     kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="mem_kv_dtype")
-    w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="mem_w_dtype")
+    w_dtype_name = b.selectbox(tr("memory.w_dtype"), [CHECKPOINT, *KV_DTYPES], key="mem_w_dtype",
+                               format_func=lambda v: tr("memory.w_dtype_checkpoint") if v == CHECKPOINT else v)
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
         st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
@@ -193,7 +196,7 @@ def formula(spec: KVSpec, fp: KVFootprint, weights: int | None, w_dtype_name: st
         st.caption(tr("memory.units_note"))
     if weights is not None:
         st.write(tr("memory.vs_weights", weights=format_binary(weights), params=f"{spec.n_params / 1e9:.2f}",
-                    source=tr(f"memory.params_{spec.params_source}"), dtype=w_dtype_name,
+                    source=tr(f"memory.params_{spec.params_source}"), dtype=weights_label(spec, w_dtype_name),
                     ratio=f"{fp.total / weights:.3g}"))
 
 
@@ -293,7 +296,7 @@ def planner(spec: KVSpec, choice: PlannerChoice, weights: int | None, tokens: in
             w_dtype_name: str, lecture: bool) -> CapacityPlan | SglangPlan | None:
     """The planner's answer (None when it cannot give one, and why)."""
     plan = None
-    if weights is None:
+    if spec.n_params is None:
         st.warning(tr("memory.cap_params_unknown"))
     elif choice.total_gib is None:
         st.info(tr("memory.cap_memory_unknown"))
@@ -312,12 +315,58 @@ def planner(spec: KVSpec, choice: PlannerChoice, weights: int | None, tokens: in
 def plan_of(spec: KVSpec, choice: PlannerChoice, weights: int | None, tokens: int, kv_dtype_name: str,
             w_dtype_name: str) -> CapacityPlan | SglangPlan | None:
     """The planner's answer; None without the parameter count or the device's total (planner() says which)."""
-    if weights is None or choice.total_gib is None:
+    if spec.n_params is None or choice.total_gib is None:
         return None
     return plan_for(choice.engine, spec, device_total(choice.gpu, choice.total_gib), tokens=tokens,
                     n_gpus=choice.n_gpus, kv_dtype_name=kv_dtype_name, weight_dtype=w_dtype_name, gpu=choice.gpu,
                     gpu_name=choice.gpu_name, fraction=choice.fraction, flags=choice.flags,
                     reserve_gib=choice.reserve_gib, sgl_frac=choice.sgl_frac)
+
+
+def weights_total(spec: KVSpec, w_dtype_name: str) -> int | None:
+    """All GPUs' weights in the format picked (the checkpoint's by default); None when the parameter count or the
+    format is unknown (the planner says which)."""
+    try:
+        w = page_weights(spec, w_dtype_name)
+    except InputError:
+        return None
+    return None if w is None else w.total_bytes
+
+
+def weights_label(spec: KVSpec, w_dtype_name: str) -> str:
+    """The weights' format with where it came from ("fp8 block [128, 128], from the preset's checkpoint")."""
+    w = page_weights(spec, w_dtype_name)
+    return tr("memory.w_format", label=w.format.label, source=tr(f"weights.source_{w.source}")) if w else ""
+
+
+def weights_caption(w: dict) -> str:
+    """One GPU's weights: format, source, read or estimated, and the quantized parts."""
+    how = tr("memory.w_read", files=w["files"]) if w["read"] else tr("memory.w_estimated")
+    text = tr("memory.w_caption", label=w["format"]["label"], source=tr(f"weights.source_{w['source']}"), how=how,
+              per_gpu=format_binary(w["per_gpu_bytes"]), tp=w["tp"])
+    if w["format"]["method"] != "none":
+        text += " " + tr("memory.w_parts", quantized=format_binary(w["quantized_bytes"]),
+                         scales=format_binary(w["scale_bytes"] + w["zero_point_bytes"]),
+                         plain=format_binary(w["unquantized_bytes"]), dtype=w["model_dtype"])
+    if w.get("per_gpu_range") and w["backend"]:
+        lo, hi = w["per_gpu_range"]
+        text += " " + tr("memory.w_backends", lo=format_binary(lo), hi=format_binary(hi), backend=w["backend"])
+    return text
+
+
+def derived_table(plan: CapacityPlan) -> str:
+    """vLLM's KV-cache groups and how the logged "GPU KV cache size" is derived from them (vllm#54662)."""
+    d = plan.derived
+    rows = [f"| {tr('memory.der_group')} | {tr('memory.der_layers')} | {tr('memory.der_blocks')} | "
+            f"{tr('memory.der_share')} |", "|---|--:|--:|--:|"]
+    for i, g in enumerate(d["groups"]):
+        pad = f" + {g['padding_layers']} {tr('memory.der_padding')}" if g["padding_layers"] else ""
+        rows.append(f"| {i} · {tr('memory.der_' + g['kind'])} | {g['layers']}{pad} | {g['blocks_per_request']:,} | "
+                    f"{g['share']:.0%} |")
+    rows.append(f"| **{tr('memory.der_request')}** | | **{d['blocks_per_request']:,}** | 100% |")
+    return "\n".join(rows) + "\n\n" + tr("memory.der_tokens", blocks=f"{d['num_blocks']:,}",
+                                           tokens=f"{d['kv_cache_tokens']:,}", how=d["tokens_formula"],
+                                           rule=tr(f"memory.der_rule_{d['tokens_rule']}"))
 
 
 def _vllm_plan(plan: CapacityPlan, fraction: float, tokens: int, lecture: bool) -> None:
@@ -338,6 +387,10 @@ def _vllm_plan(plan: CapacityPlan, fraction: float, tokens: int, lecture: bool) 
         budget=format_binary(plan.kv_budget_bytes), block=plan.block_size,
         per_block=format_binary(plan.kv_bytes_per_block), blocks=f"{plan.num_blocks:,}",
         concurrency=f"{plan.max_concurrency:,.2f}", tokens=f"{tokens:,}"))
+    if plan.weights:
+        details.caption(weights_caption(plan.weights))
+    if plan.derived:
+        details.markdown(derived_table(plan))
     if plan.reserve_terms is None:
         return
     with details:
@@ -573,7 +626,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     except InputError as exc:
         show_error(exc)
         return
-    weights = weight_bytes(spec.n_params, w_dtype_name)
+    weights = weights_total(spec, w_dtype_name)
     for title in shown:
         if title != "logs_title":  # the logs draw their own heading
             st.subheader(tr(f"memory.{title}"))
