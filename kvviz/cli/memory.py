@@ -18,8 +18,7 @@ from kvviz.cli.common import (
     positive_float,
     positive_int,
 )
-from kvviz.kv.formula import KVSpec
-from kvviz.kv.quant import DTYPE_BYTES
+from kvviz.kv.formula import KV_DTYPES, KVSpec
 from kvviz.units import format_binary
 
 
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m = add_command(sub, "memory", memory, show_memory,
                     help="KV-cache bytes, M = 2·B·L·n·H_kv·d_head·bytes, with every intermediate")
     add_spec_source(m)
-    add_kv_dtype(m, "--weight-dtype")
+    add_weight_dtype(m)
     m.add_argument("--layers", type=positive_int)
     m.add_argument("--kv-heads", type=positive_int)
     m.add_argument("--head-dim", type=positive_int)
@@ -51,9 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size (GPUs sharing the model)")
     c.add_argument("--gpu-memory-utilization", type=positive_float, default=0.9)
     add_kv_dtype(c)
-    c.add_argument("--weight-dtype", choices=list(DTYPE_BYTES),
-                   help="every parameter in this dtype (default: the checkpoint's format, from its config's "
-                        "quantization_config or the preset's, or read from a model directory's safetensors)")
+    add_weight_dtype(c)
     c.add_argument("--max-model-len", type=positive_int, help="tokens per request (default: the model's context)")
     c.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block (vLLM's choices)")
     c.add_argument("--reserve-gib", type=non_negative_float,
@@ -76,6 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json(p)
 
 
+def add_weight_dtype(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weight-dtype", choices=list(KV_DTYPES),
+                   help="every parameter in this dtype (default: the checkpoint's format, from its config's "
+                        "quantization_config or the preset's, or read from a model directory's safetensors)")
+
+
 def model_spec(args: argparse.Namespace, command: str) -> KVSpec:
     """The model of --preset or --config (exactly one of them), with --params where the command takes it."""
     from kvviz.engine.shape import config_spec
@@ -96,8 +99,16 @@ def memory(args: argparse.Namespace) -> dict:
     if sum(x is not None for x in (args.preset, args.config)) + any(f is not None for f in shape_flags) > 1:
         raise CliError("memory takes one of --preset, --config, or --layers/--kv-heads/--head-dim")
     if args.preset or args.config:
-        return footprint_report(model_spec(args, "memory"), n_tokens=args.tokens, batch=args.batch,
-                                kv_dtype_name=args.kv_dtype, weight_dtype=args.weight_dtype)
+        spec = model_spec(args, "memory")
+        report = footprint_report(spec, n_tokens=args.tokens, batch=args.batch, kv_dtype_name=args.kv_dtype,
+                                  weight_dtype=args.weight_dtype or "bfloat16")
+        if spec.n_params is None:
+            return report
+        from kvviz.kv.weights import size_weights
+
+        w = size_weights(spec, weight_dtype=args.weight_dtype, preset=args.preset is not None)
+        return report | {"weight_dtype": f"{w.format.label} (from the {w.source})", "weight_bytes": w.total_bytes,
+                         "weights": w.to_dict()}
     missing = [f"--{n.replace('_', '-')}" for n in ("layers", "kv_heads", "head_dim") if getattr(args, n) is None]
     if missing:
         raise CliError(f"memory needs {', '.join(missing)} (the model's shape), or --preset / --config")
@@ -175,6 +186,10 @@ def show_memory(r: dict) -> None:
     if r.get("weight_bytes") is not None:
         print(f"weights              {r['n_params']} params ({r['params_source']}) · {r['weight_dtype']} = "
               f"{r['weight_bytes']} B ({format_binary(r['weight_bytes'])})")
+    elif r.get("weights"):  # a format kvviz cannot size: named, never taken as bfloat16
+        lo, hi = r["weights"]["per_gpu_range"]
+        print(f"weights              unknown: {r['weights']['format']['label']} is not a format kvviz can size "
+              f"({format_binary(lo)} – {format_binary(hi)})")
     elif "n_params" in r:
         print("weights              unknown: the config does not give the parameter count")
 
@@ -220,7 +235,8 @@ def _show_log_check(r: dict) -> None:
             cells.append(f"{t['name']} {logged} → {t['predicted']:,.2f}{diff}")
         verdict = "within" if c["kv_within"] else "outside"
         named = "flags named" if c["flags_named"] else "flags not all named"
-        print(f"{c['id']} [{c['engine']} {c['version']}, {named}; KV {verdict}]: " + "; ".join(cells))
+        fmt = f"; weights {c['weight_format']} from the {c['weight_source']}" if c.get("weight_format") else ""
+        print(f"{c['id']} [{c['engine']} {c['version']}, {named}; KV {verdict}{fmt}]: " + "; ".join(cells))
 
 
 def _show_sglang(r: dict) -> None:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from kvviz.errors import InputError
+from kvviz.i18n import t
 
 # Bytes per value of the dtypes a config.json names (torch_dtype / dtype) and the flag --weight-dtype takes.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -41,24 +42,33 @@ class WeightFormat:
     experts_only: bool = False  # MXFP4: only the routed experts are quantized (Mxfp4Config.get_quant_method)
     ignore: tuple[str, ...] = ()  # modules left in the model's dtype (ignore / modules_to_not_convert / ...)
     known: bool = True
-    label: str = ""  # e.g. "fp8 block [128, 128]"
+    label_key: str = "plain"  # weights.fmt_<key> names the format in each language ("fp8 block [128, 128]")
+    label_args: tuple[tuple[str, object], ...] = ()
     rule: str = ""  # the vLLM function the sizes follow
 
     @property
     def quantized(self) -> bool:
         return self.method != "none"
 
+    def label_in(self, lang: str) -> str:
+        return t(f"weights.fmt_{self.label_key}", lang, **dict(self.label_args))
+
+    @property
+    def label(self) -> str:
+        return self.label_in("en")
+
     def to_dict(self) -> dict:
         return {"method": self.method, "bits": self.bits, "group_size": self.group_size,
                 "block": list(self.block) if self.block else None, "zero_points": self.zero_points,
-                "ignore": list(self.ignore), "known": self.known, "label": self.label, "rule": self.rule}
+                "ignore": list(self.ignore), "known": self.known, "label": self.label, "label_key": self.label_key,
+                "label_args": dict(self.label_args), "rule": self.rule}
 
 
 def plain_format(dtype: str) -> WeightFormat:
     """Every weight in one dtype (an unquantized checkpoint, or --weight-dtype)."""
     from kvviz.kv.formula import kv_dtype
 
-    return WeightFormat("none", kv_dtype(dtype).data_bytes * 8, label=dtype,
+    return WeightFormat("none", kv_dtype(dtype).data_bytes * 8, label_args=(("dtype", dtype),),
                         rule="UnquantizedLinearMethod.create_weights")
 
 
@@ -90,7 +100,8 @@ def _compressed_tensors(cfg: dict) -> WeightFormat:
         block = tuple(weights.get("block_structure") or ()) or None
         group = {"channel": 0, "tensor": -1, "block": 0}.get(strategy, 0)
         return WeightFormat("compressed-tensors", 8, group, block if strategy == "block" else None, False, 4,
-                            ignore=ignore, label=f"compressed-tensors W8 {kind} ({strategy})",
+                            ignore=ignore, label_key="ct_w8",
+                            label_args=(("kind", kind), ("strategy", strategy)),
                             rule="CompressedTensorsW8A8Fp8 / CompressedTensorsW8A8Int8.create_weights")
     # CompressedTensorsWNA16.create_weights: weight_packed int32 (bits·in/32 per row), weight_scale in the
     # model's dtype per group (one per row for "channel"), weight_zero_point packed int32 when not symmetric
@@ -98,8 +109,8 @@ def _compressed_tensors(cfg: dict) -> WeightFormat:
     symmetric = weights.get("symmetric", True)
     act_order = weights.get("actorder") == "group"
     return WeightFormat("compressed-tensors", bits, group, None, not symmetric, 2, act_order,
-                        ignore=ignore, label=f"compressed-tensors W{bits}A16 ({strategy}"
-                        + (f" {group}" if group else "") + (", asymmetric" if not symmetric else "") + ")",
+                        ignore=ignore, label_key="ct_wn" + ("_group" if group else "") + ("" if symmetric else "_asym"),
+                        label_args=(("bits", bits), ("strategy", strategy), ("group", group)),
                         rule="CompressedTensorsWNA16.create_weights")
 
 
@@ -121,10 +132,10 @@ def weight_format(quantization_config: dict | None, model_dtype: str = "bfloat16
             # Fp8LinearMethod.create_weights + create_fp8_scale_parameter(BlockQuantScaleParameter): float32
             # weight_scale_inv of cdiv(out, block_n) × cdiv(in, block_k)
             return WeightFormat("fp8", 8, 0, (block[0], block[1]), False, 4, ignore=ignore,
-                                label=f"fp8 block [{block[0]}, {block[1]}]",
+                                label_key="fp8_block", label_args=(("n", block[0]), ("k", block[1])),
                                 rule="Fp8LinearMethod.create_weights, create_fp8_scale_parameter")
         # per-tensor: one float32 weight_scale per logical matrix (PerTensorScaleParameter)
-        return WeightFormat("fp8", 8, -1, None, False, 4, ignore=ignore, label="fp8 per-tensor",
+        return WeightFormat("fp8", 8, -1, None, False, 4, ignore=ignore, label_key="fp8_tensor",
                             rule="Fp8LinearMethod.create_weights (PerTensorScaleParameter)")
     if method in ("awq", "gptq"):
         bits, group = _int(cfg, "bits", 4), _int(cfg, "group_size", 128)
@@ -135,12 +146,14 @@ def weight_format(quantization_config: dict | None, model_dtype: str = "bfloat16
             # out·bits/32), scales in the model's dtype (in/g, out); modules_to_not_convert stay unquantized
             return WeightFormat("awq", bits, group, None, cfg.get("zero_point", True), 2,
                                 ignore=_names(cfg.get("modules_to_not_convert")),
-                                label=f"AWQ {bits}-bit, group {group}", rule="AutoAWQLinearMethod.create_weights")
+                                label_key="awq", label_args=(("bits", bits), ("group", group)),
+                                rule="AutoAWQLinearMethod.create_weights")
         # AutoGPTQLinearMethod.create_weights: qweight int32 (in·bits/32, out), qzeros (in/g, out·bits/32),
         # scales (in/g, out); g_idx (int32 per input column) with desc_act
         return WeightFormat("gptq", bits, group, None, True, 2, bool(cfg.get("desc_act")),
                             ignore=_names(cfg.get("modules_to_not_convert")),
-                            label=f"GPTQ {bits}-bit, group {group}" + (", act-order" if cfg.get("desc_act") else ""),
+                            label_key="gptq_act" if cfg.get("desc_act") else "gptq",
+                            label_args=(("bits", bits), ("group", group)),
                             rule="AutoGPTQLinearMethod.create_weights")
     if method == "compressed-tensors":
         return _compressed_tensors(cfg)
@@ -148,7 +161,7 @@ def weight_format(quantization_config: dict | None, model_dtype: str = "bfloat16
         # Mxfp4Config.get_quant_method: linear layers fall back to UnquantizedLinearMethod; only the routed
         # experts are MXFP4 (Mxfp4MoEMethod.create_weights: uint8 pairs + a uint8 scale per 32 values)
         return WeightFormat("mxfp4", 4, MXFP4_BLOCK, None, False, 1, experts_only=True,
-                            ignore=_names(cfg.get("modules_to_not_convert")), label="MXFP4 experts",
+                            ignore=_names(cfg.get("modules_to_not_convert")), label_key="mxfp4",
                             rule="Mxfp4Config.get_quant_method, Mxfp4MoEMethod.create_weights")
     if method == "bitsandbytes":
         # BitsAndBytesLinearMethod (bitsandbytes.py, ≤ 0.11): 4-bit packs two values per uint8 with a float32
@@ -156,15 +169,15 @@ def weight_format(quantization_config: dict | None, model_dtype: str = "bfloat16
         # float32 SCB per row
         if cfg.get("load_in_8bit"):
             return WeightFormat("bitsandbytes", 8, 0, None, False, 4,
-                                ignore=_names(cfg.get("llm_int8_skip_modules")), label="bitsandbytes int8",
+                                ignore=_names(cfg.get("llm_int8_skip_modules")), label_key="bnb8",
                                 rule="BitsAndBytesLinearMethod._create_weights_8bit")
         double = bool(cfg.get("bnb_4bit_use_double_quant"))
         return WeightFormat("bitsandbytes", 4, 64, None, False, 1 if double else 4,
                             ignore=_names(cfg.get("llm_int8_skip_modules")),
-                            label=f"bitsandbytes {cfg.get('bnb_4bit_quant_type', 'fp4')}"
-                            + (" (double quant)" if double else ""),
+                            label_key="bnb4_double" if double else "bnb4",
+                            label_args=(("kind", cfg.get("bnb_4bit_quant_type", "fp4")),),
                             rule="BitsAndBytesLinearMethod._create_weights_4bit")
-    return WeightFormat(method or "?", 0, known=False, label=method or "?")
+    return WeightFormat(method or "?", 0, known=False, label_key="unknown", label_args=(("method", method or "?"),))
 
 
 # is_layer_skipped's match_mode: fp8 and compressed-tensors name exact modules; AWQ's modules_to_not_convert,

@@ -285,3 +285,12 @@ def test_derived_groups_labelled_in_json(capsys):
     assert d["num_blocks"] == r["num_blocks"] and d["kv_cache_tokens"] == r["kv_cache_tokens"]
     # 0.21+: int(concurrency · max_model_len)
     assert d["kv_cache_tokens"] == int(d["num_blocks"] / d["blocks_per_request"] * 131072)
+
+
+def test_memory_command_weights_in_the_checkpoints_format(capsys):
+    assert main(["memory", "--preset", "DeepSeek-V3"]) == 0
+    fp8 = size_weights(get_preset("DeepSeek-V3"), preset=True).total_bytes
+    assert f"fp8 block [128, 128] (from the preset) = {fp8} B" in capsys.readouterr().out
+    cfg = {**get_preset_config("Llama-3.1-8B"), "quantization_config": {"quant_method": "hqq"}}
+    assert main(["memory", "--config", _write_config(capsys, cfg)]) == 0
+    assert "weights              unknown: hqq (unknown) is not a format kvviz can size" in capsys.readouterr().out

@@ -163,7 +163,8 @@ def test_plan_for_is_the_engines_own_planner():
     flags = serving_flags("0.11.1", "serve", False, 2048, 256)
     vllm = plan_for("vllm", spec, gpu.memory_bytes, fraction=0.85, flags=flags, reserve_gib=1.5, **common)
     assert vllm == plan_capacity(spec, gpu.memory_bytes, max_model_len=32768, gpu_memory_utilization=0.85,
-                                 flags=flags, gpu_name="RTX 3090", reserve_bytes=round(1.5 * GIB))
+                                 weight_dtype="bfloat16", flags=flags, gpu_name="RTX 3090",
+                                 reserve_bytes=round(1.5 * GIB))
     assert vllm.reserve_bytes == round(1.5 * GIB) and not vllm.reserve_estimated
     sglang = plan_for("sglang", spec, gpu.memory_bytes, **common)  # a fraction of 0: SGLang's default rule
     assert sglang == plan_sglang(spec, gpu.memory_bytes, context_len=32768, smi_mib=gpu.nvidia_smi_total_mib)

@@ -323,7 +323,7 @@ def test_context_past_the_models_maximum_is_flagged():
 
 @pytest.mark.parametrize("lang, fmt, table", [("en", "Weights: MXFP4 experts, from the preset's checkpoint",
                                                "| 0 · full attention | 18 |"),
-                                              ("ko", "가중치: MXFP4 experts, 출처: 프리셋의 체크포인트",
+                                              ("ko", "가중치: MXFP4 전문가, 출처: 프리셋의 체크포인트",
                                                "| 0 · 전체 어텐션 | 18 |")])
 def test_quantized_checkpoint_and_derived_groups_on_the_planner(lang, fmt, table):
     """Issue 46: gpt-oss-120b's MXFP4 weights sized as the checkpoint ships them, where they came from, and the

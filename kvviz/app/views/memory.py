@@ -336,13 +336,14 @@ def weights_total(spec: KVSpec, w_dtype_name: str) -> int | None:
 def weights_label(spec: KVSpec, w_dtype_name: str) -> str:
     """The weights' format with where it came from ("fp8 block [128, 128], from the preset's checkpoint")."""
     w = page_weights(spec, w_dtype_name)
-    return tr("memory.w_format", label=w.format.label, source=tr(f"weights.source_{w.source}")) if w else ""
+    return tr("memory.w_format", label=w.format.label_in(lang()), source=tr(f"weights.source_{w.source}")) if w else ""
 
 
 def weights_caption(w: dict) -> str:
     """One GPU's weights: format, source, read or estimated, and the quantized parts."""
     how = tr("memory.w_read", files=w["files"]) if w["read"] else tr("memory.w_estimated")
-    text = tr("memory.w_caption", label=w["format"]["label"], source=tr(f"weights.source_{w['source']}"), how=how,
+    label = tr(f"weights.fmt_{w['format']['label_key']}", **w["format"]["label_args"])
+    text = tr("memory.w_caption", label=label, source=tr(f"weights.source_{w['source']}"), how=how,
               per_gpu=format_binary(w["per_gpu_bytes"]), tp=w["tp"])
     if w["format"]["method"] != "none":
         text += " " + tr("memory.w_parts", quantized=format_binary(w["quantized_bytes"]),
