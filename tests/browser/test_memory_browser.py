@@ -99,3 +99,21 @@ def test_llamacpp_q8_0_sizes_what_llamacpp_logs(page, shots, lang, title, all_re
     expect(page.get_by_text("q8_0:", exact=False).first).to_be_visible(timeout=WAIT)  # the block's note
     page.screenshot(path=shots / f"issue23b_memory_smollm2_q8_0_{lang}.png", full_page=True, timeout=3 * WAIT)
     assert page.locator("[data-testid='stException']").count() == 0
+
+
+@pytest.mark.parametrize("lang, tab, fmt, derived", [
+    ("en", "Capacity planner", "Weights: MXFP4 experts, from the preset's checkpoint", "is derived, not a count"),
+    ("ko", "용량 계획", "가중치: MXFP4 전문가, 출처: 프리셋의 체크포인트", "파생된 값입니다"),
+])
+def test_planner_weights_format_and_derived_groups(page, shots, lang, tab, fmt, derived):
+    """Issue 46: gpt-oss-120b's weights in the MXFP4 its checkpoint ships, where the format came from, and the
+    KV-cache groups behind 'GPU KV cache size', labelled as derived."""
+    page.set_viewport_size({"width": 1400, "height": 2200})
+    page.goto_app(PAGE, f"?lang={lang}&preset=gpt-oss-120b&tokens=131072&gpu=H200&vllm=0.29.0")
+    wait_idle(page)
+    page.get_by_role("tab", name=tab).click()
+    expect(page.get_by_text(fmt, exact=False).first).to_be_visible(timeout=WAIT)
+    expect(page.get_by_text(derived, exact=False).first).to_be_visible(timeout=WAIT)
+    page.get_by_text(derived, exact=False).first.scroll_into_view_if_needed()
+    page.screenshot(path=shots / f"memory_planner_weights_{lang}.png", full_page=False, timeout=3 * WAIT)
+    assert page.locator("[data-testid='stException']").count() == 0
