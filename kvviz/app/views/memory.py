@@ -445,8 +445,10 @@ def start_up_logs(lecture: bool) -> None:
     idea_title(tr("memory.logs_title"), small=True)  # in lecture mode the stepper shows it
     st.caption(tr("memory.logs_intro", n=len(checks), tolerance=f"{TOLERANCE:.0%}"))
     term_names = {t: tr(f"memory.term_{t}") for t in LOG_TERMS}
+    points = residuals(checks, term_names)
+    drawn = [name for name in term_names.values() if any(r.term == name for r in points)]  # a term with a point
     chart(
-        residual_figure(residuals(checks, term_names), list(term_names.values()), tolerance=TOLERANCE,
+        residual_figure(points, drawn, tolerance=TOLERANCE,
                         title=tr("memory.logs_chart"), y_title=tr("memory.logs_axis"),
                         named_label=tr("memory.logs_named"), unnamed_label=tr("memory.logs_unnamed"),
                         band_label=tr("memory.logs_band", tolerance=f"{TOLERANCE:.0%}"), lecture=lecture),
