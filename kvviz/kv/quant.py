@@ -164,25 +164,28 @@ def weight_format(quantization_config: dict | None, model_dtype: str = "bfloat16
                             ignore=_names(cfg.get("modules_to_not_convert")), label_key="mxfp4",
                             rule="Mxfp4Config.get_quant_method, Mxfp4MoEMethod.create_weights")
     if method == "bitsandbytes":
-        # BitsAndBytesLinearMethod (bitsandbytes.py, ≤ 0.11): 4-bit packs two values per uint8 with a float32
-        # absmax per blocksize-64 block (one uint8 per block with double quantization); 8-bit int8 with a
-        # float32 SCB per row
+        # BitsAndBytesLinearMethod.create_weights (bitsandbytes.py of the 0.10–0.11 releases; the 0.34 wheel has
+        # no bitsandbytes method): 4-bit packs two values per uint8, and the loader keeps each matrix's quant
+        # state, a float32 absmax per 64-value block (one uint8 per block with double quantization); 8-bit int8
+        # with a float32 SCB per row
         if cfg.get("load_in_8bit"):
             return WeightFormat("bitsandbytes", 8, 0, None, False, 4,
                                 ignore=_names(cfg.get("llm_int8_skip_modules")), label_key="bnb8",
-                                rule="BitsAndBytesLinearMethod._create_weights_8bit")
+                                rule="BitsAndBytesLinearMethod.create_weights (create_qweight_for_8bit)")
         double = bool(cfg.get("bnb_4bit_use_double_quant"))
         return WeightFormat("bitsandbytes", 4, 64, None, False, 1 if double else 4,
                             ignore=_names(cfg.get("llm_int8_skip_modules")),
                             label_key="bnb4_double" if double else "bnb4",
                             label_args=(("kind", cfg.get("bnb_4bit_quant_type", "fp4")),),
-                            rule="BitsAndBytesLinearMethod._create_weights_4bit")
+                            rule="BitsAndBytesLinearMethod.create_weights (create_qweight_for_4bit)")
     return WeightFormat(method or "?", 0, known=False, label_key="unknown", label_args=(("method", method or "?"),))
 
 
-# is_layer_skipped's match_mode: fp8 and compressed-tensors name exact modules; AWQ's modules_to_not_convert,
-# bitsandbytes' llm_int8_skip_modules and MXFP4's match any module whose name contains them
-SUBSTRING_METHODS = ("awq", "bitsandbytes", "mxfp4")
+# is_layer_skipped's match_mode: fp8 and compressed-tensors name exact modules (or a prefix of them); AWQ's
+# modules_to_not_convert match any module whose name contains them (AutoAWQConfig: match_mode="substring");
+# bitsandbytes' llm_int8_skip_modules a whole component of the name (is_layer_skipped_bnb). MXFP4 quantizes only
+# the routed experts whatever its list says (Mxfp4Config.from_config keeps none).
+SUBSTRING_METHODS = ("awq",)
 
 
 def is_ignored(module: str, fmt: WeightFormat) -> bool:
@@ -196,7 +199,8 @@ def is_ignored(module: str, fmt: WeightFormat) -> bool:
             if fnmatch.fnmatchcase(module, pattern) or fnmatch.fnmatchcase(module, pattern + ".*"):
                 return True
         elif pattern == module or module.startswith(pattern + ".") or (
-                fmt.method in SUBSTRING_METHODS and pattern in module):
+                fmt.method in SUBSTRING_METHODS and pattern in module) or (
+                fmt.method == "bitsandbytes" and pattern in module.split(".")):
             return True
     return False
 
