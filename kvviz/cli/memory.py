@@ -241,6 +241,8 @@ def _show_log_check(r: dict) -> None:
 
 def _show_sglang(r: dict) -> None:
     print(f"{r['model']} on {r['tp']} GPU(s) with SGLang; per GPU:")
+    if r.get("weights"):
+        print(weights_line(r["weights"]))
     print(f"  free at start {r['free_at_start_bytes'] / GIB:.2f} GiB (total {r['device_total_bytes'] / GIB:.2f}"
           f" − {r['reserve_terms']['in_use_at_start'] / GIB:.2f} in use), after loading "
           f"{r['free_after_load_bytes'] / GIB:.2f} GiB")
@@ -256,16 +258,21 @@ def weights_line(w: dict) -> str:
     """Where the weights' bytes come from: read from the headers or estimated, the format and its source."""
     f = w["format"]
     how = f"read from {w['files']} safetensors file(s)" if w["read"] else "estimated"
+    source = "the config" if w["read"] else f"the {w['source']}"  # a checkpoint read: its config names the format
     parts = ""
     if f["method"] != "none":
-        parts = (f": {w['quantized_bytes'] / GIB:.2f} quantized + {w['scale_bytes'] / GIB:.2f} scales"
-                 + (f" + {w['zero_point_bytes'] / GIB:.2f} zero points" if w["zero_point_bytes"] else "")
-                 + f" + {w['unquantized_bytes'] / GIB:.2f} GiB in {w['model_dtype']} (all GPUs)")
+        parts = (f": {format_binary(w['quantized_bytes'])} quantized + {format_binary(w['scale_bytes'])} scales"
+                 + (f" + {format_binary(w['zero_point_bytes'])} zero points" if w["zero_point_bytes"] else "")
+                 + f" + {format_binary(w['unquantized_bytes'])} in {w['model_dtype']} (all GPUs)")
     rng = ""
     if w.get("per_gpu_range") and w["total_bytes"] is not None:
         lo, hi = w["per_gpu_range"]
         rng = f"; {lo / GIB:.2f} – {hi / GIB:.2f} GiB per GPU over the expert kernels' padding ({w['backend']} counted)"
-    return f"  weights {how}, format {f['label']} (from the {w['source']}){parts}{rng}"
+    one = ""
+    if w.get("one_dtype_per_gpu_bytes"):
+        one = (f"\n  per GPU {w['per_gpu_bytes'] / GIB:.2f} GiB; every parameter at {f['bits']:g} bits would be "
+               f"{w['one_dtype_per_gpu_bytes'] / GIB:.2f} GiB")
+    return f"  weights {how}, format {f['label']} (from {source}){parts}{rng}{one}"
 
 
 def _show_vllm(r: dict) -> None:

@@ -118,6 +118,7 @@ class WeightSizing:
     unknown: str = ""  # why the bytes are not known ("method:NAME", "layers")
     notes: tuple[str, ...] = field(default_factory=tuple)
     backend: str = ""  # the MXFP4 expert kernel whose padding is counted
+    one_dtype_per_gpu_bytes: int | None = None  # every parameter at the format's bits (--weight-dtype's answer)
 
     def to_dict(self) -> dict:
         return {"format": self.format.to_dict(), "source": self.source, "model_dtype": self.model_dtype,
@@ -126,7 +127,8 @@ class WeightSizing:
                 "quantized_bytes": self.quantized_bytes, "scale_bytes": self.scale_bytes,
                 "zero_point_bytes": self.zero_point_bytes, "unquantized_bytes": self.unquantized_bytes,
                 "unquantized_params": self.unquantized_params, "read": self.read, "files": self.files,
-                "unknown": self.unknown, "notes": list(self.notes), "backend": self.backend}
+                "unknown": self.unknown, "notes": list(self.notes), "backend": self.backend,
+                "one_dtype_per_gpu_bytes": self.one_dtype_per_gpu_bytes}
 
 
 def model_dtype(spec: KVSpec) -> str:
@@ -184,7 +186,8 @@ def size_weights(spec: KVSpec, *, tp: int = 1, weight_dtype: str | None = None, 
         rng = tuple(sorted(_per_gpu(q.total + plain, r, tp) for q, _, r, _ in ends))
     return WeightSizing(fmt, source, dtype, tp, total, per_gpu, rng, quantized.weights, quantized.scales,
                         quantized.zero_points, plain, plain_params, notes=tuple(notes),
-                        backend=mxfp4_backend if fmt.method == "mxfp4" else "")
+                        backend=mxfp4_backend if fmt.method == "mxfp4" else "",
+                        one_dtype_per_gpu_bytes=math.ceil(spec.n_params * fmt.bits / 8 / tp))
 
 
 def _sized(spec: KVSpec, linears: list[Linear], fmt: WeightFormat, dtype: str,

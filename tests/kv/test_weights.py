@@ -88,6 +88,16 @@ def test_deepseek_v3_is_fp8_by_default():
     assert not bf16.weights_fit  # the flag still overrides
 
 
+def test_deepseek_v3_per_device_weights_match_a_real_load():
+    """HabanaAI/vllm-fork#809 (DeepSeek-R1, DeepSeek-V3's architecture and FP8 checkpoint, on 8 Gaudi devices):
+    "Pre-loading model weights on hpu:0 took 79.41 GiB". Weights only: that fork's KV arithmetic is not vLLM's GPU
+    path, so it is not one of the start-up logs the planner is checked against."""
+    w = size_weights(get_preset("DeepSeek-V3"), tp=8, preset=True)
+    assert abs(w.per_gpu_bytes / GIB - 79.41) / 79.41 < 0.005  # 79.29 GiB: −0.15%
+    flag = size_weights(get_preset("DeepSeek-V3"), tp=8, weight_dtype="fp8")
+    assert abs(flag.per_gpu_bytes / GIB - 79.41) / 79.41 > 0.015  # one dtype, no scales, nothing replicated: −1.6%
+
+
 def test_deepseek_cli_says_where_the_format_came_from(capsys):
     assert main(["capacity", "--preset", "DeepSeek-V3", "--gpu", "H200", "--tp", "8",
                  "--max-model-len", "32768"]) == 0
@@ -241,7 +251,7 @@ def test_read_checkpoint_in_the_cli(tmp_path, capsys):
     folder, _ = _checkpoint(tmp_path, "fp8")
     assert main(["capacity", "--config", str(folder), "--gpu", "H100 SXM", "--max-model-len", "4096"]) == 0
     out = capsys.readouterr().out
-    assert "weights read from 2 safetensors file(s), format fp8 block [128, 128] (from the read)" in out
+    assert "weights read from 2 safetensors file(s), format fp8 block [128, 128] (from the config)" in out
     assert main(["capacity", "--config", str(folder), "--gpu", "H100 SXM", "--max-model-len", "4096",
                  "--json"]) == 0
     r = json.loads(capsys.readouterr().out)

@@ -349,6 +349,9 @@ def weights_caption(w: dict) -> str:
         text += " " + tr("memory.w_parts", quantized=format_binary(w["quantized_bytes"]),
                          scales=format_binary(w["scale_bytes"] + w["zero_point_bytes"]),
                          plain=format_binary(w["unquantized_bytes"]), dtype=w["model_dtype"])
+    if w.get("one_dtype_per_gpu_bytes"):
+        text += " " + tr("memory.w_one_dtype", bits=f"{w['format']['bits']:g}",
+                         one=format_binary(w["one_dtype_per_gpu_bytes"]))
     if w.get("per_gpu_range") and w["backend"]:
         lo, hi = w["per_gpu_range"]
         text += " " + tr("memory.w_backends", lo=format_binary(lo), hi=format_binary(hi), backend=w["backend"])
