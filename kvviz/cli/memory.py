@@ -198,7 +198,7 @@ def show_presets(r: dict) -> None:
     for p in r["presets"]:
         extra = (f" MLA {p['kv_lora_rank']}+{p['qk_rope_head_dim']}" if p["kv_lora_rank"] else "") + (
             f" window {p['sliding_window']} on {p['n_sliding_layers']}/{p['n_layers']} layers"
-            if p["sliding_window"] else "")
+            if p["sliding_window"] else "") + (f" weights {p['weight_format']}" if p.get("weight_format") else "")
         print(f"{p['name']:14s} {p['kind']:3s} L={p['n_layers']:<3d} H={p['n_heads']:<3d} H_kv={p['n_kv_heads']:<3d} "
               f"d_head={p['d_head']:<3d} {format_binary(p['bf16_bytes_per_token']):>10s}/token (bf16) "
               f"{p['n_params'] / 1e9:7.2f}B params ({p['params_source']}){extra}")

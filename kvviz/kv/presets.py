@@ -12,6 +12,8 @@ quantization_config, so their weights are sized in that format (kvviz.kv.weights
 
 from __future__ import annotations
 
+import json
+
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.kv.reader import parse_hf_config
@@ -302,5 +304,6 @@ def preset_table() -> list[dict]:
              "kv_lora_rank": s.kv_lora_rank, "qk_rope_head_dim": s.qk_rope_head_dim,
              "sliding_window": s.sliding_window, "n_sliding_layers": s.n_sliding_layers,
              "max_context": s.max_context, "n_params": s.n_params, "params_source": s.params_source,
-             "bf16_bytes_per_token": kv_footprint(s, 1).per_token}
+             "bf16_bytes_per_token": kv_footprint(s, 1).per_token,
+             "weight_format": json.loads(s.quantization).get("quant_method") if s.quantization else None}
             for name, s in PRESETS.items()]
