@@ -107,7 +107,8 @@ def memory(args: argparse.Namespace) -> dict:
         from kvviz.kv.weights import size_weights
 
         w = size_weights(spec, weight_dtype=args.weight_dtype, preset=args.preset is not None)
-        return report | {"weight_dtype": f"{w.format.label} (from the {w.source})", "weight_bytes": w.total_bytes,
+        return report | {"weight_dtype": f"{w.format.label} (from {format_source(w.source)})",
+                         "weight_bytes": w.total_bytes,
                          "weights": w.to_dict()}
     missing = [f"--{n.replace('_', '-')}" for n in ("layers", "kv_heads", "head_dim") if getattr(args, n) is None]
     if missing:
@@ -254,11 +255,18 @@ def _show_sglang(r: dict) -> None:
           f"{r['max_concurrency']:.2f} requests of {r['context_len']:,} tokens")
 
 
+def format_source(source: str) -> str:
+    """Where the weight format came from, as the CLI says it (the page's words, --weight-dtype for the flag)."""
+    from kvviz.i18n import t
+
+    return "--weight-dtype" if source == "flag" else t(f"weights.source_{source}", "en")
+
+
 def weights_line(w: dict) -> str:
     """Where the weights' bytes come from: read from the headers or estimated, the format and its source."""
     f = w["format"]
     how = f"read from {w['files']} safetensors file(s)" if w["read"] else "estimated"
-    source = "the config" if w["read"] else f"the {w['source']}"  # a checkpoint read: its config names the format
+    source = format_source("config" if w["read"] else w["source"])  # a read checkpoint: its config names it
     parts = ""
     if f["method"] != "none":
         parts = (f": {format_binary(w['quantized_bytes'])} quantized + {format_binary(w['scale_bytes'])} scales"

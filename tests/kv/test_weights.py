@@ -102,7 +102,7 @@ def test_deepseek_cli_says_where_the_format_came_from(capsys):
     assert main(["capacity", "--preset", "DeepSeek-V3", "--gpu", "H200", "--tp", "8",
                  "--max-model-len", "32768"]) == 0
     out = capsys.readouterr().out
-    assert "format fp8 block [128, 128] (from the preset)" in out and "do not fit" not in out
+    assert "format fp8 block [128, 128] (from the preset's checkpoint)" in out and "do not fit" not in out
     assert main(["capacity", "--config", _write_config(capsys, get_deepseek_config()), "--gpu", "H200", "--tp", "8",
                  "--max-model-len", "32768", "--params", str(get_preset("DeepSeek-V3").n_params), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -300,7 +300,7 @@ def test_derived_groups_labelled_in_json(capsys):
 def test_memory_command_weights_in_the_checkpoints_format(capsys):
     assert main(["memory", "--preset", "DeepSeek-V3"]) == 0
     fp8 = size_weights(get_preset("DeepSeek-V3"), preset=True).total_bytes
-    assert f"fp8 block [128, 128] (from the preset) = {fp8} B" in capsys.readouterr().out
+    assert f"fp8 block [128, 128] (from the preset's checkpoint) = {fp8} B" in capsys.readouterr().out
     cfg = {**get_preset_config("Llama-3.1-8B"), "quantization_config": {"quant_method": "hqq"}}
     assert main(["memory", "--config", _write_config(capsys, cfg)]) == 0
     assert "weights              unknown: hqq (unknown) is not a format kvviz can size" in capsys.readouterr().out
