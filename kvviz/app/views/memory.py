@@ -159,8 +159,9 @@ def scenario_inputs() -> tuple[int, int, str, str]:
     tokens = number_in_range(a, tr("memory.tokens"), 1, 10_000_000, DEFAULTS["tokens"], "mem_tokens", step=1024)
     batch = number_in_range(b, tr("memory.batch"), 1, 100_000, DEFAULTS["batch"], "mem_batch")
     kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="mem_kv_dtype")
-    w_dtype_name = b.selectbox(tr("memory.w_dtype"), [CHECKPOINT, *KV_DTYPES], key="mem_w_dtype",
-                               format_func=lambda v: tr("memory.w_dtype_checkpoint") if v == CHECKPOINT else v)
+    # the labels resolved now, in this session's language (a lambda would call tr() wherever it is called)
+    w_labels = {CHECKPOINT: tr("memory.w_dtype_checkpoint")} | {name: name for name in KV_DTYPES}
+    w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(w_labels), key="mem_w_dtype", format_func=w_labels.get)
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
         st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
