@@ -13,10 +13,13 @@ from kvviz.app.hosted import tokens_within
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, model_caption, model_spec, preload_engine
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
 from kvviz.app.views.prefill import (
-    PAGE,
     PD,
     PHASES_IDEA,
     TICK_S,
@@ -28,14 +31,14 @@ from kvviz.app.views.prefill import (
     start_request,
     stop,
 )
-from kvviz.app.views.room import follow_or_share, page_settings, share_button
 from kvviz.lessons.prefill_decode import default_request
 
+PAGE = page_of(__file__)
 settings = page_setup("prefill_decode.title")
 lecture = settings.lecture
 st.title(tr("prefill_decode.title"))
 # A follower: the lecturer's runs and ideas, no model here; the lecturer: an open room's link and QR code.
-follow_or_share("prefill", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 spec = model_spec(settings)
 if spec is None:
     st.stop()
@@ -81,7 +84,7 @@ if measuring_idea:
 
 
 def tick() -> None:
-    live(shown, model, lecture, page_settings(settings, "pd"))
+    live(shown, model, lecture, room, page_settings(settings, "pd"))
 
 
 st.fragment(tick, run_every=TICK_S if running else None)()  # on every idea: measuring never waits on the stepper

@@ -11,9 +11,10 @@ import streamlit as st
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs, settings_box, shown_idea
 from kvviz.app.models import secrets_dict
-from kvviz.app.navigation import link_to
+from kvviz.app.navigation import link_to, page_of
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.app.views.serving import (
     SV,
     connection_details,
@@ -38,7 +39,7 @@ from kvviz.serving.worker import Worker, poll
 # server on this machine would use (~0.1 s of it per rerun on a busy 2-core machine).
 TICK_S = {True: 1.0, False: 5.0}
 
-PAGE = "pages/7_Serving_Engine.py"
+PAGE = page_of(__file__)
 settings = page_setup("serving.title")
 ss, lecture = st.session_state, settings.lecture
 SV.seed()
@@ -48,7 +49,7 @@ intro_at, server_at = lecture_head(tr("serving.title"), widths=(2, 2))
 with intro_at, intro_box():
     st.write(tr("serving.intro"))
 # A follower: the lecturer's runs as their workers wrote them, read-only; the lecturer: an open room's link.
-follow_or_share("serving", PAGE, lambda v: follow_room(v, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda v: follow_room(v, lecture=lecture), lecture=lecture)
 caps = settings.hosted
 secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
@@ -121,7 +122,8 @@ def on_screen(name: str) -> bool:
 
 def share() -> None:
     """The runs' latest states to a lecture room (unchanged: not sent again)."""
-    publish(room_view(view, conn, int(num("requests")), bool(ss.get("sv_live_charts"))), PAGE)
+    if room is not None:
+        room.publish(room_view(view, conn, int(num("requests")), bool(ss.get("sv_live_charts"))))
 
 
 def follow(name: str) -> None:

@@ -6,15 +6,19 @@ from kvviz.app.hosted import check_kv_budget
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, loading_engine, model_caption, shipped_for_hf
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings, take_replay
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.session import follower_room
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, follower_room, page_settings, publish, share_button, take_replay
 from kvviz.app.widgets import number_in_range, run_download
 from kvviz.errors import InputError
 
 TICK_S = 0.4  # one scheduler step per tick while playing
 BLOCK_SIZES = (4, 8, 16, 32)
 IDEAS = ("tables", "pool", "requests", "savings", "memory")  # one screen each in lecture mode
-PAGE = "pages/9_Paged_Blocks.py"
+PAGE = page_of(__file__)
 
 settings = page_setup("paged.title")
 head = lecture_head(tr("paged.title"))
@@ -27,7 +31,7 @@ if follower_room():  # a lecture's follower: the lecturer's pool and requests, d
     with loading_engine():
         from kvviz.app.views.paged import follow
 # A follower's page stops here; the lecturer: an open room's link and QR code, full width.
-follow_or_share("paged", PAGE, lambda view: follow(view, lecture=settings.lecture), lecture=settings.lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=settings.lecture), lecture=settings.lecture)
 shown = {IDEAS[i] for i in ideas([tr(f"paged.idea_{name}") for name in IDEAS], "paged")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.app.views.paged import SAVING_REPEATS, room_view, show
@@ -157,7 +161,8 @@ def live() -> None:
     saved = savings() if shown & {"requests", "savings"} else {}  # measured only where it is shown
     view = room_view(engine, shown, saved, max_len, backend.spec.name)
     # a lecture room's followers draw the same pool, requests and idea; "Explore from here" replays the requests
-    publish({**view, "explore": page_settings(settings, "pg"), "adds": st.session_state.pg_adds}, PAGE)
+    if room is not None:
+        room.publish({**view, "adds": st.session_state.pg_adds}, explore=page_settings(settings, "pg"))
     show(view, settings.lecture)
 
 

@@ -41,7 +41,7 @@ def test_every_page_is_in_one_section_with_its_strings():
     assert PAGES[0] == HOME and len(PAGES) == 1 + len(registered)
     # The two pages being built are registered already: adding them is a file and its locale strings.
     names = {p.name: s.name for s in SECTIONS for p in s.pages}
-    assert names["speculative"] == names["moving"] == names["serving"] == "serving"
+    assert names["spec"] == names["moving"] == names["serving"] == "serving"
     for lang in ("en", "ko"):
         texts = catalog(lang)
         keys = [s.title_key for s in SECTIONS] + [p.title_key for p in PAGES] + [p.summary_key for p in PAGES[1:]]

@@ -4,8 +4,8 @@ import json
 import time
 
 import pytest
+from kvviz.app.room.session import room_store
 
-from kvviz.app.views.room import room_store
 from kvviz.i18n import t
 from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
@@ -226,10 +226,9 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
 
 
 def test_every_page_is_followed_and_the_lecturer_on_home_is_said(store):
-    from kvviz.app.navigation import HOME, PAGES
-    from kvviz.app.views.room import FOLLOWED
+    from kvviz.app.navigation import FOLLOWED, HOME, PAGES
 
-    assert sorted(p.path for p in PAGES if p is not HOME) == sorted(FOLLOWED)  # Share with the room on every page
+    assert [p for p in PAGES if p is not HOME] == list(FOLLOWED)  # Share with the room on every page
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
     lecturer.switch_page(HOME.path).run()  # Home: the map of the lecture, nothing to follow; the room is told where
@@ -315,7 +314,7 @@ def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
     assert store.read(room_id)[1]["path"] == "pages/2_Prefill_and_Decode.py"
     ko.run()  # not the memory screen of before: a link to follow there
     link = ko.main.get("page_link")[0].proto
-    assert link.label == t("room.lecturer_on", "ko", page=t("nav.prefill_decode", "ko"))
+    assert link.label == t("room.lecturer_on", "ko", page=t("nav.prefill", "ko"))
     assert link.page == "Prefill_and_Decode" and f"room={room_id}" in link.query_string
 
 
@@ -667,7 +666,8 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
 def test_a_long_pasted_text_is_not_carried_and_sharing_goes_on(store):
     """A 200,000-character Korean text (the box's limit) escaped to JSON is 1.2 MB, past the store's limit on a view:
     sent with every view it stopped the page's updates. Longer than SHARED_TEXT_CHARS it stays with the lecturer."""
-    from kvviz.app.views.room import SHARED_TEXT_CHARS
+    from kvviz.app.room.explore import SHARED_TEXT_CHARS
+
     from kvviz.room.store import MAX_SNAPSHOT_BYTES
     from tests.pages.test_compressing import SMALL
 

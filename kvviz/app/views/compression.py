@@ -17,10 +17,11 @@ import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.timing import draw_then_measure
 from kvviz.app.url_state import one_of, url_state
-from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
 from kvviz.errors import InputError
@@ -338,14 +339,14 @@ LINKED = ("kv_url_text", "kv_url_seq", "kv_url_tokens", "kv_url_kvdtype", "kv_ur
 
 
 def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: bool, model: str, run_dtype: str,
-              d_head: int, n_layers: int, explore: dict) -> dict:
+              d_head: int, n_layers: int) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, whether a run is under way,
     and the last results' measured rows (the full cache's first) with, for the positions' ideas, only the step and
     layer on the lecturer's screen (each method's kept positions there, and the attention of the full cache and
-    the method shown). `picks`: the lecturer's choices the figures were drawn with; `explore`: the lecturer's model
-    and boxes (room.page_settings) for a follower's "Explore from here"."""
+    the method shown). `picks`: the lecturer's choices the figures were drawn with (published beside it, as the
+    RoomView's picks)."""
     if stored is None:
-        return {"page": "compression", "shown": shown, "measuring": running, "result": None, "explore": explore}
+        return {"shown": shown, "measuring": running, "result": None}
     request, rows, partial = stored
     step, layer, method = picks.get("step"), picks.get("layer"), picks.get("method")
 
@@ -358,7 +359,7 @@ def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: b
                            "attention": v.attention[layer].tolist() if i == 0 or i - 1 == method else None}
         return out
 
-    return {"page": "compression", "shown": shown, "measuring": running, "picks": picks, "explore": explore,
+    return {"shown": shown, "measuring": running,
             "result": {"model": model, "run_dtype": run_dtype, "d_head": d_head, "n_layers": n_layers,
                        "seq_len": request[3], "measured_with": list(request[2:]), "partial": partial,
                        "rows": [row(i, r) for i, r in enumerate(rows)]}}
@@ -383,7 +384,7 @@ def _rows(result: dict, picks: dict) -> list:
     return out
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Compressing the Cache: the lecturer's measured rows, drawn with the lecturer's
     choices, the ideas on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this
     session's language; no model runs here, no box of this session's is drawn."""
@@ -398,7 +399,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     st.caption(tr("room.measured_on", model=result["model"]))
     text, seq_len, n_tokens, budgets = result["measured_with"]
     st.caption(measured_with((None, None, text, seq_len, n_tokens, budgets)))
-    rows = _rows(result, view["picks"])
+    rows = _rows(result, view.picks)
     full_row, rows = rows[0], rows[1:]
     if result["partial"] is not None:
         partial_note(seq_len, [full_row, *rows], result["partial"])
@@ -406,7 +407,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     shown = set(view["shown"])
     if 0 in shown:
         tradeoff_view(full_row, rows, names, seq_len, run_dtype=result["run_dtype"], d_head=result["d_head"],
-                      lecture=lecture, picks=view["picks"])
+                      lecture=lecture, picks=view.picks)
     if shown & {1, 2}:
         positions_view(full_row, rows, names, seq_len, shown, n_layers=result["n_layers"], lecture=lecture,
-                       picks=view["picks"])
+                       picks=view.picks)

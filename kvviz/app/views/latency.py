@@ -17,9 +17,11 @@ from kvviz.app.hosted import batches_within, points_within, tokens_within
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.share import share_button
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.timing import draw_then_measure
-from kvviz.app.views.room import explore_from, share_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
@@ -403,19 +405,19 @@ def bounds(view: lessons.RoofView, lecture: bool) -> None:
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def room_view(shown: list[str], roof: dict | None, model: str, explore: dict) -> dict:
+def room_view(shown: list[str], roof: dict | None, model: str) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, each shown sweep's rows once
     it has finished (while it runs, only that it does), the model they ran on and the roofline's inputs (None: not
-    on screen), and the lecturer's model and boxes for "Explore from here" (`explore`, room.page_settings)."""
+    on screen)."""
     sweeps = {}
     for name in shown:
         run = LC.get(f"run_{KIND[name]}") if name in SWEEPS else None
         if run is not None:
             sweeps[name] = {"rows": run.rows} if run.finished else {"measuring": True}
-    return {"page": "latency", "shown": shown, "sweeps": sweeps, "roof": roof, "model": model, "explore": explore}
+    return {"shown": shown, "sweeps": sweeps, "roof": roof, "model": model}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Latency & Capacity: the lecturer's finished sweeps and roofline, the ideas on the
     lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no model
     runs here, no setting of this session's is drawn."""

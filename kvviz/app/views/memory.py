@@ -16,11 +16,12 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import idea_title, shown_idea
 from kvviz.app.models import check_request, get_backend
+from kvviz.app.room.explore import explore_button
+from kvviz.app.room.view import RoomView
 from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, query_changes, read_query, scenario_in, scenario_query
-from kvviz.app.views.room import explore_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts.memory import (
     allocation_figure,
@@ -521,7 +522,7 @@ def room_view(spec: KVSpec, choice: PlannerChoice) -> dict:
     planner = {"engine": choice.engine, "gpu_name": choice.gpu_name, "n_gpus": choice.n_gpus,
                "total_gib": choice.total_gib, "fraction": choice.fraction, "reserve_gib": choice.reserve_gib,
                "flags": None if choice.flags is None else dataclasses.asdict(choice.flags), "sgl_frac": choice.sgl_frac}
-    return {"page": "memory", "scenario": scenario_in(st.session_state, WIDGET), "spec": dataclasses.asdict(spec),
+    return {"scenario": scenario_in(st.session_state, WIDGET), "spec": dataclasses.asdict(spec),
             "planner": planner, "screen": shown_idea("memory")}
 
 
@@ -558,7 +559,7 @@ def _room_scenario(spec: KVSpec, scenario: dict, choice: PlannerChoice, planner_
                            *(f"| {name} | {value} |" for name, value in rows)]))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Memory Footprint: the lecturer's scenario and the screen on the projector (every
     screen when the lecturer is not in lecture mode), computed here from the scenario and drawn by this page's own
     functions in this session's language; no box of this session's is drawn, so none can change what is shown."""

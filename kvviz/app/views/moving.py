@@ -12,10 +12,11 @@ import streamlit as st
 
 from kvviz.app.hosted import check_offload_store
 from kvviz.app.language import lang, show_error, tr
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
-from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import moving as charts
 from kvviz.errors import InputError
@@ -315,20 +316,19 @@ def handoff_figures(handoff: dict, dep: dict | None, lecture: bool) -> None:
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str, explore: dict) -> dict:
+def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen and, per idea drawn, its
     numbers (`parts`: the store's requests, the links and context, the handoff's results), the tiers' measured
-    costs, the deployment (its model's description, the GPU's name, KV format and TP), and the lecturer's model and
-    boxes for "Explore from here" (`explore`, room.page_settings)."""
+    costs and the deployment (its model's description, the GPU's name, KV format and TP)."""
     from dataclasses import asdict
 
-    return {"page": "moving", "shown": sorted(shown), "model": model, "device": device, **parts, "explore": explore,
+    return {"shown": sorted(shown), "model": model, "device": device, **parts,
             "tiers": [asdict(t) for t in MV.get("tiers") or []],
             "deployment": None if dep is None else {"spec": asdict(dep["spec"]), "gpu": dep["hw"].name,
                                                     "kv_dtype": dep["kv_dtype"], "tp": dep["tp"]}}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Moving the Cache: the lecturer's requests, costs, break-even and handoff, the ideas
     on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no
     model runs here, no button or box of this session's is drawn."""

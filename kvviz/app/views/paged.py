@@ -9,7 +9,8 @@ from dataclasses import asdict
 import streamlit as st
 
 from kvviz.app.language import tr
-from kvviz.app.views.room import explore_from
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.widgets import chart, table
 from kvviz.charts import paged as charts
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -26,7 +27,7 @@ def room_view(engine: PagedEngine, shown: set[str], saved: dict[int, HitSaving],
     the page when the requests or savings idea is shown)."""
     blocks, requests = engine_snapshot(engine)
     frag = fragmentation(engine) if "memory" in shown else None
-    return {"page": "paged", "shown": sorted(shown), "model": model,
+    return {"shown": sorted(shown), "model": model,
             "block_size": engine.block_size, "max_len": max_len, "step": engine.n_steps, "hits": engine.pool.hits,
             "queries": engine.pool.queries, "in_use": engine.pool.n_in_use(),
             "cached_free": engine.pool.n_cached_free(), "free": engine.pool.n_free,
@@ -121,7 +122,7 @@ def _memory(view: dict, lecture: bool) -> None:
                 st.caption(tr("paged.frag_caption", max_len=view["max_len"], per_token=f"{frag.bytes_per_token:,}"))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Paged Blocks: the lecturer's pool and requests at the lecturer's step, the ideas on
     the lecturer's screen, in this session's language; no engine runs here, no button is drawn."""
     explore_from(view, "pg", steps={"step": view["step"], "adds": view.get("adds", [])},

@@ -14,9 +14,11 @@ import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.share import Sharing
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.timing import draw_then_measure
-from kvviz.app.views.room import explore_from, publish
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
@@ -33,7 +35,6 @@ CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn bet
 PHASES_IDEA = 3  # the table of phases: nothing measured belongs on it
 # The request being measured, Run clicked (built on the next rerun), the error that refused it, whether it runs,
 # the tick to skip after Run (the click redraws the whole page), and the model it was measured on (its key and name).
-PAGE = "pages/2_Prefill_and_Decode.py"  # where a lecture room's followers find this page's view
 PD = page_state("pd", request=None, start=False, error=None, running=False, skip_tick=False, model=None,
                 model_label="?")
 
@@ -85,11 +86,12 @@ def start_request(settings: Settings, request: tuple[int, int, int], model: tupl
         PD.set("running", False)
 
 
-def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -> None:
+def live(shown: list[int], model: tuple[tuple, str], lecture: bool, room: Sharing | None, run: dict) -> None:
     """One tick: while running, only a progress bar, then model work in quiet; once done, the results of the model
     they were measured on (another model's are named, not shown as this one's). A lecture room gets what is shown:
     the ideas on screen and the runs' figures (while measuring, only that the lecturer is), and `run`, the lecturer's
-    model and boxes (room.page_settings) for a follower's "Explore from here"."""
+    model and boxes (explore.page_settings) for a follower's "Explore from here"; `room`: the lecturer's open room
+    (None: none)."""
     request: RepeatedRequest | None = PD.get("request")
     if PD.get("running") and request is not None:
         if request.done or request.stopped:
@@ -97,7 +99,8 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -
             st.rerun()  # the whole page, so the fragment stops ticking and the buttons flip
 
         def draw() -> None:
-            publish({"page": "prefill", "shown": shown, "measuring": True, "results": None, "explore": run}, PAGE)
+            if room is not None:
+                room.publish({"shown": shown, "measuring": True, "results": None}, explore=run)
             st.progress(request.passes_done / request.passes_total,
                         text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
                                 passes=request.passes_done, total=request.passes_total,
@@ -115,7 +118,8 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -
         return
     measured = request is not None and request.finished_runs and PD.get("model") == model[0]
     view = results(request, model[1]) if measured else None
-    publish({"page": "prefill", "shown": shown, "measuring": False, "results": view, "explore": run}, PAGE)
+    if room is not None:
+        room.publish({"shown": shown, "measuring": False, "results": view}, explore=run)
     if shown == [PHASES_IDEA]:
         return
     if PD.get("error"):
@@ -213,7 +217,7 @@ def phases(lecture: bool) -> None:
     st.container(key="pd_phases").markdown(lessons.phases_table(lang()))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Prefill & Decode: the ideas on the lecturer's screen (all of them when the lecturer
     is not in lecture mode) drawn from the lecturer's runs, in this session's language; no model, no box."""
     shown, measured = view["shown"], view["results"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
@@ -341,12 +342,12 @@ def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool)
         s = SV.get(name)
         return None if s is None else {"kind": s.kind, "status": s.status, "result": s.result, "error": s.error}
 
-    return {"page": "serving", "shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("sv_model"),
+    return {"shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("sv_model"),
             "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
             "prefix": state("prefix_state")}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Serving Engine: the lecturer's load run and prefix experiment as their workers last
     wrote them, the idea on the lecturer's screen (all when the lecturer is not in lecture mode), in this session's
     language; no server is reached from here, no box of this session's is drawn."""
