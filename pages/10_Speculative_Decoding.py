@@ -1,6 +1,6 @@
 """Speculative Decoding: a draft proposes k tokens, the target verifies them in one pass over k + 1 positions of
 its cache, and the positions it rejects are rolled back out of every cache, in place — stepped on a real decoder.
-kvviz.app.views.speculative draws the run from its texts and numbers, which a lecture room's followers get."""
+kvviz.app.views.spec draws the run from its texts and numbers, which a lecture room's followers get."""
 import streamlit as st
 
 from kvviz.app.decode_controls import DecodeController
@@ -27,13 +27,13 @@ with head[0], intro_box():  # on a projector folded away: the page is the demo
 settings = shipped_for_hf(settings, "spec.hf_note")  # the cache is cropped in place inside kvviz's own decoder
 if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
     with loading_engine():
-        from kvviz.app.views.speculative import follow
+        from kvviz.app.views.spec import follow
 # A follower's page stops here; the lecturer: an open room's link and QR code, full width.
 room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.speculative import EXPLORED, MEASURE_REPEATS, SPEC, download, draw
+    from kvviz.app.views.spec import EXPLORED, MEASURE_REPEATS, SPEC, download, draw
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.spec import drafts
     from kvviz.engine.spec.decoding import SpeculativeGeneration

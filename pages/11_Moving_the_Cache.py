@@ -77,4 +77,4 @@ with about if lecture else st.expander(tr("moving.rules_title")):  # on a projec
     st.markdown(tr("moving.rules"))
 if room is not None:
     room.publish(room_view(shown, parts, dep, backend.spec.name, str(backend.device)),
-                 explore=page_settings(settings, "mv"))
+                 explore=page_settings(settings, "moving"))

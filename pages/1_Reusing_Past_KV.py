@@ -25,11 +25,11 @@ with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
     with loading_engine():
-        from kvviz.app.views.decode import follow
+        from kvviz.app.views.reuse import follow
 # A follower's page stops here; the lecturer: an open room's link and QR code, full width (scannable from the back).
 room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.decode import REUSE, download, draw, run_settings
+    from kvviz.app.views.reuse import REUSE, download, draw, run_settings
     from kvviz.engine.generation import Generation
     from kvviz.lessons import decode_view
     backend = get_backend(settings)

@@ -34,9 +34,9 @@ from kvviz.app.views.prefill import (
 from kvviz.lessons.prefill_decode import default_request
 
 PAGE = page_of(__file__)
-settings = page_setup("prefill_decode.title")
+settings = page_setup("prefill.title")
 lecture = settings.lecture
-st.title(tr("prefill_decode.title"))
+st.title(tr("prefill.title"))
 # A follower: the lecturer's runs and ideas, no model here; the lecturer: an open room's link and QR code.
 room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 spec = model_spec(settings)
@@ -45,15 +45,15 @@ if spec is None:
 
 # In lecture mode one idea per screen: the stepper under the title, then the introduction and the request's
 # controls in one row (none on the table of phases, which takes the whole screen).
-titles = [tr(f"prefill_decode.idea_{k}") for k in ("run", "numbers", "formula", "phases")]
-shown = ideas(titles, "pd")  # all four, or in lecture mode one
+titles = [tr(f"prefill.idea_{k}") for k in ("run", "numbers", "formula", "phases")]
+shown = ideas(titles, "prefill")  # all four, or in lecture mode one
 measuring_idea = not lecture or shown != [PHASES_IDEA]
 if measuring_idea:
     head = lecture_head(widths=(2, 3))
     with head[0], intro_box():
-        st.write(tr("prefill_decode.intro"))
+        st.write(tr("prefill.intro"))
         model_caption(spec)
-        noise_indicator(lambda: get_backend(settings), "pd")  # the model, loaded when the check first needs it
+        noise_indicator(lambda: get_backend(settings), "prefill")  # the model, loaded when the check first needs it
 
 # What the results were measured on: a different model (or dtype, device, shape) must not inherit them.
 model = ((settings.model, settings.hf_model, settings.dtype, settings.device, spec.name, spec.n_layers,
@@ -78,13 +78,13 @@ else:
 start_request(settings, request, model)
 running = PD.get("running")
 if measuring_idea:
-    b1.button(tr("prefill_decode.run"), on_click=start, type="primary", disabled=running, key="pd_run")
-    b2.button(tr("prefill_decode.stop"), on_click=stop, disabled=not running, key="pd_stop")
+    b1.button(tr("prefill.run"), on_click=start, type="primary", disabled=running, key="prefill_run")
+    b2.button(tr("prefill.stop"), on_click=stop, disabled=not running, key="prefill_stop")
 
 
 
 def tick() -> None:
-    live(shown, model, lecture, room, page_settings(settings, "pd"))
+    live(shown, model, lecture, room, page_settings(settings, "prefill"))
 
 
 st.fragment(tick, run_every=TICK_S if running else None)()  # on every idea: measuring never waits on the stepper

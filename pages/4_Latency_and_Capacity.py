@@ -34,7 +34,7 @@ page = LatencyPage(settings, spec, lecture_head(widths=(2, 3)))
 with page.head[0], intro_box():
     st.write(tr("latency.intro"))
     model_caption(spec)
-    noise_indicator(page.load, "lc")
+    noise_indicator(page.load, "latency")
 
 # ---- five tabs, or in lecture mode the idea on screen (the roofline's three parts apart) ----------------------
 roof = None  # the roofline's inputs, where it is drawn
@@ -54,5 +54,6 @@ else:
                 sweep_panel(page, name)
 # a lecture room's followers draw the same, and may take the settings into their own session
 if room is not None:
-    room.publish(room_view(shown if lecture else list(IDEAS), roof, spec.name), explore=page_settings(settings, "lc"))
+    room.publish(room_view(shown if lecture else list(IDEAS), roof, spec.name), explore=page_settings(settings,
+                                                                                                      "latency"))
 preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

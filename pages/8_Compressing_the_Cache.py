@@ -59,7 +59,7 @@ stored = measured(backend, chosen.request)
 run_dtype = dtype_name(backend.dtype)
 shape = {"model": backend.spec.name, "run_dtype": run_dtype, "d_head": backend.spec.d_head,
          "n_layers": backend.spec.n_layers}
-explore = page_settings(settings, "cc", also=LINKED)  # the lecturer's model and boxes, for "Explore from here"
+explore = page_settings(settings, "compression", also=LINKED)  # the lecturer's model and boxes, for "Explore from here"
 if stored is None:
     if room is not None:  # followers: waiting, or measuring
         room.publish(room_view(show, None, {}, running=running, **shape), explore=explore)

@@ -15,7 +15,6 @@ from kvviz.app.room.explore import take_replay
 from kvviz.app.state import PageState
 from kvviz.app.timing import record_timing
 from kvviz.app.widgets import pending_actions, stepper
-from kvviz.lessons import decode_view
 
 # The session keys a stepping page declares for its controller (page_state), with these defaults.
 CONTROL_KEYS = {"playing": False, "served": 0, "timer_on": False, "play_times": [], "play_next": None,
@@ -109,6 +108,8 @@ class DecodeController:
         most one step per redraw: a late tick shows its step late (and warn() says so), never several at once."""
         if not (self.playing and self.can_step()):
             return
+        from kvviz.lessons import decode_view  # imports the engine (torch): not before the page's first screen
+
         now, period = time.monotonic(), self.beat_s()
         before = self.state.get("play_next")
         due, nxt = decode_view.play_beats(before, now, period)
@@ -134,6 +135,8 @@ class DecodeController:
         """While playing: a warning when the steps really taken fall behind the asked rate, or a beat came late."""
         if not self.playing:
             return
+        from kvviz.lessons import decode_view  # imports the engine (torch): not before the page's first screen
+
         period = self.beat_s()
         rate = decode_view.achieved_rate(self.state.get("play_times"))
         warning = decode_view.play_warning(rate, period, time.monotonic() - self.state.get("play_late"))

@@ -29,7 +29,7 @@ from kvviz.units import format_binary
 
 # The keys the page keeps besides its widgets': the Run press read once, the run under way and the request it was
 # started for, its error, a Cancel before any chunk finished, and the last results (request, rows, partial).
-CC = page_state("cc", start=False, sweep=None, error=None, empty=None, result=None)
+CC = page_state("compression", start=False, sweep=None, error=None, empty=None, result=None)
 SOURCES = ("held_out", "own")
 METRICS = ("kl", "top1")
 TICK_S = 0.3  # the fragment's period while the methods run
@@ -67,12 +67,12 @@ def choices(box: Any, backend: Any, *, native: bool, hosted: Any, lecture: bool)
     default_tokens = quality.page_tokens(backend.spec.n_params)
     n_tokens = persisted(c3.selectbox, url_state("tokens", default_tokens, one_of(tokens, int)),
                          tr("compression.n_tokens"), options=tokens)
-    st.session_state.setdefault("cc_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
-    shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
+    st.session_state.setdefault("compression_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
+    shares = persisted(c4.multiselect, "compression_budgets", tr("compression.budgets"), options=[0.25, 0.5],
                        format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
     own = ""
     if source == "own":
-        own = box.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
+        own = box.text_area(tr("compression.own_text"), key="compression_own_text", height=120, max_chars=200_000)
     budgets, raised = quality.eviction_budgets(shares, seq_len)
     if raised:
         c4.caption(tr("compression.budget_raised", shares=", ".join(f"{s:.0%}" for s in raised), seq_len=seq_len,
@@ -119,9 +119,9 @@ def run_buttons(controls: Any, backend: Any, c: Choices, *, lecture: bool) -> bo
             show_error(exc)
     running = CC.get("sweep") is not None
     buttons = controls if lecture else controls.container(horizontal=True)  # Cancel beside the run button
-    buttons.button(tr("compression.run"), type="primary", key="cc_run", on_click=_start, disabled=running)
+    buttons.button(tr("compression.run"), type="primary", key="compression_run", on_click=_start, disabled=running)
     if running or not lecture:  # on a projector's narrow row only while it can be pressed
-        buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=_cancel,
+        buttons.button(tr("compression.cancel"), key="compression_cancel", on_click=_cancel,
                        disabled=not running or CC.get("sweep")[1].cancelled)
     return running
 
@@ -293,12 +293,12 @@ def positions_view(full_row: Any, rows: list, names: list[str], seq_len: int, sh
     if picks:
         step, layer = picks["step"], picks["layer"]
     else:
-        if st.session_state.get("cc_step") not in view_steps:
-            st.session_state.cc_step = view_steps[-1]
-        step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
-        if st.session_state.get("cc_layer") not in range(n_layers):
-            st.session_state.cc_layer = 0
-        layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(n_layers))
+        if st.session_state.get("compression_step") not in view_steps:
+            st.session_state.compression_step = view_steps[-1]
+        step = persisted(d1.select_slider, "compression_step", tr("compression.s2_step"), options=list(view_steps))
+        if st.session_state.get("compression_layer") not in range(n_layers):
+            st.session_state.compression_layer = 0
+        layer = persisted(d2.selectbox, "compression_layer", tr("compression.s2_layer"), options=range(n_layers))
     view_full = full_row.views[step]
     position = view_full.position
     if 1 in show:
@@ -316,9 +316,10 @@ def positions_view(full_row: Any, rows: list, names: list[str], seq_len: int, sh
         if picks:
             pick = picks["method"]
         else:
-            if st.session_state.get("cc_attn_method") not in range(len(rows)):
-                st.session_state.cc_attn_method = 0
-            pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
+            if st.session_state.get("compression_attn_method") not in range(len(rows)):
+                st.session_state.compression_attn_method = 0
+            pick = persisted(d3.selectbox, "compression_attn_method", tr("compression.s3_method"),
+                             options=range(len(rows)),
                              format_func=names.__getitem__)
         side.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
@@ -388,7 +389,7 @@ def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Compressing the Cache: the lecturer's measured rows, drawn with the lecturer's
     choices, the ideas on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this
     session's language; no model runs here, no box of this session's is drawn."""
-    explore_from(view, "cc", also=LINKED, help_key="room.explore_measure_help")
+    explore_from(view, "compression", also=LINKED, help_key="room.explore_measure_help")
     result = view["result"]
     if view["measuring"]:
         st.info(tr("room.measuring"))

@@ -48,8 +48,8 @@ def draw(gen: Generation, *, lecture: bool) -> dict:
     with tabs[TABS.index(opened)]:
         if opened == "attention":
             attention_tab(spec.n_layers, view, labels, lecture, gen.events[-1].attention)
-        elif opened in FOLLOWED:
-            FOLLOWED[opened](view, labels, lecture)
+        elif opened in FOLLOWER_TABS:
+            FOLLOWER_TABS[opened](view, labels, lecture)
         else:
             {"values": values_tab, "work": work_tab, "check": check_tab}[opened](gen, labels, texts, lecture)
     return view
@@ -79,11 +79,11 @@ def follow(view: RoomView, *, lecture: bool) -> None:
         explore_button(view.explore, view["n_steps"])
     draw_head(view, lecture=lecture)
     labels = decode_view.position_labels(chip_labels(view["texts"]))
-    names = [name for name in FOLLOWED if name != "attention" or view.get("attention")]
+    names = [name for name in FOLLOWER_TABS if name != "attention" or view.get("attention")]
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in names], key="room_reuse_tab", on_change="rerun")
     opened = next((name for name, tab in zip(names, tabs, strict=True) if tab.open), names[0])
     with tabs[names.index(opened)]:
-        FOLLOWED[opened](view, labels, lecture)
+        FOLLOWER_TABS[opened](view, labels, lecture)
 
 
 def download(where, gen: Generation | None, *, compact: bool) -> None:  # noqa: ANN001 - a Streamlit container
@@ -239,4 +239,4 @@ def check_tab(gen: Generation, labels: list[str], texts: list[str], lecture: boo
 
 
 # The tabs drawn from a room view alone: a follower draws them too (values, work and the check need the model's run).
-FOLLOWED = {"growth": growth_tab, "bytes": bytes_tab, "attention": attention_chart}
+FOLLOWER_TABS = {"growth": growth_tab, "bytes": bytes_tab, "attention": attention_chart}

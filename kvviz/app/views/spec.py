@@ -16,7 +16,7 @@ from kvviz.app.language import tr
 from kvviz.app.room.explore import explore_from
 from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
-from kvviz.app.views.decode import grid_html
+from kvviz.app.views.reuse import grid_html
 from kvviz.app.widgets import chart, run_download, table
 from kvviz.charts import speculative as charts
 from kvviz.engine.spec.decoding import SpecEvent, SpecStats, SpeculativeGeneration
