@@ -2,9 +2,9 @@
 sections a lecture follows:
 
 - `Page` and `Section`: a page's record, held once: its file, its one short name and whether a lecture room follows
-  it. The name is the page's everywhere: its title `nav.<name>`, its line on Home's map `home.page_<name>`, its
-  locale section `<name>.toml`, its session keys `<name>_...`, its view module `views/<name>.py`, its tests
-  `tests/pages/test_<name>.py`, and the name its room view is published and followed under. A section's name
+  it. The name is the page's everywhere: its locale section `<name>.toml` (its title `<name>.title`, also its name
+  in the sidebar, and its line on Home's map `<name>.summary`), its session keys `<name>_...`, its view module
+  `views/<name>.py`, and the name its room view is published and followed under. A section's name
   (`nav.section_<name>`) and pages, in order;
 - `HOME`, `SECTIONS` and `PAGES` (Home, then every section's pages): the one registry of pages. A page whose file
   does not exist yet (still being built) is skipped everywhere, so adding one is its file and its locale strings;
@@ -30,14 +30,15 @@ class Page:
     path: str  # from the app's folder
     name: str  # the one short name: locale section, session prefix, view module, tests, room name
     followed: bool = True  # a lecture room follows it: it publishes what it draws, a follower draws it read-only
+    label: str = "title"  # the key of its section that names it in the sidebar (Home's title is the whole app's)
 
     @property
     def title_key(self) -> str:
-        return f"nav.{self.name}"
+        return f"{self.name}.{self.label}"
 
     @property
     def summary_key(self) -> str:
-        return f"home.page_{self.name}"
+        return f"{self.name}.summary"
 
     @property
     def built(self) -> bool:
@@ -57,7 +58,8 @@ class Section:
         return [p for p in self.pages if p.built]
 
 
-HOME = Page("app.py", "home", followed=False)  # Home has no room view: followers are told where the lecturer is
+# Home has no room view (followers are told where the lecturer is); its title is the app's, its sidebar name `nav`
+HOME = Page("app.py", "home", followed=False, label="nav")
 # The order a lecture goes: how the cache works, what it does to time, to memory, then engines serving many users.
 SECTIONS = (
     Section("mechanism", (Page("pages/1_Reusing_Past_KV.py", "reuse"),

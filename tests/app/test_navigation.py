@@ -60,7 +60,7 @@ def test_sidebar_sections_and_homes_map_match(lang, lecture):
     assert not at.exception
     expected = _expected(lang)
     assert expected[0] == ("section", t("nav.section_mechanism", lang))
-    assert _outline(at.sidebar, ("Caption",)) == [("page", t("nav.home", lang)), *expected]
+    assert _outline(at.sidebar, ("Caption",)) == [("page", t(HOME.title_key, lang)), *expected]
     assert [x for x in _outline(at.main, ("Markdown",)) if x[0] == "page" or x in expected] == expected
     if not lecture:  # each page with its line, never a raw locale key
         lines = [c.value for c in at.main.caption]

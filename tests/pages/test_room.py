@@ -314,7 +314,7 @@ def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
     assert store.read(room_id)[1]["path"] == "pages/2_Prefill_and_Decode.py"
     ko.run()  # not the memory screen of before: a link to follow there
     link = ko.main.get("page_link")[0].proto
-    assert link.label == t("room.lecturer_on", "ko", page=t("nav.prefill", "ko"))
+    assert link.label == t("room.lecturer_on", "ko", page=t("prefill.title", "ko"))
     assert link.page == "Prefill_and_Decode" and f"room={room_id}" in link.query_string
 
 

@@ -1,5 +1,5 @@
 """Issue 29 #8: the text and charts faults a full pass found (those outside pages 2 and 4), each checked here.
-Home's raw `home.page_compression` key is tests/app/test_navigation.py's; the chart geometry a browser draws (a
+Home's raw `compression.summary` key is tests/app/test_navigation.py's; the chart geometry a browser draws (a
 legend on an axis title, heatmap labels on each other) is also measured in tests/browser/test_text_charts_browser.py."""
 import json
 import re
