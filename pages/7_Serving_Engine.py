@@ -18,6 +18,7 @@ from kvviz.app.shell import page_setup
 from kvviz.app.views.serving import (
     SV,
     connection_details,
+    follow,
     load_settings,
     prefix_details,
     prefix_results,
@@ -25,7 +26,6 @@ from kvviz.app.views.serving import (
     room_view,
     sweep_results,
 )
-from kvviz.app.views.serving import follow as follow_room
 from kvviz.app.widgets import current_number, number_in_range
 from kvviz.errors import InputError
 from kvviz.serving import client as api
@@ -49,7 +49,7 @@ intro_at, server_at = lecture_head(tr("serving.title"), widths=(2, 2))
 with intro_at, intro_box():
     st.write(tr("serving.intro"))
 # A follower: the lecturer's runs as their workers wrote them, read-only; the lecturer: an open room's link.
-room = room_part(PAGE, lambda v: follow_room(v, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 caps = settings.hosted
 secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
@@ -126,7 +126,7 @@ def share() -> None:
         room.publish(room_view(view, conn, int(num("requests")), bool(ss.get("serving_live_charts"))))
 
 
-def follow(name: str) -> None:
+def read_worker(name: str) -> None:
     """The worker's latest state into the session; once it is final, the worker closed and its files removed. Its
     final state read and its process gone: the whole page again, so the fragment stops ticking and the buttons
     flip."""
@@ -181,7 +181,7 @@ with tab_load:
         show_error(SV.get("start_error"))
 
     def live() -> None:
-        follow("")
+        read_worker("")
         sweep_results(SV.get("state"), n_requests=int(num("requests")), live_charts=bool(ss.get("serving_live_charts")),
                       lecture=lecture, on_screen=on_screen)
         share()
@@ -218,7 +218,7 @@ with tab_prefix:
         show_error(SV.get("prefix_error"))
 
     def prefix_live() -> None:
-        follow("prefix_")
+        read_worker("prefix_")
         prefix_results(SV.get("prefix_state"), lecture)
         share()
 

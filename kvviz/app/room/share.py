@@ -14,7 +14,7 @@ import segno
 import streamlit as st
 
 from kvviz.app.language import lang, tr
-from kvviz.app.navigation import Page
+from kvviz.app.navigation import Page, page_at
 from kvviz.app.room.session import ROOM, guarded, room_store, this_page
 from kvviz.app.room.view import RoomView
 from kvviz.room.store import LECTURER_BEAT_S
@@ -68,7 +68,7 @@ def heartbeat() -> None:
     if ROOM.get("id") is None:
         return
     here = this_page()
-    if here is not None and ROOM.get("at") != here:
+    if here is not None and page_at(here) is not None and ROOM.get("at") != here:
         # Followers are told where the lecturer went: a page the room cannot follow, or a followed one before it
         # has anything to show (no run yet, a model it cannot use) instead of the last page's state.
         _send(ROOM.get("id"), ROOM.get("secret"), RoomView(here))
