@@ -242,7 +242,7 @@ def test_every_page_is_followed_and_the_lecturer_on_home_is_said(store):
     assert store.read(room_id)[1]["path"] == SERVING
     follower.run()
     link = follower.main.get("page_link")[0].proto
-    assert link.label == t("room.lecturer_on", "ko", page=t("nav.serving", "ko"))
+    assert link.label == t("room.lecturer_on", "ko", page=t("serving.title", "ko"))
     assert link.page == "Serving_Engine" and f"room={room_id}" in link.query_string
     lecturer.switch_page(CHECK).run()  # back: the room's question box again
     assert store.read(room_id)[1]["path"] == CHECK
