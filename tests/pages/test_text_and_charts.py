@@ -1,6 +1,6 @@
 """Issue 29 #8: the text and charts faults a full pass found (those outside pages 2 and 4), each checked here.
-Home's raw `home.page_compress` key is tests/app/test_navigation.py's; the chart geometry a browser draws (a legend on
-an axis title, heatmap labels on each other) is also measured in tests/browser/test_text_charts_browser.py."""
+Home's raw `compression.summary` key is tests/app/test_navigation.py's; the chart geometry a browser draws (a
+legend on an axis title, heatmap labels on each other) is also measured in tests/browser/test_text_charts_browser.py."""
 import json
 import re
 import tomllib
@@ -23,7 +23,7 @@ from tests.pages.pagetest import open_page as _open
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
-OTHERS = {"prefill_decode", "latency"}  # pages 2 and 4: their text is issue 29 part A's
+OTHERS = {"prefill", "latency"}  # pages 2 and 4: their text is issue 29 part A's
 PLURAL_NOUNS = ("tokens", "steps", "requests", "positions", "layers", "blocks", "heads", "chunks", "passes", "runs",
                 "points", "values", "parameters", "GPUs", "settings", "slots")
 # "{n} tokens" with no {n|token|tokens}: "1 tokens" when n is 1 ("{a}/{b} heads" and rates per second excepted).
@@ -81,7 +81,7 @@ def test_allocation_axis_names_the_unit_of_its_numbers(allocated, unit):
 
 def test_memory_page_allocation_axis():
     at = _open("pages/3_Memory_Footprint.py")
-    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "mem_alloc_chart" in c.proto.id)
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "memory_alloc_chart" in c.proto.id)
     assert chart["layout"]["yaxis"]["title"]["text"] == "K/V memory (GiB)"
 
 
@@ -142,10 +142,10 @@ def test_exact_bytes_are_not_repeated():
 
 def test_serving_page_says_768_bytes_once():
     at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["kvviz-tiny"], "engine": "llama.cpp",
+    at.session_state["serving_conn"] = {"url": "http://127.0.0.1:8080", "models": ["kvviz-tiny"], "engine": "llama.cpp",
                                    "block_size": None}
     at.switch_page("pages/7_Serving_Engine.py").run()
-    at.selectbox(key="sv_kv_dtype_kvviz-tiny").set_value("bfloat16").run()  # llama-server does not report it
+    at.selectbox(key="serving_kv_dtype_kvviz-tiny").set_value("bfloat16").run()  # llama-server does not report it
     assert not at.exception
     caption = next(c.value for c in at.caption if "per token" in c.value)
     assert "**768 B per token**" in caption and "(768 B)" not in caption
