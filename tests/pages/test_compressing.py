@@ -61,8 +61,8 @@ def test_page_measures_every_method(lang):
     at = measured(lang)
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    # full, 4 evictions × 2 budgets, int8/int4, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
-    assert len(table) == 1 + 2 * 4 + 2 + 2 + 1
+    # full, 4 evictions × 2 budgets, int8/int4/KIVI-2, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
+    assert len(table) == 1 + 2 * 4 + 3 + 2 + 1
     measured_bytes = table[t("compression.table_bytes", lang)]
     assert (measured_bytes == table[t("compression.table_formula", lang)]).all()
     # full cache: 2 layers · 127 positions · K and V · 2 KV heads · d_head 32 · 4 bytes
