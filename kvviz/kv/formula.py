@@ -2,7 +2,8 @@
 
 What one token leaves in one layer's cache — a K and a V vector per KV head (MHA/GQA/MQA), or one MLA latent
 plus one shared RoPE key — how many tokens each layer keeps (sliding-window layers keep only the last W − 1
-past tokens), and the storage format with its quantization scales. Every byte count the app, the CLI, the
+past tokens), and the storage format with its quantization scales (KV_DTYPES: the one table of KV formats, whose
+entries also say how kvviz.compression stores a format). Every byte count the app, the CLI, the
 engine's formula column, the capacity planner, the roofline and the hosted budget show comes from
 kv_footprint(); a second formula anywhere is a bug. No torch needed.
 """
