@@ -1,6 +1,6 @@
-"""Caches that hold less: kept positions after eviction, or K/V stored quantized. Both plug into the native
-Decoder.forward(ids, cache) through the same two members it uses (`lengths`, `append`) plus `length`, the
-rotary position of the next token.
+"""Caches that hold less: kept positions after eviction, or K/V stored quantized. Both keep the contract the native
+Decoder.forward(ids, cache) runs with (kvviz.engine.cache.DecodeCache: `lengths`, `append`, and `length`, the
+rotary position of the next token).
 
 Bytes are read off the tensors each cache stores; `formula_bytes()` gives the same through the shared KV
 description (kvviz.kv.formula), which the tests hold equal.

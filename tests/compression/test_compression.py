@@ -9,8 +9,9 @@ from transformers import LlamaConfig
 
 from kvviz.cli import main
 from kvviz.compression import quant
-from kvviz.compression.caches import QuantizedCache, kivi_dtype
+from kvviz.compression.caches import EvictingCache, QuantizedCache, kivi_dtype
 from kvviz.compression.runner import Method, _native_rotator, run_method
+from kvviz.engine.cache import DecodeCache
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import load_backend, random_backend
 from kvviz.engine.model import apply_rotary, rotary_tables
@@ -50,6 +51,23 @@ def test_group_size_one_pooling_gives_bit_identical_logits(tiny, ids, full):
     pooled = run_method(mha, mha_ids, 20, Method("gqa", kv_heads=2))
     assert not torch.equal(pooled.logits, ref.logits)
     assert pooled.kv_bytes * 2 == ref.kv_bytes == pooled.formula_bytes * 2
+
+
+def test_every_decode_cache_keeps_one_contract(tiny):
+    """The engine's KVCache and both compressed caches are what Decoder.forward runs with (DecodeCache); the paged
+    pool is not one (it is addressed by slots)."""
+    from kvviz.engine.paged.kv import PagedKV
+
+    shape, cpu = KVSpec(4, 8, 2, 24), torch.device("cpu")
+    caches = [tiny.model.new_cache(1, 16), EvictingCache(shape, 1, torch.float32, cpu),
+              QuantizedCache(shape, 1, torch.float32, cpu, "kivi2", group=24, residual=24)]
+    x = torch.tensor([[5, 6, 7]])
+    for cache in caches:
+        assert isinstance(cache, DecodeCache)
+        with torch.inference_mode():
+            tiny.model(x, cache)
+        assert (cache.lengths, cache.length) == ([3] * 4, 3)
+    assert not isinstance(PagedKV(4, 2, 16, 2, 24), DecodeCache)
 
 
 def test_compression_changes_the_logits(tiny, ids, full):
