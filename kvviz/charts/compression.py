@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
-from kvviz.kv.formula import KV_DTYPES
+from kvviz.kv.formats import KV_DTYPES
 
 FAMILY_COLORS = {"evict": "#1f77b4", "quantize": "#d62728", "share": "#2ca02c"}
 # Markers of the eviction and head-sharing methods; a stored KV format's marker is its table entry's.

@@ -18,7 +18,7 @@ from kvviz.cli.common import (
     positive_int,
     shape,
 )
-from kvviz.kv.formula import STORED_DTYPES
+from kvviz.kv.formats import STORED_DTYPES
 
 
 def method_list(text: str) -> list[str]:

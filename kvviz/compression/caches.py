@@ -13,7 +13,8 @@ import torch
 
 from kvviz.compression import quant
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVDtype, KVSpec, kv_bytes, kv_footprint, stored_dtype
+from kvviz.kv.formats import KVDtype, stored_dtype
+from kvviz.kv.formula import KVSpec, kv_bytes, kv_footprint
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -156,7 +157,7 @@ class QuantizedCache:
                 raise InputError("compression.bad_residual", residual=residual, group=group)
         elif kv_scale not in quant.FP8_SCALES:
             raise InputError("compression.bad_kv_scale", name=kv_scale, choices=", ".join(quant.FP8_SCALES))
-        self.shape, self.dtype, self.fmt, self.group, self.residual = shape, dtype, self.format.name, group, residual
+        self.shape, self.dtype, self.group, self.residual = shape, dtype, group, residual
         self.kv_scale = kv_scale
         n = shape.n_layers
         empty = torch.zeros(batch, shape.n_kv_heads, 0, shape.d_head, dtype=dtype, device=device)

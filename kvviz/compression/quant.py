@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvviz.kv.formula import KVDtype, stored_dtype
+from kvviz.kv.formats import KVDtype, stored_dtype
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn (torch.finfo(torch.float8_e4m3fn).max)

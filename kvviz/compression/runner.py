@@ -19,7 +19,8 @@ from kvviz.compression.pooling import pool_kv_heads
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.model import Decoder, apply_rotary, attend
 from kvviz.errors import InputError
-from kvviz.kv.formula import STORED_DTYPES, KVDtype, KVSpec, kv_footprint, stored_dtype
+from kvviz.kv.formats import STORED_DTYPES, stored_dtype
+from kvviz.kv.formula import KVSpec, kv_footprint
 
 QUANT = STORED_DTYPES  # every format the one table of KV formats says kvviz stores (int8, int4, kivi2, fp8)
 POOL = ("gqa", "mqa")
@@ -29,28 +30,11 @@ DEPLOY_DTYPES = ("bfloat16", "float16", "float32")  # KV dtypes a saving can be 
 
 def method_family(name: str) -> str:
     """The family a method is charted as: eviction, a stored format's own (its table entry's), or sharing heads."""
-    if name in POOL:
-        return "share"
-    if name in QUANT:
-        return stored_dtype(name).stored.family
-    if name in EVICTION:
-        return "evict"
-    if name == "full":
-        return "full"
-    raise InputError("compression.unknown_method", name=name, choices=", ".join(METHODS[1:]))
-
-
-def kivi_group(d_head: int, fmt: str | KVDtype) -> int:
-    """The format's G (32 for KIVI's formats) where it divides d_head (values carry d_head/G scales per token, as the
-    shared formula counts per vector); else the largest divisor of d_head below it (the shipped model's d_head 24
-    takes 24)."""
-    return max(g for g in range(1, stored_dtype(fmt).stored.group + 1) if d_head % g == 0)
-
-
-def kivi_residual(group: int, fmt: str | KVDtype) -> int:
-    """The format's R rounded up to a multiple of G (KIVI asserts R % G == 0): int4's R = 32 is 32 for G = 32 and 48
-    for G = 24; KIVI-2's R = 128 is 144 for G = 24."""
-    return -(-stored_dtype(fmt).stored.residual // group) * group
+    families = {"full": "full", **dict.fromkeys(EVICTION, "evict"), **dict.fromkeys(POOL, "share"),
+                **{n: stored_dtype(n).stored.family for n in QUANT}}
+    if name not in families:
+        raise InputError("compression.unknown_method", name=name, choices=", ".join(METHODS[1:]))
+    return families[name]
 
 
 @dataclass(frozen=True)
@@ -58,8 +42,8 @@ class Method:
     name: str  # one of METHODS
     budget: int | None = None  # eviction: positions kept per layer and KV head
     sinks: int = STREAMING_SINKS  # streaming
-    group: int | None = None  # KIVI's formats: group size G (None: kivi_group(d_head), the entry's G where it fits)
-    residual: int | None = None  # KIVI's formats: R, a multiple of G (None: kivi_residual(G), the entry's R)
+    group: int | None = None  # KIVI's formats: group size G (None: the entry's, Stored.group_for)
+    residual: int | None = None  # KIVI's formats: R, a multiple of G (None: the entry's R, Stored.residual_for)
     kv_heads: int | None = None  # gqa: KV heads after pooling (default: half of the model's); mqa: 1
     kv_scale: str = "default"  # fp8: vLLM's k/v_scale, "default" (1.0) or "calculate" (--calculate-kv-scales)
 
@@ -201,11 +185,10 @@ def _native_cache(backend: Backend, model: Decoder, method: Method, n_ids: int):
         cache: Any = EvictingCache(shape, 1, dtype, device, reposition=policy.reposition,
                                    rotate=_native_rotator(model))
     elif method.name in QUANT:
-        kivi = {}
-        if stored_dtype(method.name).stored.grouped:  # KIVI's G and R: the method's, else the format's
-            group = method.group or kivi_group(shape.d_head, method.name)
-            kivi = {"group": group, "residual": method.residual or kivi_residual(group, method.name)}
-        cache = QuantizedCache(shape, 1, dtype, device, method.name, kv_scale=method.kv_scale, **kivi)
+        stored = stored_dtype(method.name).stored  # KIVI's G and R: the method's, else the format's
+        group = (method.group or stored.group_for(shape.d_head)) if stored.grouped else 0
+        cache = QuantizedCache(shape, 1, dtype, device, method.name, kv_scale=method.kv_scale, group=group,
+                               residual=(method.residual or stored.residual_for(group)) if group else 0)
     else:
         if method.name in POOL:
             target = 1 if method.name == "mqa" else (method.kv_heads or max(1, shape.n_kv_heads // 2))

@@ -13,7 +13,8 @@ from kvviz.compression.caches import QuantizedCache
 from kvviz.compression.quality import all_methods, compare
 from kvviz.compression.runner import METHODS, Method, method_family, run_method
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, STORED_DTYPES, KVSpec, kv_footprint, stored_dtype
+from kvviz.kv.formats import KV_DTYPES, STORED_DTYPES, stored_dtype
+from kvviz.kv.formula import KVSpec, kv_footprint
 
 LLAMA_8B = KVSpec(32, 32, 8, 128)  # Llama-3.1-8B: 32 layers, 8 KV heads of 128
 

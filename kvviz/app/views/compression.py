@@ -207,7 +207,8 @@ def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, 
     from kvviz.compression import quality
     from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
     from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
-    from kvviz.compression.runner import DEPLOY_DTYPES, kivi_group, kivi_residual
+    from kvviz.compression.runner import DEPLOY_DTYPES
+    from kvviz.kv.formats import stored_dtype
 
     n_prompt = quality.chunk_steps(seq_len)[0]
     idea_title(tr("compression.s1_title"))
@@ -274,9 +275,10 @@ def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, 
         with st.container() if lecture else st.expander(tr("compression.notes_title")):  # none inside another
             if lecture:
                 st.markdown(f"**{tr('compression.notes_title')}**")
-            group = kivi["group"] if kivi else kivi_group(d_head, "int4")
+            int4 = stored_dtype("int4").stored  # the notes' int8/int4 line: their G and R where none ran
+            group = kivi["group"] if kivi else int4.group_for(d_head)
             st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                           group=group, residual=kivi["residual"] if kivi else kivi_residual(group, "int4")))
+                           group=group, residual=kivi["residual"] if kivi else int4.residual_for(group)))
     return {"kv_dtype": kv_dtype, "metric": metric}
 
 
