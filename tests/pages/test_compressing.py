@@ -61,8 +61,8 @@ def test_page_measures_every_method(lang):
     at = measured(lang)
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    # full, 4 evictions × 2 budgets, int8/int4, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
-    assert len(table) == 1 + 2 * 4 + 2 + 2 + 1
+    # full, 4 evictions × 2 budgets, int8/int4/KIVI-2, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
+    assert len(table) == 1 + 2 * 4 + 3 + 2 + 1
     measured_bytes = table[t("compression.table_bytes", lang)]
     assert (measured_bytes == table[t("compression.table_formula", lang)]).all()
     # full cache: 2 layers · 127 positions · K and V · 2 KV heads · d_head 32 · 4 bytes
@@ -177,11 +177,11 @@ def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
     at.button(key="compression_cancel").click().run()
     assert not at.exception and run.cancelled and "compression_sweep" not in at.session_state
     request, rows, partial = at.session_state["compression_result"]
-    assert partial == (run.done, run.sweep.total, 13) and rows == run.rows
+    assert partial == (run.done, run.sweep.total, 14) and rows == run.rows  # 8 evictions, 3 KIVI, 2 fp8, mqa
     (warning,) = [w.value for w in at.warning]
     chunks = sorted({r.n_predicted // 64 for r in rows})
     assert warning == t("compression.partial", lang, done=run.done, total=run.sweep.total, measured=len(rows) - 1,
-                        methods=13, chunks="–".join(map(str, dict.fromkeys([chunks[0], chunks[-1]]))))
+                        methods=14, chunks="–".join(map(str, dict.fromkeys([chunks[0], chunks[-1]]))))
     table = at.dataframe[0].value  # what was measured is drawn: the table, the chart, the strips
     assert len(table) == len(rows) and len(at.get("plotly_chart")) == 3
     assert list(table[t("compression.table_ppl", lang)])[1:] == [round(r.perplexity, 3) for r in rows[1:]]

@@ -273,6 +273,15 @@ def test_quantized_kv_states_its_scales():
     assert any("2 · 8 · 128 · 0.5 B + 128 B (scales) | 1,152 B" in md.value for md in at.markdown)
 
 
+def test_kivi2_states_its_scales_zero_points_and_residual():
+    """KIVI-2 (arXiv:2402.02750 §4.1): 16 vectors of 128 values, 32 B of 2-bit levels + 4 groups · 4 B each."""
+    at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "kv_dtype": "kivi2"})
+    assert metrics(at)["Per token, per layer"] == "768 B"
+    assert any("2 · 8 · 128 · 0.25 B + 256 B (scales) | 768 B" in md.value for md in at.markdown)
+    assert any("KIVI-2" in c.value and "12 B in all" in c.value and "newest 128 tokens" in c.value
+               for c in at.caption)
+
+
 def test_llamacpp_block_formats_size_a_llamacpp_deployment():
     """q8_0 and q4_0 as llama.cpp stores them (tests/engine/test_llamacpp_kv.py checks the bytes against its log)."""
     at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "kv_dtype": "q8_0"})

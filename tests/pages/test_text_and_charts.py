@@ -16,6 +16,7 @@ from kvviz.charts.base import LABEL_LINE
 from kvviz.charts.compression import tradeoff_figure
 from kvviz.charts.memory import allocation_figure
 from kvviz.charts.paged import pool_usage
+from kvviz.compression.runner import method_family
 from kvviz.i18n import LANGS, t
 from kvviz.lessons import quiz
 from kvviz.units import format_exact
@@ -125,8 +126,8 @@ def test_compression_legend_is_never_scrolled():
     """13 methods and 3 family titles in a 440 px figure: the legend scrolled in a clipped box (measured 347 px of
     entries in 295 px); the figure now grows to hold them (Chromium: 16 rows at 12 px take ≤ 330 px)."""
     methods = ["window", "streaming", "h2o", "snapkv"] * 2 + ["int8", "int4", "fp8", "gqa", "mqa"]
-    rows = [dict(method=m, label=m, memory_saved=0.5, kl_divergence=0.1, top1_agreement=0.9, perplexity=3.0,
-                 kv_bytes=1, n_cached=8) for m in methods]
+    rows = [dict(method=m, family=method_family(m), label=m, memory_saved=0.5, kl_divergence=0.1, top1_agreement=0.9,
+                 perplexity=3.0, kv_bytes=1, n_cached=8) for m in methods]
     for lecture in (False, True):
         fig = tradeoff_figure(rows, metric="kl", family_names={"evict": "e", "quantize": "q", "share": "s"},
                               x_title="x", y_title="y", title="t", lecture=lecture)

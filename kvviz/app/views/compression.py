@@ -208,7 +208,8 @@ def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, 
     from kvviz.compression import quality
     from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
     from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
-    from kvviz.compression.runner import DEPLOY_DTYPES, kivi_group, kivi_residual
+    from kvviz.compression.runner import DEPLOY_DTYPES
+    from kvviz.kv.formats import stored_dtype
 
     n_prompt = quality.chunk_steps(seq_len)[0]
     idea_title(tr("compression.s1_title"))
@@ -261,18 +262,24 @@ def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, 
                            streaming=f"{v.streaming_perplexity:.2f}", window=f"{v.window_perplexity:.2f}",
                            ratio=f"{v.ratio:.2f}",
                            verdict=tr(f"compression.sink_{v.verdict}", tolerance=f"{quality.SINK_TOLERANCE:.0%}")))
-        fp8 = [r for r in data if r["method"] == "fp8"]
+        fp8 = [r for r in data if r["kv_scale"]]  # formats scaled per layer tensor: how each scale was set
         if fp8:
             st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
                           clipped="; ".join(tr("compression.fp8_clipped", label=r["label"], n=r["fp8_clipped"])
                                             for r in fp8)))
         kivi = next((r for r in data if r["group"]), None)
+        grouped = [r for r in data if r["group"]]
+        if grouped:  # every KIVI format as it ran: its G and R (KIVI-2 keeps its own R)
+            st.caption(tr("compression.kivi_used", runs="; ".join(
+                tr("compression.kivi_run", label=r["label"], group=r["group"], residual=r["residual"])
+                for r in grouped)))
         with st.container() if lecture else st.expander(tr("compression.notes_title")):  # none inside another
             if lecture:
                 st.markdown(f"**{tr('compression.notes_title')}**")
-            group = kivi["group"] if kivi else kivi_group(d_head)
+            int4 = stored_dtype("int4").stored  # the notes' int8/int4 line: their G and R where none ran
+            group = kivi["group"] if kivi else int4.group_for(d_head)
             st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                           group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
+                           group=group, residual=kivi["residual"] if kivi else int4.residual_for(group)))
     return {"kv_dtype": kv_dtype, "metric": metric}
 
 

@@ -162,7 +162,8 @@ def scenario_inputs() -> tuple[int, int, str, str]:
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
         st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
-                      scale=fmt.scale_bytes_per_group, block=fmt.vector_bytes(fmt.group_size)))
+                      scale=fmt.scale_bytes_per_group, block=fmt.vector_bytes(fmt.group_size),
+                      residual=fmt.stored.residual if fmt.stored else 0))
     return int(tokens), int(batch), kv_dtype_name, w_dtype_name
 
 
