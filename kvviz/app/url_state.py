@@ -17,7 +17,7 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES
+from kvviz.kv.formats import KV_DTYPES
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.vllm_profile import ENTRIES, READ

@@ -121,7 +121,7 @@ def kivi_dtype(fmt: str | KVDtype, group: int) -> KVDtype:
 
 
 class QuantizedCache:
-    """K/V stored quantized, in any format whose entry in kvviz.kv.formula.KV_DTYPES says how it is stored.
+    """K/V stored quantized, in any format whose entry in kvviz.kv.formats.KV_DTYPES says how it is stored.
 
     KIVI's integer groups (int8, int4, KIVI-2's 2 bits), KIVI's rules (jy-yuan/KIVI, models/llama_kivi.py,
     LlamaAttention_KIVI.forward): keys are quantized per channel over groups of G tokens, R tokens at a time

@@ -6,7 +6,7 @@ of one token). Both widths are asymmetric as in KIVI, which quantizes every bit 
 §3.1: z = min X, s = (max X − min X)/(2^B − 1), Q(X) = ⌊(X − z)/s⌉; jy-yuan/KIVI quant/new_pack.py
 quant_and_pack_kcache / quant_and_pack_vcache): an fp16 scale and an fp16 minimum per group, levels 0..2^B − 1
 packed 8/B to a byte (one int8 level, two int4 levels, four 2-bit levels). The bit width comes from the format's
-entry in the one table of KV formats (kvviz.kv.formula.KV_DTYPES, `stored`), never from its name. Scales are
+entry in the one table of KV formats (kvviz.kv.formats.KV_DTYPES, `stored`), never from its name. Scales are
 rounded *outwards* to fp16 (scale up, minimum down) so every value of a group stays inside the grid and the error
 bound below holds exactly.
 """

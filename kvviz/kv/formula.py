@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from kvviz.errors import InputError
-from kvviz.kv.formats import KV_DTYPES, KVDtype, kv_dtype  # noqa: F401 - KV_DTYPES: the table, read here too
+from kvviz.kv.formats import KVDtype, kv_dtype
 
 # Where a parameter count came from; "unknown" is never replaced by a default.
 PARAM_SOURCES = ("counted", "published", "estimated", "given", "unknown")

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from kvviz.cli import main
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_dtype, kv_footprint
+from kvviz.kv.formats import KV_DTYPES, kv_dtype
+from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.units import format_binary
 from tests.kv.kvref import textbook_bytes

@@ -27,7 +27,8 @@ from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import KVSpec
 from kvviz.kv.hardware import HARDWARE
 from kvviz.lessons import latency as lessons
 

@@ -31,7 +31,8 @@ from kvviz.charts.memory import (
 )
 from kvviz.errors import InputError
 from kvviz.kv.capacity import CapacityPlan, compare_allocation, parse_lengths
-from kvviz.kv.formula import KV_DTYPES, KVFootprint, KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import KVFootprint, KVSpec, kv_footprint, weight_bytes
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.kv.log_check import TOLERANCE, check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS

@@ -20,7 +20,8 @@ from kvviz.app.uploads import config_upload
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import moving as charts
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, kv_footprint
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE, LINKS
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.transfer import handoff_bytes

@@ -18,7 +18,8 @@ from kvviz.app.state import page_state
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, kv_footprint
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.roofline import Roofline
