@@ -158,8 +158,8 @@ def show(view: dict, shown: list[int], lecture: bool) -> None:
         st.progress(1.0, text=tr("prefill.progress", done=view["done"], total=view["total"],
                                  prompt=view["n_prompt"], runs=len(summaries)))
     if 0 in shown:
-        names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
-        labels = {k: tr(f"prefill.chart_{k}") for k in names}
+        names = ("x", "y", "y2", "queue", "prefill", "decode", "cumulative")
+        labels = {k: tr(f"prefill.chart_{k}") for k in names}  # the title is the run's, below
         labels["title"] = tr("prefill.chart_title_run", run=i_run + 1, runs=len(summaries))
         chart(charts.token_timeline(view["seconds"], s.queue_s, labels, lecture=lecture), "prefill_timeline")
         if s.tpot_p50_s:
