@@ -18,7 +18,8 @@ from kvviz.cli.common import (
     positive_float,
     positive_int,
 )
-from kvviz.kv.formula import KV_DTYPES, KVSpec
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import KVSpec
 from kvviz.units import format_binary
 
 

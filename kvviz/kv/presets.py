@@ -253,8 +253,8 @@ _PRESETS: dict[str, tuple[str, dict, int]] = {
             "tie_word_embeddings": False,
             "torch_dtype": "bfloat16",
             # the checkpoint ships MXFP4 experts (the Hub config.json's quantization_config)
-            "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                               "model.embed_tokens", "lm_head"],
+            "quantization_config": {"modules_to_not_convert": [
+                *(f"model.{m}" for m in ("layers.*.self_attn", "layers.*.mlp.router", "embed_tokens")), "lm_head"],
                                     "quant_method": "mxfp4"},
         },
         116_829_156_672,

@@ -1,6 +1,6 @@
 """The weights' bytes per GPU as vLLM loads a checkpoint: from the config (its linear layers in the checkpoint's
-format, kvviz.kv.quant, and everything else in the model's dtype), or read exactly from a local model directory's
-safetensors headers without loading a tensor.
+format, kvviz.kv.weight_format, and everything else in the model's dtype), or read exactly from a local model
+directory's safetensors headers without loading a tensor.
 
 What the config gives: the linear layers of the families kvviz knows (attention or MLA projections, dense or gated
 MLPs, routed and shared experts, routers), with the module names vLLM's is_layer_skipped matches; the parameters
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kvviz.errors import InputError
 from kvviz.kv.formula import KVSpec, weight_bytes
-from kvviz.kv.quant import (
+from kvviz.kv.weight_format import (
     DTYPE_BYTES,
     Bytes,
     WeightFormat,
@@ -45,6 +45,9 @@ class Linear:
     replicated: bool = False  # ReplicatedLinear: every tensor-parallel rank holds all of it
 
 
+DECODER = "model"  # the decoder's module in every Hugging Face checkpoint kvviz sizes (model.layers.3.mlp, ...)
+
+
 def _moe_prefix(model_type: str) -> tuple[str, str]:
     """(the MoE block's module, its router's name) in each family's checkpoint (mixtral.py, gpt_oss.py, ...)."""
     if model_type == "mixtral":
@@ -61,7 +64,7 @@ def linear_inventory(spec: KVSpec) -> list[Linear] | None:
     out: list[Linear] = []
     moe_block, router = _moe_prefix(spec.model_type)
     for i in range(spec.n_layers):
-        a = f"model.layers.{i}.self_attn"
+        a = f"{DECODER}.layers.{i}.self_attn"
         if spec.is_mla:  # deepseek_v2.py DeepseekV2MLAAttention: the a-projections are ReplicatedLinear
             nope, rope, v = spec.d_head, spec.qk_rope_head_dim, spec.v_head_dim or spec.d_head
             if spec.q_lora_rank:
@@ -76,12 +79,12 @@ def linear_inventory(spec: KVSpec) -> list[Linear] | None:
             q, kv = h * spec.d_head, spec.n_kv_heads * spec.d_head
             out += [Linear(f"{a}.q_proj", q, d), Linear(f"{a}.k_proj", kv, d), Linear(f"{a}.v_proj", kv, d),
                     Linear(f"{a}.o_proj", d, q)]
-        m = f"model.layers.{i}.mlp"
+        m = f"{DECODER}.layers.{i}.mlp"
         if spec.n_experts and i >= spec.n_dense_layers:
             e, width = spec.n_experts, spec.moe_d_ff
             if width is None:
                 return None
-            block = f"model.layers.{i}.{moe_block}"
+            block = f"{DECODER}.layers.{i}.{moe_block}"
             out += [Linear(f"{block}.experts", 2 * width, d, e, "experts"),
                     Linear(f"{block}.experts.down", d, width, e, "experts"),
                     Linear(f"{block}.{router}", e, d, kind="router", replicated=True)]

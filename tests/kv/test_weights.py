@@ -14,8 +14,8 @@ from kvviz.kv.capacity import plan_capacity
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.log_check import check_all
 from kvviz.kv.presets import get_preset
-from kvviz.kv.quant import linear_bytes, weight_format
 from kvviz.kv.reader import load_hf_config, parse_hf_config
+from kvviz.kv.weight_format import linear_bytes, weight_format
 from kvviz.kv.weights import read_checkpoint, size_weights
 
 GIB = 2**30

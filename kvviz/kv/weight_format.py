@@ -66,7 +66,7 @@ class WeightFormat:
 
 def plain_format(dtype: str) -> WeightFormat:
     """Every weight in one dtype (an unquantized checkpoint, or --weight-dtype)."""
-    from kvviz.kv.formula import kv_dtype
+    from kvviz.kv.formats import kv_dtype
 
     return WeightFormat("none", kv_dtype(dtype).data_bytes * 8, label_args=(("dtype", dtype),),
                         rule="UnquantizedLinearMethod.create_weights")
