@@ -1,0 +1,315 @@
+"""A serving engine's KV cache events as vLLM publishes them (`--kv-events-config`), read off the wire: the frames
+(topic, 8-byte sequence number, msgpack payload) decoded into plain events, and a ZMQ subscriber that asks the
+replay socket for what it missed.
+
+The schema is vLLM's `vllm/distributed/kv_events.py` (release 0.34.0, scripts/install_vllm_ref.sh): a batch
+(`EventBatch`: ts, events, data_parallel_rank) of tagged events `BlockStored` (block_hashes, parent_block_hash,
+token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+kv_cache_spec_sliding_window), `BlockRemoved` (block_hashes, medium, group_idx) and `AllBlocksCleared`, encoded with
+msgspec's msgpack. That release encodes structs as maps (the tag under "type"); earlier releases, and SGLang's copy
+of the module, as arrays (the tag first, then the fields in order, trailing defaults left out). Both are read; a
+field a release added later is read where present and None where not. A payload neither layout explains is an
+`UnknownSchema`, named and skipped by the caller, never a crash.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# vLLM's field order (kv_events.py) for the array layout; fields after the first `required` are optional.
+STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+                 "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+STORED_REQUIRED = 4  # block_hashes, parent_block_hash, token_ids, block_size (the oldest release's first fields)
+REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+BATCH_FIELDS = ("ts", "events", "data_parallel_rank")
+END_SEQ = -1  # ZmqEventPublisher.END_SEQ: the replay socket's last frame
+MEDIUM_GPU = "GPU"  # kv_events.MEDIUM_GPU: what the GPU pool writes (older releases wrote None for it)
+
+
+class UnknownSchema(ValueError):
+    """A payload that is no batch of any layout kvviz reads; `what` names what was found instead."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """BlockStored: consecutive full blocks, the first under `parent` (None: at the prompt's start)."""
+    hashes: tuple
+    parent: object
+    token_ids: tuple[int, ...]
+    block_size: int
+    medium: str | None = None
+    group: int | None = None
+    spec_kind: str | None = None
+    sliding_window: int | None = None
+    lora_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """BlockRemoved: blocks evicted (or moved out) of one medium."""
+    hashes: tuple
+    medium: str | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """AllBlocksCleared: the prefix cache reset (vLLM's reset_prefix_cache)."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """One published batch: its sequence number, the publisher's time, its events, the layout it came in."""
+    seq: int
+    ts: float
+    events: list
+    layout: str  # "map" (vLLM ≥ the release named above) or "array" (older vLLM, SGLang)
+    dp_rank: int | None = None
+    unknown_events: list[str] = field(default_factory=list)  # tags of events skipped (a later release's kinds)
+
+
+def _fields(raw: object, names: tuple[str, ...], required: int) -> tuple[str, dict] | None:
+    """A tagged struct as (tag, fields by name), from either layout; None if it is neither."""
+    if isinstance(raw, dict) and isinstance(raw.get("type"), str):
+        return raw["type"], raw
+    if isinstance(raw, list | tuple) and raw and isinstance(raw[0], str):
+        values = raw[1:]
+        if len(values) > len(names):  # a later release's extra fields: kept unnamed, not misread
+            values = values[:len(names)]
+        return raw[0], dict(zip(names, values, strict=False)) if len(values) >= required or raw[0] not in (
+            "BlockStored", "BlockRemoved") else None
+    return None
+
+
+def _tuple(value: object, what: str) -> tuple:
+    if not isinstance(value, list | tuple):
+        raise UnknownSchema(f"{what} is {type(value).__name__}, not a list")
+    return tuple(value)
+
+
+def decode_event(raw: object) -> Stored | Removed | Cleared | str:
+    """One event; an unknown tag comes back as its name (a kind this reader does not know, skipped)."""
+    tag = raw.get("type") if isinstance(raw, dict) else raw[0] if isinstance(raw, list | tuple) and raw else None
+    if tag == "BlockStored":
+        parsed = _fields(raw, STORED_FIELDS, STORED_REQUIRED)
+        if parsed is None:
+            raise UnknownSchema(f"BlockStored with {len(raw) - 1} fields")
+        f = parsed[1]
+        hashes, tokens = _tuple(f.get("block_hashes"), "block_hashes"), _tuple(f.get("token_ids"), "token_ids")
+        size = f.get("block_size")
+        if not isinstance(size, int) or size <= 0 or len(tokens) != size * len(hashes):
+            raise UnknownSchema(f"BlockStored of {len(hashes)} blocks, {len(tokens)} tokens, block size {size!r}")
+        return Stored(hashes, f.get("parent_block_hash"), tokens, size, f.get("medium"), f.get("group_idx"),
+                      f.get("kv_cache_spec_kind"), f.get("kv_cache_spec_sliding_window"), f.get("lora_name"))
+    if tag == "BlockRemoved":
+        parsed = _fields(raw, REMOVED_FIELDS, 1)
+        if parsed is None:
+            raise UnknownSchema("BlockRemoved without fields")
+        f = parsed[1]
+        return Removed(_tuple(f.get("block_hashes"), "block_hashes"), f.get("medium"), f.get("group_idx"))
+    if tag == "AllBlocksCleared":
+        return Cleared()
+    if isinstance(tag, str):
+        return tag
+    raise UnknownSchema(f"an event of {type(raw).__name__}")
+
+
+def decode_payload(payload: bytes, seq: int) -> Batch:
+    """A msgpack payload as a Batch; UnknownSchema if it is not one."""
+    import msgspec
+
+    try:
+        raw = msgspec.msgpack.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise UnknownSchema(f"not msgpack ({exc})") from None
+    if isinstance(raw, dict) and "events" in raw:
+        layout, ts, events, rank = "map", raw.get("ts"), raw["events"], raw.get("data_parallel_rank")
+    elif isinstance(raw, list | tuple) and len(raw) >= 2 and isinstance(raw[1], list):
+        layout, ts, events, rank = "array", raw[0], raw[1], raw[2] if len(raw) > 2 else None
+    else:
+        raise UnknownSchema(f"a {type(raw).__name__} with no events list")
+    if not isinstance(ts, int | float):
+        raise UnknownSchema(f"a batch whose time is {type(ts).__name__}")
+    batch = Batch(seq, float(ts), [], layout, rank)
+    for raw_event in events:
+        event = decode_event(raw_event)
+        if isinstance(event, str):
+            batch.unknown_events.append(event)
+        else:
+            batch.events.append(event)
+    return batch
+
+
+def decode_frames(frames: list[bytes]) -> Batch:
+    """[topic, seq, payload] as ZmqEventPublisher sends them (the replay socket's [seq, payload] too)."""
+    if len(frames) == 3:
+        frames = frames[1:]
+    if len(frames) != 2 or len(frames[0]) != 8:
+        raise UnknownSchema(f"{len(frames)} frames, not topic, 8-byte sequence number and payload")
+    return decode_payload(frames[1], int.from_bytes(frames[0], "big", signed=True))
+
+
+def encode_batch(ts: float, events: list, layout: str = "map") -> bytes:
+    """A batch as vLLM (layout "map") or an older release / SGLang ("array") would publish it: the inverse of
+    decode_payload, for tests and the bench's synthetic flood (the agreement test uses vLLM's own encoder)."""
+    import msgspec
+
+    def one(e: Stored | Removed | Cleared) -> object:
+        if isinstance(e, Stored):
+            vals = {"block_hashes": list(e.hashes), "parent_block_hash": e.parent, "token_ids": list(e.token_ids),
+                    "block_size": e.block_size, "lora_id": None, "medium": e.medium, "lora_name": e.lora_name,
+                    "extra_keys": None, "group_idx": e.group, "kv_cache_spec_kind": e.spec_kind,
+                    "kv_cache_spec_sliding_window": e.sliding_window}
+            tag, names = "BlockStored", STORED_FIELDS
+        elif isinstance(e, Removed):
+            vals, tag, names = {"block_hashes": list(e.hashes), "medium": e.medium, "group_idx": e.group}, \
+                "BlockRemoved", REMOVED_FIELDS
+        else:
+            vals, tag, names = {}, "AllBlocksCleared", ()
+        if layout == "map":
+            return {"type": tag, **vals}
+        return [tag, *(vals[n] for n in names)]
+
+    body = [one(e) for e in events]
+    return msgspec.msgpack.encode({"ts": ts, "events": body} if layout == "map" else [ts, body])
+
+
+# ---- the subscriber ------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Fault:
+    """Something the subscriber saw that is not a batch: `kind` is a locale key's last part, `detail` its numbers."""
+    kind: str  # "unknown_schema", "gap", "gap_filled", "restart"
+    detail: dict
+
+
+class Subscriber:
+    """A SUB socket on the publisher's endpoint (topic `topic`, "" for all), and, when given, a DEALER on its replay
+    socket: a sequence number that skips ahead asks the replay for the missed batches from the last one seen
+    (vLLM's examples/online_serving/kv_events_subscriber.py uses the same protocol), else reports the gap; one that
+    goes back is a restarted publisher. `poll()` returns what arrived, in order: Batches and Faults."""
+
+    def __init__(self, endpoint: str, replay_endpoint: str | None = None, topic: str = "",
+                 replay_timeout_s: float = 1.0, from_start: bool = True) -> None:
+        import zmq
+
+        self.endpoint, self.replay_endpoint = endpoint, replay_endpoint
+        self._ctx = zmq.Context()
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt_string(zmq.SUBSCRIBE, topic)
+        self._replay = None
+        self.replay_timeout_s = replay_timeout_s
+        # the TCP connection's state, from the socket's monitor: reachable or not, before any event arrives
+        self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+                                                     | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED)
+        self.connected = False
+        self.retries = 0  # failed tries to connect (refused, unreachable) since the last connection
+        try:
+            self._sub.connect(endpoint)
+            if replay_endpoint:
+                self._replay = self._ctx.socket(zmq.DEALER)
+                self._replay.setsockopt(zmq.LINGER, 0)
+                self._replay.connect(replay_endpoint)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise ValueError(f"{exc}") from None
+        # -1: every batch from the publisher's first is expected (the replay socket is asked for those sent before
+        # this subscriber connected); None: from whichever arrives first
+        self.last_seq: int | None = -1 if from_start else None
+        self.started = time.monotonic()
+        self.received = 0  # frames read, batches or not
+
+    def _watch(self) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        while self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+            if event == zmq.EVENT_CONNECTED:
+                self.connected, self.retries = True, 0
+            elif event == zmq.EVENT_CONNECT_RETRIED:
+                self.retries += 1
+            elif event in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                self.connected = False
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.connected and time.monotonic() < deadline:
+            self._monitor.poll(50)
+            self._watch()
+        return self.connected
+
+    def poll(self, timeout_s: float, max_frames: int = 10_000) -> list[Batch | Fault]:
+        """What arrives within `timeout_s` (at most `max_frames` frames: the caller draws at its own rate)."""
+        import zmq
+
+        out: list[Batch | Fault] = []
+        self._watch()
+        if not self._sub.poll(int(timeout_s * 1000)):
+            self._watch()
+            return out
+        while len(out) < max_frames:
+            try:
+                frames = self._sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.received += 1
+            self._take(frames, out)
+        return out
+
+    def _take(self, frames: list[bytes], out: list) -> None:
+        try:
+            batch = decode_frames(frames)
+        except UnknownSchema as exc:
+            seq = int.from_bytes(frames[-2], "big", signed=True) if len(frames) >= 2 and len(frames[-2]) == 8 else None
+            out.append(Fault("unknown_schema", {"what": exc.what, "seq": seq}))
+            if seq is not None:
+                self.last_seq = seq  # skipped, not missed
+            return
+        last = self.last_seq
+        if last is not None and batch.seq <= last:
+            # vLLM's sequence starts at 0 for each publisher: going back means a new one (a restarted server)
+            out.append(Fault("restart", {"last": last, "seq": batch.seq}))
+            last = -1
+        if last is not None and batch.seq > last + 1:
+            out.extend(self._fill(last, batch.seq))
+        self.last_seq = batch.seq
+        out.append(batch)
+
+    def _fill(self, last: int, seq: int) -> list[Batch | Fault]:
+        """The batches between `last` and `seq` from the replay socket; a Fault("gap") for any it no longer holds."""
+        missed = list(range(last + 1, seq))
+        got: list[Batch | Fault] = []
+        if self._replay is not None:
+            import zmq
+
+            self._replay.send_multipart([b"", (last + 1).to_bytes(8, "big", signed=True)])
+            while self._replay.poll(int(self.replay_timeout_s * 1e3)):  # until the end marker, or silence
+                frames = self._replay.recv_multipart(zmq.NOBLOCK)[1:]  # the empty delimiter first
+                if len(frames) == 2 and int.from_bytes(frames[0], "big", signed=True) == END_SEQ:
+                    break
+                try:
+                    batch = decode_frames(frames)
+                except UnknownSchema as exc:
+                    got.append(Fault("unknown_schema", {"what": exc.what, "seq": None}))
+                    continue
+                if last < batch.seq < seq:
+                    got.append(batch)
+        have = {b.seq for b in got if isinstance(b, Batch)}
+        still = [s for s in missed if s not in have]
+        if have:
+            got.append(Fault("gap_filled", {"first": missed[0], "last": missed[-1], "n": len(have)}))
+        if still:
+            got.insert(0, Fault("gap", {"first": still[0], "last": still[-1], "n": len(still)}))
+        return got
+
+    def close(self) -> None:
+        self._sub.disable_monitor()
+        for sock in (self._monitor, self._sub, self._replay):
+            if sock is not None:
+                sock.close(linger=0)
+        self._ctx.term()
