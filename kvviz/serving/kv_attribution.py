@@ -71,7 +71,8 @@ def block_hashes(tokens: Sequence[int], block_size: int, algo: str = "sha256", s
 @dataclass
 class Attribution:
     """One lookup: how many of the request's full blocks it could look up (`lookup`, vLLM's num_tokens − 1 rule),
-    how many hit, and each block's fate: "hit", "evicted" (stored, gone before the lookup; `removed_ts`),
+    how many hit, and each block's fate: "hit", "evicted" (stored, evicted before the lookup; `removed_ts`), "reset"
+    (stored, removed by a reset of the prefix cache or a restart),
     "diverged" (never stored; the cached prefix ended at this block), "never" (never stored, from the first
     block on), "unseeded" (not cached; why unknown: the server's hash seed is), "after_miss" (a hit must be a
     prefix), "last_token" (beyond the lookup)."""
@@ -135,10 +136,10 @@ def _lookup(tree: BlockTree, tokens: Sequence[int], block_size: int, hashes: lis
             reasons.append("hit")
             hits += 1
         elif tree.history.stored_before(key, when):
-            reasons.append("evicted")
             gone = tree.history.last_removed_before(key, when)
+            reasons.append("reset" if gone is not None and gone[1] else "evicted")
             if gone is not None:
-                removed[i] = gone
+                removed[i] = gone[0]
         else:
             reasons.append("diverged" if i > 0 else "never")
     return Attribution(len(tokens), block_size, lookup, hits, reasons, removed, learned)
@@ -171,7 +172,7 @@ def _ever(tree: BlockTree, group: int | None, h: object, at: float | None) -> bo
     return key in tree.blocks or tree.history.stored_before(key, float("inf") if at is None else at)
 
 
-REASONS = ("hit", "evicted", "diverged", "never", "unseeded", "after_miss", "last_token")
+REASONS = ("hit", "evicted", "reset", "diverged", "never", "unseeded", "after_miss", "last_token")
 
 
 def summarize(rows: list[dict]) -> dict:

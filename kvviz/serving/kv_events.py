@@ -289,7 +289,9 @@ class Subscriber:
 
             self._replay.send_multipart([b"", (last + 1).to_bytes(8, "big", signed=True)])
             while self._replay.poll(int(self.replay_timeout_s * 1e3)):  # until the end marker, or silence
-                frames = self._replay.recv_multipart(zmq.NOBLOCK)[1:]  # the empty delimiter first
+                frames = self._replay.recv_multipart(zmq.NOBLOCK)
+                while len(frames) > 2 and frames[0] == b"":  # the envelope's empty delimiter(s)
+                    frames = frames[1:]
                 if len(frames) == 2 and int.from_bytes(frames[0], "big", signed=True) == END_SEQ:
                     break
                 try:

@@ -67,8 +67,9 @@ class BlockHistory:
     def stored_before(self, key: tuple, ts: float) -> bool:
         return any(t <= ts and n > 0 for t, n in self.changes.get(key, ()))
 
-    def last_removed_before(self, key: tuple, ts: float) -> float | None:
-        """When the last copy of `key` left the cache (evicted, or a reset) at or before `ts`; None if it never did."""
+    def last_removed_before(self, key: tuple, ts: float) -> tuple[float, bool] | None:
+        """When the last copy of `key` left the cache at or before `ts`, and whether a reset (AllBlocksCleared, a
+        restart) took it rather than an eviction; None if it never did."""
         last = None
         for t, n in self.changes.get(key, ()):
             if t > ts:
@@ -77,8 +78,9 @@ class BlockHistory:
                 last = t
         stored = [t for t, n in self.changes.get(key, ()) if n > 0 and t <= ts]
         clear = self._cleared_between(stored[-1], ts) if stored else None
-        times = [t for t in (last, clear) if t is not None]
-        return max(times) if times else None
+        if clear is not None and (last is None or clear >= last):
+            return clear, True
+        return None if last is None else (last, False)
 
 
 class BlockTree:
