@@ -261,6 +261,61 @@ class BlockTree:
         block = self.blocks.get((group, parent))
         return [] if block is None else [self.blocks[k] for k in block.children]
 
+    def chains(self, limit: int = 300) -> dict:
+        """The tree as a reader draws it: a straight run of blocks (each the only child of the one before, in the
+        same media) is one chain; every branch starts new ones. Per chain: `id`, `parent` (a chain's id, a
+        group's root "g<group>", or "?<group>" for blocks whose parent is not cached), blocks, tokens, media,
+        `leaves` (cached continuations under it, itself included), `depth` (its first block's index from the
+        prompt's start; None under "?"), the first block's hash and first tokens. At most `limit` chains, the
+        widest first (`folded`: the chains left out, `folded_blocks` their blocks)."""
+        out: list[dict] = []
+
+        def label(h: object) -> str:
+            return f"{h:016x}"[-8:] if isinstance(h, int) else bytes(h).hex()[:8] if isinstance(h, bytes) else str(h)
+
+        def walk(key: tuple, parent_id: str, depth: int | None) -> int:
+            block = self.blocks[key]
+            run = [block]
+            while len(block.children) == 1:
+                nxt = self.blocks[next(iter(block.children))]
+                if set(nxt.copies) != set(run[0].copies):
+                    break
+                block = nxt
+                run.append(block)
+            chain = {"id": f"{key[0]}:{label(key[1])}", "parent": parent_id, "group": key[0],
+                     "blocks": len(run), "tokens": sum(len(b.tokens) for b in run),
+                     "media": "+".join(sorted(run[0].copies)), "copies": sum(run[0].copies.values()),
+                     "depth": depth, "hash": label(key[1]), "first_tokens": list(run[0].tokens[:8]), "leaves": 0}
+            out.append(chain)
+            below = [walk(k, chain["id"], None if depth is None else depth + len(run)) for k in sorted(
+                block.children, key=lambda k: str(k[1]))]
+            chain["leaves"] = sum(below) or 1
+            return chain["leaves"]
+
+        groups = sorted({k[0] for k in self.blocks}, key=lambda g: (g is None, g))
+        for g in groups:
+            for k in sorted(self.roots.get(g, ()), key=lambda k: str(k[1])):
+                walk(k, f"g{g}", 0)
+            for (wg, _), keys in self.waiting.items():
+                if wg == g:
+                    for k in sorted(keys, key=lambda k: str(k[1])):
+                        walk(k, f"?{g}", None)
+        n = len(out)
+        if n > limit:  # the widest chains, parents before children (a parent is at least as wide)
+            keep = sorted(range(n), key=lambda i: (-out[i]["leaves"], i))[:limit]
+            kept = {out[i]["id"] for i in keep}
+            shown = [c for c in out if c["id"] in kept and (c["parent"] in kept or c["parent"][0] in "g?")]
+        else:
+            shown = out
+        return {"chains": shown, "groups": groups, "folded": n - len(shown),
+                "folded_blocks": sum(c["blocks"] for c in out) - sum(c["blocks"] for c in shown),
+                "orphans": self.orphans()}
+
+    def rate_rows(self, last_s: int = 120) -> list[dict]:
+        """Blocks stored and removed per second of the publisher's clock, the last `last_s` seconds that had any."""
+        seconds = sorted(self.rates)[-last_s:]
+        return [{"t": s, "stored": self.rates[s][0], "removed": self.rates[s][1]} for s in seconds]
+
     def summary(self) -> dict:
         """The numbers the CLI prints and the page shows, as plain data."""
         return {

@@ -13,6 +13,7 @@ import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.state import page_state
+from kvviz.app.views import kv_events
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
@@ -65,9 +66,10 @@ def show_table(rows: list[dict], cols: dict[str, str], key: str) -> None:
     table(df.dropna(axis=1, how="all"), key)
 
 
-def connection_details(conn: dict, lecture: bool) -> None:
+def connection_details(conn: dict, lecture: bool) -> int | None:
     """The served model and endpoint, its KV shape and dtype (found, reported or picked; unknown until then) and,
-    once both are known, kvviz's roofline bound for one request on the GPU the user names."""
+    once both are known, kvviz's roofline bound for one request on the GPU the user names. Returns the KV bytes
+    per token once both are known (the cache events' bytes), else None."""
     ss = st.session_state
     m1, m2 = st.columns([3, 2])
     m1.selectbox(tr("serving.model"), conn["models"], key="sv_model")
@@ -91,10 +93,10 @@ def connection_details(conn: dict, lecture: bool) -> None:
                             help=tr("serving.kv_dtype_help"))
     if picked is None:
         k3.caption(tr("serving.kv_unknown", model=ss.sv_model))
-        return
+        return None
     if kv_dtype is None:
         k3.caption(tr("serving.kv_dtype_unknown", shape=picked))
-        return
+        return None
     per_token = kv_footprint(shapes[picked], 1, 1, kv_dtype).per_token
     source = "kv_known" if found is not None and picked == found[0] else "kv_picked"
     k3.caption(tr(f"serving.{source}", shape=picked, size=format_exact(per_token), dtype=kv_dtype,
@@ -109,6 +111,7 @@ def connection_details(conn: dict, lecture: bool) -> None:
                       limit=tr(f"serving.limit_{bound.limited_by}")))
     except InputError as exc:
         g2.caption(exc.message(lang()))
+    return per_token
 
 
 def _dataset_upload() -> None:
@@ -343,7 +346,7 @@ def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool)
 
     return {"page": "serving", "shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("sv_model"),
             "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
-            "prefix": state("prefix_state")}
+            "prefix": state("prefix_state"), "kv_events": kv_events.shown()}
 
 
 def follow(view: dict, *, lecture: bool) -> None:
@@ -356,6 +359,9 @@ def follow(view: dict, *, lecture: bool) -> None:
         return shown is None or shown == name
 
     st.caption(tr("serving.room_server", engine=view["engine"] or "?", model=view["model"] or "?"))
+    if shown == "kv_events" or (shown is None and view.get("kv_events") is not None):
+        st.subheader(tr("kv_events.tab"))
+        kv_events.follow(view.get("kv_events"), lecture=lecture)
     if shown is None or shown in LOAD_IDEAS:
         if shown is None:
             st.subheader(tr("serving.tab_sweep"))
