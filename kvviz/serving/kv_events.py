@@ -3,13 +3,16 @@
 replay socket for what it missed.
 
 The schema is vLLM's `vllm/distributed/kv_events.py` (release 0.34.0, scripts/install_vllm_ref.sh): a batch
-(`EventBatch`: ts, events, data_parallel_rank) of tagged events `BlockStored` (block_hashes, parent_block_hash,
-token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
-kv_cache_spec_sliding_window), `BlockRemoved` (block_hashes, medium, group_idx) and `AllBlocksCleared`, encoded with
-msgspec's msgpack. That release encodes structs as maps (the tag under "type"); earlier releases, and SGLang's copy
-of the module, as arrays (the tag first, then the fields in order, trailing defaults left out). Both are read; a
-field a release added later is read where present and None where not. A payload neither layout explains is an
-`UnknownSchema`, named and skipped by the caller, never a crash.
+(`EventBatch`, array_like: [ts, events, data_parallel_rank]) of tagged events `BlockStored` (block_hashes,
+parent_block_hash, token_ids, block_size, lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+kv_cache_spec_sliding_window, then locality, ownership, session_id, lookahead_token_ids), `BlockRemoved`
+(block_hashes, medium, group_idx, ...) and `AllBlocksCleared`, encoded with msgspec's msgpack. That release encodes
+each event as a map (the tag under "type", defaults left out); earlier releases, and SGLang's copy of the module,
+as an array (the tag first, then the fields in order, trailing defaults left out). Both are read (`Batch.layout`);
+a field a release added later is ignored where kvviz has no use for it and None where a release lacks it. A payload
+neither layout explains is an `UnknownSchema`, named and skipped by the caller, never a crash; an event of a kind
+kvviz does not know is named and skipped. Block hashes are 64-bit integers by default in that release
+(VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1), bytes otherwise: both are kept as they come.
 """
 from __future__ import annotations
 
@@ -67,22 +70,17 @@ class Batch:
     seq: int
     ts: float
     events: list
-    layout: str  # "map" (vLLM ≥ the release named above) or "array" (older vLLM, SGLang)
+    layout: str  # the events': "map" (vLLM 0.34.0), "array" (older vLLM, SGLang), "empty" (no events)
     dp_rank: int | None = None
     unknown_events: list[str] = field(default_factory=list)  # tags of events skipped (a later release's kinds)
 
 
-def _fields(raw: object, names: tuple[str, ...], required: int) -> tuple[str, dict] | None:
-    """A tagged struct as (tag, fields by name), from either layout; None if it is neither."""
-    if isinstance(raw, dict) and isinstance(raw.get("type"), str):
-        return raw["type"], raw
-    if isinstance(raw, list | tuple) and raw and isinstance(raw[0], str):
-        values = raw[1:]
-        if len(values) > len(names):  # a later release's extra fields: kept unnamed, not misread
-            values = values[:len(names)]
-        return raw[0], dict(zip(names, values, strict=False)) if len(values) >= required or raw[0] not in (
-            "BlockStored", "BlockRemoved") else None
-    return None
+def _fields(raw: object, names: tuple[str, ...], required: int) -> dict | None:
+    """A tagged struct's fields by name, from either layout; None if it has fewer than `required`."""
+    if isinstance(raw, dict):
+        return raw
+    values = raw[1:len(names) + 1]  # a later release's fields after these: not misread as these
+    return dict(zip(names, values, strict=False)) if len(values) >= required else None
 
 
 def _tuple(value: object, what: str) -> tuple:
@@ -95,10 +93,9 @@ def decode_event(raw: object) -> Stored | Removed | Cleared | str:
     """One event; an unknown tag comes back as its name (a kind this reader does not know, skipped)."""
     tag = raw.get("type") if isinstance(raw, dict) else raw[0] if isinstance(raw, list | tuple) and raw else None
     if tag == "BlockStored":
-        parsed = _fields(raw, STORED_FIELDS, STORED_REQUIRED)
-        if parsed is None:
+        f = _fields(raw, STORED_FIELDS, STORED_REQUIRED)
+        if f is None:
             raise UnknownSchema(f"BlockStored with {len(raw) - 1} fields")
-        f = parsed[1]
         hashes, tokens = _tuple(f.get("block_hashes"), "block_hashes"), _tuple(f.get("token_ids"), "token_ids")
         size = f.get("block_size")
         if not isinstance(size, int) or size <= 0 or len(tokens) != size * len(hashes):
@@ -106,10 +103,9 @@ def decode_event(raw: object) -> Stored | Removed | Cleared | str:
         return Stored(hashes, f.get("parent_block_hash"), tokens, size, f.get("medium"), f.get("group_idx"),
                       f.get("kv_cache_spec_kind"), f.get("kv_cache_spec_sliding_window"), f.get("lora_name"))
     if tag == "BlockRemoved":
-        parsed = _fields(raw, REMOVED_FIELDS, 1)
-        if parsed is None:
+        f = _fields(raw, REMOVED_FIELDS, 1)
+        if f is None:
             raise UnknownSchema("BlockRemoved without fields")
-        f = parsed[1]
         return Removed(_tuple(f.get("block_hashes"), "block_hashes"), f.get("medium"), f.get("group_idx"))
     if tag == "AllBlocksCleared":
         return Cleared()
@@ -126,14 +122,15 @@ def decode_payload(payload: bytes, seq: int) -> Batch:
         raw = msgspec.msgpack.decode(payload)
     except msgspec.DecodeError as exc:
         raise UnknownSchema(f"not msgpack ({exc})") from None
-    if isinstance(raw, dict) and "events" in raw:
-        layout, ts, events, rank = "map", raw.get("ts"), raw["events"], raw.get("data_parallel_rank")
+    if isinstance(raw, dict) and isinstance(raw.get("events"), list):  # a batch not array_like
+        ts, events, rank = raw.get("ts"), raw["events"], raw.get("data_parallel_rank")
     elif isinstance(raw, list | tuple) and len(raw) >= 2 and isinstance(raw[1], list):
-        layout, ts, events, rank = "array", raw[0], raw[1], raw[2] if len(raw) > 2 else None
+        ts, events, rank = raw[0], raw[1], raw[2] if len(raw) > 2 else None
     else:
         raise UnknownSchema(f"a {type(raw).__name__} with no events list")
     if not isinstance(ts, int | float):
         raise UnknownSchema(f"a batch whose time is {type(ts).__name__}")
+    layout = "empty" if not events else "map" if isinstance(events[0], dict) else "array"
     batch = Batch(seq, float(ts), [], layout, rank)
     for raw_event in events:
         event = decode_event(raw_event)
@@ -154,8 +151,8 @@ def decode_frames(frames: list[bytes]) -> Batch:
 
 
 def encode_batch(ts: float, events: list, layout: str = "map") -> bytes:
-    """A batch as vLLM (layout "map") or an older release / SGLang ("array") would publish it: the inverse of
-    decode_payload, for tests and the bench's synthetic flood (the agreement test uses vLLM's own encoder)."""
+    """A batch as vLLM 0.34.0 (events as maps) or an older release / SGLang (events as arrays) would publish it:
+    the inverse of decode_payload, for tests and the bench's flood (the agreement test uses vLLM's own encoder)."""
     import msgspec
 
     def one(e: Stored | Removed | Cleared) -> object:
@@ -174,8 +171,7 @@ def encode_batch(ts: float, events: list, layout: str = "map") -> bytes:
             return {"type": tag, **vals}
         return [tag, *(vals[n] for n in names)]
 
-    body = [one(e) for e in events]
-    return msgspec.msgpack.encode({"ts": ts, "events": body} if layout == "map" else [ts, body])
+    return msgspec.msgpack.encode([ts, [one(e) for e in events]])
 
 
 # ---- the subscriber ------------------------------------------------------------------------------------------
