@@ -218,6 +218,7 @@ class Subscriber:
         self.last_seq: int | None = -1 if from_start else None
         self.started = time.monotonic()
         self.received = 0  # frames read, batches or not
+        self._caught_up: tuple[int, int] | None = None  # the sequence numbers catch_up() read last
 
     def _watch(self) -> None:
         import zmq
@@ -266,6 +267,11 @@ class Subscriber:
             if seq is not None:
                 self.last_seq = seq  # skipped, not missed
             return
+        window = self._caught_up
+        if window is not None:
+            if window[0] <= batch.seq <= window[1]:
+                return  # sent while the replay was read: already folded in
+            self._caught_up = None
         last = self.last_seq
         if last is not None and batch.seq <= last:
             # vLLM's sequence starts at 0 for each publisher: going back means a new one (a restarted server)
@@ -276,27 +282,33 @@ class Subscriber:
         self.last_seq = batch.seq
         out.append(batch)
 
+    def _replay_from(self, start: int) -> list[Batch | Fault]:
+        """What the replay socket holds from sequence number `start` on, in its order."""
+        import zmq
+
+        got: list[Batch | Fault] = []
+        try:
+            self._replay.send_multipart([b"", start.to_bytes(8, "big", signed=True)], zmq.NOBLOCK)
+        except zmq.Again:
+            return got
+        while self._replay.poll(int(self.replay_timeout_s * 1e3)):  # until the end marker, or silence
+            frames = self._replay.recv_multipart(zmq.NOBLOCK)
+            while len(frames) > 2 and frames[0] == b"":  # the envelope's empty delimiter(s)
+                frames = frames[1:]
+            if len(frames) == 2 and int.from_bytes(frames[0], "big", signed=True) == END_SEQ:
+                break
+            try:
+                got.append(decode_frames(frames))
+            except UnknownSchema as exc:
+                got.append(Fault("unknown_schema", {"what": exc.what, "seq": None}))
+        return got
+
     def _fill(self, last: int, seq: int) -> list[Batch | Fault]:
         """The batches between `last` and `seq` from the replay socket; a Fault("gap") for any it no longer holds."""
         missed = list(range(last + 1, seq))
         got: list[Batch | Fault] = []
         if self._replay is not None:
-            import zmq
-
-            self._replay.send_multipart([b"", (last + 1).to_bytes(8, "big", signed=True)])
-            while self._replay.poll(int(self.replay_timeout_s * 1e3)):  # until the end marker, or silence
-                frames = self._replay.recv_multipart(zmq.NOBLOCK)
-                while len(frames) > 2 and frames[0] == b"":  # the envelope's empty delimiter(s)
-                    frames = frames[1:]
-                if len(frames) == 2 and int.from_bytes(frames[0], "big", signed=True) == END_SEQ:
-                    break
-                try:
-                    batch = decode_frames(frames)
-                except UnknownSchema as exc:
-                    got.append(Fault("unknown_schema", {"what": exc.what, "seq": None}))
-                    continue
-                if last < batch.seq < seq:
-                    got.append(batch)
+            got = [b for b in self._replay_from(last + 1) if not isinstance(b, Batch) or last < b.seq < seq]
         have = {b.seq for b in got if isinstance(b, Batch)}
         still = [s for s in missed if s not in have]
         if have:
@@ -304,6 +316,29 @@ class Subscriber:
         if still:
             got.insert(0, Fault("gap", {"first": still[0], "last": still[-1], "n": len(still)}))
         return got
+
+    def catch_up(self) -> list[Batch | Fault]:
+        """Everything the replay socket still holds after the last batch seen (at the start: the server's every
+        batch, if its buffer reaches back to the first): a tree of what was cached before kvviz subscribed, without
+        waiting for the server's next batch. A Fault("gap") for the first ones it no longer holds."""
+        if self._replay is None or self.last_seq is None:
+            return []
+        start = self.last_seq + 1
+        got = [b for b in self._replay_from(start) if not isinstance(b, Batch) or b.seq >= start]
+        batches = [b for b in got if isinstance(b, Batch)]
+        out: list[Batch | Fault] = [f for f in got if not isinstance(f, Batch)]
+        if batches and batches[0].seq > start:
+            out.append(Fault("gap", {"first": start, "last": batches[0].seq - 1, "n": batches[0].seq - start,
+                                     "before": True}))
+        for b in batches:
+            if b.seq > self.last_seq:
+                out.append(b)
+                self.last_seq = b.seq
+        self.received += len(batches)
+        if batches:
+            self._caught_up = (batches[0].seq, batches[-1].seq)
+            out.append(Fault("gap_filled", {"first": batches[0].seq, "last": batches[-1].seq, "n": len(batches)}))
+        return out
 
     def close(self) -> None:
         self._sub.disable_monitor()

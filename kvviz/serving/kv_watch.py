@@ -56,8 +56,13 @@ class Watch:
         self._thread.start()
 
     def _run(self) -> None:
+        caught_up = False
         while not self._stop.is_set():
-            items = self.sub.poll(0.1, self.max_frames)
+            if not caught_up and self.sub.connected:  # what the server sent before: from its replay socket
+                caught_up = True
+                items = self.sub.catch_up()
+            else:
+                items = self.sub.poll(0.1, self.max_frames)
             if not items:
                 continue
             with self.lock:
@@ -65,6 +70,14 @@ class Watch:
                 self.folded += sum(1 for i in items if isinstance(i, Batch))
                 if self.first_event_at is None:
                     self.first_event_at = time.monotonic()
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Whether the subscriber's socket connected within `timeout_s` (read from this watch's thread: a ZMQ
+        socket is used by one thread only)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.sub.connected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.sub.connected
 
     def status(self) -> str:
         """"receiving", "waiting" (the first seconds), "unreachable" (no connection: refused, no route),

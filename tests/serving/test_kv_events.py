@@ -194,8 +194,8 @@ def test_a_flood_is_folded_and_drawn_at_the_readers_rate():
     pub = FakePublisher()
     watch = Watch(pub.endpoint, pub.replay_endpoint)
     try:
-        assert watch.sub.wait_connected(5)
-        time.sleep(0.2)
+        assert watch.wait_connected(5)
+        time.sleep(0.5)
         n = 20_000
         for i in range(n):  # one block stored and the one before it removed, per batch
             pub.send([stored([i + 1], i or None, start=2 * i)] + ([Removed((i,), "GPU", 0)] if i else []))
@@ -288,3 +288,26 @@ def test_charts_draw_the_tree_and_rates_on_a_phone():
     rates = rates_chart(tree.rate_rows(), {"title": "r", "stored": "s", "removed": "d", "x": "x", "y": "y"})
     assert list(rates.data[0].y) == [4] and list(rates.data[1].y) == [0]
     assert phone_layout(fig).layout.height >= fig.layout.height
+
+
+def test_what_was_sent_before_subscribing_comes_from_the_replay():
+    pub = FakePublisher()
+    try:
+        for i in range(4):
+            pub.send([stored([i + 1], i or None, start=2 * i)])
+        del pub.buffer[:1]  # the replay buffer has dropped the first batch (vLLM keeps the last buffer_steps)
+        watch = Watch(pub.endpoint, pub.replay_endpoint)
+        try:
+            deadline = time.monotonic() + 10
+            while watch.state()["summary"]["batches"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            pub.send([stored([5], 4, start=8)])  # then live, on the publisher's socket
+            while watch.state()["summary"]["batches"] < 4 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            s = watch.state()["summary"]
+        finally:
+            watch.close()
+    finally:
+        pub.close()
+    assert s["blocks"] == 4 and s["orphans"] == 1 and s["restarts"] == 0  # block 2 under the unseen block 1
+    assert s["incomplete"] == [{"reason": "gap", "first": 0, "last": 0, "n": 1, "before": True}]

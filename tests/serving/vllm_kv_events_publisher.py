@@ -12,7 +12,9 @@ test's tree has caught up and was compared) before it goes on. Segments of one s
 them, evictions); a segment may end with a reset of the prefix cache; every stream ends with one (AllBlocksCleared),
 except, when the plan asks for a restart, the one before the last: then the publisher is shut down with blocks
 still cached, and a new one started on the same ports (sequence numbers from 0 again) for the last stream, on a new
-pool: a restarted server.
+pool: a restarted server. With "auto" nothing is compared: the batches go out as vLLM's scheduler would send them
+(a pause between them), the last stream's blocks stay cached ("keep_last"), and the publisher stays up for
+"linger_s" seconds, its replay socket holding every batch (the screenshots' server).
 """
 import json
 import random
@@ -45,6 +47,9 @@ def checkpoint(kvm, kind: str, lookup: dict | None = None) -> None:
             assert get_group_id(block.block_hash) == 0
             cached[get_block_hash(block.block_hash).hex()] += 1
     parents = STATE["parents"]
+    if PLAN.get("auto"):  # nobody compares: a server publishing as it runs (the screenshots' subscriber)
+        time.sleep(PLAN.get("pause_s", 0.0))
+        return
     line = {"epoch": STATE["epoch"], "seq": STATE["seq"], "kind": kind, "block_size": STATE["block_size"],
             "cached": cached,
             "parents": {h: parents[h] for h in cached}, "lookup": lookup, "n_events": len(events)}
@@ -115,9 +120,10 @@ ref.KVCacheManager = PublishingManager
 fn = get_hash_fn_by_name(PLAN["algo"])
 ref.sha256 = fn  # the loop's hasher and init_none_hash, as EngineCore sets them for --prefix-caching-hash-algo
 rng = random.Random(PLAN["seed"])
-print(json.dumps({"ready": True}), flush=True)  # bound: the test's subscriber connects, then says go
-assert sys.stdin.readline().strip() == "go"
-wake()
+if not PLAN.get("auto"):
+    print(json.dumps({"ready": True}), flush=True)  # bound: the test's subscriber connects, then says go
+    assert sys.stdin.readline().strip() == "go"
+    wake()
 for index, stream in enumerate(PLAN["streams"]):
     if PLAN.get("restart") and index == len(PLAN["streams"]) - 1:
         # the server restarts: its cache is gone without a word, and a new publisher counts from 0 again
@@ -138,9 +144,11 @@ for index, stream in enumerate(PLAN["streams"]):
         ref.run({**segment, "max_steps": 1000})
         kvm = STATE["manager"]
         before_restart = PLAN.get("restart") and index == len(PLAN["streams"]) - 2
-        if segment.get("reset_after") or (s == len(stream) - 1 and not before_restart):
+        keep = PLAN.get("keep_last") and index == len(PLAN["streams"]) - 1
+        if segment.get("reset_after") or (s == len(stream) - 1 and not before_restart and not keep):
             assert kvm.reset_prefix_cache()
             checkpoint(kvm, "reset")
     STATE["reuse"] = False
 print(json.dumps({"done": True, "checkpoints": STATE["checkpoints"], "vllm": ref.vllm.__version__}), flush=True)
+time.sleep(PLAN.get("linger_s", 0))  # still publishing's replay socket: a subscriber that comes later gets it all
 STATE["publisher"].shutdown()
