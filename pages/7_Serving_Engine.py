@@ -105,7 +105,8 @@ with server_at, settings_box(tr("serving.server_settings")):
 if conn is None:
     st.info(tr("serving.not_connected"))
     # a server's cache events need no HTTP connection: followed without one
-    st.subheader(tr("kv_events.header"))
+    if not lecture:
+        st.subheader(tr("kv_events.header"))
     st.caption(tr("kv_events.not_connected"))
     kv_events.panel(lecture=lecture, per_token=None, on_draw=lambda: publish(
         room_view("kv_events", {}, 0, False), PAGE))

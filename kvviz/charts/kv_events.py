@@ -44,7 +44,7 @@ def tree_chart(chains: Sequence[dict], groups: Sequence[object], labels: Mapping
         hovers.append(labels["hover"].format(hash=c["hash"], start=start, blocks=c["blocks"], tokens=c["tokens"],
                                              media=c["media"], copies=c["copies"], leaves=c["leaves"],
                                              group=c["group"], first=" ".join(map(str, c["first_tokens"]))))
-    fig = go.Figure(go.Icicle(ids=ids, parents=parents, values=values, text=texts, branchvalues="total",
+    fig = go.Figure(go.Icicle(ids=ids, labels=ids, parents=parents, values=values, text=texts, branchvalues="total",
                               marker=dict(colors=colors, line=dict(color="white", width=1)),
                               tiling=dict(orientation="h"), textinfo="text", hovertext=hovers, hoverinfo="text",
                               maxdepth=-1, sort=False))

@@ -43,7 +43,7 @@ def demo_stream() -> list[dict]:
         return out
 
     seg = {"block_size": 4, "max_model_len": 256, "vocab": 300, "reset_after": False}
-    return [[{**seg, "num_blocks": 48, "requests": wave(9, 1)}, {**seg, "num_blocks": 48, "requests": wave(6, 2)}]]
+    return [[{**seg, "num_blocks": 40, "requests": wave(9, 1)}, {**seg, "num_blocks": 40, "requests": wave(9, 2)}]]
 
 
 @pytest.fixture(scope="module")

@@ -284,7 +284,7 @@ def test_charts_draw_the_tree_and_rates_on_a_phone():
     fig = tree_chart(chains["chains"], chains["groups"], labels)
     icicle = fig.data[0]
     assert list(icicle.parents) == ["", "g0", icicle.ids[1], icicle.ids[1]]
-    assert list(icicle.values) == [2, 2, 1, 1] and "CPU" in icicle.text[-1] and "2블록" in icicle.text[1]
+    assert list(icicle.values) == [2, 2, 1, 1] and "CPU" in icicle.text[-1] and "×2" in icicle.text[1]
     rates = rates_chart(tree.rate_rows(), {"title": "r", "stored": "s", "removed": "d", "x": "x", "y": "y"})
     assert list(rates.data[0].y) == [4] and list(rates.data[1].y) == [0]
     assert phone_layout(fig).layout.height >= fig.layout.height

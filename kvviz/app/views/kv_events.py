@@ -47,7 +47,11 @@ def shown() -> dict | None:
 def panel(*, lecture: bool, per_token: int | None, on_draw=None) -> None:  # noqa: ANN001 - on_draw() -> None
     """The endpoints, Subscribe and Stop, then the live picture (`per_token`: the served model's KV bytes per token,
     None while unknown); `on_draw` runs after each drawing (the page shares the view with a room)."""
-    st.write(tr("kv_events.intro"))
+    if lecture:  # on a projector the screen is the tree's
+        with st.expander(tr("kv_events.header")):
+            st.write(tr("kv_events.intro"))
+    else:
+        st.write(tr("kv_events.intro"))
     c1, c2, c3, c4 = st.columns([3, 3, 1, 1], vertical_alignment="bottom")
     c1.text_input(tr("kv_events.endpoint"), "tcp://127.0.0.1:5557", key="ke_endpoint",
                   help=tr("kv_events.endpoint_help"))
