@@ -26,6 +26,7 @@ STORED_REQUIRED = 4  # block_hashes, parent_block_hash, token_ids, block_size (t
 REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
 BATCH_FIELDS = ("ts", "events", "data_parallel_rank")
 END_SEQ = -1  # ZmqEventPublisher.END_SEQ: the replay socket's last frame
+RCVHWM = 100_000  # batches queued before ZMQ drops them: vLLM's publisher's hwm (a burst waits, is not lost)
 MEDIUM_GPU = "GPU"  # kv_events.MEDIUM_GPU: what the GPU pool writes (older releases wrote None for it)
 
 
@@ -196,6 +197,7 @@ class Subscriber:
         self._ctx = zmq.Context()
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.RCVHWM, RCVHWM)
         self._sub.setsockopt_string(zmq.SUBSCRIBE, topic)
         self._replay = None
         self.replay_timeout_s = replay_timeout_s
