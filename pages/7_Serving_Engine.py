@@ -13,7 +13,8 @@ from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs,
 from kvviz.app.models import secrets_dict
 from kvviz.app.navigation import link_to
 from kvviz.app.shell import page_setup
-from kvviz.app.views import kv_events
+from kvviz.app.views.kv_events import panel as kv_events_panel
+from kvviz.app.views.kv_events import shown as kv_events_shown
 from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.app.views.serving import (
     SV,
@@ -108,8 +109,12 @@ if conn is None:
     if not lecture:
         st.subheader(tr("kv_events.header"))
     st.caption(tr("kv_events.not_connected"))
-    kv_events.panel(lecture=lecture, per_token=None, on_draw=lambda: publish(
-        room_view("kv_events", {}, 0, False), PAGE))
+    def share_kv_events() -> None:
+        """The cache events alone to a lecture room, once there is something drawn (no server connected)."""
+        if kv_events_shown() is not None:
+            publish(room_view("kv_events", {}, 0, False), PAGE)
+
+    kv_events_panel(lecture=lecture, per_token=None, on_draw=share_kv_events)
     st.stop()
 
 # Three tabs; in lecture mode six screens: the load tab's results one view per screen, then the prefix and the
@@ -235,7 +240,7 @@ with tab_prefix:
 
 # ---- the server's cache, from its KV events ---------------------------------------------------------------
 with tab_kv:
-    kv_events.panel(lecture=lecture, per_token=per_token, on_draw=share)
+    kv_events_panel(lecture=lecture, per_token=per_token, on_draw=share)
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

@@ -13,7 +13,8 @@ import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.state import page_state
-from kvviz.app.views import kv_events
+from kvviz.app.views.kv_events import follow as follow_kv_events
+from kvviz.app.views.kv_events import shown as kv_events_shown
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
@@ -346,7 +347,7 @@ def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool)
 
     return {"page": "serving", "shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("sv_model"),
             "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
-            "prefix": state("prefix_state"), "kv_events": kv_events.shown()}
+            "prefix": state("prefix_state"), "kv_events": kv_events_shown()}
 
 
 def follow(view: dict, *, lecture: bool) -> None:
@@ -361,7 +362,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     st.caption(tr("serving.room_server", engine=view["engine"] or "?", model=view["model"] or "?"))
     if shown == "kv_events" or (shown is None and view.get("kv_events") is not None):
         st.subheader(tr("kv_events.tab"))
-        kv_events.follow(view.get("kv_events"), lecture=lecture)
+        follow_kv_events(view.get("kv_events"), lecture=lecture)
     if shown is None or shown in LOAD_IDEAS:
         if shown is None:
             st.subheader(tr("serving.tab_sweep"))
