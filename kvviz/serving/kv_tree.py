@@ -273,7 +273,10 @@ class BlockTree:
         def label(h: object) -> str:
             return f"{h:016x}"[-8:] if isinstance(h, int) else bytes(h).hex()[:8] if isinstance(h, bytes) else str(h)
 
-        def walk(key: tuple, parent_id: str, depth: int | None) -> int:
+        def full(h: object) -> str:  # a chain's id: the whole hash (a short label may collide)
+            return f"{h:x}" if isinstance(h, int) else bytes(h).hex() if isinstance(h, bytes) else str(h)
+
+        def chain_from(key: tuple, parent_id: str, depth: int | None) -> tuple[dict, Block]:
             block = self.blocks[key]
             run = [block]
             while len(block.children) == 1:
@@ -282,24 +285,32 @@ class BlockTree:
                     break
                 block = nxt
                 run.append(block)
-            chain = {"id": f"{key[0]}:{label(key[1])}", "parent": parent_id, "group": key[0],
-                     "blocks": len(run), "tokens": sum(len(b.tokens) for b in run),
-                     "media": "+".join(sorted(run[0].copies)), "copies": sum(run[0].copies.values()),
-                     "depth": depth, "hash": label(key[1]), "first_tokens": list(run[0].tokens[:8]), "leaves": 0}
-            out.append(chain)
-            below = [walk(k, chain["id"], None if depth is None else depth + len(run)) for k in sorted(
-                block.children, key=lambda k: str(k[1]))]
-            chain["leaves"] = sum(below) or 1
-            return chain["leaves"]
+            return {"id": f"{key[0]}:{full(key[1])}", "parent": parent_id, "group": key[0], "blocks": len(run),
+                    "tokens": sum(len(b.tokens) for b in run), "media": "+".join(sorted(run[0].copies)),
+                    "copies": sum(run[0].copies.values()), "depth": depth, "hash": label(key[1]),
+                    "first_tokens": list(run[0].tokens[:8]), "leaves": 0}, block
 
+        # depth first with a stack (a conversation of many turns nests deeper than Python's recursion allows);
+        # `out` lists parents before their children, so the leaves add up from its end
         groups = sorted({k[0] for k in self.blocks}, key=lambda g: (g is None, g))
+        starts: list[tuple[tuple, str, int | None]] = []
         for g in groups:
-            for k in sorted(self.roots.get(g, ()), key=lambda k: str(k[1])):
-                walk(k, f"g{g}", 0)
+            starts += [(k, f"g{g}", 0) for k in sorted(self.roots.get(g, ()), key=lambda k: str(k[1]))]
             for (wg, _), keys in self.waiting.items():
                 if wg == g:
-                    for k in sorted(keys, key=lambda k: str(k[1])):
-                        walk(k, f"?{g}", None)
+                    starts += [(k, f"?{g}", None) for k in sorted(keys, key=lambda k: str(k[1]))]
+        stack = list(reversed(starts))
+        while stack:
+            key, parent_id, depth = stack.pop()
+            chain, last = chain_from(key, parent_id, depth)
+            out.append(chain)
+            below = None if depth is None else depth + chain["blocks"]
+            stack += [(k, chain["id"], below) for k in sorted(last.children, key=lambda k: str(k[1]), reverse=True)]
+        index = {c["id"]: c for c in out}
+        for c in reversed(out):
+            c["leaves"] = c["leaves"] or 1
+            if c["parent"] in index:
+                index[c["parent"]]["leaves"] += c["leaves"]
         n = len(out)
         if n > limit:  # the widest chains, parents before children (a parent is at least as wide)
             keep = sorted(range(n), key=lambda i: (-out[i]["leaves"], i))[:limit]

@@ -65,7 +65,7 @@ def test_tree_copies_parents_orphans_and_reset():
     chains = tree.chains()
     # 1 and 2 one chain (2 is 1's only child), then the branch: 3 and 4 under it
     assert [(c["blocks"], c["leaves"], c["parent"]) for c in chains["chains"]] == [
-        (2, 2, "g0"), (1, 1, "0:00000001"), (1, 1, "0:00000001")]
+        (2, 2, "g0"), (1, 1, "0:1"), (1, 1, "0:1")]
     # the parent goes first (a duplicate's last copy): its children hang under "?" until it is stored again
     tree.apply(Batch(2, 3.0, [Removed((2, 2), "GPU", 0)], "map"))
     assert (0, 2) not in tree.blocks and tree.orphans() == 2
