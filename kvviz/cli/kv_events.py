@@ -11,6 +11,7 @@ import sys
 import time
 
 from kvviz.cli.common import (
+    CliError,
     RunFailed,
     add_command,
     add_json,
@@ -18,6 +19,7 @@ from kvviz.cli.common import (
     add_spec_source,
     non_negative_float,
     positive_float,
+    positive_int,
 )
 
 
@@ -32,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--every", type=positive_float, default=1.0, help="seconds between printed states")
     p.add_argument("--quiet-after", type=positive_float, default=5.0,
                    help="seconds without a connection or an event before saying so")
+    g = p.add_argument_group("requests attributed to the cached blocks, at the end")
+    g.add_argument("--prompts", default=None,
+                   help="JSONL: one request's prompt token ids a line (a list, or {\"prompt_token_ids\": [...]})")
+    g.add_argument("--block-size", type=positive_int, default=16, help="the server's block size (vLLM's default 16)")
+    g.add_argument("--hash-algo", default="sha256", help="the server's --prefix-caching-hash-algo: sha256, sha256_cbor")
+    g.add_argument("--hash-seed", default=None, help="the server's PYTHONHASHSEED, where it sets one")
     add_spec_source(p)
     add_kv_dtype(p)
     add_json(p)
@@ -67,9 +75,29 @@ def hint(status: str, endpoint: str) -> str | None:
     return None
 
 
+def read_prompts(path: str) -> list[list[int]]:
+    """Token ids, one request a line: a JSON list, or an object with prompt_token_ids."""
+    out = []
+    for n, text in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"{path} line {n}: not JSON ({exc.msg})") from None
+        ids = row.get("prompt_token_ids") if isinstance(row, dict) else row
+        if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids):
+            raise CliError(f"{path} line {n}: expected a list of token ids or {{\"prompt_token_ids\": [...]}}")
+        out.append(ids)
+    return out
+
+
 def kv_events(args: argparse.Namespace) -> dict:
+    from kvviz.serving.kv_attribution import hash_function
     from kvviz.serving.kv_watch import Watch
 
+    prompts = read_prompts(args.prompts) if args.prompts else None
+    hash_function(args.hash_algo)  # an algorithm kvviz does not compute: refused before subscribing
     per_token = _bytes_per_token(args)
     watch = Watch(args.endpoint, args.replay_endpoint, quiet_after_s=args.quiet_after)
     said = False
@@ -96,6 +124,13 @@ def kv_events(args: argparse.Namespace) -> dict:
     result = {"endpoint": args.endpoint, "replay_endpoint": args.replay_endpoint, "status": state["status"],
               "frames": state["frames"], "bytes_per_token": per_token,
               "bytes": None if per_token is None else s["tokens"] * per_token, **s}
+    if prompts is not None:
+        from kvviz.serving.kv_attribution import attribute, summarize
+
+        rows = [attribute(watch.tree, p, args.block_size, algo=args.hash_algo, seed=args.hash_seed).as_dict()
+                for p in prompts]
+        result["attribution"] = rows
+        result["attribution_summary"] = summarize(rows)
     if state["frames"] == 0:
         raise RunFailed(result, hint(state["status"], args.endpoint) or "no KV events arrived")
     return result
@@ -120,3 +155,8 @@ def show_summary(result: dict) -> None:
         print(f"incomplete: batches {gap.get('first')}–{gap.get('last')} missed ({gap['reason']})")
     for what, n in result["skipped"].items():
         print(f"skipped {n}×: {what}")
+    for i, row in enumerate(result.get("attribution", [])):
+        why = "all hit" if row["reason"] is None else f"block {row['first_miss']}: {row['reason']}"
+        when = "" if row["removed_ts"] is None else f" at {row['removed_ts']:.3f}"
+        print(f"request {i}: {row['hit_blocks']} of {row['lookup']} blocks hit ({row['hit_tokens']} tokens); "
+              f"{why}{when}")

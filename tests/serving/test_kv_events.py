@@ -311,3 +311,32 @@ def test_what_was_sent_before_subscribing_comes_from_the_replay():
         pub.close()
     assert s["blocks"] == 4 and s["orphans"] == 1 and s["restarts"] == 0  # block 2 under the unseen block 1
     assert s["incomplete"] == [{"reason": "gap", "first": 0, "last": 0, "n": 1, "before": True}]
+
+
+def test_cli_attributes_a_load_runs_prompts(tmp_path, capsys):
+    a = list(range(200, 216))  # four blocks of 4
+    ha = [external(h, True) for h in block_hashes(a, 4)]  # vLLM 0.34.0's default: sha256, 64-bit integers
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps(x) for x in (
+        {"prompt_token_ids": a + [1]}, a[:8] + [9, 9, 9, 9, 9], [5] * 9, a)))
+    pub = FakePublisher()
+    try:
+        import threading
+
+        def later():
+            time.sleep(0.8)
+            pub.send([Stored(tuple(ha), None, tuple(a), 4, "GPU", 0)])
+            pub.send([Removed((ha[3],), "GPU", 0)])
+
+        threading.Thread(target=later, daemon=True).start()
+        assert main(["kv-events", "--endpoint", pub.endpoint, "--replay-endpoint", pub.replay_endpoint,
+                     "--seconds", "2", "--every", "1", "--prompts", str(prompts), "--block-size", "4",
+                     "--json"]) == 0
+    finally:
+        pub.close()
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = out["attribution"]
+    assert [(r["hit_blocks"], r["reason"], r["first_miss"]) for r in rows] == [
+        (3, "evicted", 3), (2, "diverged", 2), (0, "never", 0), (3, None, None)]
+    assert out["attribution_summary"]["first_miss"] == {"evicted": 1, "reset": 0, "diverged": 1, "never": 1,
+                                                         "unseeded": 0}
