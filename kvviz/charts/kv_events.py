@@ -19,15 +19,13 @@ def tree_chart(chains: Sequence[dict], groups: Sequence[object], labels: Mapping
                lecture: bool = False, lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
     """The prefix tree, the prompt's start at the left: one box per chain of blocks (a straight run, kv_tree's
     chains), under its parent; its height is how many cached continuations share it (its leaves), its colour and
-    text its medium; a group's root per KV-cache group (none when there is one and every parent is cached), and "?"
-    for blocks whose parent is not cached."""
+    text its medium; a root per KV-cache group (the prompt's start), and "?" for blocks whose parent is not
+    cached."""
     ids, parents, values, texts, colors, hovers = [], [], [], [], [], []
     leaves: dict[str, int] = {}
     for c in chains:
         leaves[c["parent"]] = leaves.get(c["parent"], 0) + c["leaves"]
-    # one group and every block's parent seen: no root box (a third of a phone's width spent on one word)
-    alone = len(groups) == 1 and not leaves.get(f"?{groups[0]}")
-    for g in [] if alone else groups:
+    for g in groups:  # one root per group (Plotly draws several roots under a blank one): the prompt's start
         for root, name in ((f"g{g}", labels["root"].format(group=g)), (f"?{g}", labels["unknown_parent"])):
             if leaves.get(root):
                 ids.append(root)
@@ -38,7 +36,7 @@ def tree_chart(chains: Sequence[dict], groups: Sequence[object], labels: Mapping
                 hovers.append(name)
     for c in chains:
         ids.append(c["id"])
-        parents.append("" if alone and c["parent"][0] == "g" else c["parent"])
+        parents.append(c["parent"])
         values.append(c["leaves"])
         texts.append(labels["box"].format(blocks=c["blocks"], tokens=c["tokens"], media=c["media"],
                                           leaves=c["leaves"]))

@@ -283,10 +283,9 @@ def test_charts_draw_the_tree_and_rates_on_a_phone():
     labels = {k: t(f"kv_events.{k}", "ko") for k in ("root", "unknown_parent", "box", "hover")} | {"title": "트리"}
     fig = tree_chart(chains["chains"], chains["groups"], labels)
     icicle = fig.data[0]
-    assert list(icicle.parents) == ["", icicle.ids[0], icicle.ids[0]]  # one group: no root box
-    assert list(icicle.values) == [2, 1, 1] and "CPU" in icicle.text[-1] and "×2" in icicle.text[0]
-    two = tree_chart(chains["chains"], [0, 1], labels).data[0]  # several groups: a root each
-    assert two.ids[0] == "g0" and list(two.parents[:2]) == ["", "g0"]
+    assert list(icicle.parents) == ["", "g0", icicle.ids[1], icicle.ids[1]]  # the prompt's start, then the chains
+    assert list(icicle.values) == [2, 2, 1, 1] and "CPU" in icicle.text[-1] and "×2" in icicle.text[1]
+    assert icicle.text[0] == "프롬프트 시작 · 그룹 0"
     rates = rates_chart(tree.rate_rows(), {"title": "r", "stored": "s", "removed": "d", "x": "x", "y": "y"})
     assert list(rates.data[0].y) == [4] and list(rates.data[1].y) == [0]
     assert phone_layout(fig).layout.height >= fig.layout.height
