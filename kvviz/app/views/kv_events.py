@@ -129,7 +129,8 @@ def draw(state: dict, *, lecture: bool) -> None:
         st.caption(tr("kv_events.tree_empty"))
     else:
         labels = {k: t(f"kv_events.{k}", _lang()) for k in ("root", "unknown_parent", "box", "hover")}
-        chart(charts.tree_chart(tree["chains"], tree["groups"], labels | {"title": tr("kv_events.tree_title")},
+        title = "" if lecture else tr("kv_events.tree_title")  # on a projector the idea's title names it
+        chart(charts.tree_chart(tree["chains"], tree["groups"], labels | {"title": title},
                                 lecture=lecture, lecture_height=LECTURE_TREE_PX), "kv_events_tree")
         if tree["folded"]:
             st.caption(tr("kv_events.tree_folded", n=tree["folded"], blocks=tree["folded_blocks"]))
