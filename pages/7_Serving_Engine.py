@@ -15,6 +15,8 @@ from kvviz.app.navigation import link_to, page_of
 from kvviz.app.room.follow import room_part
 from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
+from kvviz.app.views.kv_events import panel as kv_events_panel
+from kvviz.app.views.kv_events import shown as kv_events_shown
 from kvviz.app.views.serving import (
     SV,
     connection_details,
@@ -101,18 +103,30 @@ with server_at, settings_box(tr("serving.server_settings")):
     if SV.get("conn_error"):
         show_error(SV.get("conn_error"))
     conn = SV.get("conn")
-    if conn is not None:
-        connection_details(conn, lecture)
+    per_token = None if conn is None else connection_details(conn, lecture)
 if conn is None:
     st.info(tr("serving.not_connected"))
+    # a server's cache events need no HTTP connection: followed without one
+    if not lecture:
+        st.subheader(tr("kv_events.header"))
+    st.caption(tr("kv_events.not_connected"))
+
+    def share_kv_events() -> None:
+        """The cache events alone to a lecture room, once there is something drawn (no server connected)."""
+        if room is not None and kv_events_shown() is not None:
+            room.publish(room_view("kv_events", {}, 0, False))
+
+    kv_events_panel(lecture=lecture, per_token=None, on_draw=share_kv_events)
     st.stop()
 
-# Three tabs; in lecture mode six screens: the load tab's results one view per screen, then the prefix and the
-# definitions (`view`: the one on screen, None when all are).
-IDEAS = {"load": 0, "timeline": 0, "counters": 0, "numbers": 0, "prefix": 1, "definitions": 2}  # idea -> its tab
-tab_load, tab_prefix, tab_defs = lecture_tabs(
-    [tr("serving.tab_sweep"), tr("serving.tab_prefix"), tr("serving.tab_defs")], "serving",
-    screens=[(tab, tr(f"serving.idea_{name}")) for name, tab in IDEAS.items()])
+# Four tabs; in lecture mode seven screens: the load tab's results one view per screen, then the prefix, the cache
+# events and the definitions (`view`: the one on screen, None when all are).
+IDEAS = {"load": 0, "timeline": 0, "counters": 0, "numbers": 0, "prefix": 1, "kv_events": 2,
+         "definitions": 3}  # idea -> its tab
+tab_load, tab_prefix, tab_kv, tab_defs = lecture_tabs(
+    [tr("serving.tab_sweep"), tr("serving.tab_prefix"), tr("kv_events.tab"), tr("serving.tab_defs")], "serving",
+    screens=[(tab, tr("kv_events.idea") if name == "kv_events" else tr(f"serving.idea_{name}"))
+             for name, tab in IDEAS.items()])
 view = None if shown_idea("serving") is None else list(IDEAS)[shown_idea("serving")]
 
 
@@ -227,6 +241,10 @@ with tab_prefix:
     if prefix_row and finished and finished.result:  # drawn by the page, not the fragment: it ticks only while
         with prefix_row[2], st.expander(tr("serving.prefix_details")):  # the experiment runs
             prefix_details(finished.result)
+
+# ---- the server's cache, from its KV events ---------------------------------------------------------------
+with tab_kv:
+    kv_events_panel(lecture=lecture, per_token=per_token, on_draw=share)
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

@@ -80,8 +80,8 @@ def phone_layout(fig: go.Figure) -> go.Figure:
     fig = go.Figure(fig)
     font = fig.layout.font.size or 13
     legend = fig.layout.legend
-    entries = [t for t in fig.data if t.showlegend or (t.showlegend is None and t.name and len(fig.data) > 1
-                                                        and t.type not in ("heatmap", "table"))]
+    entries = [t for t in fig.data if "showlegend" in t and (  # an icicle or a treemap has no legend
+        t.showlegend or (t.showlegend is None and t.name and len(fig.data) > 1 and t.type not in ("heatmap", "table")))]
     listed_below = legend.yref == "container" and legend.orientation in (None, "v")
     if fig.layout.showlegend is not False and entries and not listed_below:
         legend_font = legend.font.size or font

@@ -13,11 +13,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-from kvviz.cli import compress, decode, export, memory, paged, serve, serving, speculate
+from kvviz.cli import compress, decode, export, kv_events, memory, paged, serve, serving, speculate
 from kvviz.cli.common import CliError, Parser, RunFailed
 
 # In the order `kvviz --help` lists their commands.
-GROUPS = (decode, memory, paged, compress, speculate, export, serving, serve)
+GROUPS = (decode, memory, paged, compress, speculate, export, serving, kv_events, serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

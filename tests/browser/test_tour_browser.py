@@ -552,12 +552,12 @@ def _serve(pg, url: str, lang: str) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_serving_ideas_fit_a_lecture_screen(browser, app_url, shots, llama, lang):
-    """Issue 29.7 on the Serving Engine: after it has measured a real llama-server, each of its six ideas (the load
-    chart, every request, the server's counters, the numbers, the prefix experiment run on its screen, the
-    definitions) is whole on one 1280×720 screen, in English and Korean."""
+    """Issue 29.7 on the Serving Engine: after it has measured a real llama-server, each of its seven ideas (the load
+    chart, every request, the server's counters, the numbers, the prefix experiment run on its screen, the cache
+    events before subscribing, the definitions) is whole on one 1280×720 screen, in English and Korean."""
     pg = _lecture_page(browser, app_url, "Serving_Engine", lang)
     _serve(pg, llama.base_url, lang)
-    _each_idea_fits(pg, "serving", 6, f"serving_engine_lecture_{lang}", shots, _press_and_wait("serving_prefix_run"))
+    _each_idea_fits(pg, "serving", 7, f"serving_engine_lecture_{lang}", shots, _press_and_wait("serving_prefix_run"))
     pg.context.close()
 
 

@@ -15,6 +15,8 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
+from kvviz.app.views.kv_events import follow as follow_kv_events
+from kvviz.app.views.kv_events import shown as kv_events_shown
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
@@ -66,9 +68,10 @@ def show_table(rows: list[dict], cols: dict[str, str], key: str) -> None:
     table(df.dropna(axis=1, how="all"), key)
 
 
-def connection_details(conn: dict, lecture: bool) -> None:
+def connection_details(conn: dict, lecture: bool) -> int | None:
     """The served model and endpoint, its KV shape and dtype (found, reported or picked; unknown until then) and,
-    once both are known, kvviz's roofline bound for one request on the GPU the user names."""
+    once both are known, kvviz's roofline bound for one request on the GPU the user names. Returns the KV bytes
+    per token once both are known (the cache events' bytes), else None."""
     ss = st.session_state
     m1, m2 = st.columns([3, 2])
     m1.selectbox(tr("serving.model"), conn["models"], key="serving_model")
@@ -92,10 +95,10 @@ def connection_details(conn: dict, lecture: bool) -> None:
                             help=tr("serving.kv_dtype_help"))
     if picked is None:
         k3.caption(tr("serving.kv_unknown", model=ss.serving_model))
-        return
+        return None
     if kv_dtype is None:
         k3.caption(tr("serving.kv_dtype_unknown", shape=picked))
-        return
+        return None
     per_token = kv_footprint(shapes[picked], 1, 1, kv_dtype).per_token
     source = "kv_known" if found is not None and picked == found[0] else "kv_picked"
     k3.caption(tr(f"serving.{source}", shape=picked, size=format_exact(per_token), dtype=kv_dtype,
@@ -110,6 +113,7 @@ def connection_details(conn: dict, lecture: bool) -> None:
                       limit=tr(f"serving.limit_{bound.limited_by}")))
     except InputError as exc:
         g2.caption(exc.message(lang()))
+    return per_token
 
 
 def _dataset_upload() -> None:
@@ -346,7 +350,7 @@ def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool)
 
     return {"shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("serving_model"),
             "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
-            "prefix": state("prefix_state")}
+            "prefix": state("prefix_state"), "kv_events": kv_events_shown()}
 
 
 def follow(view: RoomView, *, lecture: bool) -> None:
@@ -359,6 +363,9 @@ def follow(view: RoomView, *, lecture: bool) -> None:
         return shown is None or shown == name
 
     st.caption(tr("serving.room_server", engine=view["engine"] or "?", model=view["model"] or "?"))
+    if shown == "kv_events" or (shown is None and view.get("kv_events") is not None):
+        st.subheader(tr("kv_events.tab"))
+        follow_kv_events(view.get("kv_events"), lecture=lecture)
     if shown is None or shown in LOAD_IDEAS:
         if shown is None:
             st.subheader(tr("serving.tab_sweep"))

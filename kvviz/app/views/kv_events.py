@@ -1,0 +1,162 @@
+"""Serving Engine's cache events: subscribe to a server's KV events (kvviz.serving.kv_watch, on a thread of this
+session) and draw the tree of its cached blocks, its size in blocks, tokens and bytes, and the blocks stored and
+removed per second, once a second whatever the rate of events (`panel`). What is drawn is plain data (`shown()`),
+which a lecture room's followers draw with `draw` and never subscribe."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz.app.language import show_error, tr
+from kvviz.app.state import page_state
+from kvviz.app.widgets import chart
+from kvviz.charts import kv_events as charts
+from kvviz.errors import InputError
+from kvviz.i18n import t
+from kvviz.serving.kv_watch import SERVER_FLAG, Watch
+
+# The subscription (a Watch: its thread and sockets), the error of the last Subscribe, the last state drawn.
+KE = page_state("ke", watch=None, error=None, last=None)
+TICK_S = 1.0  # drawn once a second: a flood of events is folded into the tree between two drawings
+LECTURE_TREE_PX = 330
+
+
+def _subscribe() -> None:
+    ss = st.session_state
+    try:
+        watch = Watch(ss.get("ke_endpoint", ""), ss.get("ke_replay") or None)
+    except InputError as exc:
+        KE.set("error", exc)
+        return
+    _stop()
+    KE.set("watch", watch)
+    KE.set("error", None)
+
+
+def _stop() -> None:
+    watch = KE.get("watch")
+    if watch is not None:
+        watch.close()
+        KE.set("watch", None)
+
+
+def shown() -> dict | None:
+    """The last state drawn (numbers only: what a room's followers get), None before any subscription."""
+    return KE.get("last")
+
+
+def panel(*, lecture: bool, per_token: int | None, on_draw=None) -> None:  # noqa: ANN001 - on_draw() -> None
+    """The endpoints, Subscribe and Stop, then the live picture (`per_token`: the served model's KV bytes per token,
+    None while unknown); `on_draw` runs after each drawing (the page shares the view with a room)."""
+    if lecture:  # on a projector the screen is the tree's
+        with st.expander(tr("kv_events.header")):
+            st.write(tr("kv_events.intro"))
+    else:
+        st.write(tr("kv_events.intro"))
+    c1, c2, c3, c4 = st.columns([3, 3, 1, 1], vertical_alignment="bottom")
+    c1.text_input(tr("kv_events.endpoint"), "tcp://127.0.0.1:5557", key="ke_endpoint",
+                  help=tr("kv_events.endpoint_help"))
+    c2.text_input(tr("kv_events.replay"), "", key="ke_replay", help=tr("kv_events.replay_help"))
+    watching = KE.get("watch") is not None
+    c3.button(tr("kv_events.subscribe"), on_click=_subscribe, type="primary", key="ke_subscribe")
+    c4.button(tr("kv_events.stop"), on_click=_stop, disabled=not watching, key="ke_stop")
+    if KE.get("error") is not None:
+        show_error(KE.get("error"))
+
+    def live() -> None:
+        watch = KE.get("watch")
+        if watch is not None:
+            state = watch.state()
+            state["per_token"] = per_token
+            KE.set("last", _plain(state))
+        last = KE.get("last")
+        if last is None:
+            st.info(tr("kv_events.idle"))
+        else:
+            draw(last, lecture=lecture)
+        if on_draw is not None:
+            on_draw()
+
+    st.fragment(live, run_every=TICK_S if watching else None)()
+
+
+def _plain(state: dict) -> dict:
+    """The state as JSON-able data (hashes are already text in chains; group keys may be None)."""
+    s = dict(state["summary"])
+    s["groups"] = [g for g in s["groups"]]
+    return {**state, "summary": s}
+
+
+def draw(state: dict, *, lecture: bool) -> None:
+    """One drawing of the subscription's state: what is wrong if anything, the numbers, the tree, the rates."""
+    status, endpoint = state["status"], state["endpoint"]
+    if status == "waiting":
+        st.info(tr("kv_events.waiting", endpoint=endpoint))
+    elif status == "unreachable":
+        st.error(tr("kv_events.unreachable", endpoint=endpoint))
+    elif status == "silent":
+        st.warning(tr("kv_events.silent_page", endpoint=endpoint))
+        st.code(f"vllm serve MODEL {SERVER_FLAG}", language="bash")
+    s = state["summary"]
+    per_token = state.get("per_token")
+    cols = st.columns(6)
+    cols[0].metric(tr("kv_events.m_blocks"), f"{s['blocks']:,}")
+    cols[1].metric(tr("kv_events.m_tokens"), f"{s['tokens']:,}")
+    size = tr("kv_events.bytes_unknown") if per_token is None else _bytes(s["tokens"] * per_token)
+    cols[2].metric(tr("kv_events.m_bytes"), size, help=tr("kv_events.bytes_help"))
+    cols[3].metric(tr("kv_events.m_stored"), f"{s['stored']:,}")
+    cols[4].metric(tr("kv_events.m_removed"), f"{s['removed']:,}")
+    cols[5].metric(tr("kv_events.m_resets"), f"{s['cleared']:,}")
+    notes = []
+    if s["copies"]:
+        notes.append(tr("kv_events.media", media=", ".join(f"{m} {n:,}" for m, n in sorted(s["copies"].items()))))
+    if state["folded"]:
+        notes.append(tr("kv_events.folded", n=state["folded"]))
+    if notes:
+        st.caption(" · ".join(notes))
+    for gap in s["incomplete"]:
+        st.warning(tr("kv_events.incomplete", n=gap.get("n", "?"), first=gap.get("first", "?"),
+                      last=gap.get("last", "?")))
+    for what, n in s["skipped"].items():
+        st.warning(tr("kv_events.skipped", what=what, n=n))
+    if s["restarts"]:
+        st.info(tr("kv_events.restarted", n=s["restarts"]))
+    if s["orphans"]:
+        st.caption(tr("kv_events.orphans", n=s["orphans"]))
+    if s["unknown_removed"]:
+        st.caption(tr("kv_events.unknown_removed", n=s["unknown_removed"]))
+    tree = state["chains"]
+    if not tree["chains"]:
+        st.caption(tr("kv_events.tree_empty"))
+    else:
+        labels = {k: t(f"kv_events.{k}", _lang()) for k in ("root", "unknown_parent", "box", "hover")}
+        title = "" if lecture else tr("kv_events.tree_title")  # on a projector the idea's title names it
+        chart(charts.tree_chart(tree["chains"], tree["groups"], labels | {"title": title},
+                                lecture=lecture, lecture_height=LECTURE_TREE_PX), "kv_events_tree")
+        if tree["folded"]:
+            st.caption(tr("kv_events.tree_folded", n=tree["folded"], blocks=tree["folded_blocks"]))
+    if state["rates"] and not lecture:
+        chart(charts.rates_chart(state["rates"], {"title": tr("kv_events.rates_title"),
+                                                  "stored": tr("kv_events.stored"), "removed": tr("kv_events.removed"),
+                                                  "x": tr("kv_events.rates_x"), "y": tr("kv_events.rates_y")},
+                                 lecture=lecture), "kv_events_rates")
+
+
+def _lang() -> str:
+    from kvviz.app.language import lang
+
+    return lang()
+
+
+def _bytes(n: int) -> str:
+    from kvviz.units import format_binary
+
+    return format_binary(n)
+
+
+def follow(view: dict | None, *, lecture: bool) -> None:
+    """A follower's cache events: the lecturer's last drawing, read-only (no endpoint, no subscription here)."""
+    st.caption(tr("kv_events.room"))
+    if view is None:
+        st.info(tr("kv_events.room_none"))
+        return
+    draw(view, lecture=lecture)
