@@ -15,7 +15,7 @@ from kvviz.i18n import t
 from kvviz.serving.kv_watch import SERVER_FLAG, Watch
 
 # The subscription (a Watch: its thread and sockets), the error of the last Subscribe, the last state drawn.
-KE = page_state("ke", watch=None, error=None, last=None)
+KE = page_state("kv_events", watch=None, error=None, last=None)
 TICK_S = 1.0  # drawn once a second: a flood of events is folded into the tree between two drawings
 LECTURE_TREE_PX = 330
 
@@ -23,7 +23,7 @@ LECTURE_TREE_PX = 330
 def _subscribe() -> None:
     ss = st.session_state
     try:
-        watch = Watch(ss.get("ke_endpoint", ""), ss.get("ke_replay") or None)
+        watch = Watch(ss.get("kv_events_endpoint", ""), ss.get("kv_events_replay") or None)
     except InputError as exc:
         KE.set("error", exc)
         return
@@ -53,12 +53,12 @@ def panel(*, lecture: bool, per_token: int | None, on_draw=None) -> None:  # noq
     else:
         st.write(tr("kv_events.intro"))
     c1, c2, c3, c4 = st.columns([3, 3, 1, 1], vertical_alignment="bottom")
-    c1.text_input(tr("kv_events.endpoint"), "tcp://127.0.0.1:5557", key="ke_endpoint",
+    c1.text_input(tr("kv_events.endpoint"), "tcp://127.0.0.1:5557", key="kv_events_endpoint",
                   help=tr("kv_events.endpoint_help"))
-    c2.text_input(tr("kv_events.replay"), "", key="ke_replay", help=tr("kv_events.replay_help"))
+    c2.text_input(tr("kv_events.replay"), "", key="kv_events_replay", help=tr("kv_events.replay_help"))
     watching = KE.get("watch") is not None
-    c3.button(tr("kv_events.subscribe"), on_click=_subscribe, type="primary", key="ke_subscribe")
-    c4.button(tr("kv_events.stop"), on_click=_stop, disabled=not watching, key="ke_stop")
+    c3.button(tr("kv_events.subscribe"), on_click=_subscribe, type="primary", key="kv_events_subscribe")
+    c4.button(tr("kv_events.stop"), on_click=_stop, disabled=not watching, key="kv_events_stop")
     if KE.get("error") is not None:
         show_error(KE.get("error"))
 
