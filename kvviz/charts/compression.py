@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 
 from kvviz.charts.base import style
 
-FAMILY_COLORS = {"evict": "#1f77b4", "quantize": "#d62728", "share": "#2ca02c"}
+# Okabe & Ito's colour-blind-safe hues (darkened where a line needs 3:1 on white): tests/charts/test_palettes.py
+FAMILY_COLORS = {"evict": "#0072b2", "quantize": "#d55e00", "share": "#009e73"}
 SYMBOLS = {"window": "square", "streaming": "diamond", "h2o": "circle", "snapkv": "triangle-up",
            "int8": "x", "int4": "cross", "fp8": "star", "gqa": "hexagon", "mqa": "pentagon"}
 FLOOR = 1e-6  # a log axis cannot show 0: smaller values sit on this floor (the table gives the exact number)
