@@ -299,8 +299,8 @@ _STEPPER_CSS = """
 button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25rem 0.75rem; min-height: 2.5rem;
   border-radius: 0.5rem; border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63);
   cursor: pointer; white-space: nowrap; }
-button.kv-step:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
-button.kv-step:active:not(:disabled) { background: #ff4b4b; color: #fff; }
+button.kv-step:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
+button.kv-step:active:not(:disabled) { background: #c53948; color: #fff; }
 button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
 div.kv-behind { position: fixed; top: 3.75rem; right: 1rem; z-index: 1000; max-width: 28rem; padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; background: #fffce7; color: #926c05; border: 1px solid #f4e3a1; font-size: 0.9rem; }

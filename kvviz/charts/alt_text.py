@@ -134,8 +134,9 @@ def _heatmap(fig: go.Figure, tr: Any, lang: str) -> Alt:
     ys = [ticks.get(y, y) for y in ys]
     finite = np.where(np.isfinite(z), z, -np.inf)
     r, c = np.unravel_index(int(np.argmax(finite)), z.shape)
-    summary = t("a11y.heatmap", lang, rows=n_rows, cols=n_cols, x=_axis_title(fig, tr, "x") or "x",
-                y=_axis_title(fig, tr, "y") or "y", min=number(float(np.nanmin(z))), max=number(float(z[r, c])),
+    x_title, y_title = _axis_title(fig, tr, "x"), _axis_title(fig, tr, "y")
+    summary = t("a11y.heatmap", lang, rows=n_rows, cols=n_cols, x=f" ({x_title})" if x_title else "",
+                y=f" ({y_title})" if y_title else "", min=number(float(np.nanmin(z))), max=number(float(z[r, c])),
                 at_y=number(ys[r] if r < len(ys) else r), at_x=number(xs[c] if c < len(xs) else c))
     header = [_axis_title(fig, tr, "y") or "", *(number(x) for x in xs[:n_cols])]
     rows = [[number(ys[i] if i < len(ys) else i), *(number(float(v)) for v in z[i])] for i in range(n_rows)]

@@ -252,9 +252,10 @@ def _grid_text(said: Sequence[tuple[list[str], list]], hover: str, names: dict[s
     items = []
     for rows, segments in said:
         where = rows[0] if len(rows) == 1 else f"{rows[0]} … {rows[-1]} ({len(rows)})"
-        runs = "; ".join(hover.format(row=where, position=f"{a}" if a == b else f"{a}–{b}",
-                                      pass_=f"{pa}" if pa == pb else f"{pa}–{pb}") + f" ({names.get(kind, kind)})"
-                         for a, b, kind, pa, pb in segments)
+        # the rows named once, then each run: the hover's words without its {row}
+        runs = "; ".join(hover.format(row=where if i == 0 else "", position=f"{a}" if a == b else f"{a}–{b}",
+                                      pass_=f"{pa}" if pa == pb else f"{pa}–{pb}").lstrip(" ·")
+                         + f" ({names.get(kind, kind)})" for i, (a, b, kind, pa, pb) in enumerate(segments))
         items.append(f"<li>{esc(runs)}</li>")
     return f'<ul class="kv-grid-text" style="{SR_ONLY}">{"".join(items)}</ul>'
 

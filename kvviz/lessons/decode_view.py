@@ -18,6 +18,15 @@ def visible(text: str) -> str:
     return text.translate(_VISIBLE) or "∅"
 
 
+_SPOKEN = str.maketrans({"␣": " ", "↵": " ", "⇥": " ", "\n": " ", "\t": " "})
+
+
+def spoken(text: str) -> str:
+    """Tokens' text as a screen reader should read it: whitespace as spaces (not "open box"), runs of it as one;
+    a token of whitespace alone shown as visible() shows it."""
+    return " ".join(text.translate(_SPOKEN).split()) or visible(text)
+
+
 def token_texts(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """Readable text per token; a lone byte of a multi-byte character shows as its hex, not as �."""
     out = []
@@ -131,9 +140,9 @@ def token_strip_html(
     caption, row = ("", f"<span>{caption}</span>{items}") if lecture else (caption, items)
     said, hidden = "", ""
     if names:
-        parts = [f"{names[0]}: {''.join(token_texts[:n_prompt])}"]
+        parts = [f"{names[0]}: {spoken(''.join(token_texts[:n_prompt]))}"]
         if len(token_texts) > n_prompt:
-            parts.append(f"{names[1]}: {''.join(token_texts[n_prompt:])}")
+            parts.append(f"{names[1]}: {spoken(''.join(token_texts[n_prompt:]))}")
         said, hidden = f'<p style="{SR_ONLY}">{html.escape(" — ".join(parts))}</p>', ' aria-hidden="true"'
     return (
         f'{STRIP_CSS}<div style="--kv-size:{size}">{said}<div class="kv-strip"{hidden}>{"".join(chips)}</div>'

@@ -67,7 +67,7 @@ def draw_head(view: dict, *, lecture: bool) -> None:
     st.html(decode_view.token_strip_html(texts, view["n_prompt"], decode_view.top_tokens(view), top_caption,
                                          lecture=lecture, names=(tr("reuse.said_prompt"), tr("reuse.said_generated"))))
     # A blind learner follows the decode: each pass's news said politely (WCAG 4.1.3)
-    announce(tr("reuse.announce", n_steps=view["n_steps"], token=decode_view.visible(texts[-1]),
+    announce(tr("reuse.announce", n_steps=view["n_steps"], token=decode_view.spoken(texts[-1]),
                 n_cached=view["n_cached"], bytes=format_binary(view["bytes"]["live"])))
 
 
@@ -199,7 +199,8 @@ def attention_summary(rows: np.ndarray, labels: list[str], layer: int, top: int 
     """The attention row in a sentence: the positions the newest query attends to most, averaged over its heads."""
     mean = np.asarray(rows, dtype=float).mean(axis=0)
     order = np.argsort(-mean, kind="stable")[:top]
-    said = ", ".join(tr("reuse.attn_top", pct=f"{100 * mean[i]:.0f}", position=labels[i]) for i in order)
+    said = ", ".join(tr("reuse.attn_top", pct=f"{100 * mean[i]:.0f}",
+                                    position=decode_view.spoken(labels[i])) for i in order)
     return tr("reuse.attn_summary", layer=layer, heads=len(rows), top=said)
 
 
