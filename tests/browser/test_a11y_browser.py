@@ -18,7 +18,12 @@ if not AXE.exists():
                 allow_module_level=True)
 
 BUILT = [p for p in PAGES if (ROOT / p.path).exists()]
-MODES = {"page": ("", {"width": 1400, "height": 1000}), "lecture": ("&lecture=1", {"width": 1280, "height": 720})}
+# The projector's size the layout is made for, in both modes: no label may be cut there either.
+MODES = {"page": ("", {"width": 1280, "height": 720}), "lecture": ("&lecture=1", {"width": 1280, "height": 720})}
+# Labels Streamlit cut short with "…" (on screen: a collapsed sidebar's links are drawn off it)
+CUT = """() => Array.from(document.querySelectorAll("[data-testid='stAppViewContainer'] *")).filter(e =>
+  e.checkVisibility() && e.getBoundingClientRect().right > 0 && getComputedStyle(e).textOverflow === 'ellipsis'
+  && e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.trim().slice(0, 60))"""
 # Every Plotly chart on the page: its accessible name and description, read through aria-labelledby/-describedby,
 # and the rows of the data table beside it.
 CHARTS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart']"))
@@ -49,12 +54,13 @@ def _prefill_and_step(page, steps: int = 3) -> None:  # noqa: ANN001 - a Playwri
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_every_page_has_no_wcag21_aa_violations(browser, app_url, lang, mode):
-    """One context and one server for all pages of a language and mode: axe's WCAG 2.1 A/AA rules, 0 violations."""
+    """One context and one server for all pages of a language and mode: axe's WCAG 2.1 A/AA rules, 0 violations;
+    and at 1280×720 no label cut short."""
     query, size = MODES[mode]
     context = browser.new_context(viewport=size)
     page = context.new_page()
     page.set_default_timeout(90_000)
-    found, start = {}, time.monotonic()
+    found, cut, start = {}, {}, time.monotonic()
     try:
         for p in BUILT:
             page.goto(f"{app_url}/{url_path(p.path)}?lang={lang}{query}")
@@ -64,12 +70,15 @@ def test_every_page_has_no_wcag21_aa_violations(browser, app_url, lang, mode):
                 _prefill_and_step(page)
             assert page.evaluate("document.documentElement.lang") == lang, p.name
             found[p.name] = violations(page)
+            if labels := page.evaluate(CUT):
+                cut[p.name] = labels
             print(f"{p.name} {lang} {mode}: {count(found[p.name])} "
                   + ", ".join(f"{v['id']}×{v['count']} {v['nodes'][:2]}" for v in found[p.name]))
     finally:
         context.close()
     print(f"{len(BUILT)} pages ({lang}, {mode}) in {time.monotonic() - start:.0f} s")
     assert {name: [v["id"] for v in vs] for name, vs in found.items() if vs} == {}
+    assert cut == {}, f"labels cut short at 1280×720: {cut}"
 
 
 def test_document_language_follows_the_session(page):
