@@ -128,10 +128,9 @@ def _heatmap(fig: go.Figure, tr: Any, lang: str) -> Alt:
     n_rows, n_cols = z.shape
     xs = _values(tr.x) or list(range(n_cols))
     ys = _values(tr.y) or list(range(n_rows))
-    # Numeric y positions carry their labels as tick text (charts.base.fit_labels): the table names rows by them.
-    axis = fig.layout[f"yaxis{(tr.yaxis or 'y')[1:]}"]
-    ticks = dict(zip(_values(axis.tickvals), _values(axis.ticktext), strict=False)) if axis.ticktext else {}
-    ys = [ticks.get(y, y) for y in ys]
+    # Numeric positions carry their labels as tick text (charts.base.fit_labels): the table names rows by them.
+    xs = _ticked(fig.layout[f"xaxis{(tr.xaxis or 'x')[1:]}"], xs)
+    ys = _ticked(fig.layout[f"yaxis{(tr.yaxis or 'y')[1:]}"], ys)
     finite = np.where(np.isfinite(z), z, -np.inf)
     r, c = np.unravel_index(int(np.argmax(finite)), z.shape)
     x_title, y_title = _axis_title(fig, tr, "x"), _axis_title(fig, tr, "y")
@@ -141,6 +140,12 @@ def _heatmap(fig: go.Figure, tr: Any, lang: str) -> Alt:
     header = [_axis_title(fig, tr, "y") or "", *(number(x) for x in xs[:n_cols])]
     rows = [[number(ys[i] if i < len(ys) else i), *(number(float(v)) for v in z[i])] for i in range(n_rows)]
     return _cut(Alt("", summary, header, rows))
+
+
+def _ticked(axis: Any, values: list) -> list:
+    """Values named by the axis's tick labels where it has one for them (a token for a position)."""
+    ticks = dict(zip(_values(axis.tickvals), _values(axis.ticktext), strict=False)) if axis.ticktext else {}
+    return [ticks.get(v, v) for v in values]
 
 
 def _cut(alt: Alt) -> Alt:
