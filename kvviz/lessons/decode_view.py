@@ -99,8 +99,9 @@ def position_labels(token_texts: Sequence[str]) -> list[str]:
 
 STRIP_CSS = """<style>
 .kv-strip{display:flex;flex-wrap:wrap;gap:4px;font-family:ui-monospace,monospace;font-size:var(--kv-size,15px)}
-.kv-chip{padding:2px 6px;border-radius:6px;border:1px dashed #6b7280;background:#f3f4f6;white-space:pre}
-.kv-chip.gen{background:#e0ecff;border:1px solid #3b6fd8}
+.kv-chip{padding:2px 6px;border-radius:6px;border:1px solid #6b7280;background:#f3f4f6;white-space:pre}
+.kv-chip.prompt{border-style:dashed}
+.kv-chip.gen{background:#e0ecff;border-color:#3b6fd8}
 .kv-chip.newest{background:#ffb020;border-color:#c77c00;font-weight:700}
 .kv-top{margin-top:8px;font-size:var(--kv-size,15px)}
 .kv-top-row{display:flex;flex-wrap:wrap;align-items:center;gap:4px 18px;margin-top:4px}

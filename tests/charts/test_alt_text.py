@@ -74,7 +74,7 @@ def test_token_strip_said_as_text_and_prompt_marked_without_colour():
     html = token_strip_html(["A", " list", " is"], 2, [TopToken(1, " is", 0.5)], "top", names=("Prompt", "Generated"))
     assert "Prompt: A list — Generated: is" in html
     assert 'class="kv-strip" aria-hidden="true"' in html
-    assert "dashed" in html  # prompt chips: a dashed border; generated: solid
+    assert ".kv-chip.prompt{border-style:dashed}" in html  # prompt chips: a dashed border; generated: solid
 
 
 def test_paged_pool_marks_sharing_in_text():
