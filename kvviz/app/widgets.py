@@ -21,7 +21,6 @@ import streamlit as st
 
 from kvviz.app.a11y import shortcuts_on
 from kvviz.app.language import lang, tr
-from kvviz.charts.alt_text import alt_html
 from kvviz.charts.base import phone_layout
 from kvviz.charts.image import PROJECTOR, SCALE, can_export, slide_svg
 from kvviz.errors import InputError
@@ -138,6 +137,8 @@ def chart(fig: go.Figure, key: str, *, summary: str | None = None) -> None:
     theme=None: the figure's own layout (charts.base.style: lecture type sizes, room for the toolbar) is what
     shows; Streamlit's theme would override its fonts and margins.
     """
+    from kvviz.charts.alt_text import alt_html  # numpy: not on the path of a page without charts (the stepper's)
+
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
     lecture = st.session_state.get("kv_lecture")
     # On a phone (a room's follower holds one) the legend under the plot, titles in lines (charts.base); a copy: the
