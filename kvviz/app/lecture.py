@@ -192,6 +192,7 @@ _CAPTURE_CSS = """
 button.kv-shot { font: inherit; font-size: 0.8rem; padding: 0.15rem 0.6rem; border-radius: 0.5rem; cursor: pointer;
   border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63); white-space: nowrap; }
 button.kv-shot:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
+button.kv-shot:focus-visible { outline: 2px solid #c53948; outline-offset: 2px; }
 button.kv-shot:disabled { opacity: 0.45; cursor: progress; }
 """
 

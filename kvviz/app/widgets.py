@@ -302,6 +302,7 @@ button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25
   cursor: pointer; white-space: nowrap; }
 button.kv-step:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
 button.kv-step:active:not(:disabled) { background: #c53948; color: #fff; }
+button.kv-step:focus-visible { outline: 2px solid #c53948; outline-offset: 2px; }
 button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
 div.kv-behind { position: fixed; top: 3.75rem; right: 1rem; z-index: 1000; max-width: 28rem; padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; background: #fffce7; color: #926c05; border: 1px solid #f4e3a1; font-size: 0.9rem; }
