@@ -8,7 +8,7 @@ from pathlib import Path
 AXE_VERSION = "4.14.1"
 AXE = Path(__file__).resolve().parents[2] / "build" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 WCAG21_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
-# The page's main action (its first button), where it is cheap: the decode page's Prefill, then three Steps.
+# axe's run, its violations only: per rule, the elements' count and the first four (selector — what fails)
 _RUN = """async (tags) => {
   const r = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
   return r.violations.map(v => ({id: v.id, impact: v.impact, count: v.nodes.length,
