@@ -1,5 +1,6 @@
-"""Issue 51, in the system Chromium: WCAG 2.1 A/AA on every page by axe-core (pinned from npm, tests/browser/axe.py),
-in English and Korean, normal and lecture mode, Reusing Past K/V after its main action (Prefill, three Steps); the
+"""Issue 51, in the system Chromium: WCAG 2.1 A/AA on every page by axe-core (pinned from npm, tests/browser/axe.py)
+in English and Korean, in lecture mode here (each page in normal mode is checked where test_pages_browser.py already
+loads it, at 1280×720), Reusing Past K/V after its main action (Prefill, three Steps) in both modes; the
 document's language is the session's; every chart a visible tab draws has an accessible name and a text alternative
 from its data, the cache grid and token strip are said in order, each Step is announced in a polite live region;
 the single-key shortcuts can be turned off. axe's findings are printed with the page (pytest -s)."""
@@ -10,7 +11,7 @@ from playwright.sync_api import expect
 
 from kvviz.app.navigation import PAGES
 from kvviz.i18n import t
-from tests.browser.axe import AXE, count, violations
+from tests.browser.axe import AXE, count, cut_labels, violations
 from tests.browser.harness import IDLE, ROOT, TOKENS_JS, settle, url_path, wait_idle
 
 if not AXE.exists():
@@ -18,12 +19,7 @@ if not AXE.exists():
                 allow_module_level=True)
 
 BUILT = [p for p in PAGES if (ROOT / p.path).exists()]
-# The projector's size the layout is made for, in both modes: no label may be cut there either.
-MODES = {"page": ("", {"width": 1280, "height": 720}), "lecture": ("&lecture=1", {"width": 1280, "height": 720})}
-# Labels Streamlit cut short with "…" (on screen: a collapsed sidebar's links are drawn off it)
-CUT = """() => Array.from(document.querySelectorAll("[data-testid='stAppViewContainer'] *")).filter(e =>
-  e.checkVisibility() && e.getBoundingClientRect().right > 0 && getComputedStyle(e).textOverflow === 'ellipsis'
-  && e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.trim().slice(0, 60))"""
+PROJECTOR = {"width": 1280, "height": 720}  # the size the layout is made for: no label may be cut there either
 # Every Plotly chart on the page: its accessible name and description, read through aria-labelledby/-describedby,
 # and the rows of the data table beside it.
 CHARTS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart']"))
@@ -51,32 +47,30 @@ def _prefill_and_step(page, steps: int = 3) -> None:  # noqa: ANN001 - a Playwri
     settle(page)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("lang", ["en", "ko"])
-def test_every_page_has_no_wcag21_aa_violations(browser, app_url, lang, mode):
-    """One context and one server for all pages of a language and mode: axe's WCAG 2.1 A/AA rules, 0 violations;
-    and at 1280×720 no label cut short."""
-    query, size = MODES[mode]
-    context = browser.new_context(viewport=size)
+def test_every_page_in_lecture_mode_has_no_wcag21_aa_violations(browser, app_url, lang):
+    """One context and one server for all pages of a language in lecture mode: axe's WCAG 2.1 A/AA rules, 0
+    violations; and at 1280×720 no label cut short."""
+    context = browser.new_context(viewport=PROJECTOR)
     page = context.new_page()
     page.set_default_timeout(90_000)
     found, cut, start = {}, {}, time.monotonic()
     try:
         for p in BUILT:
-            page.goto(f"{app_url}/{url_path(p.path)}?lang={lang}{query}")
+            page.goto(f"{app_url}/{url_path(p.path)}?lang={lang}&lecture=1")
             page.wait_for_selector(IDLE, timeout=120_000)
             settle(page, 60_000)
             if p.name == "reuse":
                 _prefill_and_step(page)
             assert page.evaluate("document.documentElement.lang") == lang, p.name
             found[p.name] = violations(page)
-            if labels := page.evaluate(CUT):
+            if labels := cut_labels(page):
                 cut[p.name] = labels
-            print(f"{p.name} {lang} {mode}: {count(found[p.name])} "
+            print(f"{p.name} {lang} lecture: {count(found[p.name])} "
                   + ", ".join(f"{v['id']}×{v['count']} {v['nodes'][:2]}" for v in found[p.name]))
     finally:
         context.close()
-    print(f"{len(BUILT)} pages ({lang}, {mode}) in {time.monotonic() - start:.0f} s")
+    print(f"{len(BUILT)} pages ({lang}, lecture) in {time.monotonic() - start:.0f} s")
     assert {name: [v["id"] for v in vs] for name, vs in found.items() if vs} == {}
     assert cut == {}, f"labels cut short at 1280×720: {cut}"
 
@@ -94,11 +88,15 @@ def test_document_language_follows_the_session(page):
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_decode_page_is_read_by_a_screen_reader(page, shots, lang):
-    """After Prefill and three Steps: the live region says the last pass; the strip and the grid are said in order;
+    """After Prefill and three Steps: no axe violation; the live region says the last pass; the strip and the grid are
+    said in order;
     every chart of the bytes, K/V and attention tabs has its title as its name, a summary and its data's rows."""
     page.set_default_timeout(90_000)
+    page.set_viewport_size(PROJECTOR)
     page.goto_app("Reusing_Past_KV", f"?lang={lang}")
     _prefill_and_step(page)
+    found = violations(page)  # the page after its main action (test_pages_browser.py checks it as it opens)
+    assert found == [] and cut_labels(page) == [], found
     expect(page.locator("#kv-live")).to_have_attribute("aria-live", "polite")
     expect(page.locator("#kv-live")).to_contain_text(t("reuse.announce", lang, n_steps=3, token="", n_cached=0,
                                                        bytes="").split("“")[0].strip())
