@@ -15,6 +15,10 @@ from pathlib import Path
 LANGS = ("en", "ko")
 LANG_NAMES = {"en": "English", "ko": "한국어"}
 LOCALES = Path(__file__).parent / "locales"
+# Text said to a screen reader only, not drawn (the usual visually hidden box): a chart's, the cache grid's and the
+# token strip's text alternatives (WCAG 1.1.1), the live region's news.
+SR_ONLY = ("position:absolute;width:1px;height:1px;margin:-1px;padding:0;overflow:hidden;clip-path:inset(50%);"
+           "white-space:nowrap;border:0")
 
 
 def _flatten(prefix: str, table: dict, out: dict[str, str]) -> None:

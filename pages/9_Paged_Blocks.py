@@ -119,7 +119,8 @@ if isinstance(lecturers, dict):  # "Explore from here": the lecturer's requests,
     except InputError as exc:  # said as a click's would be
         PAGED.set("error", exc)
 playing = PAGED.get("playing")
-b = st.columns([4, 3, 2, 2, 2, 2, 1] if settings.lecture else [4, 3, 2, 2, 2, 2, 4])
+# The add buttons get the room their labels need at 1280×720 (they wrap rather than being cut, kvviz.app.a11y)
+b = st.columns([4, 3, 2, 2, 2, 2, 1] if settings.lecture else [4, 4, 3, 2, 2, 2, 3])
 b[0].button(tr("paged.add4"), on_click=add, args=(True, 4), type="primary", key="paged_add4", width="stretch")
 b[1].button(tr("paged.add_shared"), on_click=add, args=(True,), key="paged_add_shared", width="stretch")
 b[2].button(tr("paged.add_own"), on_click=add, args=(False,), key="paged_add_own", width="stretch")

@@ -36,19 +36,15 @@ header[data-testid='stHeader'] { height: 2.6rem !important; min-height: 0 !impor
 [data-testid='stMainBlockContainer'] [data-testid='stVerticalBlock'] { gap: 0.6rem; }
 [data-testid='stMain'] [data-testid='stAlert'] > div { padding: 0.45rem 0.8rem; }
 [data-testid='stMain'] [data-testid='stMetricValue'] { font-size: 1.6rem; }
-[data-testid='stMain'] [data-testid^='stBaseButton'] p { white-space: normal; }
-[data-testid='stMain'] [data-testid='stPageLink-NavLink'] span { white-space: normal; }
-[data-testid='stMain'] :is([data-testid='stWidgetLabel'], [data-testid='stMetricLabel']) * { white-space: normal; }
-[data-testid='stMain'] :is(summary, [data-testid='stPopover'] button) :is(p, span) { white-space: normal; }
 [data-testid='stMain'] [data-testid='stExpander'] summary { min-height: 0; padding-block: 0.3rem; }
 [data-testid='stLayoutWrapper']:has(> [class*='st-key-kv_hidden_']),
 [class*='st-key-kv_hidden_'] { display: none !important; }
 .st-key-kv_screen_png { position: fixed; top: 0.3rem; right: 3.6rem; z-index: 999991; width: auto !important; }
 </style>"""
 # At 1280×720 the default 6rem top padding, a 2.75rem title and 1rem between elements took a third of the screen: a
-# lower fixed header (it holds the sidebar's button), a smaller title and closer elements leave it to the idea. Labels
-# wrap onto a second line rather than being cut short (Streamlit ends a long one with "…"). A folded expander is a
-# line, not a bar (a draft model's grid folded under the target's on Speculative Decoding's step).
+# lower fixed header (it holds the sidebar's button), a smaller title and closer elements leave it to the idea (labels
+# wrap rather than being cut short on every page: kvviz.app.a11y). A folded expander is a line, not a bar (a draft
+# model's grid folded under the target's on Speculative Decoding's step).
 
 
 def lecture_head(title: str | None = None, widths: tuple[float, float] = (2.5, 2.5)) -> tuple[Any, Any]:
@@ -195,7 +191,8 @@ export default function(component) {
 _CAPTURE_CSS = """
 button.kv-shot { font: inherit; font-size: 0.8rem; padding: 0.15rem 0.6rem; border-radius: 0.5rem; cursor: pointer;
   border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63); white-space: nowrap; }
-button.kv-shot:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
+button.kv-shot:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
+button.kv-shot:focus-visible { outline: 2px solid #c53948; outline-offset: 2px; }
 button.kv-shot:disabled { opacity: 0.45; cursor: progress; }
 """
 

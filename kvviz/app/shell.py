@@ -13,6 +13,7 @@ import streamlit as st
 from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from kvviz.app.a11y import page_a11y
 from kvviz.app.hosted import HostedCaps
 from kvviz.app.language import lang, tr
 from kvviz.app.lecture import LECTURE_CSS, screen_capture
@@ -35,6 +36,7 @@ def page_setup(title_key: str) -> Settings:
     init_state()
     sidebar_state = "collapsed" if st.session_state.kv_lecture else "auto"  # the projector gets the whole width
     st.set_page_config(page_title=t(title_key, lang()), layout="wide", initial_sidebar_state=sidebar_state)
+    page_a11y()  # the document's language, the live region, the charts' names
     if st.session_state.kv_lecture:
         st.html(LECTURE_CSS)
         screen_capture(title_key.split(".")[0])

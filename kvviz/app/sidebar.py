@@ -40,6 +40,7 @@ DEFAULTS = {
     # A custom shape starts with the shipped tokenizer's vocabulary, so its random model reads words, not bytes.
     "kv_shape": DecoderConfig(vocab_size=shipped_spec().vocab_size),
     "kv_lecture": False,
+    "kv_shortcuts": True,  # single-key shortcuts (→ Space P R) on the decode pages; off for a screen reader's keys
 }
 
 
@@ -104,6 +105,7 @@ def sidebar(caps: HostedCaps | None) -> Settings:
         st.session_state.kv_device = "cpu"
     persisted(st.selectbox, "kv_device", tr("common.device"), options=devices)
     persisted(st.toggle, "kv_lecture", tr("lecture.toggle"), help=tr("lecture.toggle_help"))
+    persisted(st.toggle, "kv_shortcuts", tr("a11y.shortcuts"), help=tr("a11y.shortcuts_help"))
     if caps is not None:
         st.caption(tr("hosted.sidebar_caption", max_layers=caps.max_layers, max_d_model=caps.max_d_model,
                       max_params=f"{caps.max_params:,}", max_new_tokens=caps.max_new_tokens,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from kvviz.app.a11y import shortcuts_on
 from kvviz.app.language import lang, tr
 from kvviz.charts.base import phone_layout
 from kvviz.charts.image import PROJECTOR, SCALE, can_export, slide_svg
@@ -123,14 +124,20 @@ def on_phone() -> bool:
     return "Mobile" in (st.context.headers.get("User-Agent") or "")  # none (AppTest, a bare script): not a phone
 
 
-def chart(fig: go.Figure, key: str) -> None:
+def chart(fig: go.Figure, key: str, *, summary: str | None = None) -> None:
     """A Plotly chart for a slide: its toolbar's camera saves `key`.png at a projector's size (drawn by the browser),
     and a button under it `key`.svg (drawn on the server by charts.image when this machine can: kaleido and a
     Chromium; not in lecture mode, like the tables' CSV).
 
+    Every chart has a text alternative (WCAG 1.1.1) from its own data (charts.alt_text): its title as its name, a
+    summary (`summary`, the page's sentence, else one the figure's numbers give) and its data as a table, visually
+    hidden beside it; kvviz.app.a11y makes them the chart's accessible name and description.
+
     theme=None: the figure's own layout (charts.base.style: lecture type sizes, room for the toolbar) is what
     shows; Streamlit's theme would override its fonts and margins.
     """
+    from kvviz.charts.alt_text import alt_html  # numpy: not on the path of a page without charts (the stepper's)
+
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"], "filename": key}}
     lecture = st.session_state.get("kv_lecture")
     # On a phone (a room's follower holds one) the legend under the plot, titles in lines (charts.base); a copy: the
@@ -139,7 +146,9 @@ def chart(fig: go.Figure, key: str) -> None:
     shown = phone_layout(fig) if phone else fig
     if lecture or phone:
         config["displayModeBar"] = "hover"  # on a projector or a phone the toolbar would sit on a wrapped title
-    st.plotly_chart(shown, key=key, config=config, width="stretch", theme=None)
+    with st.container(gap=None):  # the hidden text alternative adds no gap under the chart
+        st.plotly_chart(shown, key=key, config=config, width="stretch", theme=None)
+        st.html(alt_html(fig, key, lang(), summary))
     if not lecture and can_export():
         # Drawn only when pressed (a callable), on Streamlit's download thread: ~1-10 s of Chromium per image.
         failed = tr("lecture.download_svg_failed")  # read here: the callable runs outside the script
@@ -290,8 +299,9 @@ _STEPPER_CSS = """
 button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25rem 0.75rem; min-height: 2.5rem;
   border-radius: 0.5rem; border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63);
   cursor: pointer; white-space: nowrap; }
-button.kv-step:hover:not(:disabled) { border-color: #ff4b4b; color: #ff4b4b; }
-button.kv-step:active:not(:disabled) { background: #ff4b4b; color: #fff; }
+button.kv-step:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
+button.kv-step:active:not(:disabled) { background: #c53948; color: #fff; }
+button.kv-step:focus-visible { outline: 2px solid #c53948; outline-offset: 2px; }
 button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
 div.kv-behind { position: fixed; top: 3.75rem; right: 1rem; z-index: 1000; max-width: 28rem; padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; background: #fffce7; color: #926c05; border: 1px solid #f4e3a1; font-size: 0.9rem; }
@@ -317,7 +327,8 @@ def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = ""
     if _stepper_component is None:
         _stepper_component = st.components.v2.component("kvviz_stepper", js=_STEPPER_JS, css=_STEPPER_CSS)
     data = {"label": label, "title": help, "disabled": disabled, "base": served, "shown": shown, "playing": playing,
-            "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})},
+            # single-key shortcuts only while the sidebar leaves them on (WCAG 2.1.4)
+            "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})} if shortcuts_on() else {},
             "buttons": {f".st-key-{k} button": action for k, action in (buttons or {}).items()}}
     # In a one-item list: Streamlit scans a dict's values for dataframes, which imports numpy, pandas and pyarrow
     # (~1,000 modules) on the first screen of every page with a stepper; a list passes as plain JSON.

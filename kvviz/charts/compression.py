@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 from kvviz.charts.base import style
 from kvviz.kv.formats import KV_DTYPES
 
-FAMILY_COLORS = {"evict": "#1f77b4", "quantize": "#d62728", "share": "#2ca02c"}
+# Okabe & Ito's colour-blind-safe hues (darkened where a line needs 3:1 on white): tests/charts/test_palettes.py
+FAMILY_COLORS = {"evict": "#0072b2", "quantize": "#d55e00", "share": "#009e73"}
 # Markers of the eviction and head-sharing methods; a stored KV format's marker is its table entry's.
 SYMBOLS = {"window": "square", "streaming": "diamond", "h2o": "circle", "snapkv": "triangle-up",
            "gqa": "hexagon", "mqa": "pentagon"}

@@ -13,10 +13,14 @@ import numpy as np
 import plotly.graph_objects as go
 
 from kvviz.charts.base import fit_labels, legend_below, style
+from kvviz.i18n import SR_ONLY
 from kvviz.lessons.work import CumulativeWork, PassWork
 
-PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#cfd5de", "#3b6fd8", "#ff9f1a"
-DRAFT_COLOR = "#9b59d0"  # speculative decoding: K/V an early-exit draft wrote into the target's shared layers
+# Each at least 3:1 on the grid's track and on white (WCAG 1.4.11), and apart from the others under simulated
+# deuteranopia, protanopia and tritanopia (tests/charts/test_palettes.py); the grid also marks draft and rejected
+# positions with a pattern and the newest with its label, so colour is never the only carrier.
+PREFILL_COLOR, STEP_COLOR, NEWEST_COLOR = "#88909c", "#3b6fd8", "#b35900"
+DRAFT_COLOR = "#a05195"  # speculative decoding: K/V an early-exit draft wrote into the target's shared layers
 REJECTED_COLOR = "#e5484d"  # positions a verify pass wrote and the rollback then removed
 MAX_TICKS = 48
 LECTURE_HEIGHT = 290  # px: under the decode page's controls, a two-line token strip and the tabs, at 1280×720
@@ -110,7 +114,8 @@ def grid_layers(n_layers: int, *, lecture: bool, keep: Sequence[int] = ()) -> li
     return sorted(chosen)
 
 
-_GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR, "draft": DRAFT_COLOR,
+_GRID_COLORS = {"prefill": PREFILL_COLOR, "step": STEP_COLOR, "newest": NEWEST_COLOR,
+                "draft": f"radial-gradient(circle,#fff 0 1.5px,transparent 2px) 0 0/6px 6px,{DRAFT_COLOR}",
                 "rejected": f"repeating-linear-gradient(45deg,{REJECTED_COLOR} 0 4px,#ffd6d7 4px 8px)"}
 
 
@@ -170,13 +175,19 @@ def cache_grid_html(
     label_w = 5 * font
     share = 100 / max(n, 1)
     rows, drawn = [], set()  # the kinds drawn: each one's colour is said once, in the stylesheet
+    said: list[tuple[list[str], list]] = []  # rows with the same runs, said once for all of them (text alternative)
     for layer, row in enumerate(written):
         for kind_i, kind_name in enumerate(("K", "V")):
             name = f"{layer_names[layer] if layer_names else f'L{layer}'} {kind_name}"
             shown = name if (2 * layer + kind_i) % label_every == 0 else ""
             rows.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="height:{row_h}px;'
                         f'margin-bottom:{gap}px"><div class="kv-lab">{shown}</div><div class="kv-track">')
-            for a, b, kind, pa, pb in _segments(row, newest, kinds[layer] if kinds is not None else None):
+            segments = _segments(row, newest, kinds[layer] if kinds is not None else None)
+            if said and said[-1][1] == segments:
+                said[-1][0].append(name)
+            else:
+                said.append(([name], segments))
+            for a, b, kind, pa, pb in segments:
                 drawn.add(kind)
                 tip = hover.format(row=name, position=f"{a}" if a == b else f"{a}–{b}",
                                    pass_=f"{pa}" if pa == pb else f"{pa}–{pb}")
@@ -201,8 +212,10 @@ def cache_grid_html(
            f'font-size:{font}px;line-height:1.2;color:#31333f"><style>{css}</style>',
            f'<div style="font-family:sans-serif;font-weight:600;font-size:{font + 3}px;margin-bottom:{space[0]}px">'
            f"{esc(title)}"
-           + (f' <span class="kv-grid-help" title="{esc(title_help)}" style="cursor:help;color:#808495;'
-              f'font-weight:400">ⓘ</span>' if title_help else "") + "</div>", *rows]
+           + (f' <span class="kv-grid-help" title="{esc(title_help)}" style="cursor:help;color:#6b6f80;'
+              f'font-weight:400">ⓘ</span>' if title_help else "") + "</div>",
+           _grid_text(said, hover, dict(zip(legend_kinds, legend, strict=True))),
+           '<div aria-hidden="true">', *rows, "</div>"]  # the rows are said by the text above, in order
     if n:
         # Position ticks: evenly spaced and horizontal; the newest column always labelled, never overlapped.
         tick_w = 0.62 * font * 13 / 1000 * 100  # a label's share of a ~1000 px wide grid, in %
@@ -216,8 +229,8 @@ def cache_grid_html(
                          f'white-space:pre;color:#555">{esc(_short(labels[i]))}</span>')
         spans.append(f'<span class="kv-newest" style="position:absolute;right:0;top:0;white-space:pre;'
                      f'color:#b06000;font-weight:700">▲ {esc(_short(labels[n - 1], 16))}</span>')
-        out.append(f'<div style="position:relative;margin-left:{label_w}px;height:{font + space[1]}px;'
-                   f'margin-top:{space[3]}px">{"".join(spans)}</div>')
+        out.append(f'<div aria-hidden="true" style="position:relative;margin-left:{label_w}px;'
+                   f'height:{font + space[1]}px;margin-top:{space[3]}px">{"".join(spans)}</div>')
     swatch = "".join(
         f'<span data-kind="{k}" title="{esc(tip)}" style="display:inline-flex;align-items:center;gap:4px;'
         f'margin-right:{12 if lecture else 16}px"><span style="width:{font}px;height:{font}px;'
@@ -229,6 +242,22 @@ def cache_grid_html(
                f'justify-content:space-between;gap:4px 16px"><span class="kv-legend">{swatch}</span>'
                f'<span style="color:#555">{esc(x_title)}</span></div></div>')
     return "".join(out)
+
+
+def _grid_text(said: Sequence[tuple[list[str], list]], hover: str, names: dict[str, str]) -> str:
+    """The grid as a screen reader reads it (WCAG 1.1.1), visually hidden: for each run of rows written alike, the
+    rows, then each run of positions in order, in the page's own words (`hover`: {row}, {position}, {pass_}) and the
+    legend's name for its colour."""
+    esc = html.escape
+    items = []
+    for rows, segments in said:
+        where = rows[0] if len(rows) == 1 else f"{rows[0]} … {rows[-1]} ({len(rows)})"
+        # the rows named once, then each run: the hover's words without its {row}
+        runs = "; ".join(hover.format(row=where if i == 0 else "", position=f"{a}" if a == b else f"{a}–{b}",
+                                      pass_=f"{pa}" if pa == pb else f"{pa}–{pb}").lstrip(" ·")
+                         + f" ({names.get(kind, kind)})" for i, (a, b, kind, pa, pb) in enumerate(segments))
+        items.append(f"<li>{esc(runs)}</li>")
+    return f'<ul class="kv-grid-text" style="{SR_ONLY}">{"".join(items)}</ul>'
 
 
 def cache_bytes_figure(
@@ -246,7 +275,7 @@ def cache_bytes_figure(
     """Live (measured from the tensors) vs preallocated bytes after each pass, with the formula's bytes."""
     fig = go.Figure([
         go.Scatter(x=list(passes), y=list(allocated), name=names[1], mode="lines",
-                   line=dict(dash="dash", color="#888")),
+                   line=dict(dash="dash", color="#767676")),
         go.Scatter(x=list(passes), y=list(live), name=names[0], mode="lines+markers", line=dict(color=STEP_COLOR)),
         go.Scatter(x=list(passes), y=list(formula), name=names[2], mode="markers",
                    marker=dict(symbol="x", size=9, color=NEWEST_COLOR)),
@@ -311,7 +340,7 @@ def step_work_figure(work: PassWork, *, title: str, categories: tuple[str, str],
         go.Bar(x=list(categories), y=[work.cached_qkv, work.cached_scores], name=names[0], marker_color=STEP_COLOR,
                text=[f"{work.cached_qkv:,}", f"{work.cached_scores:,}"], textposition="outside"),
         go.Bar(x=list(categories), y=[work.recompute_qkv, work.recompute_scores], name=names[1],
-               marker_color="#999", text=[f"{work.recompute_qkv:,}", f"{work.recompute_scores:,}"],
+               marker_color="#767676", text=[f"{work.recompute_qkv:,}", f"{work.recompute_scores:,}"],
                textposition="outside"),
     ])
     fig.update_yaxes(type="log", title=y_title, dtick=1)  # one tick per decade
@@ -335,7 +364,7 @@ def cumulative_work_figure(
     """Cumulative attention scores counted from the real passes (markers) on the analytic curves (lines)."""
     fig = go.Figure([
         go.Scatter(x=list(analytic_n), y=list(analytic_recompute), name=names[3], mode="lines",
-                   line=dict(color="#999", dash="dot")),
+                   line=dict(color="#767676", dash="dot")),
         go.Scatter(x=list(analytic_n), y=list(analytic_cached), name=names[2], mode="lines",
                    line=dict(color=STEP_COLOR, dash="dot")),
         go.Scatter(x=measured.n_tokens, y=measured.recompute, name=names[1], mode="markers",

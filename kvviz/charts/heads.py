@@ -49,7 +49,7 @@ def induction_scatter(prefix: np.ndarray, copying: np.ndarray | None, *, title: 
                     colorbar=dict(title="L", thickness=14), line=dict(width=0.5, color="#333")),
         hovertemplate=hover + "<extra></extra>",
     ))
-    fig.add_vline(x=threshold, line_dash="dash", line_color="#888")
+    fig.add_vline(x=threshold, line_dash="dash", line_color="#767676")
     fig.update_xaxes(title=x_title, range=[-0.02, 1.02])
     fig.update_yaxes(title=y_title, range=[-1.05, 1.05])
     return style(fig, title=title, lecture=lecture, height=380)

@@ -12,7 +12,8 @@ from plotly.subplots import make_subplots
 
 from kvviz.charts.base import style
 
-PREFILL, DECODE, NO_CACHE, FIT = "#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f"
+# Okabe & Ito's colour-blind-safe hues, each line at least 3:1 on white: tests/charts/test_palettes.py
+PREFILL, DECODE, NO_CACHE, FIT = "#d55e00", "#0072b2", "#cc79a7", "#555555"
 MS = 1e3
 MIN_BARS = 10  # the timeline's x axis spans at least this many tokens: one bar never fills the width
 # In lecture mode a chart shares one 1280×720 screen with the page's title, the idea stepper, the controls and a

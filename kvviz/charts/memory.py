@@ -12,7 +12,8 @@ from kvviz.lessons.memory import CacheCurve, Residual
 from kvviz.units import binary_unit, format_binary
 
 GIB = 1024**3
-KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c", "MLA": "#9467bd"}
+# Okabe & Ito's colour-blind-safe hues (darkened where a line needs 3:1 on white): tests/charts/test_palettes.py
+KIND_COLORS = {"MHA": "#d55e00", "GQA": "#0072b2", "MQA": "#009e73", "MLA": "#cc79a7"}
 
 
 def attention_comparison_figure(
@@ -151,6 +152,6 @@ def residual_figure(
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=band_label,
                              marker=dict(color="#2ca02c", opacity=0.3, size=12, symbol="square")))
     fig.update_xaxes(categoryorder="array", categoryarray=list(terms))
-    fig.update_yaxes(title=y_title, zeroline=True, zerolinecolor="#888", ticksuffix="%")
+    fig.update_yaxes(title=y_title, zeroline=True, zerolinecolor="#767676", ticksuffix="%")
     fig.update_layout(legend=dict(orientation="h", y=-0.15))
     return style(fig, title=title, lecture=lecture, height=400)

@@ -22,8 +22,11 @@ if TYPE_CHECKING:  # a chart takes the measurement; it does not import the engin
 COLORS = ("#eeeeee", "#9ecae1", "#fdd0a2", "#fd8d3c", "#e6550d", "#a63603", "#636363")
 CATEGORY_KEYS = ("free", "cached", "used1", "shared2", "shared3", "shared4", "null")
 NULL = 6
-HIT = "#2ca02c"
-PREEMPT = "#d62728"
+# Each category's mark in its cells and its legend entry, so that sharing is read without the colour (WCAG 1.4.1):
+# cached-but-free blocks ↺, a block shared by N requests ×N; free, used by one and the null block need none.
+MARKS = ("", "↺", "", "×2", "×3", "×4+", "")
+HIT = "#009e73"  # Okabe & Ito's green and vermilion: apart under every simulated colour-vision deficiency
+PREEMPT = "#d55e00"
 KIB = 1024
 STATUS_KEYS = ("running", "waiting", "preempted", "arriving", "finished")
 # The words (label keys) pool_grid and block_tables take, and pool_usage's.
@@ -65,8 +68,12 @@ def _heatmap(z: list[list[float | None]], text: list[list[str]], hover: list[lis
 
 def _legend(fig: go.Figure, labels: Mapping[str, str], keys: Sequence[int]) -> None:
     for k in keys:  # a heatmap has no legend: one square marker per colour stands in
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=labels[CATEGORY_KEYS[k]],
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=_marked(labels[CATEGORY_KEYS[k]], k),
                         marker=dict(symbol="square", size=14, color=COLORS[k], line=dict(color="#999", width=1)))
+
+
+def _marked(text: str, k: int) -> str:
+    return f"{text} {MARKS[k]}" if MARKS[k] else text
 
 
 def _filled(n_filled: int, block_size: int) -> str:
@@ -83,7 +90,7 @@ def pool_grid(blocks: Sequence[Any], block_size: int, labels: Mapping[str, str],
     for b in blocks:
         r, c = divmod(b.block_id, columns)
         z[r][c] = category(b.state, b.ref_count)
-        text[r][c] = f"{b.block_id}{_filled(b.n_filled, block_size) if b.state == 'used' else ''}"
+        text[r][c] = _marked(f"{b.block_id}", z[r][c]) + (_filled(b.n_filled, block_size) if b.state == "used" else "")
         owners = ", ".join(f"R{o}" for o in b.owners) or "—"
         hover[r][c] = labels["hover_block"].format(block=b.block_id, state=labels[CATEGORY_KEYS[z[r][c]]],
                                                    refs=b.ref_count, filled=b.n_filled, size=block_size,
@@ -117,7 +124,7 @@ def block_tables(requests: Sequence[Any], blocks: Sequence[Any], block_size: int
             b = by_id[pb]
             zr[j] = category(b.state, b.ref_count)
             n_in = min(block_size, max(r.n_computed - j * block_size, 0))
-            tr[j] = f"{pb}{_filled(n_in, block_size)}"
+            tr[j] = _marked(f"{pb}", zr[j]) + _filled(n_in, block_size)
             hr[j] = labels["hover_table"].format(logical=j, physical=pb, refs=b.ref_count, filled=n_in,
                                                  size=block_size)
         z.append(zr)

@@ -8,8 +8,9 @@ from plotly.subplots import make_subplots
 
 from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
 
-TTFT, TPOT, THROUGHPUT, FIT = "#d62728", "#1f77b4", "#2ca02c", "#7f7f7f"
-GAUGE_COLORS = {"kv_usage": "#9467bd", "running": TPOT, "waiting": TTFT}
+# Okabe & Ito's colour-blind-safe hues (darkened where a line needs 3:1 on white): tests/charts/test_palettes.py
+TTFT, TPOT, THROUGHPUT, FIT = "#d55e00", "#0072b2", "#009e73", "#555555"
+GAUGE_COLORS = {"kv_usage": "#cc79a7", "running": TPOT, "waiting": TTFT}
 DASH = {"median": "solid", "p90": "dash", "p99": "dot"}
 MS = 1e3
 LECTURE_LEGEND_PX = 14  # a legend's type in lecture mode: one row over a short plot (at 18 px eight entries took two)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
 from kvviz.charts.decode import DRAFT_COLOR, NEWEST_COLOR, REJECTED_COLOR, STEP_COLOR
 
-ACCEPTED_COLOR = "#2f9e44"
+ACCEPTED_COLOR = "#009e73"  # apart from REJECTED_COLOR under deuteranopia too (tests/charts/test_palettes.py)
 BYTES_LABELS = ("peak", "live", "formula", "draft", "step", "bytes")  # the words bytes_figure takes (and "title")
 
 

@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from kvviz.charts.base import fit_labels, legend_below, style
 
-K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
+K_COLOR, V_COLOR = "#1f77b4", "#d55e00"  # V: a line at least 3:1 on white (tests/charts/test_palettes.py)
 PREFILL_COLOR, DECODE_COLOR = "#7f7f7f", "#2ca02c"
 
 

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from kvviz.engine.generation import StepEvent, TopToken
 from kvviz.engine.tokenizer import Tokenizer, byte_run_chips
-from kvviz.i18n import LANGS, t
+from kvviz.i18n import LANGS, SR_ONLY, t
 
 _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 
@@ -16,6 +16,15 @@ _VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
 def visible(text: str) -> str:
     """A token's text with whitespace made visible, so a chip or axis label is never blank."""
     return text.translate(_VISIBLE) or "∅"
+
+
+_SPOKEN = str.maketrans({"␣": " ", "↵": " ", "⇥": " ", "\n": " ", "\t": " "})
+
+
+def spoken(text: str) -> str:
+    """Tokens' text as a screen reader should read it: whitespace as spaces (not "open box"), runs of it as one;
+    a token of whitespace alone shown as visible() shows it."""
+    return " ".join(text.translate(_SPOKEN).split()) or visible(text)
 
 
 def token_texts(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
@@ -90,8 +99,9 @@ def position_labels(token_texts: Sequence[str]) -> list[str]:
 
 STRIP_CSS = """<style>
 .kv-strip{display:flex;flex-wrap:wrap;gap:4px;font-family:ui-monospace,monospace;font-size:var(--kv-size,15px)}
-.kv-chip{padding:2px 6px;border-radius:6px;border:1px solid #c8ccd4;background:#f3f4f6;white-space:pre}
-.kv-chip.gen{background:#e0ecff;border-color:#7aa7f0}
+.kv-chip{padding:2px 6px;border-radius:6px;border:1px solid #6b7280;background:#f3f4f6;white-space:pre}
+.kv-chip.prompt{border-style:dashed}
+.kv-chip.gen{background:#e0ecff;border-color:#3b6fd8}
 .kv-chip.newest{background:#ffb020;border-color:#c77c00;font-weight:700}
 .kv-top{margin-top:8px;font-size:var(--kv-size,15px)}
 .kv-top-row{display:flex;flex-wrap:wrap;align-items:center;gap:4px 18px;margin-top:4px}
@@ -102,11 +112,14 @@ STRIP_CSS = """<style>
 
 
 def token_strip_html(
-    token_texts: Sequence[str], n_prompt: int, top_k: Sequence[TopToken], top_caption: str, *, lecture: bool = False
+    token_texts: Sequence[str], n_prompt: int, top_k: Sequence[TopToken], top_caption: str, *, lecture: bool = False,
+    names: tuple[str, str] | None = None,
 ) -> str:
     """Prompt and generated tokens as chips (the newest highlighted) and the top-5 of the current step.
 
-    Bars are scaled to the most likely token; the probabilities are printed beside them.
+    Bars are scaled to the most likely token; the probabilities are printed beside them. Prompt chips have a dashed
+    border, generated ones a solid one, the newest a bold one (not the colour alone). `names` (prompt, generated):
+    the strip said as text to a screen reader, in order (the chips, one per token or byte run, are hidden from it).
     """
     chips = []
     last = len(token_texts) - 1
@@ -126,8 +139,14 @@ def token_strip_html(
     # On a projector the caption leads the row of five (one line, not two): the chart below stays on screen.
     caption = html.escape(top_caption)
     caption, row = ("", f"<span>{caption}</span>{items}") if lecture else (caption, items)
+    said, hidden = "", ""
+    if names:
+        parts = [f"{names[0]}: {spoken(''.join(token_texts[:n_prompt]))}"]
+        if len(token_texts) > n_prompt:
+            parts.append(f"{names[1]}: {spoken(''.join(token_texts[n_prompt:]))}")
+        said, hidden = f'<p style="{SR_ONLY}">{html.escape(" — ".join(parts))}</p>', ' aria-hidden="true"'
     return (
-        f'{STRIP_CSS}<div style="--kv-size:{size}"><div class="kv-strip">{"".join(chips)}</div>'
+        f'{STRIP_CSS}<div style="--kv-size:{size}">{said}<div class="kv-strip"{hidden}>{"".join(chips)}</div>'
         f'<div class="kv-top">{caption}<div class="kv-top-row">{row}</div></div></div>'
     )
 

@@ -49,6 +49,7 @@ def _as_draft(e: SpecEvent) -> SpecEvent:
 
 _SPEC_CSS = """<style>
 .kv-chip.acc{background:#d8f5dc;border-color:#2f9e44}
+.kv-chip.acc::after{content:"✓";margin-left:2px}
 .kv-chip.own{background:#ffb020;border-color:#c77c00;font-weight:700}
 .kv-chip.rej{background:#ffe3e3;border-color:#e5484d;color:#a4161a;text-decoration:line-through}
 .kv-spec-legend{margin-top:6px;font-size:calc(var(--kv-size,15px) * 0.85);color:#555}
@@ -57,8 +58,8 @@ _SPEC_CSS = """<style>
 
 def step_strip_html(token_texts: Sequence[str], n_prompt: int, event: SpecEvent | None, texts_of: dict[int, str],
                     legend: str, *, lecture: bool = False) -> str:
-    """Prompt and generated tokens as chips; the latest step's accepted drafts (green), the target's own token
-    (orange) and the rejected drafts (red, struck through, after them: they never became text)."""
+    """Prompt and generated tokens as chips; the latest step's accepted drafts (green, ✓), the target's own token
+    (orange, bold) and the rejected drafts (red, struck through, after them: they never became text)."""
     n_new = len(event.emitted) if event is not None and event.phase == "verify" else 0
     first_new, last = len(token_texts) - n_new, len(token_texts) - 1
     chips = []

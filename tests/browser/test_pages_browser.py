@@ -1,6 +1,7 @@
 """Every page in the navigation, in a real browser: loads in English and Korean with no Streamlit exception
-box and no console error (full-page screenshots saved); the sidebar language switch; lecture mode; a
-malformed link. Pages that are not built yet are skipped by name, so the suite grows as they land.
+box, no console error, no axe-core WCAG 2.1 A/AA violation and no label cut short at 1280×720 (full-page
+screenshots saved); the sidebar language switch; lecture mode; a malformed link. Pages that are not built yet are
+skipped by name, so the suite grows as they land.
 """
 import re
 
@@ -9,6 +10,7 @@ from playwright.sync_api import expect
 
 from kvviz.app.navigation import PAGES
 from kvviz.i18n import t
+from tests.browser.axe import AXE, cut_labels, violations
 from tests.browser.harness import ROOT, settle, url_path
 
 EXCEPTION = "[data-testid='stException']"
@@ -26,7 +28,12 @@ def _no_errors(page) -> None:
 def test_page_loads(page, shots, page_file, title_key, lang):
     if not (ROOT / page_file).exists():
         pytest.skip(f"{page_file} is not built yet")
+    page.set_viewport_size({"width": 1280, "height": 720})  # a projector's size: no label may be cut there
     page.goto_app(url_path(page_file), f"?lang={lang}")
+    if AXE.exists():  # issue 51: axe-core's WCAG 2.1 A/AA rules on the page as it opens (lecture mode: test_a11y)
+        found = violations(page)
+        assert found == [], found
+        assert cut_labels(page) == []
     # The sidebar's link to this very page, in the requested language: the page and its language loaded.
     sidebar = page.get_by_test_id("stSidebarUserContent")
     expect(sidebar.get_by_role("link", name=t(title_key, lang), exact=True)).to_be_visible()

@@ -60,7 +60,9 @@ def test_generate_html_holds_the_numbers_generate_json_printed(tmp_path, capsys)
 def test_the_attention_in_the_file_is_the_engines_own(tiny):
     gen = Generation(tiny, max_new_tokens=5, capture_attention=True)
     gen.run("Past keys and values")
-    run = read_run(run_html(decode_record(gen, {"prompt": "Past keys and values"}), "ko"))
+    document = run_html(decode_record(gen, {"prompt": "Past keys and values"}), "ko")
+    assert '<html lang="ko">' in document  # a Korean file says it is Korean (WCAG 3.1.1)
+    run = read_run(document)
     for event, rows in zip(gen.events, run["attention"], strict=True):
         for layer, a in enumerate(event.attention):
             assert np.array_equal(np.asarray(rows[layer]), a.round(ATTENTION_DIGITS))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from kvviz.app.a11y import announce
 from kvviz.app.decode_controls import CONTROL_KEYS
 from kvviz.app.language import tr
 from kvviz.app.room.explore import explore_button, model_settings
@@ -21,6 +22,7 @@ from kvviz.engine.generation import Generation
 from kvviz.engine.tokenizer import chip_labels
 from kvviz.lessons import decode_view, work
 from kvviz.lessons.run_record import decode_record
+from kvviz.units import format_binary
 
 # The keys the page keeps besides its widgets': the generation and the settings it started with, Play's state (on,
 # its schedule, the times its steps ran, the timer), the stepper's last press applied, the check's result, the
@@ -64,7 +66,10 @@ def draw_head(view: dict, *, lecture: bool) -> None:
     texts = view["texts"]
     top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
     st.html(decode_view.token_strip_html(texts, view["n_prompt"], decode_view.top_tokens(view), top_caption,
-                                         lecture=lecture))
+                                         lecture=lecture, names=(tr("reuse.said_prompt"), tr("reuse.said_generated"))))
+    # A blind learner follows the decode: each pass's news said politely (WCAG 4.1.3)
+    announce(tr("reuse.announce", n_steps=view["n_steps"], token=decode_view.spoken(texts[-1]),
+                n_cached=view["n_cached"], bytes=format_binary(view["bytes"]["live"])))
 
 
 def run_settings(key: decode_view.ModelKey, prompt: str, chat: bool, max_new: int) -> dict:
@@ -134,7 +139,14 @@ def bytes_tab(view: dict, labels: list[str], lecture: bool) -> None:
         ev["index"], ev["live"], ev["allocated"], ev["formula"], title=tr("reuse.bytes_chart"),
         x_title=tr("reuse.pass"),
         y_title=tr("reuse.bytes"), names=(tr("reuse.live"), tr("reuse.allocated"), tr("reuse.formula")),
-        lecture=lecture), key="reuse_bytes")
+        lecture=lecture), key="reuse_bytes", summary=bytes_summary(view["bytes"], len(ev["index"])))
+
+
+def bytes_summary(b: dict, n_passes: int) -> str:
+    """The bytes chart in a sentence: the cache now, against the formula (exactly: both are whole bytes)."""
+    return tr("reuse.bytes_summary", n=n_passes, live=format_binary(b["live"]), formula=format_binary(b["formula"]),
+              allocated=format_binary(b["allocated"]),
+              verdict=tr("reuse.bytes_equal" if b["live"] == b["formula"] else "reuse.bytes_differs"))
 
 
 def beside(lecture: bool) -> tuple:
@@ -180,7 +192,17 @@ def attention_chart(view: dict, labels: list[str], lecture: bool, rows: np.ndarr
     chart(charts.attention_figure(
         rows, labels, decode_view.head_labels(n_heads, n_kv_heads), decode_view.kv_head_of(n_heads, n_kv_heads),
         title=tr("reuse.attn_chart", layer=layer, token=decode_view.visible(view["texts"][rows.shape[1] - 1])),
-        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn")
+        x_title=tr("reuse.position"), lecture=lecture), key="reuse_attn",
+        summary=attention_summary(rows, labels, layer))
+
+
+def attention_summary(rows: np.ndarray, labels: list[str], layer: int, top: int = 3) -> str:
+    """The attention row in a sentence: the positions the newest query attends to most, averaged over its heads."""
+    mean = np.asarray(rows, dtype=float).mean(axis=0)
+    order = np.argsort(-mean, kind="stable")[:top]
+    said = ", ".join(tr("reuse.attn_top", pct=f"{100 * mean[i]:.0f}",
+                                    position=decode_view.spoken(labels[i])) for i in order)
+    return tr("reuse.attn_summary", layer=layer, heads=len(rows), top=said)
 
 
 def work_tab(gen: Generation, labels: list[str], texts: list[str], lecture: bool) -> None:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 import streamlit as st
 
+from kvviz.app.a11y import announce
 from kvviz.app.decode_controls import CONTROL_KEYS
 from kvviz.app.language import tr
 from kvviz.app.room.explore import explore_from
@@ -122,6 +123,7 @@ def step_view(run: Run, bytes_line, *, lecture: bool) -> None:  # noqa: ANN001 -
     legend = tr(f"spec.{spec_view.strip_legend(last)}", drafted=len(last.drafted), accepted=last.accepted,
                 k1=len(last.drafted) + 1, rolled=last.rolled_back)
     st.html(spec_view.step_strip_html(texts, run.n_prompt, last, names, legend, lecture=lecture))
+    announce(legend)  # the step's result said to a screen reader (drafted, kept, rejected), as on Reusing Past K/V
     if last.drafted and not lecture:
         import pandas as pd  # ~1,000 modules with pyarrow: not in the first run (nothing drafted yet)
 
