@@ -52,6 +52,22 @@ class KVCache:
         self.lengths[layer] = end
         return self.keys(layer), self.values(layer)
 
+    def write_at(self, layer: int, pos: torch.Tensor, k_new: torch.Tensor,
+                 v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one position's K/V ([B, H_kv, 1, d]) at the position tensor `pos` ([1]) with index_copy_ (as
+        transformers' StaticLayer.update and gpt-fast's KVCache.update) and return the whole buffers: nothing here
+        reads a Python length, so a compiled step over it is one graph for every position. The counters move only
+        in advance(), after the step."""
+        self.k[layer].index_copy_(2, pos, k_new)
+        self.v[layer].index_copy_(2, pos, v_new)
+        return self.k[layer], self.v[layer]
+
+    def advance(self, n: int = 1) -> None:
+        """Count `n` more positions in every layer: what write_at() wrote, now part of the cached prefix."""
+        if self.length + n > self.max_len:
+            raise InputError("cache_full", n_tokens=self.length + n, max_len=self.max_len)
+        self.lengths = [n_cached + n for n_cached in self.lengths]
+
     def keys(self, layer: int) -> torch.Tensor:
         return self.k[layer][:, :, : self.lengths[layer]]
 
