@@ -100,6 +100,19 @@ def test_speculative_rollback_unchanged(eager, compiled):
             assert within(gen.cache.keys(layer), plain.cache.keys(layer), compiled.spec.d_model)
 
 
+def test_cli_generate_compile(compiled, capsys):
+    """`generate --compile`: the same tokens as without it, and one line with the compile's cost."""
+    from kvviz.cli import main
+
+    args = ["generate", "--model", "tiny", "--device", "cpu", "--prompt", PROMPTS[0], "--max-new-tokens", "6"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main([*args, "--compile"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == plain.splitlines()[0]  # the text
+    assert "compiled step (inductor): first step" in out.splitlines()[-1]
+
+
 def test_no_compiler_runs_uncompiled_and_says_why(eager, monkeypatch):
     from torch._inductor import config
 
