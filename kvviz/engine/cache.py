@@ -10,6 +10,16 @@ import torch
 from kvviz.errors import InputError
 
 
+def write_at(k_buf: torch.Tensor, v_buf: torch.Tensor, pos: torch.Tensor, k_new: torch.Tensor,
+             v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write new K/V ([B, H_kv, n, d]) into whole buffers ([B, H_kv, max_len, d]) at the positions `pos` ([n]) with
+    index_copy_, as transformers' StaticLayer.update and gpt-fast's KVCache.update, and return the whole buffers:
+    nothing here reads a Python length, so a compiled step over it is one graph for every position."""
+    k_buf.index_copy_(2, pos, k_new)
+    v_buf.index_copy_(2, pos, v_new)
+    return k_buf, v_buf
+
+
 class KVCache:
     def __init__(
         self,
@@ -54,13 +64,9 @@ class KVCache:
 
     def write_at(self, layer: int, pos: torch.Tensor, k_new: torch.Tensor,
                  v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write one position's K/V ([B, H_kv, 1, d]) at the position tensor `pos` ([1]) with index_copy_ (as
-        transformers' StaticLayer.update and gpt-fast's KVCache.update) and return the whole buffers: nothing here
-        reads a Python length, so a compiled step over it is one graph for every position. The counters move only
-        in advance(), after the step."""
-        self.k[layer].index_copy_(2, pos, k_new)
-        self.v[layer].index_copy_(2, pos, v_new)
-        return self.k[layer], self.v[layer]
+        """One position's K/V written into a layer's buffers at the position tensor `pos` (write_at below); the
+        counters move only in advance(), after the step."""
+        return write_at(self.k[layer], self.v[layer], pos, k_new, v_new)
 
     def advance(self, n: int = 1) -> None:
         """Count `n` more positions in every layer: what write_at() wrote, now part of the cached prefix."""

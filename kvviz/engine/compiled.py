@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvviz.engine.model import static_layer
+
 if TYPE_CHECKING:
     from kvviz.engine.cache import KVCache
     from kvviz.engine.model import Decoder
@@ -84,7 +86,7 @@ class CompiledStep:
             return None
         if self._fn is None:
             # fullgraph: a break would split the step into pieces and bring back the Python between them.
-            self._fn = torch.compile(self.model.step_static, fullgraph=True,
+            self._fn = torch.compile(static_layer, fullgraph=True,
                                      mode="reduce-overhead" if self.mode == "cuda graphs" else None)
         _prepare(cache, self.device)
         n_keys = cache.length + 1
@@ -95,7 +97,7 @@ class CompiledStep:
         first = traced not in self.compiles
         t0 = time.perf_counter()
         try:
-            logits, probs = self._fn(input_ids, cache, pos, capture=traced)
+            logits, probs = self.model.step_static(input_ids, cache, pos, capture=traced, layer_step=self._layer)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: the step runs as before, saying why
             self.why_not = one_line(exc)
             self.compiles[traced] = Compiled(self.mode, traced, why_not=self.why_not)
@@ -110,6 +112,11 @@ class CompiledStep:
         if not capture:
             return logits, None
         return logits, [p[..., :n_keys].clone() if self.mode == "cuda graphs" else p[..., :n_keys] for p in probs]
+
+    def _layer(self, *args: torch.Tensor | torch.nn.Module, capture: bool) -> tuple:
+        """The compiled layer, its mask's length marked dynamic as the buffers' are (one graph for any cache size)."""
+        torch._dynamo.maybe_mark_dynamic(args[-1], 1)
+        return self._fn(*args, capture=capture)
 
     @torch.inference_mode()
     def warm_up(self, batch_size: int = 1, *, capture: bool = False) -> Compiled | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvviz.engine.cache import KVCache
+from kvviz.engine.cache import KVCache, write_at
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import WEIGHTS
 from kvviz.errors import InputError
@@ -248,19 +249,20 @@ class Attention(nn.Module):
         out = out.transpose(1, 2).reshape(b, t, hq * d)
         return self.out(out), probs
 
-    def forward_static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, layer: int,
-                       pos: torch.Tensor, visible: torch.Tensor, *,
+    def forward_static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_buf: torch.Tensor,
+                       v_buf: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor, *,
                        capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One new position per row ([B, 1, d]) written into the cache's whole buffer at the position tensor `pos`
-        (KVCache.write_at: index_copy_, as gpt-fast and transformers' StaticCache), then attention over the whole
-        buffer with the slots past `pos` masked (`visible`, [1, max_len]): no shape depends on the position, so a
-        compiled step is one graph for every position. Probabilities, with capture, span the whole buffer."""
+        """One new position per row ([B, 1, d]) written into this layer's whole cache buffers at the position tensor
+        `pos` (cache.write_at: index_copy_, as gpt-fast and transformers' StaticCache), then attention over the
+        whole buffer with the slots past `pos` masked (`visible`, [1, max_len]): no shape and no Python number
+        depends on the position, so a compiled step is one graph for every position. Probabilities, with capture,
+        span the whole buffer."""
         b, t, _ = x.shape
         d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
         qkv = self.qkv(x).view(b, t, hq + 2 * hkv, d)
         qk = apply_rotary(qkv[:, :, : hq + hkv], cos, sin)
         q, k = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)
-        k, v = cache.write_at(layer, pos, k, qkv[:, :, hq + hkv :].transpose(1, 2))
+        k, v = write_at(k_buf, v_buf, pos, k, qkv[:, :, hq + hkv :].transpose(1, 2))
         out, probs = attend(q, k, v, visible, capture=capture)
         return self.out(out.transpose(1, 2).reshape(b, t, hq * d)), probs
 
@@ -310,6 +312,18 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
+
+
+def static_layer(layer: DecoderLayer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_buf: torch.Tensor,
+                 v_buf: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor, *,
+                 capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One layer of a static decode step (Attention.forward_static, then the MLP): everything it reads is an
+    argument, so one compiled graph serves every layer (a layer's weights and buffers are its inputs) and every
+    position."""
+    a, probs = layer.self_attn.forward_static(layer.input_layernorm.forward(h), cos, sin, k_buf, v_buf, pos, visible,
+                                              capture=capture)
+    h = h + a
+    return h + layer.mlp.forward(layer.post_attention_layernorm.forward(h)), probs
 
 
 class LlamaModel(nn.Module):
@@ -471,24 +485,21 @@ class Decoder(nn.Module):
                 attentions.append(probs)
         return h
 
-    def step_static(self, input_ids: torch.Tensor, cache: KVCache, pos: torch.Tensor, *,
-                    capture: bool = False) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """One decode step ([B, 1] token ids) at the position tensor `pos` ([1], int64), every layer's K/V written
-        there (Attention.forward_static): the logits [B, 1, V] and, with capture, each layer's probabilities over
-        the whole buffer. The cache's counters are not touched (a compiled graph cannot move Python ints): the
-        caller advances them (KVCache.advance). The step kvviz.engine.compiled compiles once."""
+    def step_static(self, input_ids: torch.Tensor, cache: KVCache, pos: torch.Tensor, *, capture: bool = False,
+                    layer_step: Callable | None = None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """One decode step ([B, 1] token ids) at the position tensor `pos` ([1], int64), each layer's K/V written
+        there (static_layer): the logits [B, 1, V] and, with capture, each layer's probabilities over the whole
+        buffer. The cache's counters are not touched (a compiled graph cannot move Python ints): the caller advances
+        them (KVCache.advance). `layer_step`: static_layer compiled (kvviz.engine.compiled), one graph that every
+        layer runs with its own weights and buffers."""
+        layer_step = layer_step or static_layer
         h = self.embed(input_ids)
         cos = self.rope_cos[pos, None].to(h.dtype)  # [1, 1, d_head]
         sin = self.rope_sin[pos, None].to(h.dtype)
-        # [1, max_len]: slots 0..pos; the buffer's size, not cache.max_len (a Python int a compiled graph would
-        # specialize on, one graph per size)
-        visible = (torch.arange(cache.k[0].shape[2], device=pos.device) <= pos)[None]
+        visible = (torch.arange(cache.max_len, device=pos.device) <= pos)[None]  # [1, max_len]: slots 0..pos
         attentions: list[torch.Tensor] | None = [] if capture else None
         for i, layer in enumerate(self.model.layers):
-            a, probs = layer.self_attn.forward_static(layer.input_layernorm.forward(h), cos, sin, cache, i, pos,
-                                                      visible, capture=capture)
-            h = h + a
-            h = h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
+            h, probs = layer_step(layer, h, cos, sin, cache.k[i], cache.v[i], pos, visible, capture=capture)
             if attentions is not None:
                 attentions.append(probs)
         return self.head(h), attentions
