@@ -1,8 +1,10 @@
 """The native decode step compiled once per model, dtype and batch shape, as gpt-fast compiles decode_one_token:
 one token per row written into the static cache at a position tensor (Decoder.step_static), so that no shape or
-Python number in the step depends on the position and one graph serves every step. On CPU inductor fuses the small
-operations between the matrix products (the products stay oneDNN's prepacked calls, model.packed_linear); on CUDA
-the graph is also replayed as a CUDA graph (torch.compile's mode="reduce-overhead"), one launch per step.
+Python number in the step depends on the position and one graph serves every step. The graph is one layer
+(model.static_layer), which every layer runs with its own weights and buffers, so compiling a 30-layer model costs
+what one layer does (torch.compile's regional compilation). On CPU inductor fuses the small operations between the
+matrix products (the products stay oneDNN's prepacked calls, model.packed_linear); on CUDA the graph is also replayed
+as a CUDA graph (torch.compile's mode="reduce-overhead"), one launch per layer instead of one per operation.
 
 Where compiling is not possible (no C++ compiler, no Triton on a GPU, an operation the compiler refuses) the step
 runs as before, uncompiled, and `why_not` says why in one line.
@@ -67,12 +69,16 @@ class CompiledStep:
     """A model's decode step compiled on first use, for each capture flag; __call__ returns None when the step
     must run uncompiled (then `why_not` says why)."""
 
-    def __init__(self, model: Decoder, device: torch.device) -> None:
+    def __init__(self, model: Decoder, device: torch.device, mode: str | None = None) -> None:
         self.model, self.device = model, torch.device(device)
-        self.mode = mode_for(self.device)
+        self.mode = mode or mode_for(self.device)  # "inductor" on CUDA too: the graph without CUDA graphs
+        if self.mode not in MODES or (self.mode == "cuda graphs" and self.device.type != "cuda"):
+            raise ValueError(f"compiled step mode {self.mode!r} on {self.device.type}")
         self.why_not = missing_compiler(self.device)
         self.compiles: dict[bool, Compiled] = {}
         self._fn = None
+        if self.mode == "cuda graphs":
+            _static_weights(model)
 
     def usable(self, input_ids: torch.Tensor, cache: KVCache) -> bool:
         """One new token per row on a cache whose layers all hold the same positions, with room for it."""
@@ -96,6 +102,8 @@ class CompiledStep:
         traced = capture or self.device.type == "cpu"
         first = traced not in self.compiles
         t0 = time.perf_counter()
+        if self.mode == "cuda graphs":
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last one's graph outputs may be reused
         try:
             logits, probs = self.model.step_static(input_ids, cache, pos, capture=traced, layer_step=self._layer)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: the step runs as before, saying why
@@ -107,10 +115,9 @@ class CompiledStep:
                 torch.cuda.synchronize(self.device)
             self.compiles[traced] = Compiled(self.mode, traced, first_step_s=time.perf_counter() - t0)
         cache.advance(1)
-        if self.mode == "cuda graphs":
-            logits = logits.clone()  # a CUDA graph's outputs are overwritten by its next replay
-        if not capture:
+        if not capture:  # the logits come from the uncompiled head: a tensor of their own
             return logits, None
+        # A CUDA graph's outputs are overwritten by its next replay: the rows kept are copied out.
         return logits, [p[..., :n_keys].clone() if self.mode == "cuda graphs" else p[..., :n_keys] for p in probs]
 
     def _layer(self, *args: torch.Tensor | torch.nn.Module, capture: bool) -> tuple:
@@ -127,6 +134,18 @@ class CompiledStep:
         if self(ids, cache, capture=capture) is None:
             return None
         return self.compiles[capture or self.device.type == "cpu"]
+
+
+def _static_weights(model: Decoder) -> None:
+    """On CUDA graphs: the fused matrices' addresses marked static (parameters are already), so that a replay reads
+    them where they are instead of copying each into the graph's inputs every step."""
+    from kvviz.engine.model import Int8Weight
+
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        for w in (a.qkv_weight, a.qkv_bias, a.o_weight, m.gate_up_weight, m.down_weight):
+            for t in (w.q, w.scale) if isinstance(w, Int8Weight) else (w,) if isinstance(w, torch.Tensor) else ():
+                torch._dynamo.mark_static_address(t, guard=False)
 
 
 def _prepare(cache: KVCache, device: torch.device) -> None:

@@ -32,14 +32,15 @@ class NativeBackend:
     def use_weights(self, weights: str) -> None:
         self.model.fuse(weights)
         if self.compiled is not None:
-            self.compile()  # new matrices: a new graph
+            self.compile(self.compiled.mode)  # new matrices: a new graph
 
-    def compile(self):  # noqa: ANN201 - a CompiledStep (imported here: torch.compile's setup only when asked)
-        """Decode steps compiled from now on (kvviz.engine.compiled): the first step of each kind compiles, later
-        ones reuse it; where compiling is impossible, steps run as before and compiled.why_not says why."""
+    def compile(self, mode: str | None = None):  # noqa: ANN201 - a CompiledStep (torch.compile set up when asked)
+        """Decode steps compiled from now on (kvviz.engine.compiled; mode: "inductor", or "cuda graphs", CUDA's
+        default): the first step compiles, later ones reuse it; where compiling is impossible, steps run as before
+        and compiled.why_not says why."""
         from kvviz.engine.compiled import CompiledStep
 
-        self.compiled = CompiledStep(self.model, self.device)
+        self.compiled = CompiledStep(self.model, self.device, mode)
         return self.compiled
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
