@@ -79,16 +79,24 @@ def prepack(w: torch.Tensor) -> torch.Tensor:
     return w
 
 
-@torch.library.custom_op("kvviz::packed_linear", mutates_args=())
-def packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """oneDNN's product with a prepacked matrix as one opaque operator, so that a compiled step calls it as it is
-    (inductor would otherwise lower it to a plain mm, which cannot read an opaque tensor)."""
+# oneDNN's product with a prepacked matrix as one operator of kvviz's own, so that a compiled step calls it as it is:
+# inductor lowers aten's mkldnn linear only for matrices it froze itself, and would turn a traced one into a plain
+# mm that cannot read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph
+# calls it ~120 times a step, and custom_op's Python wrapper cost more than SmolLM2's smaller products themselves.
+_LIB = torch.library.Library("kvviz", "DEF")  # noqa: TOR901 - a low-overhead operator, see above
+_LIB.define("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor")
+
+
+def _packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
 
 
-@packed_linear.register_fake
-def _(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _packed_linear_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return x.new_empty(*x.shape[:-1], w.shape[0])
+
+
+_LIB.impl("packed_linear", _packed_linear, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
+torch.library.register_fake("kvviz::packed_linear", _packed_linear_fake, lib=_LIB)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
@@ -104,7 +112,7 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
         return y if bias is None else y + bias
     if isinstance(w, PackedWeight):
         if torch.compiler.is_compiling():
-            return packed_linear(x, w.w, bias)
+            return torch.ops.kvviz.packed_linear(x, w.w, bias)
         return torch.ops.mkldnn._linear_pointwise(x, w.w, bias, "none", [], "")
     if w.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
