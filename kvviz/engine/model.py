@@ -83,10 +83,6 @@ def prepack(w: torch.Tensor) -> torch.Tensor:
 # inductor lowers aten's mkldnn linear only for matrices it froze itself, and would turn a traced one into a plain
 # mm that cannot read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph
 # calls it ~120 times a step, and custom_op's Python wrapper cost more than SmolLM2's smaller products themselves.
-_LIB = torch.library.Library("kvviz", "DEF")  # noqa: TOR901 - a low-overhead operator, see above
-_LIB.define("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor")
-
-
 def _packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
 
@@ -95,8 +91,12 @@ def _packed_linear_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | N
     return x.new_empty(*x.shape[:-1], w.shape[0])
 
 
-_LIB.impl("packed_linear", _packed_linear, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
-torch.library.register_fake("kvviz::packed_linear", _packed_linear_fake, lib=_LIB)
+_LIB = None  # kept referenced: a Library's operators go when it is freed
+if not hasattr(torch.ops.kvviz, "packed_linear"):  # once a process (another copy of this file reuses it)
+    _LIB = torch.library.Library("kvviz", "DEF")  # noqa: TOR901 - a low-overhead operator, see above
+    _LIB.define("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor")
+    _LIB.impl("packed_linear", _packed_linear, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
+    torch.library.register_fake("kvviz::packed_linear", _packed_linear_fake, lib=_LIB)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
