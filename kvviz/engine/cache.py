@@ -1,9 +1,12 @@
-"""Per-layer preallocated K/V buffers with a position counter (as gpt-fast and HF's StaticLayer).
+"""Per-layer preallocated K/V buffers with a position counter (as gpt-fast and HF's StaticLayer), and the contract
+every cache Decoder.forward() runs with (DecodeCache).
 
 The cache is request-local: it is passed into Decoder.forward(), never stored on the model,
 so one shared model can serve many sessions, each with its own cache.
 """
 from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -18,6 +21,22 @@ def write_at(k_buf: torch.Tensor, v_buf: torch.Tensor, pos: torch.Tensor, k_new:
     k_buf.index_copy_(2, pos, k_new)
     v_buf.index_copy_(2, pos, v_new)
     return k_buf, v_buf
+
+
+@runtime_checkable
+class DecodeCache(Protocol):
+    """What Decoder.forward() asks of a cache: the positions each layer holds, the rotary position of the next
+    token, and appending a pass's new K/V to a layer, which returns the keys and values the pass attends to.
+    KVCache, the speculative drafts' caches (KVCache) and kvviz.compression's EvictingCache and QuantizedCache
+    keep it; the paged pool (kvviz.engine.paged.kv.PagedKV) is addressed by slots in Decoder.forward_paged instead."""
+
+    @property
+    def lengths(self) -> list[int]: ...
+
+    @property
+    def length(self) -> int: ...
+
+    def append(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class KVCache:

@@ -1,6 +1,6 @@
 """Lecture rooms: where a lecturer's run is published and the room's live answers are counted.
 
-Lives here: Room (an id for the link, a secret for the lecturer), Poll (a question's tally), RoomStore (the one
+Lives here: Room (an id for the link, a secret for the lecturer), Tally (a live question's counts), RoomStore (the one
 interface, with a hosted demo's caps: rooms open at once, followers per room), MemoryStore (one app server:
 in-process), RedisStore (replicas behind a load balancer: Redis), store_from_env() (KVVIZ_ROOM_STORE picks one).
 Does not: import streamlit or torch, or keep anything about a follower but an opaque session id until the reveal.
@@ -43,7 +43,7 @@ class Room:
 
 
 @dataclass(frozen=True)
-class Poll:
+class Tally:
     """A question open to the room: counts per option (in the question's order), no names."""
 
     question: str
@@ -88,10 +88,10 @@ class RoomStore(ABC):
             raise InputError("room.too_many_rooms", limit=self.max_rooms)
         return room
 
-    def follow(self, room_id: str, follower_id: str) -> int:
-        """A follower's poll: it holds a seat for FOLLOWER_GONE_S; InputError("room.full") when a new follower
+    def hold_seat(self, room_id: str, follower_id: str) -> int:
+        """A follower's re-read: it holds a seat for FOLLOWER_GONE_S; InputError("room.full") when a new follower
         finds max_followers seats taken. Returns the followers in the room now."""
-        n = self._follow(room_id, follower_id, self.clock(), self.max_followers)
+        n = self._hold_seat(room_id, follower_id, self.clock(), self.max_followers)
         if n is None:
             raise InputError("room.full", limit=self.max_followers)
         return n
@@ -136,11 +136,11 @@ class RoomStore(ABC):
             raise InputError("room.revealed")
         self._answer(room_id, follower_id, option)
 
-    def tally(self, room_id: str) -> Poll | None:
+    def tally(self, room_id: str) -> Tally | None:
         """The open question's counts per option, or None when no question is open."""
         return self._tally(room_id)
 
-    def reveal(self, room_id: str, secret: str) -> Poll:
+    def reveal(self, room_id: str, secret: str) -> Tally:
         """Close the answers: the counts stay, which follower picked what is forgotten."""
         self._check(room_id, secret)
         if self._question(room_id) is None:
@@ -161,7 +161,7 @@ class RoomStore(ABC):
     @abstractmethod
     def _create(self, room_id: str, digest: str, max_rooms: int | None) -> bool: ...  # False: max_rooms open
     @abstractmethod
-    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None: ...  # None: full
+    def _hold_seat(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None: ...  # None: full
     @abstractmethod
     def _secret_digest(self, room_id: str) -> str: ...
     @abstractmethod
@@ -175,9 +175,9 @@ class RoomStore(ABC):
     @abstractmethod
     def _answer(self, room_id: str, follower_id: str, option: str) -> None: ...
     @abstractmethod
-    def _tally(self, room_id: str) -> Poll | None: ...
+    def _tally(self, room_id: str) -> Tally | None: ...
     @abstractmethod
-    def _reveal(self, room_id: str) -> Poll: ...
+    def _reveal(self, room_id: str) -> Tally: ...
     @abstractmethod
     def _delete(self, room_id: str) -> None: ...
     @abstractmethod
@@ -200,11 +200,12 @@ class _MemoryRoom:
     followers: dict[str, float] = field(default_factory=dict)  # follower session id -> its last poll
 
 
-def _poll(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None) -> Poll:
+def _tally_of(question: str, options: Sequence[str], answers: Mapping[str, str],
+              counts: Mapping[str, int] | None) -> Tally:
     if counts is not None:
-        return Poll(question, {o: int(counts.get(o, 0)) for o in options}, True)
+        return Tally(question, {o: int(counts.get(o, 0)) for o in options}, True)
     picked = list(answers.values())
-    return Poll(question, {o: picked.count(o) for o in options}, False)
+    return Tally(question, {o: picked.count(o) for o in options}, False)
 
 
 class MemoryStore(RoomStore):
@@ -239,7 +240,7 @@ class MemoryStore(RoomStore):
             self._rooms[room_id] = _MemoryRoom(digest, now, seen=now)
             return True
 
-    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
+    def _hold_seat(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
         with self._lock:
             seats = self._get(room_id).followers
             for gone in [f for f, t in seats.items() if now - t > FOLLOWER_GONE_S]:
@@ -282,19 +283,19 @@ class MemoryStore(RoomStore):
                 raise InputError("room.revealed")
             room.answers[follower_id] = option
 
-    def _tally(self, room_id: str) -> Poll | None:
+    def _tally(self, room_id: str) -> Tally | None:
         with self._lock:
             room = self._get(room_id)
             if room.question is None:
                 return None
-            return _poll(room.question, room.options, room.answers, room.counts)
+            return _tally_of(room.question, room.options, room.answers, room.counts)
 
-    def _reveal(self, room_id: str) -> Poll:
+    def _reveal(self, room_id: str) -> Tally:
         with self._lock:
             room = self._get(room_id, touch=True)
-            poll = _poll(room.question or "", room.options, room.answers, room.counts)
-            room.counts, room.answers = poll.counts, {}
-            return Poll(poll.question, poll.counts, True)
+            tally = _tally_of(room.question or "", room.options, room.answers, room.counts)
+            room.counts, room.answers = tally.counts, {}
+            return Tally(tally.question, tally.counts, True)
 
     def _delete(self, room_id: str) -> None:
         with self._lock:
@@ -412,11 +413,11 @@ class RedisStore(RoomStore):
 
         return self._watched(self.ROOMS, create)
 
-    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
+    def _hold_seat(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
         self._fields(room_id, "version")  # the room is open (its clock alone read, not the snapshot)
         key = self._followers_key(room_id)
 
-        def follow(p: Any) -> int | None:
+        def seat(p: Any) -> int | None:
             n = p.zcount(key, now - FOLLOWER_GONE_S, "+inf")
             last = p.zscore(key, follower_id)
             new = last is None or last < now - FOLLOWER_GONE_S
@@ -429,7 +430,7 @@ class RedisStore(RoomStore):
             p.execute()
             return n + new
 
-        return self._watched(key, follow)
+        return self._watched(key, seat)
 
     def _secret_digest(self, room_id: str) -> str:
         return self._fields(room_id, "digest")["digest"]
@@ -456,35 +457,35 @@ class RedisStore(RoomStore):
         self._fields(room_id)
         self._write(room_id, {}, answer=(follower_id, option))
 
-    def _tally(self, room_id: str) -> Poll | None:
+    def _tally(self, room_id: str) -> Tally | None:
         fields = self._fields(room_id)
         if "question" not in fields:
             return None
         counts = json.loads(fields["counts"]) if "counts" in fields else None
         answers = {} if counts is not None else self._call(lambda: self._redis.hgetall(self._keys(room_id)[1]))
-        return _poll(fields["question"], json.loads(fields["options"]), answers, counts)
+        return _tally_of(fields["question"], json.loads(fields["options"]), answers, counts)
 
-    def _reveal(self, room_id: str) -> Poll:
+    def _reveal(self, room_id: str) -> Tally:
         fields = self._fields(room_id)
         options = json.loads(fields["options"])
         if "counts" in fields:
-            return _poll(fields["question"], options, {}, json.loads(fields["counts"]))
+            return _tally_of(fields["question"], options, {}, json.loads(fields["counts"]))
         room, answers = self._keys(room_id)
 
-        def run() -> Poll:
+        def run() -> Tally:
             # WATCH: an answer that lands between reading the answers and writing the counts makes the transaction
             # fail and run again, so no answer is lost to a reveal on another replica.
             with self._redis.pipeline(transaction=True) as p:
                 while True:
                     try:
                         p.watch(answers)
-                        poll = _poll(fields["question"], options, p.hgetall(answers), None)
+                        tally = _tally_of(fields["question"], options, p.hgetall(answers), None)
                         p.multi()
-                        p.hset(room, mapping={"counts": json.dumps(poll.counts), "touched": repr(self.clock())})
+                        p.hset(room, mapping={"counts": json.dumps(tally.counts), "touched": repr(self.clock())})
                         p.delete(answers)
                         p.expire(room, ROOM_TTL_S)
                         p.execute()
-                        return Poll(poll.question, poll.counts, True)
+                        return Tally(tally.question, tally.counts, True)
                     except self._watch_error:
                         continue
 
