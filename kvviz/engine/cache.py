@@ -1,5 +1,6 @@
 """Per-layer preallocated K/V buffers with a position counter (as gpt-fast and HF's StaticLayer), and the contract
-every cache Decoder.forward() runs with (DecodeCache).
+every cache Decoder.forward() runs with (DecodeCache); write_at(): K/V written at a position tensor with index_copy_,
+what a compiled step reads and writes (kvviz.engine.compiled).
 
 The cache is request-local: it is passed into Decoder.forward(), never stored on the model,
 so one shared model can serve many sessions, each with its own cache.
