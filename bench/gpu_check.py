@@ -5,6 +5,9 @@ On a CUDA machine, for the shipped model and a 1B-class random model (Llama-3.2-
 - TPOT: median decode step (device-synchronized, after an untimed warm-up pass) next to the bound
   (weight bytes + KV bytes read at that context) / bandwidth of the detected GPU (vendor datasheet figure
   from kvviz/kv/hardware.py; unknown GPU = no bound, said so, or give --bandwidth-gbs);
+- the compiled step (kvviz.engine.compiled): the same TPOT with the step compiled by inductor alone, and on CUDA
+  also replayed as a CUDA graph (torch.compile's reduce-overhead), each beside the bound and the uncompiled step,
+  with the first step's time (the compile) and the allocator's growth over it;
 - memory: torch.cuda.memory_allocated() grown by allocating the cache, against kv_footprint() for the same
   shape, length and dtype; and the weights' bytes against parameters × bytes per weight.
 
@@ -74,6 +77,7 @@ def check(name: str, load, device: torch.device, hw: Hardware | None, args: argp
     while not gen.done:
         gen.step()
     tpot = statistics.median(e.seconds for e in gen.events[1:])
+    compiled = {mode: compiled_tpot(backend, mode, prompt, args.new_tokens, device) for mode in modes(device)}
     mid = n_prompt + args.new_tokens // 2
     formula_cache = kv_footprint(shape, cache_len, 1, dtype).total
     read_bytes = weight_bytes(a.n_params, dtype) + kv_footprint(shape, mid, 1, dtype).total
@@ -84,12 +88,31 @@ def check(name: str, load, device: torch.device, hw: Hardware | None, args: argp
         "allocator_cache": None if after_cache is None else after_cache - before_cache,
         "formula_weights": weight_bytes(a.n_params, dtype),
         "allocator_weights": None if after_weights is None else after_weights - before_weights,
-        "cache_len": cache_len, "context_mid": mid,
+        "cache_len": cache_len, "context_mid": mid, "compiled": compiled,
     }
     del gen, backend
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return out
+
+
+def modes(device: torch.device) -> tuple[str, ...]:
+    """The compiled steps to time: inductor's graph alone, and on CUDA also replayed as a CUDA graph."""
+    return ("inductor", "cuda graphs") if device.type == "cuda" else ("inductor",)
+
+
+def compiled_tpot(backend, mode: str, prompt: list[int], n_new: int, device: torch.device) -> dict:  # noqa: ANN001
+    """The same request on the step compiled in `mode` (kvviz.engine.compiled): median TPOT, the first step's time
+    (tracing, compiling, one run) and the allocator's growth over it, or why it ran uncompiled."""
+    before = allocated(device)
+    step = backend.compile(mode)
+    done = step.warm_up()
+    grew = None if before is None else allocated(device) - before
+    gen = Generation(backend, max_new_tokens=n_new, stop_at_eos=False)
+    gen.run(prompt)
+    backend.compiled = None
+    return {"tpot_ms": statistics.median(e.seconds for e in gen.events[1:]) * 1e3, "why_not": step.why_not,
+            "first_step_s": done.first_step_s if done else None, "allocator_grew": grew}
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -126,6 +149,14 @@ def main() -> int:
         print(f"\n{name} ({r['params']:,} parameters)")
         print(f"  TPOT median {r['tpot_ms']:.3f} ms; roofline bound (weights + KV at {r['context_mid']} tokens) "
               f"/ bandwidth = {bound}{ratio}")
+        for mode, c in r["compiled"].items():
+            if c["why_not"] is not None:
+                print(f"  compiled ({mode}): not compiled, {c['why_not']}; TPOT uncompiled {c['tpot_ms']:.3f} ms")
+                continue
+            ratio = "" if r["bound_ms"] is None else f" = {c['tpot_ms'] / r['bound_ms']:.1f}× the bound"
+            print(f"  compiled ({mode}): TPOT median {c['tpot_ms']:.3f} ms{ratio}, {r['tpot_ms'] / c['tpot_ms']:.2f}× "
+                  f"uncompiled; first step {c['first_step_s']:.1f} s (tracing, compiling, one run), allocator grew "
+                  f"{fmt_bytes(c['allocator_grew'])}")
         print(f"  KV cache for {r['cache_len']} tokens: formula {r['formula_cache']:,} B; tensors "
               f"{r['measured_cache']:,} B; allocator grew {fmt_bytes(r['allocator_cache'])}")
         print(f"  weights: parameters × bytes {r['formula_weights']:,} B; allocator grew "

@@ -1,19 +1,22 @@
-"""kvviz on int8 weights beside llama.cpp on int8 weights: time per output token and bytes per token, one run.
+"""kvviz beside llama.cpp on the same bytes: float32 beside f32, int8 beside Q8_0, time per output token and the share
+of a plain read's rate each engine draws, one run.
 
 kvviz: the native decoder in float32, then with every matrix quantized to int8 per output channel
-(Decoder.fuse(weights="int8"): torch's weight-only int8 kernel, activations in float32). llama.cpp: llama-server on
-the same float32 weights exported as a Q8_0 GGUF (blocks of 32 int8 and an fp16 scale, kvviz.engine.export), and on
-the model's own Q4_1 GGUF for reference. Every engine gets the same prompt token ids and decodes greedily; the
-engines take turns within each repeat and the fastest repeat counts (noise on a shared machine only adds time).
-TPOT is each engine's own clock of its decode passes: kvviz's Generation.tpot_s (model work of each step),
-llama.cpp's timings.predicted_per_token_ms. Bytes per token: the weights one decode step reads as stored
-(Decoder.step_weight_bytes; the GGUF's tensors). Their quotient is the bandwidth each engine draws, and its share
-of a plain streaming read's rate (engine_vs_hf.py's floor, timed in the same turns) is each engine's share of the
-floor: llama.cpp's hand-written kernels beside kvviz's.
+(Decoder.fuse(weights="int8"): torch's weight-only int8 kernel), each uncompiled and with its decode step compiled
+(kvviz.engine.compiled: the static cache written at a position tensor, one inductor graph). llama.cpp: llama-server
+on the same float32 weights exported as an f32 GGUF and as a Q8_0 GGUF (blocks of 32 int8 and an fp16 scale,
+kvviz.engine.export), and on the model's own Q4_1 GGUF for reference. Every engine gets the same prompt token ids and
+decodes greedily; the engines take turns within each repeat and the fastest repeat counts (noise on a shared machine
+only adds time). TPOT is each engine's own clock of its decode passes: kvviz's Generation.tpot_s (model work of
+each step), llama.cpp's timings.predicted_per_token_ms. Bytes per token: the weights one decode step reads as stored
+(Decoder.step_weight_bytes; the GGUF's tensors). Their quotient is the bandwidth each engine draws, and its share of
+a plain streaming read's rate (engine_vs_hf.py's floor, timed in the same turns) is each engine's share of the
+floor. Each thread count in --threads runs in turn (the compiled steps compiled again for it: a graph's kernels are
+built for one thread count); the compile's first step and the memory it kept are printed once per count.
 
     python -m kvviz fetch-model smollm2
     python bench/quantized_vs_llamacpp.py [--model smollm2] [--prompt-tokens 128] [--new-tokens 64] [--repeats 3]
-                                          [--threads 2]
+                                          [--threads 1,2] [--no-compiled]
 """
 from __future__ import annotations
 
@@ -53,57 +56,109 @@ def llamacpp_tpot(url: str, prompt: list[int], n_new: int) -> float:
     return complete_ids(url, prompt, n_new, timeout_s=600)["timings"]["predicted_per_token_ms"] / 1e3
 
 
+def rss_bytes() -> int | None:
+    """This process's resident memory now (Linux /proc), or None elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def compile_step(backend, threads: int) -> str:  # noqa: ANN001 - a NativeBackend
+    """The backend's step compiled for `threads` threads now: what the first step cost, or why it runs uncompiled."""
+    before = rss_bytes()
+    done = backend.compile().warm_up()
+    if done is None:
+        return f"not compiled ({backend.compiled.why_not}): runs uncompiled"
+    kept = rss_bytes()
+    mem = f", {(kept - before) / 2**20:+.0f} MiB resident" if before and kept else ""
+    return f"first step {done.first_step_s:.1f} s (tracing, compiling, one run){mem}"
+
+
+def load_line() -> str:
+    load = cpu_load()
+    return f"load average {load[0]:.2f} on {load[1]} cores" if load else "load average unknown"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2", choices=list(fetch.MODELS))
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads and llama-server -t")
+    ap.add_argument("--threads", default="1,2", help="torch intra-op threads and llama-server -t; a list: each in turn")
+    ap.add_argument("--no-compiled", action="store_true", help="leave out the compiled kvviz steps")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     try:
         q4_1 = fetch.gguf_path(args.model)
-    except InputError as exc:
+        thread_counts = [int(t) for t in args.threads.split(",")]
+    except (InputError, ValueError) as exc:
         sys.exit(f"quantized_vs_llamacpp: {exc}")
     f32 = load_backend(args.model, device="cpu")
     int8 = load_backend(args.model, device="cpu", weights="int8")
+    kvviz = {"kvviz float32": f32, "kvviz int8 (per channel)": int8}
+    if not args.no_compiled:
+        kvviz["kvviz float32, compiled"] = load_backend(args.model, device="cpu")
+        kvviz["kvviz int8, compiled"] = load_backend(args.model, device="cpu", weights="int8")
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, f32.model.cfg.vocab_size, (args.prompt_tokens,), generator=gen).tolist()
     ctx = args.prompt_tokens + args.new_tokens + 8
     with tempfile.TemporaryDirectory() as tmp:
-        q8_0 = export_gguf(f32.model, f32.tokenizer, Path(tmp) / f"{args.model}-q8_0.gguf", name=args.model,
-                           q8_0=True)
-        with (LlamaServer(q8_0, alias="q8_0", n_parallel=1, ctx_size=ctx, threads=args.threads) as s8,
-              LlamaServer(q4_1, alias="q4_1", n_parallel=1, ctx_size=ctx, threads=args.threads) as s4):
-            runs = {
-                "kvviz float32": (f32.model.step_weight_bytes(), lambda: kvviz_tpot(f32, prompt, args.new_tokens)),
-                "kvviz int8 (per channel)": (int8.model.step_weight_bytes(),
-                                             lambda: kvviz_tpot(int8, prompt, args.new_tokens)),
-                "llama.cpp Q8_0 (same weights)": (gguf_weight_bytes(q8_0),
-                                                  lambda: llamacpp_tpot(s8.base_url, prompt, args.new_tokens)),
-                f"llama.cpp {q4_1.name} (Q4_1)": (gguf_weight_bytes(q4_1),
-                                                 lambda: llamacpp_tpot(s4.base_url, prompt, args.new_tokens)),
-            }
-            runs["plain read (the floor)"] = (READ_BYTES, plain_read())
-            for _, run in runs.values():
-                run()  # warm-up, untimed
-            best = {name: float("inf") for name in runs}
-            for _ in range(args.repeats):
-                for name, (_, run) in runs.items():
-                    best[name] = min(best[name], run())
-    load = cpu_load()
-    conditions = f"load average {load[0]:.2f} on {load[1]} cores" if load else "load average unknown"
-    print(f"{f32.spec.name}: prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; {args.threads} threads "
-          f"each; best of {args.repeats} repeats; {conditions}")
-    base = best["kvviz int8 (per channel)"]
+        ggufs = {"f32": export_gguf(f32.model, f32.tokenizer, Path(tmp) / f"{args.model}-f32.gguf", name=args.model),
+                 "q8_0": export_gguf(f32.model, f32.tokenizer, Path(tmp) / f"{args.model}-q8_0.gguf",
+                                     name=args.model, q8_0=True),
+                 "q4_1": q4_1}
+        for threads in thread_counts:
+            torch.set_num_threads(threads)
+            print(f"{f32.spec.name}: prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; {threads} "
+                  f"threads each; best of {args.repeats} repeats")
+            torch._dynamo.reset()  # graphs built for another thread count are not reused
+            for name, backend in kvviz.items():
+                if name.endswith("compiled"):
+                    print(f"  {name}: {compile_step(backend, threads)}; {load_line()}")
+            try:
+                servers = {alias: LlamaServer(path, alias=alias, n_parallel=1, ctx_size=ctx, threads=threads)
+                           for alias, path in ggufs.items()}
+            except FileNotFoundError as exc:  # not built here: kvviz's rows and the floor only
+                print(f"  {exc}: kvviz's rows only")
+                servers = {}
+            try:
+                for srv in servers.values():
+                    srv.start()
+                measure(kvviz, servers, ggufs, prompt, args)
+            finally:
+                for srv in servers.values():
+                    srv.stop()
+
+
+def measure(kvviz: dict, servers: dict, ggufs: dict, prompt: list[int], args: argparse.Namespace) -> None:
+    n = args.new_tokens
+    runs = {name: (be.model.step_weight_bytes(), lambda be=be: kvviz_tpot(be, prompt, n)) for name, be in kvviz.items()}
+    labels = {"f32": "llama.cpp f32 (same weights)", "q8_0": "llama.cpp Q8_0 (same weights)",
+              "q4_1": f"llama.cpp {ggufs['q4_1'].name} (Q4_1)"}
+    for alias, srv in servers.items():
+        runs[labels[alias]] = (gguf_weight_bytes(ggufs[alias]), lambda url=srv.base_url: llamacpp_tpot(url, prompt, n))
+    runs["plain read (the floor)"] = (READ_BYTES, plain_read())
+    for _, run in runs.values():
+        run()  # warm-up, untimed
+    best = {name: float("inf") for name in runs}
+    for _ in range(args.repeats):
+        for name, (_, run) in runs.items():
+            best[name] = min(best[name], run())
     floor_rate = READ_BYTES / best.pop("plain read (the floor)")
-    print(f"  the floor: a plain read at {floor_rate / 1e9:.2f} GB/s")
-    print(f"  {'engine':32s} {'MiB/token':>9} {'ms/token':>9} {'GB/s':>6} {'of floor':>8} {'time ÷ kvviz int8':>18}")
+    print(f"  the floor: a plain read at {floor_rate / 1e9:.2f} GB/s; {load_line()} after the turns")
+    print(f"  {'engine':34s} {'MiB/token':>9} {'ms/token':>9} {'GB/s':>6} {'of floor':>8} "
+          f"{'÷ llama.cpp same bytes':>22}")
+    same = {"kvviz float32": labels["f32"], "kvviz float32, compiled": labels["f32"],
+            "kvviz int8 (per channel)": labels["q8_0"], "kvviz int8, compiled": labels["q8_0"]}
     for name, s in best.items():
         n_bytes = runs[name][0]
-        print(f"  {name:32s} {n_bytes / 2**20:9.1f} {s * 1e3:9.2f} {n_bytes / s / 1e9:6.2f} "
-              f"{n_bytes / s / floor_rate:8.0%} {s / base:18.2f}")
+        ratio = f"{s / best[same[name]]:22.2f}" if same.get(name) in best else ""
+        print(f"  {name:34s} {n_bytes / 2**20:9.1f} {s * 1e3:9.2f} {n_bytes / s / 1e9:6.2f} "
+              f"{n_bytes / s / floor_rate:8.0%} {ratio}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,11 @@ from kvviz.kv.formula import KVSpec
 # own step times). KVVIZ_TORCH_THREADS=N overrides, e.g. on a large machine serving one big model.
 _threads = os.environ.get("KVVIZ_TORCH_THREADS", "1")
 SERVER_TORCH_THREADS = int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1
+# KVVIZ_COMPILE=1: kvviz's decoder runs its decode step compiled (kvviz.engine.compiled), compiled once per loaded
+# model by the first page that needs it (a spinner, then a caption with what it cost). Off by default: on a 2-core
+# machine the first compile takes tens of seconds to minutes (docs/measurements.md), longer than any page may wait.
+SERVER_COMPILE = os.environ.get("KVVIZ_COMPILE", "") == "1"
+_compile_lock = threading.Lock()
 
 if TYPE_CHECKING:
     from kvviz.app.sidebar import Settings
@@ -114,12 +119,30 @@ def get_backend(settings: Settings) -> Backend | None:
             backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
             hosted.check_params(backend.spec.n_params, settings.hosted)
+        if SERVER_COMPILE and backend.kind == "native":
+            _compiled_step(backend)
         return backend
     except (InputError, ValueError, FileNotFoundError, OSError) as exc:
         if settings.model == "hf":
             st.session_state.kv_hf_failed = (attempt, exc)
         _load_error(exc)
         return None
+
+
+def _compiled_step(backend: Backend) -> None:
+    """KVVIZ_COMPILE=1: the shared model's step compiled once (a spinner while it compiles; one session compiles,
+    the others wait for it), then one sidebar caption with what the compile cost, or why steps run uncompiled."""
+    step = backend.compiled
+    if step is None or (not step.compiles and step.why_not is None):  # not compiled yet, or compiling now
+        with st.spinner(tr("common.compiling")), _compile_lock:
+            if backend.compiled is None:
+                backend.compile().warm_up()
+    step = backend.compiled
+    if step.why_not is not None:
+        st.sidebar.caption(tr("common.compile_failed", why=step.why_not))
+    elif step.compiles:
+        first = next(iter(step.compiles.values())).first_step_s
+        st.sidebar.caption(tr("common.compiled_caption", mode=step.mode, seconds=f"{first:.1f}"))
 
 
 def _engine_caption(backend: Backend) -> None:

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="float: the matrices in --dtype; int8: kvviz's decoder with every matrix quantized to int8 per "
                         "output channel (a bfloat16 scale per row; activations enter the int8 kernel in bfloat16, "
                         "results return in --dtype): about a quarter of float32's weight bytes per token")
+    g.add_argument("--compile", action="store_true",
+                   help="kvviz's decoder: the decode step compiled once before the run (torch.compile: inductor on "
+                        "CPU, CUDA graphs on CUDA) over a static cache written at a position tensor; the compile's "
+                        "time is printed, and where it cannot compile the steps run uncompiled and say why")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=positive_int, default=1)
@@ -92,6 +96,7 @@ def generate(args: argparse.Namespace) -> dict:
         spec = backend.spec
         check_size(*decode_size(spec.n_layers, spec.n_heads, len(backend.tokenizer.encode(prompt)),
                                 args.max_new_tokens))
+    compiled = compile_step(backend, args) if args.compile else None
     if not args.no_warm_up:
         # A fresh process's first passes pay one-off costs (allocator growth, kernel choice, lazy init):
         # an untimed warm-up pass first, so TTFT and TPOT are the steady state, as benchmark tools report.
@@ -129,10 +134,22 @@ def generate(args: argparse.Namespace) -> dict:
         "cache_live_bytes": last.live_bytes,
         "cache_allocated_bytes": last.allocated_bytes,
         "formula_bytes": last.formula_bytes,
+        "compiled": compiled,
     }
     if args.html:
         write_html(gen, args, prompt, result)
     return result
+
+
+def compile_step(backend: object, args: argparse.Namespace) -> dict:
+    """--compile: the step compiled now, before any timed pass (kvviz.engine.compiled), and what it cost."""
+    if getattr(backend, "kind", None) != "native":
+        raise CliError("--compile: only kvviz's own decoder has a compiled step (this model runs on transformers)")
+    if args.no_cache:
+        raise CliError("--compile: the compiled step writes into the cache; drop --no-cache")
+    step = backend.compile()
+    done = step.warm_up(args.batch, capture=bool(args.html))
+    return {"mode": step.mode, "first_step_s": done.first_step_s if done else None, "why_not": step.why_not}
 
 
 def write_html(gen: object, args: argparse.Namespace, prompt: str, result: dict) -> None:
@@ -180,6 +197,10 @@ def show_generate(r: dict) -> None:
     )
     if r["engine_note"]:
         print(f"note: transformers runs it because {r['engine_note']}")
+    if c := r.get("compiled"):
+        print(f"compiled step ({c['mode']}): first step {c['first_step_s']:.1f} s (tracing, compiling, one run), "
+              "once; every step above reused it" if c["why_not"] is None
+              else f"not compiled ({c['why_not']}): the steps ran uncompiled")
 
 
 def show_sweep(r: dict) -> None:

@@ -1,5 +1,6 @@
 """Per-layer preallocated K/V buffers with a position counter (as gpt-fast and HF's StaticLayer), and the contract
-every cache Decoder.forward() runs with (DecodeCache).
+every cache Decoder.forward() runs with (DecodeCache); write_at(): K/V written at a position tensor with index_copy_,
+what a compiled step reads and writes (kvviz.engine.compiled).
 
 The cache is request-local: it is passed into Decoder.forward(), never stored on the model,
 so one shared model can serve many sessions, each with its own cache.
@@ -11,6 +12,16 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from kvviz.errors import InputError
+
+
+def write_at(k_buf: torch.Tensor, v_buf: torch.Tensor, pos: torch.Tensor, k_new: torch.Tensor,
+             v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write new K/V ([B, H_kv, n, d]) into whole buffers ([B, H_kv, max_len, d]) at the positions `pos` ([n]) with
+    index_copy_, as transformers' StaticLayer.update and gpt-fast's KVCache.update, and return the whole buffers:
+    nothing here reads a Python length, so a compiled step over it is one graph for every position."""
+    k_buf.index_copy_(2, pos, k_new)
+    v_buf.index_copy_(2, pos, v_new)
+    return k_buf, v_buf
 
 
 @runtime_checkable
@@ -70,6 +81,18 @@ class KVCache:
         self.v[layer][:, :, start:end] = v_new
         self.lengths[layer] = end
         return self.keys(layer), self.values(layer)
+
+    def write_at(self, layer: int, pos: torch.Tensor, k_new: torch.Tensor,
+                 v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One position's K/V written into a layer's buffers at the position tensor `pos` (write_at below); the
+        counters move only in advance(), after the step."""
+        return write_at(self.k[layer], self.v[layer], pos, k_new, v_new)
+
+    def advance(self, n: int = 1) -> None:
+        """Count `n` more positions in every layer: what write_at() wrote, now part of the cached prefix."""
+        if self.length + n > self.max_len:
+            raise InputError("cache_full", n_tokens=self.length + n, max_len=self.max_len)
+        self.lengths = [n_cached + n for n_cached in self.lengths]
 
     def keys(self, layer: int) -> torch.Tensor:
         return self.k[layer][:, :, : self.lengths[layer]]

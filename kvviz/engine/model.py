@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvviz.engine.cache import DecodeCache, KVCache
+from kvviz.engine.cache import DecodeCache, KVCache, write_at
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import WEIGHTS
 from kvviz.errors import InputError
@@ -50,6 +51,18 @@ class Int8Weight:
         return self.q.float() * self.scale.float()[:, None]  # exact: 8-bit × 8-bit significands
 
 
+@dataclass(frozen=True)
+class PackedWeight:
+    """A matrix prepack()ed into oneDNN's opaque layout, named as such: inside a compiled step a traced tensor no
+    longer says it is opaque (is_mkldnn reads False there), so linear() tells it by this type."""
+
+    w: torch.Tensor  # opaque, [N, K]
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.w.shape
+
+
 def prepack(w: torch.Tensor) -> torch.Tensor:
     """A float matrix [N, K] as the decode step reads it: on a CPU with oneDNN, float32 and bfloat16 matrices are
     reordered once into oneDNN's blocked layout for one-row inputs (torch.ops.mkldnn._reorder_linear_weight, which
@@ -66,7 +79,28 @@ def prepack(w: torch.Tensor) -> torch.Tensor:
     return w
 
 
-def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+# oneDNN's product with a prepacked matrix as one operator of kvviz's own, so that a compiled step calls it as it is:
+# inductor lowers aten's mkldnn linear only for matrices it froze itself, and would turn a traced one into a plain
+# mm that cannot read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph
+# calls it ~120 times a step, and custom_op's Python wrapper cost more than SmolLM2's smaller products themselves.
+def _packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+
+
+def _packed_linear_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], w.shape[0])
+
+
+_LIB = None  # kept referenced: a Library's operators go when it is freed
+if not hasattr(torch.ops.kvviz, "packed_linear"):  # once a process (another copy of this file reuses it)
+    _LIB = torch.library.Library("kvviz", "DEF")  # noqa: TOR901 - a low-overhead operator, see above
+    _LIB.define("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor")
+    _LIB.impl("packed_linear", _packed_linear, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
+    torch.library.register_fake("kvviz::packed_linear", _packed_linear_fake, lib=_LIB)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear over a float, a prepacked (prepack()) or an int8 weight. An int8 weight goes to torch's weight-only
     int8 kernel (aten _weight_int8pack_mm, the one gpt-fast and torchao call): it reads the int8 rows and scales them
     inside the kernel, no float copy of the matrix is made. Activations enter it in bfloat16, its fast path on CPU
@@ -76,9 +110,18 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight, bias: torch.Tensor | N
         x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
         y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
+    if isinstance(w, PackedWeight):
+        if torch.compiler.is_compiling():
+            return torch.ops.kvviz.packed_linear(x, w.w, bias)
+        return torch.ops.mkldnn._linear_pointwise(x, w.w, bias, "none", [], "")
     if w.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
     return F.linear(x, w, bias)
+
+
+def _packed(w: torch.Tensor) -> torch.Tensor | PackedWeight:
+    w = prepack(w)
+    return PackedWeight(w) if w.is_mkldnn else w
 
 
 @dataclass
@@ -169,9 +212,10 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=cfg.o_bias)
-        self.qkv_weight: torch.Tensor | Int8Weight | None = None  # fused copy for inference, see Decoder.fuse()
+        # fused copies for inference, see Decoder.fuse()
+        self.qkv_weight: torch.Tensor | Int8Weight | PackedWeight | None = None
         self.qkv_bias: torch.Tensor | None = None
-        self.o_weight: torch.Tensor | Int8Weight | None = None
+        self.o_weight: torch.Tensor | Int8Weight | PackedWeight | None = None
 
     def qkv(self, x: torch.Tensor) -> torch.Tensor:
         """Q, K and V projections side by side: one matmul when fused (a decode step is bound by op count)."""
@@ -213,6 +257,23 @@ class Attention(nn.Module):
         out = out.transpose(1, 2).reshape(b, t, hq * d)
         return self.out(out), probs
 
+    def forward_static(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_buf: torch.Tensor,
+                       v_buf: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor, *,
+                       capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One new position per row ([B, 1, d]) written into this layer's whole cache buffers at the position tensor
+        `pos` (cache.write_at: index_copy_, as gpt-fast and transformers' StaticCache), then attention over the
+        whole buffer with the slots past `pos` masked (`visible`, [1, max_len]): no shape and no Python number
+        depends on the position, so a compiled step is one graph for every position. Probabilities, with capture,
+        span the whole buffer."""
+        b, t, _ = x.shape
+        d, hq, hkv = self.d_head, self.n_heads, self.n_kv_heads
+        qkv = self.qkv(x).view(b, t, hq + 2 * hkv, d)
+        qk = apply_rotary(qkv[:, :, : hq + hkv], cos, sin)
+        q, k = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)
+        k, v = write_at(k_buf, v_buf, pos, k, qkv[:, :, hq + hkv :].transpose(1, 2))
+        out, probs = attend(q, k, v, visible, capture=capture)
+        return self.out(out.transpose(1, 2).reshape(b, t, hq * d)), probs
+
     def forward_paged(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: PagedKV, layer: int,
                       batch: PagedBatch) -> torch.Tensor:
         """Many requests' new tokens at once ([1, T, d]): K/V written into their block slots, then each request's
@@ -241,8 +302,8 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
-        self.gate_up_weight: torch.Tensor | Int8Weight | None = None  # fused copy for inference
-        self.down_weight: torch.Tensor | Int8Weight | None = None
+        self.gate_up_weight: torch.Tensor | Int8Weight | PackedWeight | None = None  # fused copy for inference
+        self.down_weight: torch.Tensor | Int8Weight | PackedWeight | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None:
@@ -259,6 +320,18 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
+
+
+def static_layer(layer: DecoderLayer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_buf: torch.Tensor,
+                 v_buf: torch.Tensor, pos: torch.Tensor, visible: torch.Tensor, *,
+                 capture: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One layer of a static decode step (Attention.forward_static, then the MLP): everything it reads is an
+    argument, so one compiled graph serves every layer (a layer's weights and buffers are its inputs) and every
+    position."""
+    a, probs = layer.self_attn.forward_static(layer.input_layernorm.forward(h), cos, sin, k_buf, v_buf, pos, visible,
+                                              capture=capture)
+    h = h + a
+    return h + layer.mlp.forward(layer.post_attention_layernorm.forward(h)), probs
 
 
 class LlamaModel(nn.Module):
@@ -282,8 +355,8 @@ class Decoder(nn.Module):
         cos, sin = rotary_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.head_weight: torch.Tensor | Int8Weight | None = None  # set by fuse()
-        self.embed_weight: torch.Tensor | Int8Weight | None = None
+        self.head_weight: torch.Tensor | Int8Weight | PackedWeight | None = None  # set by fuse()
+        self.embed_weight: torch.Tensor | Int8Weight | PackedWeight | None = None
         self.weights = "float"
 
     def init_weights(self, seed: int, std: float = 0.02) -> Decoder:
@@ -297,15 +370,17 @@ class Decoder(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
         return self
 
-    def fuse(self, weights: str = "float") -> Decoder:
+    def fuse(self, weights: str = "float", *, prepacked: bool = True) -> Decoder:
         """Concatenate Q/K/V and gate/up weights for inference (one matmul each); every matrix a step multiplies by
         (those two, O, down and the LM head) is then prepacked for the CPU's kernel (prepack(): a second copy of
         the matrices beside the parameters), or with weights="int8" quantized to int8 per output channel (Int8Weight,
-        a tied embedding too). Any later .to() or train() drops them, back to the float parameters."""
+        a tied embedding too). Any later .to() or train() drops them, back to the float parameters.
+        prepacked=False keeps the float matrices plain (concatenated only), as a compiled step needs them: torch.compile
+        cannot read oneDNN's opaque tensors, and inductor prepacks the matrices itself (kvviz.engine.compiled)."""
         if weights not in WEIGHTS:
             raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
         int8 = weights == "int8"
-        pack = Int8Weight.quantize if int8 else prepack
+        pack = Int8Weight.quantize if int8 else _packed if prepacked else torch.Tensor.detach
         with torch.no_grad():
             for layer in self.model.layers:
                 a, m = layer.self_attn, layer.mlp
@@ -320,6 +395,11 @@ class Decoder(nn.Module):
             self.embed_weight = self.head_weight if int8 and self.cfg.tie_embeddings else None
         self.weights = weights
         return self
+
+    @property
+    def prepacked(self) -> bool:
+        """Whether the step's matrices are oneDNN's opaque prepacked tensors (fuse()), which no compiler can trace."""
+        return isinstance(self.head_weight, PackedWeight)
 
     def __deepcopy__(self, memo: dict) -> Decoder:
         """A copy of the parameters, unfused (fuse() it again): oneDNN's prepacked matrices are opaque tensors with no
@@ -412,6 +492,25 @@ class Decoder(nn.Module):
             if attentions is not None:
                 attentions.append(probs)
         return h
+
+    def step_static(self, input_ids: torch.Tensor, cache: KVCache, pos: torch.Tensor, *, capture: bool = False,
+                    layer_step: Callable | None = None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """One decode step ([B, 1] token ids) at the position tensor `pos` ([1], int64), each layer's K/V written
+        there (static_layer): the logits [B, 1, V] and, with capture, each layer's probabilities over the whole
+        buffer. The cache's counters are not touched (a compiled graph cannot move Python ints): the caller advances
+        them (KVCache.advance). `layer_step`: static_layer compiled (kvviz.engine.compiled), one graph that every
+        layer runs with its own weights and buffers."""
+        layer_step = layer_step or static_layer
+        h = self.embed(input_ids)
+        cos = self.rope_cos[pos, None].to(h.dtype)  # [1, 1, d_head]
+        sin = self.rope_sin[pos, None].to(h.dtype)
+        visible = (torch.arange(cache.max_len, device=pos.device) <= pos)[None]  # [1, max_len]: slots 0..pos
+        attentions: list[torch.Tensor] | None = [] if capture else None
+        for i, layer in enumerate(self.model.layers):
+            h, probs = layer_step(layer, h, cos, sin, cache.k[i], cache.v[i], pos, visible, capture=capture)
+            if attentions is not None:
+                attentions.append(probs)
+        return self.head(h), attentions
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits of hidden states: the final norm and the LM head (an early exit applies them after any layer)."""

@@ -1,4 +1,4 @@
-"""The native decoder as a backend: our Decoder plus its static KVCache."""
+"""The native decoder as a backend: our Decoder plus its static KVCache, its decode step compiled on request."""
 from __future__ import annotations
 
 import torch
@@ -22,6 +22,7 @@ class NativeBackend:
         # The native config goes through the same reader as any Hugging Face config.json.
         self.spec = native_spec(model.cfg, name)
         self.kind = "native"
+        self.compiled = None  # a CompiledStep once compile() is asked for
 
     @property
     def weights(self) -> str:
@@ -30,6 +31,17 @@ class NativeBackend:
 
     def use_weights(self, weights: str) -> None:
         self.model.fuse(weights)
+        if self.compiled is not None:
+            self.compile(self.compiled.mode)  # new matrices: a new graph
+
+    def compile(self, mode: str | None = None):  # noqa: ANN201 - a CompiledStep (torch.compile set up when asked)
+        """Decode steps compiled from now on (kvviz.engine.compiled; mode: "inductor", or "cuda graphs", CUDA's
+        default): the first step compiles, later ones reuse it; where compiling is impossible, steps run as before
+        and compiled.why_not says why."""
+        from kvviz.engine.compiled import CompiledStep
+
+        self.compiled = CompiledStep(self.model, self.device, mode)
+        return self.compiled
 
     def new_cache(self, batch_size: int, max_len: int) -> KVCache:
         return self.model.new_cache(batch_size, max_len)
@@ -38,6 +50,10 @@ class NativeBackend:
     def forward(
         self, input_ids: torch.Tensor, cache: KVCache | None, *, capture_attention: bool, all_logits: bool
     ) -> ForwardResult:
+        if self.compiled is not None and type(cache) is KVCache:  # not compression's caches: they evict, quantize
+            out = self.compiled(input_ids, cache, capture=capture_attention)
+            if out is not None:
+                return ForwardResult(*out)
         out = self.model(input_ids, cache, capture_attention=capture_attention, all_logits=all_logits)
         return ForwardResult(out.logits, out.attentions)
 
