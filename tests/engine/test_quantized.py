@@ -78,7 +78,9 @@ def test_int8_logits_stay_within_the_stated_distance_of_float32_on_smollm2(smoll
     clear = (top2[:, 0] - top2[:, 1]) > 2 * diff
     assert torch.equal(f32.argmax(-1)[clear], q8.argmax(-1)[clear])
     agree = float((f32.argmax(-1) == q8.argmax(-1)).float().mean())
-    assert agree >= 0.9, agree  # measured 0.94 on this prompt (0.94–0.97 over three); the clear positions exactly
+    # measured 0.94 on this prompt (0.94–0.97 over three) on an AVX-512 CPU, 0.89 (57 of 64) on an AVX2-only one, whose
+    # int8 kernel sums in another order: the flips are near-ties; the clear positions agree exactly (above)
+    assert agree >= 0.85, agree
 
 
 def test_int8_cached_decode_equals_its_own_recomputation(smollm2_int8):
