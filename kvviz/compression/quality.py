@@ -32,10 +32,11 @@ MAX_TEXT_BYTES = 2_000_000
 
 @cache
 def held_out_text() -> str:
-    """The shipped model's held-out documents, read through the corpus module (never a fixed file)."""
+    """The shipped model's held-out documents, as the package ships them (kvviz/assets/held_out/, written by the
+    training run from the corpus it split): no download and no system tool at run time."""
     from kvviz.training import corpus
 
-    return "\n\n".join(d.text for d in corpus.build_corpus().held_out)
+    return "\n\n".join(d.text for d in corpus.shipped_held_out()[1])
 
 
 def read_text(path: str | Path) -> str:
