@@ -17,7 +17,6 @@ import io
 import secrets
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import segno
 import streamlit as st
@@ -29,14 +28,17 @@ from kvviz.app.navigation import PAGES, ROOT
 from kvviz.app.state import REGISTRY, page_state
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
-from kvviz.room.store import LECTURER_BEAT_S, RoomStore, store_from_env
+from kvviz.room.network import RoomLink, network_address, room_link
+from kvviz.room.results import RESULT_COLUMNS, results_csv, summary
+from kvviz.room.store import LECTURER_BEAT_S, Asked, RoomStore, store_from_env
 
 # explore: a follower exploring on their own (the room kept, to follow again); replay: the lecturer's step to reach
 # stopped: why this lecturer's sharing stopped (an InputError), said at the top of every page until dismissed;
 # at: the page the room was last told the lecturer is on
 # sent: (room id, the view) last published, so a rerun that changes nothing is not a new version for the room
+# results: an ended room's results (its questions asked), shown once by the next share box
 ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None,
-                  sent=None)
+                  sent=None, results=None)
 # The pages a room can follow (they publish what they draw and draw a follower's view, see follow_or_share): every
 # page but Home; the lecturer on Home (or a page not listed): followers are told which, and linked to it on their
 # own. Only these pages offer "Share with the room".
@@ -163,10 +165,11 @@ def _follower_id() -> str:
     return ROOM.get("follower")
 
 
-def _link(room_id: str) -> str:
-    """The followers' link: this page's address with `?room=<id>` and nothing else (no secret, no language)."""
-    parts = urlsplit(st.context.url or "")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode({"room": room_id}), ""))
+def _link(room_id: str) -> RoomLink:
+    """The followers' link (kvviz.room.network.room_link): this page's address with `?room=<id>` alone, on the
+    machine's network address where the lecturer opened it at a loopback one; or why no phone can open it."""
+    return room_link(st.context.url or "", room_id, st.get_option("server.address"), st.get_option("server.port"),
+                     network_address())
 
 
 def qr_svg(url: str) -> str:
@@ -231,7 +234,9 @@ def _this_page() -> str | None:
 
 
 def _end_room(room_id: str) -> None:
-    _try(lambda: room_store().end(room_id, ROOM.get("secret")), callback=True)
+    secret = ROOM.get("secret")
+    ROOM.set("results", _try(lambda: room_store().results(room_id, secret), callback=True))  # shown once, after
+    _try(lambda: room_store().end(room_id, secret), callback=True)
     ROOM.reset("id", "secret", "at")
     st.toast(tr("room.ended"))
 
@@ -246,22 +251,64 @@ def share_box() -> str | None:
             ROOM.set("secret", room.secret)
 
     if ROOM.get("id") is None:
+        ended = ROOM.pop("results")
+        if ended is not None:
+            _ended_results(ended)
         st.button(tr("room.share"), key="room_share", help=tr("room.share_help"), icon=":material/groups:",
                   on_click=open_room)
         return None
     room_id = ROOM.get("id")
+    link = _link(room_id)
     with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
         text, code = st.columns([3, 2], vertical_alignment="center")  # the code ~470 px: whole on a 720 px screen
         text.markdown(f"**{tr('room.scan')}**")  # a subheader was drawn half under the code box (lecture CSS)
-        text.code(_link(room_id), language=None, wrap_lines=True)
+        if link.url is not None:
+            text.code(link.url, language=None, wrap_lines=True)
+            code.image(qr_svg(link.url), width="stretch")  # the column's width: scannable from the back
+        else:  # a link only this machine opens is never shown: why, and the command that fixes it
+            text.warning(tr(link.why), icon=":material/wifi_off:")
+        asked = _try(lambda: room_store().results(room_id, ROOM.get("secret")))
+        if asked:
+            text.download_button(tr("room.results"), _results_csv(asked), file_name="kvviz-room-results.csv",
+                                 mime="text/csv", key="room_results", help=tr("room.results_help"),
+                                 icon=":material/download:", on_click="ignore")
         text.button(tr("room.end"), key="room_end", icon=":material/logout:", on_click=_end_room, args=(room_id,))
-        code.image(qr_svg(_link(room_id)), width="stretch")  # the column's width: scannable from the back
     return room_id
 
 
-def _counts(counts: Mapping[str, int], labels: Mapping[str, str], answer: str | None) -> None:
+def _results_csv(asked: Sequence[Asked]) -> str:
+    from kvviz.app.views.check import labels_by_id, question_text  # the questions a room is asked: the Check page's
+
+    return results_csv(asked, question_text, labels_by_id, [tr(f"room.col_{c.split('_')[0]}") for c in RESULT_COLUMNS])
+
+
+def _ended_results(asked: Sequence[Asked]) -> None:
+    """The ended room's results, once: per question how many answered and were right, and the CSV to keep."""
+    from kvviz.app.views.check import question_text
+
+    @st.dialog(tr("room.results_title"), width="large")
+    def show() -> None:
+        if not asked:
+            st.info(tr("room.results_none"))
+            return
+        st.caption(tr("room.results_ended"))
+        st.table([{tr("room.col_question"): question_text(s.question), tr("room.col_answered"): s.answered,
+                   tr("room.col_right"): "" if s.right is None else s.right,
+                   tr("room.col_right_share"): "" if s.right_share is None else f"{100 * s.right_share:.0f}"}
+                  for s in summary(asked)])
+        st.download_button(tr("room.results"), _results_csv(asked), file_name="kvviz-room-results.csv",
+                           mime="text/csv", key="room_results_ended", icon=":material/download:", on_click="ignore")
+
+    show()
+
+
+def _counts(counts: Mapping[str, int], labels: Mapping[str, str], answer: str | None, shown: bool = True) -> None:
+    """The tally: how many answered and, when `shown` (the lecturer's choice, or revealed), the counts per option."""
     total = sum(counts.values())
     st.caption(tr("room.answers", n=total))
+    if not shown:
+        st.caption(tr("room.tally_hidden"))
+        return
     for option, n in counts.items():
         mark = " ✓" if option == answer else ""
         st.progress(n / total if total else 0.0, text=f"{labels[option]}{mark} — {n}")
@@ -275,9 +322,10 @@ def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], a
         return
     poll = _try(lambda: room_store().tally(room_id))
     if poll is None or poll.question != question:
+        show = st.checkbox(tr("room.show_tally"), key=f"room_show_tally_{question}", help=tr("room.show_tally_help"))
         if st.button(tr("room.open_question"), key=f"room_ask_{question}", help=tr("room.open_question_help"),
                      icon=":material/campaign:"):
-            _try(lambda: room_store().open_question(room_id, secret, question, options))
+            _try(lambda: room_store().open_question(room_id, secret, question, options, answer, show))
             st.rerun()
         return
 
@@ -287,7 +335,7 @@ def ask_room(question: str, options: Sequence[str], labels: Mapping[str, str], a
         if poll is None or poll.question != question:
             return
         st.caption(tr("room.asked"))
-        _counts(poll.counts, labels, answer if poll.revealed else None)
+        _counts(poll.counts, labels, answer if poll.revealed else None, poll.revealed or poll.show_tally)
         if not poll.revealed:
             st.button(tr("room.reveal_room"), key=f"room_reveal_{question}", type="primary",
                       on_click=lambda: _try(lambda: room_store().reveal(room_id, secret), callback=True))
@@ -438,6 +486,9 @@ def follow_check(labels: Callable[[str], Mapping[str, str]], answers: Callable[[
 
         st.radio(tr("room.your_answer"), list(poll.counts), index=None, key=key, format_func=names.get,
                  on_change=send, disabled=poll.revealed)
+        st.caption(tr("room.anonymous"))
+        if not poll.revealed:  # the counts as they come in if the lecturer chose so, else only at the reveal
+            _counts(poll.counts, names, None, poll.show_tally)
         if poll.revealed:
             _counts(poll.counts, names, answers(poll.question))
             st.success(tr("room.correct_was", answer=names[answers(poll.question)]))
