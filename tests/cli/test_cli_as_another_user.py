@@ -47,6 +47,8 @@ def user():
 def test_every_command_prints_json_alone_as_another_user_without_apt(user):
     assert user.run(["sh", "-c", "command -v apt-get dpkg || echo none"]).stdout.strip() == "none"
     assert user.run(["sh", "-c", f"touch {user.checkout}/x 2>/dev/null || echo refused"]).stdout.strip() == "refused"
+    probe = user.home / "written-outside-the-cache"  # the scan must see a file written where none may be
+    assert user.run(["touch", str(probe)]).returncode == 0
     took = {}
     for name, args in COMMANDS.items():
         if name == "fetch-model" and not (user.home / ".cache" / "kvviz" / "models").is_dir():
@@ -65,4 +67,4 @@ def test_every_command_prints_json_alone_as_another_user_without_apt(user):
         json.loads(out.stdout)  # the whole of stdout is one JSON document
     print(f"\nseconds per command, as {user.user}: {took}")
     user.end_processes()
-    assert user.written() == []  # nothing outside HOME's cache and the temp directory
+    assert user.written() == [str(probe)]  # nothing but the probe outside HOME's cache and the temp directory

@@ -28,6 +28,7 @@ from kvviz.app.navigation import PAGES, ROOT
 from kvviz.app.state import REGISTRY, page_state
 from kvviz.engine.config import DecoderConfig
 from kvviz.errors import InputError
+from kvviz.i18n import t
 from kvviz.room.network import RoomLink, network_address, room_link
 from kvviz.room.results import RESULT_COLUMNS, results_csv, summary
 from kvviz.room.store import LECTURER_BEAT_S, Asked, RoomStore, store_from_env
@@ -261,25 +262,28 @@ def share_box() -> str | None:
     link = _link(room_id)
     with st.expander(tr("room.link"), expanded=True, icon=":material/qr_code_2:"):
         text, code = st.columns([3, 2], vertical_alignment="center")  # the code ~470 px: whole on a 720 px screen
-        text.markdown(f"**{tr('room.scan')}**")  # a subheader was drawn half under the code box (lecture CSS)
         if link.url is not None:
+            text.markdown(f"**{tr('room.scan')}**")  # a subheader was drawn half under the code box (lecture CSS)
             text.code(link.url, language=None, wrap_lines=True)
             code.image(qr_svg(link.url), width="stretch")  # the column's width: scannable from the back
         else:  # a link only this machine opens is never shown: why, and the command that fixes it
-            text.warning(tr(link.why), icon=":material/wifi_off:")
-        asked = _try(lambda: room_store().results(room_id, ROOM.get("secret")))
-        if asked:
-            text.download_button(tr("room.results"), _results_csv(asked), file_name="kvviz-room-results.csv",
-                                 mime="text/csv", key="room_results", help=tr("room.results_help"),
-                                 icon=":material/download:", on_click="ignore")
+            text.warning(tr(link.why, address=st.get_option("server.address")), icon=":material/wifi_off:")
+        store, secret, language = room_store(), ROOM.get("secret"), lang()
+        if _try(lambda: store.results(room_id, secret)):
+            # written when pressed (on a thread of its own, outside this session): the counts as they stand then,
+            # not as they stood when the box was last drawn (the tally is redrawn by its fragment alone)
+            text.download_button(tr("room.results"), lambda: _results_csv(store.results(room_id, secret), language),
+                                 file_name="kvviz-room-results.csv", mime="text/csv", key="room_results",
+                                 help=tr("room.results_help"), icon=":material/download:", on_click="ignore")
         text.button(tr("room.end"), key="room_end", icon=":material/logout:", on_click=_end_room, args=(room_id,))
     return room_id
 
 
-def _results_csv(asked: Sequence[Asked]) -> str:
+def _results_csv(asked: Sequence[Asked], language: str) -> str:
     from kvviz.app.views.check import labels_by_id, question_text  # the questions a room is asked: the Check page's
 
-    return results_csv(asked, question_text, labels_by_id, [tr(f"room.col_{c.split('_')[0]}") for c in RESULT_COLUMNS])
+    return results_csv(asked, lambda q: question_text(q, language), lambda q: labels_by_id(q, language),
+                       [t(f"room.col_{c.split('_')[0]}", language) for c in RESULT_COLUMNS])
 
 
 def _ended_results(asked: Sequence[Asked]) -> None:
@@ -296,7 +300,7 @@ def _ended_results(asked: Sequence[Asked]) -> None:
                    tr("room.col_right"): "" if s.right is None else s.right,
                    tr("room.col_right_share"): "" if s.right_share is None else f"{100 * s.right_share:.0f}"}
                   for s in summary(asked)])
-        st.download_button(tr("room.results"), _results_csv(asked), file_name="kvviz-room-results.csv",
+        st.download_button(tr("room.results"), _results_csv(asked, lang()), file_name="kvviz-room-results.csv",
                            mime="text/csv", key="room_results_ended", icon=":material/download:", on_click="ignore")
 
     show()
