@@ -317,6 +317,6 @@ def quality_report(backend: Backend, methods: list[Method], text: str | None = N
     common = {"model": spec.name, "kind": spec.attention_kind, "n_layers": spec.n_layers, "n_heads": spec.n_heads,
               "n_kv_heads": spec.n_kv_heads, "d_head": spec.d_head,
               "dtype": str(backend.dtype).removeprefix("torch."),
-              "text": text_name or "held-out split (kvviz.training.corpus)", "seq_len": seq_len, "n_prompt": n_prompt,
+              "text": text_name or "held-out split (kvviz/assets/held_out)", "seq_len": seq_len, "n_prompt": n_prompt,
               "n_chunks": rows[0].n_predicted // (seq_len - n_prompt)}
     return {"results": [{**common, **r.to_dict()} for r in rows]}
