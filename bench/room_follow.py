@@ -157,7 +157,7 @@ def _poll(store: RoomStore, room_id: str, followers: int, threads: int, stop: th
             if stop.is_set():
                 return
             follower = mine[n % len(mine)]
-            store.follow(room_id, follower)
+            store.hold_seat(room_id, follower)
             t0 = time.perf_counter()
             version, _ = store.status(room_id)
             t1 = time.perf_counter()

@@ -1,9 +1,12 @@
 """English and Korean strings from TOML locale files: kvviz/locales/<lang>/<section>.toml.
 
-A key reads `section.name` (e.g. `sidebar.model`); every key exists in both languages (a test checks).
+A key reads `section.name` (e.g. `sidebar.model`); every key exists in both languages, and every key the code asks
+for exists (tests/app/test_i18n_keys.py). A missing key shows as itself in the app; with KVVIZ_STRICT_I18N=1 (the
+tests set it) t() raises, so a string the code asks for and nobody wrote fails a test instead.
 """
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from functools import cache
@@ -51,7 +54,18 @@ def fill(template: str, **values: object) -> str:
     return plural(template, values).format(**values)
 
 
+STRICT_ENV = "KVVIZ_STRICT_I18N"  # "1": a key missing in the language asked for raises (the tests), not shown raw
+
+
+class MissingString(KeyError):
+    """A locale key the code asks for that the language's files do not have (raised only when strict)."""
+
+
 def t(key: str, lang: str = "en", **values: object) -> str:
-    """The string for `key` in `lang`, formatted with `values`; a missing key shows as itself."""
-    text = catalog(lang).get(key) or catalog("en").get(key) or key
+    """The string for `key` in `lang`, formatted with `values`; a missing key shows as itself (raises when strict)."""
+    text = catalog(lang).get(key)
+    if text is None:
+        if os.environ.get(STRICT_ENV) == "1":
+            raise MissingString(f"no string {key!r} in kvviz/locales/{lang}/ ({STRICT_ENV}=1)")
+        text = catalog("en").get(key) or key
     return fill(text, **values) if values else text

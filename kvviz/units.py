@@ -1,5 +1,5 @@
 """Byte sizes as people read them: one formatter for binary units (KiB = 1024 B) and one for decimal (kB = 1000 B);
-and `format_fixed`, a measured number with fixed decimals (or "—" where it is unknown).
+and `format_fixed`, a measured number with fixed decimals (or "—" where it is unknown); `format_ms`, seconds in ms.
 
 Rounding is half-up on the exact value (1,152 B = 1.125 KiB → "1.13 KiB", not float's "1.12"); thousands are
 grouped ("1,000 B", "13,878.00 PiB"), and the units run up to PiB (PB), past which the number grows.
@@ -75,3 +75,8 @@ def format_fixed(value: float | None, digits: int = 1, *, scale: float = 1.0, un
         return UNKNOWN
     text = f"{value * scale:.{digits}f}"
     return f"{text} {unit}" if unit else text
+
+
+def format_ms(seconds: float | None, digits: int = 2) -> str:
+    """Seconds as milliseconds with `digits` decimals: format_ms(0.0125) is "12.50 ms"; None is "—"."""
+    return format_fixed(seconds, digits, scale=1e3, unit="ms")

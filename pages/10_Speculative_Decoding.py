@@ -1,19 +1,24 @@
 """Speculative Decoding: a draft proposes k tokens, the target verifies them in one pass over k + 1 positions of
 its cache, and the positions it rejects are rolled back out of every cache, in place — stepped on a real decoder.
-kvviz.app.views.speculative draws the run from its texts and numbers, which a lecture room's followers get."""
+kvviz.app.views.spec draws the run from its texts and numbers, which a lecture room's followers get."""
 import streamlit as st
 
+from kvviz.app.decode_controls import DecodeController
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import demo_seed, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption, shipped_for_hf
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.session import follower_room
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, follower_room, page_settings, publish, share_button, take_replay
-from kvviz.app.widgets import current_number, number_in_range, persisted, serve_presses, stepper_row
+from kvviz.app.widgets import current_number, number_in_range, persisted
 from kvviz.engine.spec.ngram import NgramConfig
 from kvviz.errors import InputError
 from kvviz.i18n import t
 
-PAGE = "pages/10_Speculative_Decoding.py"
+PAGE = page_of(__file__)
 settings = page_setup("spec.title")
 lecture = settings.lecture
 head = lecture_head(tr("spec.title"))
@@ -22,13 +27,13 @@ with head[0], intro_box():  # on a projector folded away: the page is the demo
 settings = shipped_for_hf(settings, "spec.hf_note")  # the cache is cropped in place inside kvviz's own decoder
 if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
     with loading_engine():
-        from kvviz.app.views.speculative import follow
+        from kvviz.app.views.spec import follow
 # A follower's page stops here; the lecturer: an open room's link and QR code, full width.
-follow_or_share("spec", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 IDEAS = ("step", "acceptance", "speed")
 shown = {IDEAS[i] for i in ideas([tr(f"spec.idea_{name}") for name in IDEAS], "spec")}  # lecture: one
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.speculative import EXPLORED, MEASURE_REPEATS, SPEC, download, draw
+    from kvviz.app.views.spec import EXPLORED, MEASURE_REPEATS, SPEC, download, draw
     from kvviz.engine.backends.native import NativeBackend
     from kvviz.engine.spec import drafts
     from kvviz.engine.spec.decoding import SpeculativeGeneration
@@ -108,10 +113,6 @@ def step_once(gen: SpeculativeGeneration) -> bool:
     return True
 
 
-def play(on: bool) -> None:
-    state.spec_playing = on  # set, never toggled: a click may reach the server twice
-
-
 def reset() -> None:
     state.spec_gen, state.spec_playing, state.spec_measured = None, False, None
 
@@ -154,8 +155,6 @@ with head[1], settings_box(tr("spec.settings"), border=True):
 
 if not lecture:
     model_caption(backend.spec)
-gen0: SpeculativeGeneration | None = state.spec_gen
-state.spec_timer_on = bool(state.spec_playing and gen0 is not None and not gen0.done)
 
 
 def can_step_now() -> bool:
@@ -164,15 +163,17 @@ def can_step_now() -> bool:
     return decode_view.can_step(gen, gen is not None and gen.backend is not backend)
 
 
-@st.fragment(run_every=PLAY_PERIOD_S if state.spec_timer_on else None)
+controls = DecodeController(SPEC, prefill=prefill, step=lambda: step_once(state.spec_gen), reset=reset,
+                            can_step=can_step_now, period=PLAY_PERIOD_S)
+
+
+@st.fragment(run_every=controls.timer())  # Play's timer
 def live_view() -> None:
     """Controls and the view: a Step or a Play tick reruns only this."""
     # Every press since the last run, in order, before the controls are drawn (so they show its result).
-    serve_presses("spec", can_step=can_step_now, prefill=prefill, reset=reset, play=play,
-                  step=lambda: step_once(state.spec_gen))
+    controls.serve()
     gen: SpeculativeGeneration | None = state.spec_gen
-    playing = state.spec_playing
-    can_step = can_step_now()
+    playing = controls.playing
     # On a projector one row holds the buttons and the run's status line (the keys are in the Step button's help).
     if lecture:
         buttons, line = st.columns([5, 8], vertical_alignment="center")
@@ -180,35 +181,30 @@ def live_view() -> None:
         b = [buttons.container(horizontal=True, vertical_alignment="center", gap="xsmall")] * 5 + [line]
     else:
         b = st.columns([1, 1, 1, 1, 2, 3], vertical_alignment="center")
-    stepper_row(b, "spec", playing=playing, can_step=can_step, prefill_disabled=playing,
-                step_help=tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else ""),
-                shown=len(gen.events) if gen is not None else 0, prefill=prefill, play=play, reset=reset)
+    controls.row(b, prefill_disabled=playing,
+                 step_help=tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else ""),
+                 shown=len(gen.events) if gen is not None else 0)
     download(b[4], gen, compact=lecture)
     if not lecture:
         b[5].caption(tr("spec.keys_help"))
-    if playing and can_step:
-        step_once(gen)
-    if state.spec_playing and (gen is None or gen.done):
-        state.spec_playing = False
-    if bool(state.spec_playing and gen is not None and not gen.done) != state.spec_timer_on:
-        st.rerun(scope="app")  # the whole page, so the timer starts or stops
+    controls.beat()
+    controls.settle()  # finished: Play stops by itself
     if state.spec_error is not None:
         show_error(state.spec_error)
         state.spec_error = None
     if gen is None:
         st.info(tr("spec.empty"))
-        publish({"page": None}, PAGE)  # reset, or no run yet: a room's followers wait for the next one
+        if room is not None:  # reset, or no run yet: a room's followers wait for the next one
+            room.publish(None)
         return
     if gen.backend is not backend:
         st.warning(tr("spec.stale", name=gen.backend.spec.name))
         return
-    publish(draw(gen, b[5] if lecture else st, shown, lecture=lecture, measure=measure, device=str(backend.device)),
-            PAGE)  # a lecture room's followers draw the same
+    controls.warn()
+    view = draw(gen, b[5] if lecture else st, shown, lecture=lecture, measure=measure, device=str(backend.device))
+    if room is not None:  # a lecture room's followers draw the same; "Explore from here" replays the run
+        room.publish(view, explore=state.spec_started)
 
 
-replay = take_replay()
-if replay is not None:  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
-    prefill()
-    for _ in range(replay if state.spec_gen is not None else 0):  # a refused prefill is said by the live view
-        step_once(state.spec_gen)
+controls.replay()  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
 live_view()

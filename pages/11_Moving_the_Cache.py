@@ -7,6 +7,10 @@ import streamlit as st
 from kvviz.app.language import tr
 from kvviz.app.lecture import idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption, shipped_for_hf
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.views.moving import (
     break_even_view,
@@ -19,9 +23,8 @@ from kvviz.app.views.moving import (
     store_state,
     ttft_view,
 )
-from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 
-PAGE = "pages/11_Moving_the_Cache.py"
+PAGE = page_of(__file__)
 
 settings = page_setup("moving.title")
 lecture = settings.lecture
@@ -32,7 +35,7 @@ with about:
     st.write(tr("moving.intro"))
 settings = shipped_for_hf(settings, "moving.hf_note")  # the store copies into kvviz's own cache
 # A follower: the lecturer's numbers, drawn read-only, no model here; the lecturer: an open room's link.
-follow_or_share("moving", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 IDEAS = ("tiers", "ttft", "break_even", "handoff")
 shown = {IDEAS[i] for i in ideas([tr(f"moving.idea_{name}") for name in IDEAS], "moving")}
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -72,4 +75,6 @@ with about if lecture else st.expander(tr("moving.rules_title")):  # on a projec
     if lecture:
         st.markdown(f"**{tr('moving.rules_title')}**")
     st.markdown(tr("moving.rules"))
-publish(room_view(shown, parts, dep, backend.spec.name, str(backend.device), page_settings(settings, "mv")), PAGE)
+if room is not None:
+    room.publish(room_view(shown, parts, dep, backend.spec.name, str(backend.device)),
+                 explore=page_settings(settings, "moving"))

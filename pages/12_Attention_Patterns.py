@@ -9,16 +9,19 @@ import streamlit as st
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import demo_seed, idea_title, ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.state import page_state
 from kvviz.app.url_state import one_of, url_state
 from kvviz.app.views.heads import follow, idea_titles, induction, induction_numbers, sink_numbers, sinks
-from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 from kvviz.app.widgets import number_in_range, persisted
 from kvviz.errors import InputError
 from kvviz.training.prose import PROSE
 
-PAGE = "pages/12_Attention_Patterns.py"
+PAGE = page_of(__file__)
 settings = page_setup("heads.title")
 state = page_state("heads", custom_text="")  # the other keys are number boxes and the link's, seeded where drawn
 state.seed()
@@ -27,7 +30,7 @@ head = lecture_head(tr("heads.title"))
 with head[0], intro_box():  # on a projector folded away: the presenter says it
     st.write(tr("heads.intro"))
 # A follower: the ideas on the lecturer's screen, from the lecturer's model's numbers; the lecturer: an open room.
-follow_or_share("heads", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 titles = idea_titles()
 show = ideas(titles, "heads")
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -63,7 +66,7 @@ with head[1], settings_box(tr("heads.settings")):  # this idea's inputs; on a pr
     model_caption(backend.spec)
     inputs = st.container()
 
-published = {"page": "heads", "shown": show, "model": backend.spec.name}  # what a lecture room's followers draw
+published = {"shown": show, "model": backend.spec.name}  # what a lecture room's followers draw
 if 0 in show:
     idea_title(titles[0], small=True)
     c1, c2 = inputs.columns([1, 2])
@@ -101,7 +104,8 @@ if 1 in show:
                                                copying(backend, model_key()))
     induction(published["induction"], lecture)
 # "Explore from here": the lecturer's model and boxes, the seed as this run used it (lecture mode pins it)
-published["explore"] = page_settings(settings, "heads", keep=("custom_text",), also=("kv_url_text",))
+explore = page_settings(settings, "heads", keep=("custom_text",), also=("kv_url_text",))
 if 1 in show:
-    published["explore"]["heads_seed"] = float(demo_seed(seed))
-publish(published, PAGE)
+    explore["heads_seed"] = float(demo_seed(seed))
+if room is not None:
+    room.publish(published, explore=explore)

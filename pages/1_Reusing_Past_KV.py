@@ -3,22 +3,21 @@ import time
 
 import streamlit as st
 
+from kvviz.app.decode_controls import DecodeController
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import intro_box, lecture_head, settings_box
 from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
+from kvviz.app.navigation import page_of
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.session import follower_room
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import record_timing
-from kvviz.app.views.room import follow_or_share, follower_room, publish, share_button, take_replay
-from kvviz.app.widgets import (
-    current_number,
-    number_in_range,
-    persisted,
-    serve_presses,
-    stepper_row,
-)
+from kvviz.app.widgets import current_number, number_in_range, persisted
 from kvviz.engine.chat import chat_prompt
 from kvviz.errors import InputError
 
+PAGE = page_of(__file__)
 settings = page_setup("reuse.title")
 lecture = settings.lecture
 head = lecture_head(tr("reuse.title"))
@@ -26,11 +25,11 @@ with head[0], intro_box():  # on a projector folded away: the page is the demo
     st.caption(tr("reuse.lead"))
 if follower_room():  # a lecture's follower: the lecturer's run, drawn read-only; this session runs no model
     with loading_engine():
-        from kvviz.app.views.decode import follow
+        from kvviz.app.views.reuse import follow
 # A follower's page stops here; the lecturer: an open room's link and QR code, full width (scannable from the back).
-follow_or_share("reuse", "pages/1_Reusing_Past_KV.py", lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 with loading_engine():  # the first screen is drawn: now torch and the model
-    from kvviz.app.views.decode import REUSE, download, draw, run_settings
+    from kvviz.app.views.reuse import REUSE, download, draw, run_settings
     from kvviz.engine.generation import Generation
     from kvviz.lessons import decode_view
     backend = get_backend(settings)
@@ -81,12 +80,6 @@ def step_once(gen: Generation) -> bool:
     return True
 
 
-def play(on: bool) -> None:
-    # Set, never toggle: a click can reach the server twice when a timed fragment run coalesces with it.
-    state.reuse_playing = on
-    state.reuse_play_times, state.reuse_play_next = [], None
-
-
 def reset() -> None:
     state.reuse_gen, state.reuse_playing, state.reuse_checks = None, False, {}
     state.reuse_clamped = None
@@ -97,12 +90,13 @@ def is_stale(gen: Generation | None) -> list[str]:
     return decode_view.changed_settings(state.get("reuse_model_key"), model_key) if gen is not None else []
 
 
-gen: Generation | None = state.reuse_gen
-changed = is_stale(gen)
-stale = bool(changed)
-if stale and state.reuse_playing:
-    state.reuse_playing = False  # stopped, and it stays stopped if the sidebar goes back: no surprise replay
-can_step = decode_view.can_step(gen, stale)
+def can_step_now() -> bool:
+    """Whether Step and Play may run a pass: a run is started, not finished, on the sidebar it started with."""
+    return decode_view.can_step(state.reuse_gen, bool(is_stale(state.reuse_gen)))
+
+
+controls = DecodeController(REUSE, prefill=prefill, step=lambda: step_once(state.reuse_gen), reset=reset,
+                            can_step=can_step_now, period=lambda: 1.0 / float(state.reuse_speed))
 
 with head[1], settings_box(tr("reuse.settings"), border=True):
     share_button(lecture)  # behind the settings button: the growth idea keeps one 720 px screen
@@ -121,55 +115,31 @@ with head[1], settings_box(tr("reuse.settings"), border=True):
 
 if backend is not None and not lecture:
     model_caption(backend.spec)
-period = 1.0 / float(state.reuse_speed)
-# Whether this full run starts Play's timer: a fragment rerun keeps the timer it was registered with, so a
-# change of playing needs a whole-page rerun.
-state.reuse_timer_on = bool(state.reuse_playing and can_step)
 
 
-@st.fragment(run_every=period if state.reuse_timer_on else None)
+@st.fragment(run_every=controls.timer())  # Play's timer; a sidebar change stops Play, and it stays stopped
 def live_view() -> None:
     """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
     run_start = time.perf_counter()
     n_before = len(state.reuse_gen.events) if state.reuse_gen is not None else 0
     # Every press since the last run, in order, before the controls are drawn (so they show its result).
-    serve_presses("reuse", can_step=lambda: decode_view.can_step(state.reuse_gen, bool(is_stale(state.reuse_gen))),
-                  prefill=prefill, reset=reset, play=play, step=lambda: step_once(state.reuse_gen))
+    controls.serve()
     gen: Generation | None = state.reuse_gen
-    playing = state.reuse_playing
+    playing = controls.playing
     changed = is_stale(gen)  # read again here: a Prefill in this run starts a generation on the current settings
     stale = bool(changed)
-    can_step = decode_view.can_step(gen, stale)
     n_events = n_before if gen is state.reuse_gen else 0
     b = st.columns([1, 1, 1, 1, 1, 3] if lecture else [1, 1, 1, 1, 2, 3], vertical_alignment="center")
-    stepper_row(b, "reuse", playing=playing, can_step=can_step, prefill_disabled=backend is None or playing,
-                step_help=tr("reuse.step_help"), shown=len(gen.token_ids) if gen is not None else 0,
-                prefill=prefill, play=play, reset=reset)
+    controls.row(b, prefill_disabled=backend is None or playing, step_help=tr("reuse.step_help"),
+                 shown=len(gen.token_ids) if gen is not None else 0)
     download(b[4], gen, compact=lecture)
     # On a projector the status line takes the keys' place (Step's tooltip names them): one row, not two.
     state.reuse_status_slot = b[5].empty() if lecture else None
     if not lecture:
         b[5].caption(tr("reuse.keys_help"))
 
-    if playing and gen is not None and not stale:
-        # Play keeps a schedule (one step every period from its start), not "a period since the last step":
-        # a timer tick that comes late or early still lands on its beat, so jitter does not lose beats.
-        # At most one step per redraw: a late tick shows its step late (and says so), never several at once.
-        now = time.monotonic()
-        before = state.reuse_play_next
-        due, state.reuse_play_next = decode_view.play_beats(before, now, period)
-        record_timing("reuse_play_tick", due=due, late_s=0.0 if before is None else now - before)
-        if before is not None and now - before > period:  # a whole beat late: the machine is behind right now
-            state.reuse_play_late = now
-        for _ in range(due):
-            if step_once(gen):
-                state.reuse_play_times.append(now)
-        del state.reuse_play_times[:-21]
-    if state.reuse_playing and (gen is None or gen.done or gen.cache is None or stale):
-        state.reuse_playing = False  # finished (or freed): Play stops by itself
-    timer_on = bool(state.reuse_playing and gen is not None and not gen.done and not stale)
-    if timer_on != state.reuse_timer_on:
-        st.rerun(scope="app")  # the whole page, so the timer starts or stops
+    controls.beat()
+    controls.settle()  # finished, freed or stale: Play stops by itself
     if state.reuse_error is not None:
         show_error(state.reuse_error)
         state.reuse_error = None
@@ -179,24 +149,16 @@ def live_view() -> None:
     if gen is None:
         st.info(tr("reuse.empty"))
         return
-    if playing:
-        rate = decode_view.achieved_rate(state.reuse_play_times)
-        warning = decode_view.play_warning(rate, period, time.monotonic() - state.reuse_play_late)
-        if warning == "play_behind":
-            st.warning(tr("reuse.play_behind", rate=f"{rate:.1f}", asked=f"{1 / period:g}"))
-        elif warning == "play_late":  # before the rate says it
-            st.warning(tr("reuse.play_late", asked=f"{1 / period:g}"))
+    controls.warn()
     started = run_settings(state.reuse_model_key, state.reuse_prompt, bool(state.get("_w_reuse_chat")),
                            gen.max_new_tokens)  # what "Explore from here" starts a follower's own run with
-    publish({**draw(gen, lecture=lecture), "run": started}, "pages/1_Reusing_Past_KV.py")
+    view = draw(gen, lecture=lecture)
+    if room is not None:  # a lecture room's followers draw the same
+        room.publish(view, explore=started)
     if len(gen.events) > n_events:  # this run served steps: the server's own time for them, for bench/
         record_timing("reuse_steps", steps=len(gen.events) - n_events, run_s=time.perf_counter() - run_start,
                       model_s=sum(e.seconds for e in gen.events[n_events:]))
 
 
-replay = take_replay()
-if replay is not None:  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
-    prefill()
-    for _ in range(replay if state.reuse_gen is not None else 0):  # a refused prefill is said by the live view
-        step_once(state.reuse_gen)
+controls.replay()  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
 live_view()

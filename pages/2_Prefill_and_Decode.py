@@ -13,10 +13,13 @@ from kvviz.app.hosted import tokens_within
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, limit, model_caption, model_spec, preload_engine
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
 from kvviz.app.views.prefill import (
-    PAGE,
     PD,
     PHASES_IDEA,
     TICK_S,
@@ -28,29 +31,29 @@ from kvviz.app.views.prefill import (
     start_request,
     stop,
 )
-from kvviz.app.views.room import follow_or_share, page_settings, share_button
 from kvviz.lessons.prefill_decode import default_request
 
-settings = page_setup("prefill_decode.title")
+PAGE = page_of(__file__)
+settings = page_setup("prefill.title")
 lecture = settings.lecture
-st.title(tr("prefill_decode.title"))
+st.title(tr("prefill.title"))
 # A follower: the lecturer's runs and ideas, no model here; the lecturer: an open room's link and QR code.
-follow_or_share("prefill", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 spec = model_spec(settings)
 if spec is None:
     st.stop()
 
 # In lecture mode one idea per screen: the stepper under the title, then the introduction and the request's
 # controls in one row (none on the table of phases, which takes the whole screen).
-titles = [tr(f"prefill_decode.idea_{k}") for k in ("run", "numbers", "formula", "phases")]
-shown = ideas(titles, "pd")  # all four, or in lecture mode one
+titles = [tr(f"prefill.idea_{k}") for k in ("run", "numbers", "formula", "phases")]
+shown = ideas(titles, "prefill")  # all four, or in lecture mode one
 measuring_idea = not lecture or shown != [PHASES_IDEA]
 if measuring_idea:
     head = lecture_head(widths=(2, 3))
     with head[0], intro_box():
-        st.write(tr("prefill_decode.intro"))
+        st.write(tr("prefill.intro"))
         model_caption(spec)
-        noise_indicator(lambda: get_backend(settings), "pd")  # the model, loaded when the check first needs it
+        noise_indicator(lambda: get_backend(settings), "prefill")  # the model, loaded when the check first needs it
 
 # What the results were measured on: a different model (or dtype, device, shape) must not inherit them.
 model = ((settings.model, settings.hf_model, settings.dtype, settings.device, spec.name, spec.n_layers,
@@ -75,13 +78,13 @@ else:
 start_request(settings, request, model)
 running = PD.get("running")
 if measuring_idea:
-    b1.button(tr("prefill_decode.run"), on_click=start, type="primary", disabled=running, key="pd_run")
-    b2.button(tr("prefill_decode.stop"), on_click=stop, disabled=not running, key="pd_stop")
+    b1.button(tr("prefill.run"), on_click=start, type="primary", disabled=running, key="prefill_run")
+    b2.button(tr("prefill.stop"), on_click=stop, disabled=not running, key="prefill_stop")
 
 
 
 def tick() -> None:
-    live(shown, model, lecture, page_settings(settings, "pd"))
+    live(shown, model, lecture, room, page_settings(settings, "prefill"))
 
 
 st.fragment(tick, run_every=TICK_S if running else None)()  # on every idea: measuring never waits on the stepper

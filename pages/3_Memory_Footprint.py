@@ -9,6 +9,9 @@ import streamlit as st
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import intro_box, lecture_head, lecture_tabs, screen_part, settings_box
 from kvviz.app.models import preload_engine
+from kvviz.app.navigation import page_of
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.views.memory import (
     MEM,
@@ -28,19 +31,18 @@ from kvviz.app.views.memory import (
     seed_from_url,
     start_up_logs,
 )
-from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint, weight_bytes
 from kvviz.lessons.memory import lecture_screens
 
-PAGE = "pages/3_Memory_Footprint.py"
+PAGE = page_of(__file__)
 settings = page_setup("memory.title")
 lecture = settings.lecture
 head = lecture_head(tr("memory.title"))
 with head[0], intro_box():
     st.write(tr("memory.intro"))
 # A follower: the lecturer's scenario and screen, and nothing of this session's below; the lecturer: an open room.
-follow_or_share("memory", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 seed_from_url()
 
 # The formula, then the tabs; in lecture mode one of them per screen, the scenario's inputs behind one button
@@ -98,5 +100,6 @@ with tab_live:
     live(settings)
 
 keep_in_url()  # the scenario back into the link, so the link reproduces it
-publish(room_view(spec, choice), PAGE)  # a lecture room's followers draw the same scenario and screen
+if room is not None:  # a lecture room's followers draw the same scenario and screen
+    room.publish(room_view(spec, choice))
 preload_engine()  # the page is drawn: torch and the engine load in the background for Run here

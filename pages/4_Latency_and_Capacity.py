@@ -10,17 +10,19 @@ import streamlit as st
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head
 from kvviz.app.models import model_caption, model_spec, preload_engine
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
 from kvviz.app.shell import page_setup
 from kvviz.app.timing import noise_indicator
 from kvviz.app.views.latency import IDEAS, SWEEPS, LatencyPage, follow, roofline, room_view, sweep_panel
-from kvviz.app.views.room import follow_or_share, page_settings, publish
 
-PAGE = "pages/4_Latency_and_Capacity.py"
+PAGE = page_of(__file__)
 settings = page_setup("latency.title")
 lecture = settings.lecture
 st.title(tr("latency.title"))
 # A follower: the lecturer's sweeps and roofline, no model here; the lecturer: an open room's link and QR code.
-follow_or_share("latency", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 spec = model_spec(settings)
 if spec is None:
     st.stop()
@@ -32,7 +34,7 @@ page = LatencyPage(settings, spec, lecture_head(widths=(2, 3)))
 with page.head[0], intro_box():
     st.write(tr("latency.intro"))
     model_caption(spec)
-    noise_indicator(page.load, "lc")
+    noise_indicator(page.load, "latency")
 
 # ---- five tabs, or in lecture mode the idea on screen (the roofline's three parts apart) ----------------------
 roof = None  # the roofline's inputs, where it is drawn
@@ -51,5 +53,7 @@ else:
             else:
                 sweep_panel(page, name)
 # a lecture room's followers draw the same, and may take the settings into their own session
-publish(room_view(shown if lecture else list(IDEAS), roof, spec.name, page_settings(settings, "lc")), PAGE)
+if room is not None:
+    room.publish(room_view(shown if lecture else list(IDEAS), roof, spec.name), explore=page_settings(settings,
+                                                                                                      "latency"))
 preload_engine()  # the page is drawn: torch and the engine load in the background for the first sweep

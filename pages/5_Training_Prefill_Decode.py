@@ -6,18 +6,21 @@ import streamlit as st
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head
 from kvviz.app.models import get_backend, loading_engine
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 from kvviz.app.views.training import EXPLORED, follow, native_sections, phase_section, room_view
 
-PAGE = "pages/5_Training_Prefill_Decode.py"
+PAGE = page_of(__file__)
 settings = page_setup("training.title")
 lecture = settings.lecture
 head = lecture_head(tr("training.title"))
 with head[0], intro_box():  # on a projector folded away: the presenter says it
     st.write(tr("training.intro"))
 # A follower: the lecturer's numbers, drawn read-only, no model here; the lecturer: an open room's link.
-follow_or_share("training", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 titles = [tr(f"training.{s}_title") for s in ("s1", "s1b", "s2", "s3", "s4")]
 show = ideas(titles, "training")
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -36,4 +39,5 @@ elif lecture:
 
 if 4 in show:
     phase_section(titles[4])
-publish({**view, "explore": page_settings(settings, "training", also=EXPLORED)}, PAGE)  # and "Explore from here"
+if room is not None:  # and "Explore from here"
+    room.publish(view, explore=page_settings(settings, "training", also=EXPLORED))

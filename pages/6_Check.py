@@ -3,13 +3,16 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas
-from kvviz.app.navigation import link_to
+from kvviz.app.navigation import link_to, page_of
+from kvviz.app.room.questions import answer_question, ask_room
+from kvviz.app.room.session import follower_room
+from kvviz.app.room.share import share_box, sharing
 from kvviz.app.shell import page_setup
 from kvviz.app.views.check import labels_of
-from kvviz.app.views.room import ROOM, ask_room, follow_check, follower_room, publish, share_box
 from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
+PAGE = page_of(__file__)
 settings = page_setup("check.title")
 # On a projector "Share with the room" and the count of answers revealed sit in the title's row: rows of their own
 # pushed a question past 720 px.
@@ -27,16 +30,16 @@ def explain(q: quiz.Question) -> None:
 
 
 if follower_room():  # a follower of a lecture: the question the lecturer opened, answered on this device
-    follow_check(lambda i: labels_of(quiz.question(i)), lambda i: quiz.question(i).answer,
-                 lambda i: tr(f"check.{i}_q", **values), lambda i: explain(quiz.question(i)), "pages/6_Check.py")
+    answer_question(lambda i: labels_of(quiz.question(i)), lambda i: quiz.question(i).answer,
+                    lambda i: tr(f"check.{i}_q", **values), lambda i: explain(quiz.question(i)), PAGE)
     st.stop()
 if settings.lecture:
     # The button in the title's row; an open room's link and QR code full width, large enough to scan.
-    with share_at if ROOM.get("id") is None else st.container():
-        room_id = share_box()
-sharing = settings.lecture and room_id is not None
-if sharing:
-    publish({"page": "check"}, "pages/6_Check.py")  # followers on another page get a link here
+    with share_at if sharing(PAGE) is None else st.container():
+        share_box()
+room = sharing(PAGE) if settings.lecture else None
+if room is not None:
+    room.publish({})  # the page itself is the view: followers answer here, those on another page get a link
 
 
 def reset(q: quiz.Question) -> None:
@@ -57,8 +60,8 @@ def ask(n: int, q: quiz.Question) -> None:
                                          disabled=revealed, placeholder=tr("check.type_number"))
         else:
             labels = labels_of(q)
-            if sharing:  # the room answers on its devices; the projector shows the tally
-                ask_room(q.id, q.options, labels, q.answer, lambda: explain(q))
+            if room is not None:  # the room answers on its devices; the projector shows the tally
+                ask_room(room, q.id, q.options, labels, q.answer, lambda: explain(q))
             prediction = st.radio(tr("check.your_prediction"), q.options, index=None, key=f"predict_{q.id}",
                                   format_func=labels.get, disabled=revealed)
         b1, b2 = st.columns([1, 4])

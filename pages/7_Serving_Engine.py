@@ -11,12 +11,14 @@ import streamlit as st
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title, intro_box, lecture_head, lecture_tabs, settings_box, shown_idea
 from kvviz.app.models import secrets_dict
-from kvviz.app.navigation import link_to
+from kvviz.app.navigation import link_to, page_of
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
-from kvviz.app.views.room import follow_or_share, publish, share_button
 from kvviz.app.views.serving import (
     SV,
     connection_details,
+    follow,
     load_settings,
     prefix_details,
     prefix_results,
@@ -24,7 +26,6 @@ from kvviz.app.views.serving import (
     room_view,
     sweep_results,
 )
-from kvviz.app.views.serving import follow as follow_room
 from kvviz.app.widgets import current_number, number_in_range
 from kvviz.errors import InputError
 from kvviz.serving import client as api
@@ -38,7 +39,7 @@ from kvviz.serving.worker import Worker, poll
 # server on this machine would use (~0.1 s of it per rerun on a busy 2-core machine).
 TICK_S = {True: 1.0, False: 5.0}
 
-PAGE = "pages/7_Serving_Engine.py"
+PAGE = page_of(__file__)
 settings = page_setup("serving.title")
 ss, lecture = st.session_state, settings.lecture
 SV.seed()
@@ -48,7 +49,7 @@ intro_at, server_at = lecture_head(tr("serving.title"), widths=(2, 2))
 with intro_at, intro_box():
     st.write(tr("serving.intro"))
 # A follower: the lecturer's runs as their workers wrote them, read-only; the lecturer: an open room's link.
-follow_or_share("serving", PAGE, lambda v: follow_room(v, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 caps = settings.hosted
 secrets = secrets_dict()
 limits = policy.limits(caps.max_sweep_points, caps.max_new_tokens) if caps else policy.limits()
@@ -57,13 +58,13 @@ FIRST = load_defaults(limits)  # the load and prefix boxes' first values
 
 def num(name: str) -> float:
     """A box's value as a callback (Start) sees it: what it would accept, else the last."""
-    return current_number(f"sv_{name}", FIRST[name])
+    return current_number(f"serving_{name}", FIRST[name])
 
 
 # ---- connection -------------------------------------------------------------------------------------
 def server() -> api.Server:
-    url = policy.check_url(ss.sv_url, policy.allowlist(os.environ, secrets)) if caps else ss.sv_url
-    return api.Server(url, env_key or ss.get("sv_api_key") or None, float(current_number("sv_timeout")))
+    url = policy.check_url(ss.serving_url, policy.allowlist(os.environ, secrets)) if caps else ss.serving_url
+    return api.Server(url, env_key or ss.get("serving_api_key") or None, float(current_number("serving_timeout")))
 
 
 def connect() -> None:
@@ -85,16 +86,16 @@ with server_at, settings_box(tr("serving.server_settings")):
         if not allowed:
             st.error(tr("serving.no_allowlist"))
             st.stop()
-        c1.selectbox(tr("serving.url"), allowed, key="sv_url", help=tr("serving.url_hosted_help"))
+        c1.selectbox(tr("serving.url"), allowed, key="serving_url", help=tr("serving.url_hosted_help"))
     else:
-        c1.text_input(tr("serving.url"), "http://127.0.0.1:8080", key="sv_url", help=tr("serving.url_help"))
+        c1.text_input(tr("serving.url"), "http://127.0.0.1:8080", key="serving_url", help=tr("serving.url_help"))
     env_key = policy.api_key(os.environ, secrets)
     if env_key:
         c2.caption(tr("serving.key_from_env", var=policy.ENV_KEY))
     else:
-        c2.text_input(tr("serving.api_key"), type="password", key="sv_api_key", help=tr("serving.api_key_help"))
+        c2.text_input(tr("serving.api_key"), type="password", key="serving_api_key", help=tr("serving.api_key_help"))
     max_timeout = policy.HOSTED_TIMEOUT_S if caps else 600.0
-    number_in_range(c3, tr("serving.timeout_label"), 1.0, max_timeout, min(30.0, max_timeout), "sv_timeout",
+    number_in_range(c3, tr("serving.timeout_label"), 1.0, max_timeout, min(30.0, max_timeout), "serving_timeout",
                     whole=False)
     st.button(tr("serving.connect"), on_click=connect, type="primary")
     if SV.get("conn_error"):
@@ -121,10 +122,11 @@ def on_screen(name: str) -> bool:
 
 def share() -> None:
     """The runs' latest states to a lecture room (unchanged: not sent again)."""
-    publish(room_view(view, conn, int(num("requests")), bool(ss.get("sv_live_charts"))), PAGE)
+    if room is not None:
+        room.publish(room_view(view, conn, int(num("requests")), bool(ss.get("serving_live_charts"))))
 
 
-def follow(name: str) -> None:
+def read_worker(name: str) -> None:
     """The worker's latest state into the session; once it is final, the worker closed and its files removed. Its
     final state read and its process gone: the whole page again, so the fragment stops ticking and the buttons
     flip."""
@@ -146,9 +148,9 @@ with tab_load:
     def start() -> None:
         try:
             dataset = SV.get("dataset")
-            plan = load_plan(url=server().base_url, model=ss.sv_model, endpoint=ss.sv_endpoint,
-                             timeout_s=float(current_number("sv_timeout")), mode=mode,
-                             concurrency=ss.get("sv_conc", ""), rates=ss.get("sv_rates", ""),
+            plan = load_plan(url=server().base_url, model=ss.serving_model, endpoint=ss.serving_endpoint,
+                             timeout_s=float(current_number("serving_timeout")), mode=mode,
+                             concurrency=ss.get("serving_conc", ""), rates=ss.get("serving_rates", ""),
                              max_concurrency=int(num("maxc")),
                              burstiness=float(num("burst")), requests=int(num("requests")),
                              prompt_tokens=int(num("prompt")), max_tokens=int(num("max_tokens")),
@@ -158,7 +160,7 @@ with tab_load:
             check_plan(plan, limits)
             if SV.get("worker") is not None:
                 SV.get("worker").close()
-            SV.set("worker", Worker.bench(plan, limits, env_key or ss.get("sv_api_key") or None))
+            SV.set("worker", Worker.bench(plan, limits, env_key or ss.get("serving_api_key") or None))
             SV.set("state", None)
             SV.set("start_error", None)
             SV.set("was_running", True)
@@ -170,21 +172,21 @@ with tab_load:
             SV.get("worker").cancel()
 
     running = SV.get("worker") is not None
-    (row[3] if row else st).checkbox(tr("serving.live_charts"), key="sv_live_charts",
+    (row[3] if row else st).checkbox(tr("serving.live_charts"), key="serving_live_charts",
                                      help=tr("serving.live_charts_help"))
     b1, b2 = row[:2] if row else st.columns([1, 1, 4])[:2]
-    b1.button(tr("serving.start"), on_click=start, disabled=running, type="primary", key="sv_start")
-    b2.button(tr("serving.cancel"), on_click=cancel, disabled=not running, key="sv_cancel")
+    b1.button(tr("serving.start"), on_click=start, disabled=running, type="primary", key="serving_start")
+    b2.button(tr("serving.cancel"), on_click=cancel, disabled=not running, key="serving_cancel")
     if SV.get("start_error"):
         show_error(SV.get("start_error"))
 
     def live() -> None:
-        follow("")
-        sweep_results(SV.get("state"), n_requests=int(num("requests")), live_charts=bool(ss.get("sv_live_charts")),
+        read_worker("")
+        sweep_results(SV.get("state"), n_requests=int(num("requests")), live_charts=bool(ss.get("serving_live_charts")),
                       lecture=lecture, on_screen=on_screen)
         share()
 
-    st.fragment(live, run_every=TICK_S[bool(ss.get("sv_live_charts"))] if running else None)()
+    st.fragment(live, run_every=TICK_S[bool(ss.get("serving_live_charts"))] if running else None)()
 
 # ---- prefix cache ----------------------------------------------------------------------------------------
 with tab_prefix:
@@ -199,9 +201,9 @@ with tab_prefix:
             if SV.get("prefix_worker") is not None:
                 SV.get("prefix_worker").close()
             SV.set("prefix_worker", Worker.prefix(
-                srv.base_url, ss.sv_model, timeout_s=srv.timeout_s, prefix_tokens=int(num("prefix_words")),
+                srv.base_url, ss.serving_model, timeout_s=srv.timeout_s, prefix_tokens=int(num("prefix_words")),
                 repeats=int(num("prefix_repeats")), api_key=srv.api_key,
-                block_size=int(current_number("sv_block", conn["block_size"] or 16))))
+                block_size=int(current_number("serving_block", conn["block_size"] or 16))))
             SV.set("prefix_state", None)
             SV.set("prefix_error", None)
             SV.set("prefix_was_running", True)
@@ -209,13 +211,14 @@ with tab_prefix:
             SV.set("prefix_error", exc)
 
     prefix_running = SV.get("prefix_worker") is not None
-    (prefix_row[0] if prefix_row else st).button(tr("serving.prefix_run"), key="sv_prefix_run", on_click=start_prefix,
+    (prefix_row[0] if prefix_row else st).button(tr("serving.prefix_run"), key="serving_prefix_run",
+                                                 on_click=start_prefix,
                                                  disabled=prefix_running)
     if SV.get("prefix_error"):
         show_error(SV.get("prefix_error"))
 
     def prefix_live() -> None:
-        follow("prefix_")
+        read_worker("prefix_")
         prefix_results(SV.get("prefix_state"), lecture)
         share()
 

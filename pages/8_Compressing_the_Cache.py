@@ -6,6 +6,10 @@ import streamlit as st
 from kvviz.app.language import tr
 from kvviz.app.lecture import ideas, intro_box, lecture_head, settings_box
 from kvviz.app.models import get_backend, loading_engine, model_caption
+from kvviz.app.navigation import page_of
+from kvviz.app.room.explore import page_settings
+from kvviz.app.room.follow import room_part
+from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.views.compression import (
     LINKED,
@@ -19,9 +23,8 @@ from kvviz.app.views.compression import (
     run_buttons,
     tradeoff_view,
 )
-from kvviz.app.views.room import follow_or_share, page_settings, publish, share_button
 
-PAGE = "pages/8_Compressing_the_Cache.py"
+PAGE = page_of(__file__)
 
 settings = page_setup("compression.title")
 lecture = settings.lecture
@@ -29,7 +32,7 @@ head = lecture_head(tr("compression.title"), widths=(3, 4))
 with head[0], intro_box():
     st.write(tr("compression.intro"))
 # A follower: the lecturer's measured rows, drawn read-only, no model here; the lecturer: an open room's link.
-follow_or_share("compression", PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
+room = room_part(PAGE, lambda view: follow(view, lecture=lecture), lecture=lecture)
 titles = [tr("compression.s1_title"), tr("compression.s2_title"), tr("compression.s3_title")]
 show = ideas(titles, "compression")
 with loading_engine():  # the first screen is drawn: now torch and the model
@@ -55,9 +58,11 @@ progress(backend, running)
 stored = measured(backend, chosen.request)
 run_dtype = dtype_name(backend.dtype)
 shape = {"model": backend.spec.name, "run_dtype": run_dtype, "d_head": backend.spec.d_head,
-         "n_layers": backend.spec.n_layers, "explore": page_settings(settings, "cc", also=LINKED)}
+         "n_layers": backend.spec.n_layers}
+explore = page_settings(settings, "compression", also=LINKED)  # the lecturer's model and boxes, for "Explore from here"
 if stored is None:
-    publish(room_view(show, None, {}, running=running, **shape), PAGE)  # followers: waiting, or measuring
+    if room is not None:  # followers: waiting, or measuring
+        room.publish(room_view(show, None, {}, running=running, **shape), explore=explore)
     st.stop()
 seq_len = stored[0][3]  # what the figures below describe is the run's, not the controls'
 full_row, rows = stored[1][0], stored[1][1:]
@@ -69,4 +74,5 @@ if 0 in show:
 if 1 in show or 2 in show:
     picks |= positions_view(full_row, rows, names, seq_len, set(show), n_layers=backend.spec.n_layers,
                             lecture=lecture)
-publish(room_view(show, stored, picks, running=running, **shape), PAGE)
+if room is not None:
+    room.publish(room_view(show, stored, picks, running=running, **shape), explore=explore, picks=picks)

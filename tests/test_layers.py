@@ -1,6 +1,6 @@
-"""The package's layers (README § Layout, DESIGN.md § Layers): imports point down only and no modules import each
-other in a circle. Read from the source with `ast`; an import under `if TYPE_CHECKING:` is a type annotation, not a
-dependency, and is left out."""
+"""The package's layers (docs/architecture.md § Layers and the import rule, README § Layout): imports point down
+only and no modules import each other in a circle. Read from the source with `ast`; an import under
+`if TYPE_CHECKING:` is a type annotation, not a dependency, and is left out."""
 import ast
 from pathlib import Path
 

@@ -18,8 +18,8 @@ from kvviz.app.language import lang, tr
 from kvviz.app.lecture import LECTURE_CSS, screen_capture
 from kvviz.app.models import hosted_caps
 from kvviz.app.navigation import nav_links
+from kvviz.app.room.share import heartbeat
 from kvviz.app.sidebar import Settings, init_state, sidebar
-from kvviz.app.views.room import heartbeat
 from kvviz.i18n import LANGS, t
 
 # Korean breaks lines between words (eojeol), not inside one: the browser's default split "토큰" across lines.

@@ -1,6 +1,7 @@
 """The one registry of session-state keys. Every key a page keeps across reruns is declared once, with its default,
-under the page's prefix (`mem_`, `pg_`, `sv_` ...): a widget is never read before its key is seeded, two pages cannot
-reuse a key by accident, and idle freeing and the tests can list every key a page owns.
+under the page's prefix, its name in kvviz/app/navigation.py (`memory_`, `paged_`, `serving_` ...): a widget is
+never read before its key is seeded, two pages cannot reuse a key by accident, and idle freeing and the tests can
+list every key a page owns.
 
 Lives here: PageState (one page's keys: seed, get, set, pop, reset, key), page_state (declare a page's keys), REGISTRY.
 Does not: import torch or hold anything but the session's own values."""

@@ -17,7 +17,7 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES
+from kvviz.kv.formats import KV_DTYPES
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.vllm_profile import ENTRIES, READ
@@ -177,7 +177,7 @@ def scenario_query(values: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in values.items() if k in PARSERS and k not in skip}
 
 
-def scenario_in(state: Mapping[str, Any], prefix: str = "mem_") -> dict[str, Any]:
+def scenario_in(state: Mapping[str, Any], prefix: str = "memory_") -> dict[str, Any]:
     """The scenario the page's widgets (`<prefix><name>`) hold: a number box's last valid value, never one it
     refused (number_in_range keeps it under `_valid_<key>`); names no widget holds yet are left out."""
     return {name: state.get(f"_valid_{prefix}{name}", state[f"{prefix}{name}"]) for name in DEFAULTS

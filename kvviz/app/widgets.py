@@ -7,10 +7,9 @@
 - `chart()` and `table()`: a Plotly figure with its toolbar (laid out for a phone where `on_phone()`: the
   browser says it is one), a table with its CSV download;
 - `run_download()`: "Download this run", the page's run as one self-contained .html (kvviz.charts.run_html);
-- `stepper()`, `pending_actions()` and `apply_press()`: a Step button and one numbered log of a page's presses (its
-  clicks, the → / Space / P / R keys, the page's own buttons), applied once each and in order, so no press is lost
-  or reordered; `stepper_row()` and `serve_presses()`: a decode page's Prefill / Step / Play / Reset row and the
-  loop that applies its log.
+- `stepper()` and `pending_actions()`: a Step button and one numbered log of a page's presses (its clicks, the
+  → / Space / P / R keys, the page's own buttons), to be applied once each and in order, so no press is lost or
+  reordered (kvviz/app/decode_controls.py applies them for the stepping pages).
 """
 from __future__ import annotations
 
@@ -323,56 +322,6 @@ def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = ""
     # In a one-item list: Streamlit scans a dict's values for dataframes, which imports numpy, pandas and pyarrow
     # (~1,000 modules) on the first screen of every page with a stepper; a list passes as plain JSON.
     _stepper_component(key=key, data=[data], default={"events": []}, width="content", on_events_change=_no_callback)
-
-
-def apply_press(action: str, *, playing: bool, can_step: bool, prefill: Callable[[], Any],
-                reset: Callable[[], Any], play: Callable[[bool], Any], step: Callable[[], Any]) -> None:
-    """One press from a stepper's log, in the order it was made (Prefill, R, Prefill, R, Space ends with none):
-    Prefill is disabled while playing, Play needs a step to take, a Step waits while playing."""
-    if action == "prefill" and not playing:
-        prefill()
-    elif action == "reset":
-        reset()
-    elif action in ("play", "pause", "toggle_play"):
-        on = not playing if action == "toggle_play" else action == "play"
-        if can_step or not on:
-            play(on)
-    elif action == "step" and can_step and not playing:
-        step()
-
-
-def stepper_row(b: list, prefix: str, *, playing: bool, can_step: bool, prefill_disabled: bool, step_help: str,
-                shown: int, prefill: Callable[[], Any], play: Callable[[bool], Any], reset: Callable[[], Any]) -> None:
-    """A decode page's controls in `b[0:4]`: Prefill, the Step stepper, Play or Pause, Reset, each keyed
-    `<prefix>_btn_<action>` and labelled from the locale section `prefix`. Streamlit's buttons give the look (and
-    AppTest its clicks); in the browser the stepper catches their clicks into its log."""
-    b[0].button(tr(f"{prefix}.prefill"), on_click=prefill, disabled=prefill_disabled, type="primary",
-                key=f"{prefix}_btn_prefill")
-    with b[1]:
-        stepper(tr(f"{prefix}.step"), key=f"{prefix}_stepper", served=st.session_state[f"{prefix}_served"],
-                disabled=not can_step or playing, help=step_help,
-                buttons={f"{prefix}_btn_{a}": a for a in ("prefill", "play", "pause", "reset")},
-                keys={"p": "toggle_play", "r": "reset"}, shown=shown, playing=playing,
-                behind=tr(f"{prefix}.play_jump"))
-    if playing:
-        b[2].button(tr(f"{prefix}.pause"), on_click=play, args=(False,), key=f"{prefix}_btn_pause",
-                    icon=":material/pause:")
-    else:
-        b[2].button(tr(f"{prefix}.play"), on_click=play, args=(True,), disabled=not can_step,
-                    key=f"{prefix}_btn_play", icon=":material/play_arrow:")
-    b[3].button(tr(f"{prefix}.reset"), on_click=reset, key=f"{prefix}_btn_reset")
-
-
-def serve_presses(prefix: str, *, can_step: Callable[[], bool], prefill: Callable[[], Any], reset: Callable[[], Any],
-                  play: Callable[[bool], Any], step: Callable[[], Any]) -> None:
-    """Every press the stepper `<prefix>_stepper` logged past `<prefix>_served`, applied once and in order, before
-    the page draws its controls (so they show the result). `can_step` is asked again before each press: the one
-    before it may have started or reset the run."""
-    state = st.session_state
-    for number, action in pending_actions(f"{prefix}_stepper", state[f"{prefix}_served"]):
-        apply_press(action, playing=state[f"{prefix}_playing"], can_step=can_step(), prefill=prefill, reset=reset,
-                    play=play, step=step)
-        state[f"{prefix}_served"] = number
 
 
 def pending_actions(key: str, served: int) -> list[tuple[int, str]]:

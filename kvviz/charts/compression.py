@@ -7,34 +7,35 @@ import numpy as np
 import plotly.graph_objects as go
 
 from kvviz.charts.base import style
+from kvviz.kv.formats import KV_DTYPES
 
 FAMILY_COLORS = {"evict": "#1f77b4", "quantize": "#d62728", "share": "#2ca02c"}
+# Markers of the eviction and head-sharing methods; a stored KV format's marker is its table entry's.
 SYMBOLS = {"window": "square", "streaming": "diamond", "h2o": "circle", "snapkv": "triangle-up",
-           "int8": "x", "int4": "cross", "fp8": "star", "gqa": "hexagon", "mqa": "pentagon"}
+           "gqa": "hexagon", "mqa": "pentagon"}
 FLOOR = 1e-6  # a log axis cannot show 0: smaller values sit on this floor (the table gives the exact number)
 
 
-def family(method: str) -> str:
-    if method in ("int8", "int4", "fp8"):
-        return "quantize"
-    if method in ("gqa", "mqa"):
-        return "share"
-    return "evict"
+def symbol(method: str) -> str:
+    """A method's marker: its own, or, for a stored KV format, the one its entry in KV_DTYPES gives."""
+    fmt = KV_DTYPES.get(method)
+    return fmt.stored.marker if fmt is not None and fmt.stored is not None else SYMBOLS[method]
 
 
 def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str, str], x_title: str,
                     y_title: str, title: str, lecture: bool = False) -> go.Figure:
     """One marker per method: x = share of KV bytes saved (what the cache actually kept, not its budget), y =
-    quality lost (KL, or top-1 disagreement). A method that left the cache whole is drawn hollow."""
+    quality lost (KL, or top-1 disagreement). A method that left the cache whole is drawn hollow. Each row says its
+    family (Quality.to_dict: evict, quantize or share)."""
     fig = go.Figure()
     for fam, color in FAMILY_COLORS.items():
-        for r in (r for r in rows if family(r["method"]) == fam):  # one legend entry per method, grouped by family
+        for r in (r for r in rows if r["family"] == fam):  # one legend entry per method, grouped by family
             y = max(FLOOR, r["kl_divergence"] if metric == "kl" else 1 - r["top1_agreement"])
-            symbol = SYMBOLS.get(r["method"], "circle") + ("-open" if r.get("left_whole") else "")
+            marker = symbol(r["method"]) + ("-open" if r.get("left_whole") else "")
             fig.add_trace(go.Scatter(
                 x=[r["memory_saved"]], y=[y], mode="markers", name=r["label"], legendgroup=fam,
                 legendgrouptitle=dict(text=family_names[fam]),
-                marker=dict(size=13, color=color, symbol=symbol),
+                marker=dict(size=13, color=color, symbol=marker),
                 customdata=[[r["perplexity"], r["kv_bytes"], r["n_cached"]]],
                 hovertemplate=f"{r['label']}<br>saved %{{x:.1%}}<br>%{{y:.4g}}<br>ppl %{{customdata[0]:.3f}}"
                               "<br>%{customdata[1]:,} B · %{customdata[2]} positions<extra></extra>"))
@@ -44,7 +45,7 @@ def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str
     # entry and family title, at a legend font a little smaller than the axes'. A row is ~1.65 font sizes
     # (measured in Chromium: 16 rows at 13 px took 347 px).
     legend_px = 13 if lecture else 12  # on a projector 15 px rows ran the figure below a 720 px screen
-    n_rows = len(rows) + len({family(r["method"]) for r in rows})
+    n_rows = len(rows) + len({r["family"] for r in rows})
     fig = style(fig, title=title, lecture=lecture, height=440)
     fig.update_layout(legend=dict(font=dict(size=legend_px), grouptitlefont=dict(size=legend_px), tracegroupgap=6))
     margin = fig.layout.margin

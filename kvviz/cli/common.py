@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import DEVICES, DTYPE_NAMES
-from kvviz.kv.formula import KV_DTYPES
+from kvviz.kv.formats import KV_DTYPES
 
 
 class CliError(Exception):

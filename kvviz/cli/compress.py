@@ -18,6 +18,7 @@ from kvviz.cli.common import (
     positive_int,
     shape,
 )
+from kvviz.kv.formats import STORED_DTYPES
 
 
 def method_list(text: str) -> list[str]:
@@ -35,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = add_command(sub, "compress", compress, show_compress,
                     help="compress the KV cache (evict, quantize, pool heads): bytes vs quality")
     c.add_argument("--method", required=True, type=method_list,
-                   help="window, streaming, h2o, snapkv, int8, int4, fp8, gqa, mqa (or several, comma-separated)")
+                   help="eviction (window, streaming, h2o, snapkv), a stored KV format "
+                        f"({', '.join(STORED_DTYPES)}), or head pooling (gqa, mqa); several, comma-separated")
     c.add_argument("--budget", type=positive_int, help="eviction: cached positions kept per layer")
     add_model(c)
     c.add_argument("--text", help="a UTF-8 text file to measure on (default: the shipped model's held-out split)")
@@ -45,10 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="chunk length, within the model's context (default: the context, at most 512)")
     c.add_argument("--sinks", type=int, default=4, help="streaming: attention-sink tokens kept (paper: 4)")
     c.add_argument("--group", type=positive_int,
-                   help="int8/int4: KIVI group size G (default: 32 where it divides d_head)")
+                   help="KIVI's formats (int8, int4, kivi2): group size G (default: 32 where it divides d_head)")
     c.add_argument("--residual", type=positive_int,
-                   help="int8/int4: KIVI's residual R, a multiple of G: keys quantized R at a time, the last R values "
-                        "kept in full precision (default: 32 rounded up to a multiple of G)")
+                   help="KIVI's formats: residual R, a multiple of G: keys quantized R at a time, the last R values "
+                        "kept in full precision (default: the format's R, 32, or 128 for kivi2, rounded up to a "
+                        "multiple of G)")
     c.add_argument("--calculate-kv-scales", action="store_true",
                    help="fp8: scales |K|max/200, |V|max/100 from the first pass, as vLLM's flag (default: 1.0, "
                         "vLLM's scale when the checkpoint has none)")
@@ -109,7 +112,7 @@ def show_compress(r: dict) -> None:
         if x["left_whole"]:
             print(f"note: {x['label']} dropped no position (SnapKV compresses only a prompt longer than its budget "
                   "and keeps every decoded token)")
-        if x["method"] == "fp8":
+        if x["kv_scale"]:  # a format scaled per layer tensor (fp8)
             print(f"note: {x['label']}: {x['fp8_clipped']} values clipped at ±448·scale")
         if x["group"]:
             print(f"note: {x['label']}: KIVI G = {x['group']}, R = {x['residual']}")

@@ -1,6 +1,6 @@
-"""Caches that hold less: kept positions after eviction, or K/V stored quantized. Both plug into the native
-Decoder.forward(ids, cache) through the same two members it uses (`lengths`, `append`) plus `length`, the
-rotary position of the next token.
+"""Caches that hold less: kept positions after eviction, or K/V stored quantized. Both keep the contract the native
+Decoder.forward(ids, cache) runs with (kvviz.engine.cache.DecodeCache: `lengths`, `append`, and `length`, the
+rotary position of the next token).
 
 Bytes are read off the tensors each cache stores; `formula_bytes()` gives the same through the shared KV
 description (kvviz.kv.formula), which the tests hold equal.
@@ -13,7 +13,8 @@ import torch
 
 from kvviz.compression import quant
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_bytes, kv_footprint
+from kvviz.kv.formats import KVDtype, stored_dtype
+from kvviz.kv.formula import KVSpec, kv_bytes, kv_footprint
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -113,23 +114,24 @@ class EvictingCache:
         return sum(seen - n for seen, n in zip(self.seen, self.lengths, strict=True))
 
 
-def kivi_dtype(fmt: str, group: int):  # noqa: ANN201 - a KVDtype
-    """The shared int8/int4 description with KIVI's group size and per-group fp16 scale + fp16 minimum (KIVI is
-    asymmetric at every bit width, kvviz.compression.quant)."""
-    return dataclasses.replace(KV_DTYPES[fmt], name=f"{fmt}-g{group}", group_size=group, scale_bytes_per_group=4)
+def kivi_dtype(fmt: str | KVDtype, group: int) -> KVDtype:
+    """A format's entry as KIVI stores it: group size G, an fp16 scale and an fp16 minimum per group (KIVI is
+    asymmetric at every bit width, kvviz.compression.quant); float8 is its own entry."""
+    return stored_dtype(fmt).stored_at(group)
 
 
 class QuantizedCache:
-    """K/V stored quantized.
+    """K/V stored quantized, in any format whose entry in kvviz.kv.formats.KV_DTYPES says how it is stored.
 
-    int8/int4, KIVI's rules (jy-yuan/KIVI, models/llama_kivi.py, LlamaAttention_KIVI.forward): keys are quantized
-    per channel over groups of G tokens, R tokens at a time (R % G == 0, asserted there), so after n tokens the
-    newest n mod R keys are in full precision; values are quantized per token over groups of G channels, one
-    token per step, so exactly the newest min(n, R) values stay in full precision. The prefill follows the same
+    KIVI's integer groups (int8, int4, KIVI-2's 2 bits), KIVI's rules (jy-yuan/KIVI, models/llama_kivi.py,
+    LlamaAttention_KIVI.forward): keys are quantized per channel over groups of G tokens, R tokens at a time
+    (R % G == 0, asserted there), so after n tokens the newest n mod R keys are in full precision; values are
+    quantized per token over groups of G channels, one token per step, so exactly the newest min(n, R) values stay
+    in full precision. The prefill follows the same
     rule (its first n − n mod R keys and n − R values quantized at once).
 
-    fp8 (vLLM's --kv-cache-dtype fp8, float8_e4m3fn): every token quantized with one float32 scale per layer for K
-    and one for V. `kv_scale="default"`: 1.0, what vLLM uses when the checkpoint ships no scales
+    float8 (fp8: vLLM's --kv-cache-dtype fp8, float8_e4m3fn): every token quantized with one float32 scale per layer
+    for K and one for V. `kv_scale="default"`: 1.0, what vLLM uses when the checkpoint ships no scales
     (set_default_quant_scales in vllm/attention/layer.py); "calculate": |K|max/200 and |V|max/100 from the first
     forward pass, as `--calculate-kv-scales` (Attention.calc_kv_scales; K_SCALE_CONSTANT and V_SCALE_CONSTANT in
     vllm/envs.py). Values past ±448·scale saturate (counted in `clipped`).
@@ -138,11 +140,15 @@ class QuantizedCache:
     dequantized store, as in KIVI's decode.
     """
 
-    def __init__(self, shape: KVSpec, batch: int, dtype: torch.dtype, device: torch.device, fmt: str,
+    def __init__(self, shape: KVSpec, batch: int, dtype: torch.dtype, device: torch.device, fmt: str | KVDtype,
                  *, group: int = 32, residual: int = 32, kv_scale: str = "default") -> None:
-        if fmt not in ("int8", "int4", "fp8"):
-            raise InputError("compression.unknown_method", name=fmt)
-        if fmt != "fp8":
+        self.format = stored_dtype(fmt)  # an unknown name, or a format kvviz only sizes, is refused by name
+        self.grouped = self.format.stored.grouped
+        if self.grouped:
+            per_byte = self.format.stored.per_byte
+            if shape.d_head % per_byte:  # levels are packed along the channels of a head
+                raise InputError("compression.bad_pack", name=self.format.name, per_byte=per_byte,
+                                 d_head=shape.d_head)
             if group < 1 or shape.d_head % group:
                 # Values grouped over G channels carry d_head/G scales per token; the shared formula counts
                 # ceil(d_head/G) per vector: the two agree exactly when G divides d_head.
@@ -151,7 +157,7 @@ class QuantizedCache:
                 raise InputError("compression.bad_residual", residual=residual, group=group)
         elif kv_scale not in quant.FP8_SCALES:
             raise InputError("compression.bad_kv_scale", name=kv_scale, choices=", ".join(quant.FP8_SCALES))
-        self.shape, self.dtype, self.fmt, self.group, self.residual = shape, dtype, fmt, group, residual
+        self.shape, self.dtype, self.group, self.residual = shape, dtype, group, residual
         self.kv_scale = kv_scale
         n = shape.n_layers
         empty = torch.zeros(batch, shape.n_kv_heads, 0, shape.d_head, dtype=dtype, device=device)
@@ -181,14 +187,14 @@ class QuantizedCache:
 
     def _store(self, layer: int, x: torch.Tensor, is_key: bool) -> None:
         """Quantize x and append it to the layer's K or V store (and to its dequantized copy)."""
-        if self.fmt == "fp8":
+        if not self.grouped:  # float8 with the layer's K or V scale
             scales = self.k_scale if is_key else self.v_scale
             s = scales[layer]
             self.clipped += int((x.float().abs() > quant.FP8_MAX * s).sum())
             q = quant.quantize_fp8(x, s)
             deq = quant.dequantize_fp8(q, s, self.dtype)
         else:  # keys: per channel over G tokens; values: per token over G channels
-            q = quant.quantize_int(x, self.fmt, self.group, axis=-2 if is_key else -1)
+            q = quant.quantize_int(x, self.format, self.group, axis=-2 if is_key else -1)
             deq = quant.dequantize_int(q, self.dtype)
         (self.kq if is_key else self.vq)[layer].append(q)
         stored = self._k_deq if is_key else self._v_deq
@@ -199,7 +205,7 @@ class QuantizedCache:
         past_v = torch.cat([self._v_deq[layer], self.v_res[layer]], dim=2)
         k_res = torch.cat([self.k_res[layer], k_new], dim=2)
         v_res = torch.cat([self.v_res[layer], v_new], dim=2)
-        if self.fmt == "fp8":
+        if not self.grouped:
             if self.k_scale[layer] is None:  # set once, by the first pass (vLLM: calculate_kv_scales → False)
                 self.k_scale[layer], self.v_scale[layer] = quant.fp8_scales(k_new, v_new, self.kv_scale)
             n_k = n_v = k_res.shape[2]
@@ -235,7 +241,7 @@ class QuantizedCache:
         (what a deployment storing bfloat16 would hold), default the dtype they are stored in here."""
         batch = self.k_res[0].shape[0]
         one = dataclasses.replace(self.shape, n_layers=1)
-        fmt = "fp8" if self.fmt == "fp8" else kivi_dtype(self.fmt, self.group)
+        fmt = self.format.stored_at(self.group)
         full = full_dtype or dtype_name(self.dtype)
         counts = [(n, fmt) for n in self.n_k_quantized + self.n_v_quantized]
         counts += [(r.shape[2], full) for r in self.k_res + self.v_res]

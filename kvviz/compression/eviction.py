@@ -142,7 +142,7 @@ EVICTION = {"window": Window, "streaming": Streaming, "h2o": H2O, "snapkv": Snap
 
 def make_policy(method: str, budget: int, *, sinks: int = STREAMING_SINKS) -> Policy:
     if method not in EVICTION:
-        raise InputError("compression.unknown_method", name=method)
+        raise InputError("compression.unknown_method", name=method, choices=", ".join(EVICTION))
     policy = Streaming(method, budget, sinks=sinks) if method == "streaming" else EVICTION[method](method, budget)
     policy.check()
     return policy

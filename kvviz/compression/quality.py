@@ -11,7 +11,17 @@ from pathlib import Path
 
 import torch
 
-from kvviz.compression.runner import DEPLOY_DTYPES, Method, StepView, Trace, batchable, method_passes, rows_passes
+from kvviz.compression.runner import (
+    DEPLOY_DTYPES,
+    QUANT,
+    Method,
+    StepView,
+    Trace,
+    batchable,
+    method_family,
+    method_passes,
+    rows_passes,
+)
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.sweeps import Sweep
 from kvviz.errors import InputError
@@ -98,7 +108,7 @@ class Quality:
     full_bytes_at: dict[str, int] = field(default_factory=dict)  # the uncompressed cache, likewise
     kv_dtype: str = "bfloat16"  # the deployment's KV dtype the saving is counted against
     evicted: int = 0  # positions dropped over every chunk and layer (eviction)
-    group: int | None = None  # int8/int4: KIVI's G and R
+    group: int | None = None  # KIVI's formats: G and R
     residual: int | None = None
     kv_scale: str | None = None  # fp8: how k/v_scale were set
     views: dict[int, StepView] = field(default_factory=dict, repr=False)  # the first chunk's recorded steps
@@ -114,6 +124,11 @@ class Quality:
         return self.saved()
 
     @property
+    def family(self) -> str:
+        """What the method does to the cache, as charted: evict, quantize or share (kvviz.compression.runner)."""
+        return method_family(self.method)
+
+    @property
     def left_whole(self) -> bool:
         """An eviction policy that dropped nothing (SnapKV with a prompt no longer than its budget)."""
         return self.budget is not None and self.evicted == 0
@@ -123,7 +138,8 @@ class Quality:
 
         out = {**asdict(self), "notes": list(self.notes), "memory_saved": self.memory_saved,
                "kv_bytes_at_kv_dtype": self.bytes_at[self.kv_dtype],
-               "full_kv_bytes_at_kv_dtype": self.full_bytes_at[self.kv_dtype], "left_whole": self.left_whole}
+               "full_kv_bytes_at_kv_dtype": self.full_bytes_at[self.kv_dtype], "left_whole": self.left_whole,
+               "family": self.family}
         del out["views"]
         return out
 
@@ -238,7 +254,7 @@ def _quality(m: Method, comp: list[Trace], full: list[Trace], targets: list[torc
         bookkeeping_bytes=last.bookkeeping_bytes, scale_bytes_outside_cache=last.scale_bytes_outside_cache,
         fp8_clipped=sum(t.fp8_clipped for t in comp), notes=tuple(last.notes), bytes_at=last.bytes_at,
         full_bytes_at=full[-1].bytes_at, kv_dtype=kv_dtype, evicted=sum(t.evicted for t in comp),
-        group=last.group, residual=last.residual, kv_scale=m.kv_scale if m.name == "fp8" else None,
+        group=last.group, residual=last.residual, kv_scale=m.kv_scale if m.tensor_scaled else None,
         views=comp[0].views)
 
 
@@ -292,13 +308,16 @@ def chunk_steps(seq_len: int) -> tuple[int, tuple[int, ...]]:
 
 
 def all_methods(budgets: list[int], *, native: bool, n_kv_heads: int) -> list[Method]:
-    """Every method the page compares: each eviction policy at each budget; on kvviz's own decoder also
-    int8, int4, fp8, and head pooling (GQA halves the KV heads when it can, MQA keeps one)."""
+    """Every method the page compares: each eviction policy at each budget; on kvviz's own decoder also every
+    stored format (KIVI's int8, int4 and KIVI-2, fp8), and head pooling (GQA halves the KV heads when it can, MQA
+    keeps one)."""
     from kvviz.compression.eviction import EVICTION
+    from kvviz.compression.quant import FP8_SCALES
 
     out = [Method(name, budget=b) for b in budgets for name in EVICTION]
-    if native:  # KIVI int8/int4, and fp8 with each of vLLM's two ways to set its scales
-        out += [Method("int8"), Method("int4"), Method("fp8"), Method("fp8", kv_scale="calculate")]
+    if native:  # each stored format; float8 with each of vLLM's two ways to set its scales
+        for name in QUANT:
+            out += [Method(name, kv_scale=how) for how in FP8_SCALES] if Method(name).tensor_scaled else [Method(name)]
         if n_kv_heads % 2 == 0 and n_kv_heads > 2:
             out.append(Method("gqa", kv_heads=n_kv_heads // 2))
         if n_kv_heads > 1:

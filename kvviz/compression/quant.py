@@ -5,8 +5,10 @@ group of G tokens, because outliers live in a few channels), values per token (o
 of one token). Both widths are asymmetric as in KIVI, which quantizes every bit width the same way (paper
 §3.1: z = min X, s = (max X − min X)/(2^B − 1), Q(X) = ⌊(X − z)/s⌉; jy-yuan/KIVI quant/new_pack.py
 quant_and_pack_kcache / quant_and_pack_vcache): an fp16 scale and an fp16 minimum per group, levels 0..2^B − 1
-(uint8 for int8, two int4 values per byte). Scales are rounded *outwards* to fp16 (scale up, minimum down) so
-every value of a group stays inside the grid and the error bound below holds exactly.
+packed 8/B to a byte (one int8 level, two int4 levels, four 2-bit levels). The bit width comes from the format's
+entry in the one table of KV formats (kvviz.kv.formats.KV_DTYPES, `stored`), never from its name. Scales are
+rounded *outwards* to fp16 (scale up, minimum down) so every value of a group stays inside the grid and the error
+bound below holds exactly.
 """
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
+from kvviz.kv.formats import KVDtype, stored_dtype
+
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn (torch.finfo(torch.float8_e4m3fn).max)
 FP8_REL_ERR = 2.0**-4  # 3 mantissa bits: round-to-nearest is within half a step, 2^-4 of |x| (normals)
 FP8_SUBNORMAL_ERR = 2.0**-10  # half of the subnormal step 2^-9 (in scaled units)
-INT_BITS = {"int8": 8, "int4": 4}
 
 
 def _up(x: torch.Tensor) -> torch.Tensor:
@@ -40,10 +43,10 @@ def _down(x: torch.Tensor) -> torch.Tensor:
 class IntGroups:
     """Quantized values with their per-group fp16 scale and minimum (KIVI's zero point); grouped along `axis`."""
 
-    data: torch.Tensor  # uint8: one int8 level per byte, or two int4 levels per byte
+    data: torch.Tensor  # uint8: 8/bits levels per byte along the last axis
     scale: torch.Tensor  # fp16, one per group
     zero: torch.Tensor  # fp16, one per group: the group's minimum, rounded down
-    fmt: str
+    bits: int
     shape: tuple[int, ...]  # the float tensor's shape
     axis: int  # the grouped axis of the float tensor (-2 tokens for keys, -1 channels for values)
     group: int
@@ -70,28 +73,37 @@ def _ungrouped(g: torch.Tensor, axis: int, shape: tuple[int, ...]) -> torch.Tens
     return g.transpose(-1, -2).reshape(shape)
 
 
-def quantize_int(x: torch.Tensor, fmt: str, group: int, axis: int) -> IntGroups:
+def int_format(fmt: str | KVDtype) -> KVDtype:
+    """The entry of a format stored as KIVI's integer groups; any other name is refused by name."""
+    entry = stored_dtype(fmt)
+    if not entry.stored.grouped:
+        raise ValueError(f"{entry.name} is not stored as integer groups")
+    return entry
+
+
+def quantize_int(x: torch.Tensor, fmt: str | KVDtype, group: int, axis: int) -> IntGroups:
     """Groups of `group` along `axis` (-2: per channel over tokens, KIVI's keys; -1: per token, its values)."""
     if x.shape[axis] % group:
         raise ValueError(f"{x.shape[axis]} not a multiple of the group size {group}")
-    bits = INT_BITS[fmt]
+    stored = int_format(fmt).stored
+    bits, per_byte = stored.bits, stored.per_byte
+    if x.shape[-1] % per_byte:
+        raise ValueError(f"{x.shape[-1]} values do not pack {per_byte} to a byte")
     g = _grouped(x.float(), axis, group)
-    levels = 2**bits - 1  # 0..255 for int8, 0..15 for int4, counted from the group's minimum
+    levels = 2**bits - 1  # 0..255 for int8, 0..15 for int4, 0..3 for 2 bits, counted from the group's minimum
     zero = _down(g.amin(-1, keepdim=True))
     scale = _up((g.amax(-1, keepdim=True) - zero.float()) / levels)
     q = torch.round((g - zero.float()) / scale.float()).clamp(0, levels).to(torch.uint8)
     data = _ungrouped(q, axis, tuple(x.shape))
-    if fmt == "int4":
-        data = data[..., 0::2] | (data[..., 1::2] << 4)  # two 4-bit values per byte (d_head is even)
-    return IntGroups(data, scale.squeeze(-1), zero.squeeze(-1), fmt, tuple(x.shape), axis, group)
+    packed = data[..., 0::per_byte].clone()  # value i of each run of per_byte goes to bits [i·B, (i + 1)·B)
+    for i in range(1, per_byte):
+        packed |= data[..., i::per_byte] << (bits * i)
+    return IntGroups(packed, scale.squeeze(-1), zero.squeeze(-1), bits, tuple(x.shape), axis, group)
 
 
 def dequantize_int(q: IntGroups, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    if q.fmt == "int8":
-        values = q.data.float()
-    else:
-        lo, hi = q.data & 0xF, q.data >> 4
-        values = torch.stack([lo, hi], dim=-1).reshape(q.shape).float()
+    per_byte, mask = 8 // q.bits, 2**q.bits - 1
+    values = torch.stack([(q.data >> (q.bits * i)) & mask for i in range(per_byte)], dim=-1).reshape(q.shape).float()
     g = _grouped(values, q.axis, q.group)
     g = g * q.scale.float().unsqueeze(-1) + q.zero.float().unsqueeze(-1)
     return _ungrouped(g, q.axis, q.shape).to(dtype)

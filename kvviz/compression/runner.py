@@ -19,25 +19,22 @@ from kvviz.compression.pooling import pool_kv_heads
 from kvviz.engine.backends.base import Backend
 from kvviz.engine.model import Decoder, apply_rotary, attend
 from kvviz.errors import InputError
+from kvviz.kv.formats import STORED_DTYPES, stored_dtype
 from kvviz.kv.formula import KVSpec, kv_footprint
 
-QUANT = ("int8", "int4", "fp8")
+QUANT = STORED_DTYPES  # every format the one table of KV formats says kvviz stores (int8, int4, kivi2, fp8)
 POOL = ("gqa", "mqa")
 METHODS = ("full", *EVICTION, *QUANT, *POOL)
-KIVI_GROUP = 32  # G and R of KIVI's example.py (group_size = 32, residual_length = 32)
-KIVI_RESIDUAL = 32
 DEPLOY_DTYPES = ("bfloat16", "float16", "float32")  # KV dtypes a saving can be counted against
 
 
-def kivi_group(d_head: int) -> int:
-    """KIVI's G = 32 where it divides d_head (values carry d_head/G scales per token, as the shared formula counts
-    per vector); else the largest divisor of d_head below it (the shipped model's d_head 24 takes 24)."""
-    return max(g for g in range(1, KIVI_GROUP + 1) if d_head % g == 0)
-
-
-def kivi_residual(group: int) -> int:
-    """KIVI's R = 32 rounded up to a multiple of G (KIVI asserts R % G == 0): 32 for G = 32, 48 for G = 24."""
-    return -(-KIVI_RESIDUAL // group) * group
+def method_family(name: str) -> str:
+    """The family a method is charted as: eviction, a stored format's own (its table entry's), or sharing heads."""
+    families = {"full": "full", **dict.fromkeys(EVICTION, "evict"), **dict.fromkeys(POOL, "share"),
+                **{n: stored_dtype(n).stored.family for n in QUANT}}
+    if name not in families:
+        raise InputError("compression.unknown_method", name=name, choices=", ".join(METHODS[1:]))
+    return families[name]
 
 
 @dataclass(frozen=True)
@@ -45,18 +42,23 @@ class Method:
     name: str  # one of METHODS
     budget: int | None = None  # eviction: positions kept per layer and KV head
     sinks: int = STREAMING_SINKS  # streaming
-    group: int | None = None  # int8/int4: KIVI group size (None: kivi_group(d_head), G = 32 as in KIVI where it fits)
-    residual: int | None = None  # int8/int4: KIVI's R, a multiple of G (None: kivi_residual(G))
+    group: int | None = None  # KIVI's formats: group size G (None: the entry's, Stored.group_for)
+    residual: int | None = None  # KIVI's formats: R, a multiple of G (None: the entry's R, Stored.residual_for)
     kv_heads: int | None = None  # gqa: KV heads after pooling (default: half of the model's); mqa: 1
     kv_scale: str = "default"  # fp8: vLLM's k/v_scale, "default" (1.0) or "calculate" (--calculate-kv-scales)
+
+    @property
+    def tensor_scaled(self) -> bool:
+        """A format stored with one scale per layer tensor (float8), set as `kv_scale` says."""
+        return self.name in QUANT and not stored_dtype(self.name).stored.grouped
 
     def label(self) -> str:
         if self.name in EVICTION:
             return f"{self.name} ({self.budget})"
         if self.name == "gqa":
             return f"gqa ({self.kv_heads})" if self.kv_heads else "gqa"
-        if self.name == "fp8":
-            return "fp8 (scale=1.0)" if self.kv_scale == "default" else "fp8 (--calculate-kv-scales)"
+        if self.tensor_scaled:  # float8: how its scales were set
+            return f"{self.name} (scale=1.0)" if self.kv_scale == "default" else f"{self.name} (--calculate-kv-scales)"
         return self.name
 
 
@@ -84,7 +86,7 @@ class Trace:
     fp8_clipped: int = 0
     bytes_at: dict[str, int] = field(default_factory=dict)  # the same cache by the formula, full precision as each
     evicted: int = 0  # positions an eviction policy dropped, summed over layers (0: it left the cache whole)
-    group: int | None = None  # int8/int4: the G and R used
+    group: int | None = None  # KIVI's formats: the G and R used
     residual: int | None = None
     views: dict[int, StepView] = field(default_factory=dict)  # decode step → what the cache held then
     notes: list[str] = field(default_factory=list)
@@ -138,7 +140,7 @@ def _check(ids: list[int], n_prompt: int, method: Method) -> None:
     if not 1 <= n_prompt < len(ids):
         raise InputError("compression.bad_prompt", n_prompt=n_prompt, n_tokens=len(ids))
     if method.name not in METHODS:
-        raise InputError("compression.unknown_method", name=method.name)
+        raise InputError("compression.unknown_method", name=method.name, choices=", ".join(METHODS[1:]))
 
 
 def run_method(backend: Backend, ids: list[int], n_prompt: int, method: Method, *, view_step: int | None = None,
@@ -183,9 +185,10 @@ def _native_cache(backend: Backend, model: Decoder, method: Method, n_ids: int):
         cache: Any = EvictingCache(shape, 1, dtype, device, reposition=policy.reposition,
                                    rotate=_native_rotator(model))
     elif method.name in QUANT:
-        group = method.group or kivi_group(shape.d_head)
-        cache = QuantizedCache(shape, 1, dtype, device, method.name, group=group,
-                               residual=method.residual or kivi_residual(group), kv_scale=method.kv_scale)
+        stored = stored_dtype(method.name).stored  # KIVI's G and R: the method's, else the format's
+        group = (method.group or stored.group_for(shape.d_head)) if stored.grouped else 0
+        cache = QuantizedCache(shape, 1, dtype, device, method.name, kv_scale=method.kv_scale, group=group,
+                               residual=(method.residual or stored.residual_for(group)) if group else 0)
     else:
         if method.name in POOL:
             target = 1 if method.name == "mqa" else (method.kv_heads or max(1, shape.n_kv_heads // 2))
@@ -341,8 +344,8 @@ def _trace(method: Method, logits: list[torch.Tensor], cache: Any, shape: KVSpec
                  scale_bytes_outside_cache=cache.tensor_scale_bytes() if quantized else 0,
                  fp8_clipped=cache.clipped if quantized else 0, bytes_at=at,
                  evicted=cache.evicted if isinstance(cache, EvictingCache) else 0,
-                 group=cache.group if quantized and cache.fmt != "fp8" else None,
-                 residual=cache.residual if quantized and cache.fmt != "fp8" else None,
+                 group=cache.group if quantized and cache.grouped else None,
+                 residual=cache.residual if quantized and cache.grouped else None,
                  views=views, notes=notes)
 
 

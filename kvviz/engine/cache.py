@@ -1,13 +1,32 @@
-"""Per-layer preallocated K/V buffers with a position counter (as gpt-fast and HF's StaticLayer).
+"""Per-layer preallocated K/V buffers with a position counter (as gpt-fast and HF's StaticLayer), and the contract
+every cache Decoder.forward() runs with (DecodeCache).
 
 The cache is request-local: it is passed into Decoder.forward(), never stored on the model,
 so one shared model can serve many sessions, each with its own cache.
 """
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 
 from kvviz.errors import InputError
+
+
+@runtime_checkable
+class DecodeCache(Protocol):
+    """What Decoder.forward() asks of a cache: the positions each layer holds, the rotary position of the next
+    token, and appending a pass's new K/V to a layer, which returns the keys and values the pass attends to.
+    KVCache, the speculative drafts' caches (KVCache) and kvviz.compression's EvictingCache and QuantizedCache
+    keep it; the paged pool (kvviz.engine.paged.kv.PagedKV) is addressed by slots in Decoder.forward_paged instead."""
+
+    @property
+    def lengths(self) -> list[int]: ...
+
+    @property
+    def length(self) -> int: ...
+
+    def append(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class KVCache:

@@ -1,8 +1,10 @@
-"""Turn a model name into a ready backend: the shipped model, a seeded random shape, or a directory."""
+"""Turn a model name into a ready backend: the name sorted into its kind once (resolve_model: the shipped model, a
+seeded random shape, a fetched model, a GGUF file, a kvviz or transformers directory, a hub id), then loaded."""
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -36,10 +38,12 @@ def _require(path: Path) -> Path:
     return path
 
 
-def read_config(path: Path) -> DecoderConfig:
-    """config.json in our DecoderConfig format or in Hugging Face's Llama format."""
+def read_config(path: Path, data: object = None) -> DecoderConfig:
+    """config.json in our DecoderConfig format or in Hugging Face's Llama format (`data`: its contents, already
+    read by resolve_model; None: read here)."""
     try:
-        data = json.loads(_require(path).read_text(encoding="utf-8"))
+        if data is None:
+            data = json.loads(_require(path).read_text(encoding="utf-8"))
         # A transformers config names its model_type; kvviz's own holds DecoderConfig's fields.
         hf = "model_type" in data or "hidden_size" in data
         return DecoderConfig.from_hf_dict(data) if hf else DecoderConfig.from_dict(data)
@@ -122,14 +126,17 @@ def transformers_tokenizer(directory: Path, *, eos_id: int | None = None) -> BPE
 
 
 def load_directory(
-    directory: str | Path, *, dtype: str = "float32", device: str = "auto", name: str | None = None
+    directory: str | Path, *, dtype: str = "float32", device: str = "auto", name: str | None = None,
+    config: dict | None = None,
 ) -> NativeBackend:
     """A kvviz-format directory (config.json, model.safetensors, tokenizer.json) or a transformers one (its
-    tokenizer as AutoTokenizer loads it)."""
+    tokenizer as AutoTokenizer loads it). `config`: config.json's contents when resolve_model read them."""
     directory = Path(directory)
     torch_dtype, torch_device = parse_dtype(dtype), resolve_device(device)
-    cfg = read_config(directory / "config.json")
-    tokenizer = (transformers_tokenizer(directory, eos_id=cfg.eos_id) if _is_transformers_dir(directory)
+    if config is None:
+        config = _config_json(directory)
+    cfg = read_config(directory / "config.json", config)
+    tokenizer = (transformers_tokenizer(directory, eos_id=cfg.eos_id) if _names_model_type(config)
                  else read_tokenizer(directory / "tokenizer.json", eos_id=cfg.eos_id))
     model = read_weights(directory / "model.safetensors", cfg).to(device=torch_device, dtype=torch_dtype)
     return NativeBackend(model, tokenizer, name or directory.name)
@@ -170,6 +177,62 @@ def load_gguf(path: str | Path, *, dtype: str = "float32", device: str = "auto")
 
 
 ENGINES = ("auto", "native", "hf")
+# What a model name can be, each loaded one way: the shipped model, a seeded random shape, a model fetch-model
+# fetched, a llama GGUF file, a kvviz-format directory, a transformers directory (kvviz's decoder where it
+# implements the architecture, else the Hugging Face backend), a hub id (the Hugging Face backend).
+SHIPPED, RANDOM, FETCHED, GGUF, KVVIZ_DIR, TRANSFORMERS_DIR, HUB = SOURCE_KINDS = (
+    "shipped", "random", "fetched", "gguf", "kvviz_dir", "transformers_dir", "hub")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model name sorted into its kind, once, with what loading it needs."""
+
+    kind: str  # one of SOURCE_KINDS
+    name: str  # the name as given (a hub id stripped); the backend's title where kvviz gives one
+    path: Path | None = None  # the directory or GGUF file (None: the random shape, a hub id)
+    config: dict | None = None  # a directory's config.json, read once (None: not read, or not readable JSON)
+    title: str | None = None  # the backend's name where kvviz chooses it (shipped, fetched)
+
+
+def _config_json(directory: Path) -> object:
+    """A directory's config.json as JSON, or None when it is missing or not JSON (the loader then names the file)."""
+    try:
+        return json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _names_model_type(config: object) -> bool:
+    """A save_pretrained() config names its model_type; a kvviz one holds DecoderConfig fields."""
+    return isinstance(config, dict) and "model_type" in config
+
+
+def resolve_model(model: str) -> ModelSource:
+    """The kind of model a name is, decided once; refuses a name that is none of them (a fetched model not yet
+    fetched, a directory without its config.json, an empty name)."""
+    if model == "tiny":
+        return ModelSource(SHIPPED, model, TINY_DIR, title=TINY_NAME)
+    if model == "random":
+        return ModelSource(RANDOM, model)
+    if model in fetch.MODELS:
+        if not fetch.is_fetched(model):
+            raise InputError("fetch.not_fetched", name=model)
+        return ModelSource(FETCHED, model, fetch.model_dir(model), title=fetch.MODELS[model].title)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            # Weights without their config: a damaged checkpoint, named by its missing file; nothing at all: no model.
+            if any(path.glob("*.safetensors")) or any(path.glob("*.bin")):
+                raise InputError("model.missing_file", path=str(path / "config.json"))
+            raise InputError("hf.no_model", name=model)
+        config = _config_json(path)
+        return ModelSource(TRANSFORMERS_DIR if _names_model_type(config) else KVVIZ_DIR, model, path, config)
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelSource(GGUF, model, path)
+    if model.strip():
+        return ModelSource(HUB, model.strip())
+    raise InputError("unknown_model", name=model)
 
 
 def load_backend(
@@ -189,8 +252,10 @@ def load_backend(
     weights="int8": the native decoder's matrices quantized to int8 per output channel (Decoder.fuse)."""
     if weights not in WEIGHTS:
         raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
-    backend = _load_backend(model, dtype=dtype, device=device, shape=shape, seed=seed, hf_policy=hf_policy,
-                            engine=engine)
+    if engine not in ENGINES:
+        raise InputError("model.bad_engine", engine=engine, choices=", ".join(ENGINES))
+    backend = load_source(resolve_model(model), dtype=dtype, device=device, shape=shape, seed=seed,
+                          hf_policy=hf_policy, engine=engine)
     if weights != "float":
         if backend.kind != "native":
             raise InputError("model.int8_native_only", name=backend.spec.name)
@@ -198,67 +263,46 @@ def load_backend(
     return backend
 
 
-def _load_backend(model: str, *, dtype: str, device: str, shape: DecoderConfig | None, seed: int,
-                  hf_policy: HFPolicy | None, engine: str) -> Backend:
-    if engine not in ENGINES:
-        raise InputError("model.bad_engine", engine=engine, choices=", ".join(ENGINES))
-    if model == "tiny":
-        return load_directory(TINY_DIR, dtype=dtype, device=device, name=TINY_NAME)
-    if model == "random":
+def load_source(source: ModelSource, *, dtype: str = "float32", device: str = "auto",
+                shape: DecoderConfig | None = None, seed: int = 0, hf_policy: HFPolicy | None = None,
+                engine: str = "auto") -> Backend:
+    """Load a resolved model, each kind one way."""
+    if source.kind in (SHIPPED, FETCHED):
+        return load_directory(source.path, dtype=dtype, device=device, name=source.title)
+    if source.kind == RANDOM:
         return random_backend(shape or DecoderConfig(), seed=seed, dtype=dtype, device=device)
-    if model in fetch.MODELS:
-        if not fetch.is_fetched(model):
-            raise InputError("fetch.not_fetched", name=model)
-        return load_directory(fetch.model_dir(model), dtype=dtype, device=device, name=fetch.MODELS[model].title)
     # The web UI passes its policy (env + secrets); the CLI reads the environment. It holds for every path or hub
     # id, whichever engine then runs it.
     policy = hf_policy if hf_policy is not None else policy_from(os.environ)
-    path = Path(model).expanduser()
-    if path.is_dir() and not (path / "config.json").is_file():
-        # Weights without their config: a damaged checkpoint, named by its missing file; nothing at all: no model here.
-        if any(path.glob("*.safetensors")) or any(path.glob("*.bin")):
-            raise InputError("model.missing_file", path=str(path / "config.json"))
-        raise InputError("hf.no_model", name=model)
-    if path.is_file() and path.suffix == ".gguf":
-        check_allowed(model, policy)
-        return load_gguf(path, dtype=dtype, device=device)
-    if path.is_dir() and not _is_transformers_dir(path):
-        check_allowed(model, policy)
-        return load_directory(path, dtype=dtype, device=device)
+    if source.kind == GGUF:
+        check_allowed(source.name, policy)
+        return load_gguf(source.path, dtype=dtype, device=device)
+    if source.kind == KVVIZ_DIR:
+        check_allowed(source.name, policy)
+        return load_directory(source.path, dtype=dtype, device=device, config=source.config)
     note = None
-    if path.is_dir() and engine != "hf":
-        check_allowed(model, policy)
+    if source.kind == TRANSFORMERS_DIR and engine != "hf":
+        check_allowed(source.name, policy)
         try:
-            return _native_transformers_dir(path, policy, dtype=dtype, device=device)
+            return _native_transformers_dir(source, policy, dtype=dtype, device=device)
         except InputError as exc:
             if engine == "native" or exc.key not in NATIVE_FALLBACK:
                 raise
             note = exc  # the Hugging Face backend runs it, and says why
-    elif engine == "native":
-        raise InputError("model.native_needs_directory", name=model)
-    if model.strip():
-        from kvviz.engine.backends.hf import (
-            load_hf_backend,  # transformers is imported only when an HF model is asked for
-        )
+    elif source.kind == HUB and engine == "native":
+        raise InputError("model.native_needs_directory", name=source.name)
+    from kvviz.engine.backends.hf import load_hf_backend  # transformers is imported only for an HF model
 
-        backend = load_hf_backend(model, dtype=dtype, device=device, policy=policy)
-        backend.native_note = note
-        return backend
-    raise InputError("unknown_model", name=model)
+    backend = load_hf_backend(source.name, dtype=dtype, device=device, policy=policy)
+    backend.native_note = note
+    return backend
 
 
-def _native_transformers_dir(path: Path, policy: HFPolicy, *, dtype: str, device: str) -> NativeBackend:
+def _native_transformers_dir(source: ModelSource, policy: HFPolicy, *, dtype: str, device: str) -> NativeBackend:
     """A transformers directory on kvviz's decoder, its size checked against the policy before weights are read;
     named as the Hugging Face backend names a directory: folder (model_type)."""
-    cfg = read_config(path / "config.json")
+    path = source.path
+    cfg = read_config(path / "config.json", source.config)
     check_size(str(path), parameter_count(cfg), policy)
-    kind = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
-    return load_directory(path, dtype=dtype, device=device, name=f"{path.name} ({kind})")
-
-
-def _is_transformers_dir(directory: Path) -> bool:
-    """A save_pretrained() directory names its model_type; a kvviz one holds DecoderConfig fields."""
-    try:
-        return "model_type" in json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False  # the native loader names the missing or broken file
+    kind = source.config.get("model_type", "?")
+    return load_directory(path, dtype=dtype, device=device, name=f"{path.name} ({kind})", config=source.config)

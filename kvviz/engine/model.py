@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvviz.engine.cache import KVCache
+from kvviz.engine.cache import DecodeCache, KVCache
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import WEIGHTS
 from kvviz.errors import InputError
@@ -187,7 +187,7 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: KVCache | None,
+        cache: DecodeCache | None,
         layer: int,
         *,
         causal: bool,
@@ -368,7 +368,7 @@ class Decoder(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        cache: KVCache | None = None,
+        cache: DecodeCache | None = None,
         *,
         capture_attention: bool = False,
         causal: bool = True,
@@ -389,7 +389,7 @@ class Decoder(nn.Module):
             return rows.to(self.lm_head.weight.dtype)
         return F.embedding(input_ids, w)
 
-    def run_layers(self, h: torch.Tensor, cache: KVCache | None, layers: range, position: int, *,
+    def run_layers(self, h: torch.Tensor, cache: DecodeCache | None, layers: range, position: int, *,
                    causal: bool = True, attentions: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Hidden states [B, T, d] of the tokens at absolute positions position, position + 1, ... through `layers`;
         their K/V are appended to those layers of the cache."""

@@ -323,7 +323,7 @@ class AllocationComparison:
 
 
 def compare_allocation(
-    lengths: list[int], max_len: int, kv_bytes_per_token: int, block_size: int = 16
+    lengths: list[int], max_len: int, kv_bytes_per_token: int, block_size: int = BLOCK_SIZE
 ) -> AllocationComparison:
     if not lengths:
         raise InputError("memory.no_lengths")

@@ -2,7 +2,8 @@
 
 What one token leaves in one layer's cache — a K and a V vector per KV head (MHA/GQA/MQA), or one MLA latent
 plus one shared RoPE key — how many tokens each layer keeps (sliding-window layers keep only the last W − 1
-past tokens), and the storage format with its quantization scales. Every byte count the app, the CLI, the
+past tokens), and the storage format with its quantization scales (kvviz.kv.formats: the one table of KV
+formats). Every byte count the app, the CLI, the
 engine's formula column, the capacity planner, the roofline and the hosted budget show comes from
 kv_footprint(); a second formula anywhere is a bug. No torch needed.
 """
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from kvviz.errors import InputError
+from kvviz.kv.formats import KVDtype, kv_dtype
 
 # Where a parameter count came from; "unknown" is never replaced by a default.
 PARAM_SOURCES = ("counted", "published", "estimated", "given", "unknown")
@@ -28,59 +30,6 @@ def _check_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError("n_tokens_negative" if name == "n_tokens" else "positive_int", name=name, value=value)
     return value
-
-
-# ---- storage formats: bytes per value and the scales each group of values carries -------------------------
-
-
-@dataclass(frozen=True)
-class KVDtype:
-    """A KV storage format: bytes per value and the scale overhead of its quantization groups."""
-
-    name: str
-    data_bytes: float  # per cached value; int4 packs two values per byte
-    group_size: int = 0  # values sharing one scale (0 = no per-group scale)
-    scale_bytes_per_group: int = 0  # fp16 scale, plus an fp16 zero point for asymmetric int4
-    whole_blocks: bool = False  # llama.cpp's blocks: a head must be whole blocks, a partial one is refused
-
-    def vector_bytes(self, n_values: int) -> int:
-        """Bytes of one cached vector of n_values (a K or V head, or an MLA latent), scales included."""
-        if self.whole_blocks and n_values % self.group_size:
-            raise InputError("kv_dtype_blocks", dtype=self.name, block=self.group_size, d_head=n_values)
-        data = math.ceil(n_values * self.data_bytes)
-        groups = math.ceil(n_values / self.group_size) if self.group_size else 0
-        return data + groups * self.scale_bytes_per_group
-
-
-# int8: one fp16 scale per 64 values; int4: an fp16 scale and an fp16 zero point per 64 values — the layout of
-# Hugging Face's QuantizedCache (q_group_size=64) and KIVI. fp8 (e4m3, vLLM's --kv-cache-dtype fp8) keeps one
-# scale per layer tensor, which is not per token and so not counted here.
-# q8_0 and q4_0 are llama.cpp's cache types (-ctk/-ctv): blocks of 32 values with one fp16 scale, block_q8_0 = 34 B
-# and block_q4_0 = 18 B (ggml/src/ggml-common.h). llama_init_from_model (src/llama-context.cpp) refuses a head size
-# that is not whole blocks ("K cache type %s with block size %u does not divide n_embd_head_k").
-KV_DTYPES: dict[str, KVDtype] = {
-    "float32": KVDtype("float32", 4),
-    "bfloat16": KVDtype("bfloat16", 2),
-    "float16": KVDtype("float16", 2),
-    "fp8": KVDtype("fp8", 1),
-    "int8": KVDtype("int8", 1, group_size=64, scale_bytes_per_group=2),
-    "int4": KVDtype("int4", 0.5, group_size=64, scale_bytes_per_group=4),
-    "q8_0": KVDtype("q8_0", 1, group_size=32, scale_bytes_per_group=2, whole_blocks=True),
-    "q4_0": KVDtype("q4_0", 0.5, group_size=32, scale_bytes_per_group=2, whole_blocks=True),
-}
-
-
-def kv_dtype(name: str | KVDtype) -> KVDtype:
-    """A storage format by name; a torch dtype's name ("torch.bfloat16") works too, and a KVDtype is itself
-    (e.g. int4 with KIVI's group size, dataclasses.replace(KV_DTYPES["int4"], group_size=32), which
-    kvviz.compression stores and holds its bytes equal to)."""
-    if isinstance(name, KVDtype):
-        return name
-    key = str(name).removeprefix("torch.")
-    try:
-        return KV_DTYPES[key]
-    except KeyError:
-        raise InputError("unknown_kv_dtype", name=name, choices=", ".join(KV_DTYPES)) from None
 
 
 # ---- the description --------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvviz.errors import InputError
-from kvviz.kv.formula import KVSpec, kv_dtype, kv_footprint
+from kvviz.kv.formats import kv_dtype
+from kvviz.kv.formula import KVSpec, kv_footprint
 
 PAD = 256  # GGML_PAD(·, 256) in llama_context::llama_context
 # llama.cpp's cache-type names (-ctk/-ctv, ggml_type_name) for the formats kvviz sizes: ggml's f16/bf16/f32 and its
-# q8_0/q4_0 blocks (kvviz.kv.formula.KV_DTYPES).
+# q8_0/q4_0 blocks (kvviz.kv.formats.KV_DTYPES).
 CACHE_TYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "q8_0": "q8_0", "q4_0": "q4_0"}
 
 

@@ -17,7 +17,7 @@ from kvviz.kv.formula import KVSpec
 from kvviz.kv.hardware import Hardware
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.roofline import PassBound, Roofline
-from kvviz.units import format_binary, format_fixed
+from kvviz.units import format_binary, format_ms
 
 
 # ---- numbers as people read them -------------------------------------------------------------------------
@@ -40,10 +40,6 @@ def fmt_cost(lang: str, *terms: tuple[str, float | None, float | None]) -> str:
         text = t(f"latency.term_{term}", lang, value=fmt_time(abs(value) if i and value is not None else value, se))
         out.append(text if i == 0 else ("− " if value is not None and value < 0 else "+ ") + text)
     return " ".join(out)
-
-
-def fmt_ms(seconds: float | None) -> str:
-    return format_fixed(seconds, 2, scale=1e3, unit="ms")
 
 
 def fmt_interval(ci: Sequence[float] | None) -> str:
@@ -124,8 +120,9 @@ def _describe_batch(rows: Sequence[dict], lang: str, lecture: bool) -> tuple[str
 
 def _describe_dtype(rows: Sequence[dict], lang: str, lecture: bool) -> tuple[str, str]:
     def listed(key: str) -> str:
-        return "\n".join("- " + (t(key, lang, dtype=r["dtype"], ttft=fmt_ms(r["ttft_s"]), tpot=fmt_ms(r["tpot_s"]),
-                                   weights=format_binary(r["weight_bytes"]), kv=format_binary(r["kv_bytes"]))
+        return "\n".join("- " + (t(key, lang, dtype=r["dtype"], ttft=format_ms(r["ttft_s"]),
+                                   tpot=format_ms(r["tpot_s"]), weights=format_binary(r["weight_bytes"]),
+                                   kv=format_binary(r["kv_bytes"]))
                                  if r["supported"] else t("latency.dtype_unsupported", lang, dtype=r["dtype"],
                                                           error=r["error"])) for r in rows)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvviz.kv.formula import KVFootprint, KVSpec, kv_dtype, kv_footprint, weight_bytes
+from kvviz.kv.formats import kv_dtype
+from kvviz.kv.formula import KVFootprint, KVSpec, kv_footprint, weight_bytes
 from kvviz.units import format_binary, format_decimal
 
 GIB = 1024**3

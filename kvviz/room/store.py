@@ -1,6 +1,6 @@
 """Lecture rooms: where a lecturer's run is published and the room's live answers are counted.
 
-Lives here: Room (an id for the link, a secret for the lecturer), Poll (a question's tally), Asked (a question's
+Lives here: Room (an id for the link, a secret for the lecturer), Tally (a live question's counts), Asked (a question's
 result, kept for the room's results until the room ends), RoomStore (the one
 interface, with a hosted demo's caps: rooms open at once, followers per room), MemoryStore (one app server:
 in-process), RedisStore (replicas behind a load balancer: Redis), store_from_env() (KVVIZ_ROOM_STORE picks one).
@@ -45,7 +45,7 @@ class Room:
 
 
 @dataclass(frozen=True)
-class Poll:
+class Tally:
     """A question open to the room: counts per option (in the question's order), no names."""
 
     question: str
@@ -118,10 +118,10 @@ class RoomStore(ABC):
             raise InputError("room.too_many_rooms", limit=self.max_rooms)
         return room
 
-    def follow(self, room_id: str, follower_id: str) -> int:
-        """A follower's poll: it holds a seat for FOLLOWER_GONE_S; InputError("room.full") when a new follower
+    def hold_seat(self, room_id: str, follower_id: str) -> int:
+        """A follower's re-read: it holds a seat for FOLLOWER_GONE_S; InputError("room.full") when a new follower
         finds max_followers seats taken. Returns the followers in the room now."""
-        n = self._follow(room_id, follower_id, self.clock(), self.max_followers)
+        n = self._hold_seat(room_id, follower_id, self.clock(), self.max_followers)
         if n is None:
             raise InputError("room.full", limit=self.max_followers)
         return n
@@ -172,23 +172,23 @@ class RoomStore(ABC):
             raise InputError("room.revealed")
         self._answer(room_id, follower_id, option)
 
-    def tally(self, room_id: str) -> Poll | None:
+    def tally(self, room_id: str) -> Tally | None:
         """The open question's counts per option, or None when no question is open."""
         return self._tally(room_id)
 
-    def reveal(self, room_id: str, secret: str) -> Poll:
+    def reveal(self, room_id: str, secret: str) -> Tally:
         """Close the answers: the counts stay (and go into the room's results), which follower picked what is
         forgotten."""
         self._check(room_id, secret)
         state = self._question(room_id)
         if state is None:
             raise InputError("room.question_closed")
-        poll = self._reveal(room_id)
+        tally = self._reveal(room_id)
         if not state[2]:  # revealed now, not before: one entry per question asked
             meta = json.loads(self._meta(room_id) or "{}")
-            self._record(room_id, Asked(poll.question, poll.counts, meta.get("answer"),
+            self._record(room_id, Asked(tally.question, tally.counts, meta.get("answer"),
                                         meta.get("opened", self.clock()), self.clock()))
-        return poll
+        return tally
 
     def results(self, room_id: str, secret: str) -> list[Asked]:
         """Every question asked in this room, in order: revealed ones, replaced ones as they stood, and the open one
@@ -200,12 +200,12 @@ class RoomStore(ABC):
 
     def _asked_now(self, room_id: str) -> Asked | None:
         """The open question as a result (its revealed time None: it is not revealed)."""
-        poll = self._tally(room_id)
-        if poll is None:
+        tally = self._tally(room_id)
+        if tally is None:
             return None
         meta = json.loads(self._meta(room_id) or "{}")
-        return Asked(poll.question, poll.counts, meta.get("answer"), meta.get("opened", self.clock()),
-                     self.clock() if poll.revealed else None)
+        return Asked(tally.question, tally.counts, meta.get("answer"), meta.get("opened", self.clock()),
+                     self.clock() if tally.revealed else None)
 
     def end(self, room_id: str, secret: str) -> None:
         """The lecturer ends the room: everything it held is deleted."""
@@ -221,7 +221,7 @@ class RoomStore(ABC):
     @abstractmethod
     def _create(self, room_id: str, digest: str, max_rooms: int | None) -> bool: ...  # False: max_rooms open
     @abstractmethod
-    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None: ...  # None: full
+    def _hold_seat(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None: ...  # None: full
     @abstractmethod
     def _secret_digest(self, room_id: str) -> str: ...
     @abstractmethod
@@ -241,9 +241,9 @@ class RoomStore(ABC):
     @abstractmethod
     def _answer(self, room_id: str, follower_id: str, option: str) -> None: ...
     @abstractmethod
-    def _tally(self, room_id: str) -> Poll | None: ...
+    def _tally(self, room_id: str) -> Tally | None: ...
     @abstractmethod
-    def _reveal(self, room_id: str) -> Poll: ...
+    def _reveal(self, room_id: str) -> Tally: ...
     @abstractmethod
     def _delete(self, room_id: str) -> None: ...
     @abstractmethod
@@ -268,13 +268,13 @@ class _MemoryRoom:
     results: list[str] = field(default_factory=list)  # the questions asked, as Asked.to_json()
 
 
-def _poll(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None,
-          meta: str | None = None) -> Poll:
+def _tally_of(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None,
+          meta: str | None = None) -> Tally:
     show = bool(json.loads(meta).get("show_tally")) if meta else False
     if counts is not None:
-        return Poll(question, {o: int(counts.get(o, 0)) for o in options}, True, show)
+        return Tally(question, {o: int(counts.get(o, 0)) for o in options}, True, show)
     picked = list(answers.values())
-    return Poll(question, {o: picked.count(o) for o in options}, False, show)
+    return Tally(question, {o: picked.count(o) for o in options}, False, show)
 
 
 class MemoryStore(RoomStore):
@@ -309,7 +309,7 @@ class MemoryStore(RoomStore):
             self._rooms[room_id] = _MemoryRoom(digest, now, seen=now)
             return True
 
-    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
+    def _hold_seat(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
         with self._lock:
             seats = self._get(room_id).followers
             for gone in [f for f, t in seats.items() if now - t > FOLLOWER_GONE_S]:
@@ -364,19 +364,19 @@ class MemoryStore(RoomStore):
                 raise InputError("room.revealed")
             room.answers[follower_id] = option
 
-    def _tally(self, room_id: str) -> Poll | None:
+    def _tally(self, room_id: str) -> Tally | None:
         with self._lock:
             room = self._get(room_id)
             if room.question is None:
                 return None
-            return _poll(room.question, room.options, room.answers, room.counts, room.meta)
+            return _tally_of(room.question, room.options, room.answers, room.counts, room.meta)
 
-    def _reveal(self, room_id: str) -> Poll:
+    def _reveal(self, room_id: str) -> Tally:
         with self._lock:
             room = self._get(room_id, touch=True)
-            poll = _poll(room.question or "", room.options, room.answers, room.counts, room.meta)
-            room.counts, room.answers = poll.counts, {}
-            return dataclasses.replace(poll, revealed=True)
+            tally = _tally_of(room.question or "", room.options, room.answers, room.counts, room.meta)
+            room.counts, room.answers = tally.counts, {}
+            return dataclasses.replace(tally, revealed=True)
 
     def _delete(self, room_id: str) -> None:
         with self._lock:
@@ -498,11 +498,11 @@ class RedisStore(RoomStore):
 
         return self._watched(self.ROOMS, create)
 
-    def _follow(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
+    def _hold_seat(self, room_id: str, follower_id: str, now: float, limit: int | None) -> int | None:
         self._fields(room_id, "version")  # the room is open (its clock alone read, not the snapshot)
         key = self._followers_key(room_id)
 
-        def follow(p: Any) -> int | None:
+        def seat(p: Any) -> int | None:
             n = p.zcount(key, now - FOLLOWER_GONE_S, "+inf")
             last = p.zscore(key, follower_id)
             new = last is None or last < now - FOLLOWER_GONE_S
@@ -515,7 +515,7 @@ class RedisStore(RoomStore):
             p.execute()
             return n + new
 
-        return self._watched(key, follow)
+        return self._watched(key, seat)
 
     def _secret_digest(self, room_id: str) -> str:
         return self._fields(room_id, "digest")["digest"]
@@ -561,35 +561,35 @@ class RedisStore(RoomStore):
         self._fields(room_id)
         self._write(room_id, {}, answer=(follower_id, option))
 
-    def _tally(self, room_id: str) -> Poll | None:
+    def _tally(self, room_id: str) -> Tally | None:
         fields = self._fields(room_id)
         if "question" not in fields:
             return None
         counts = json.loads(fields["counts"]) if "counts" in fields else None
         answers = {} if counts is not None else self._call(lambda: self._redis.hgetall(self._keys(room_id)[1]))
-        return _poll(fields["question"], json.loads(fields["options"]), answers, counts, fields.get("meta"))
+        return _tally_of(fields["question"], json.loads(fields["options"]), answers, counts, fields.get("meta"))
 
-    def _reveal(self, room_id: str) -> Poll:
+    def _reveal(self, room_id: str) -> Tally:
         fields = self._fields(room_id)
         options = json.loads(fields["options"])
         if "counts" in fields:
-            return _poll(fields["question"], options, {}, json.loads(fields["counts"]), fields.get("meta"))
+            return _tally_of(fields["question"], options, {}, json.loads(fields["counts"]), fields.get("meta"))
         room, answers = self._keys(room_id)
 
-        def run() -> Poll:
+        def run() -> Tally:
             # WATCH: an answer that lands between reading the answers and writing the counts makes the transaction
             # fail and run again, so no answer is lost to a reveal on another replica.
             with self._redis.pipeline(transaction=True) as p:
                 while True:
                     try:
                         p.watch(answers)
-                        poll = _poll(fields["question"], options, p.hgetall(answers), None, fields.get("meta"))
+                        tally = _tally_of(fields["question"], options, p.hgetall(answers), None, fields.get("meta"))
                         p.multi()
-                        p.hset(room, mapping={"counts": json.dumps(poll.counts), "touched": repr(self.clock())})
+                        p.hset(room, mapping={"counts": json.dumps(tally.counts), "touched": repr(self.clock())})
                         p.delete(answers)
                         p.expire(room, ROOM_TTL_S)
                         p.execute()
-                        return dataclasses.replace(poll, revealed=True)
+                        return dataclasses.replace(tally, revealed=True)
                     except self._watch_error:
                         continue
 

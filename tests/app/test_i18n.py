@@ -65,7 +65,7 @@ def test_korean_says_layer_one_way_and_translates_bytes():
 
 def test_int4_caption_names_the_zero_point():
     from kvviz.i18n import t
-    from kvviz.kv.formula import kv_dtype
+    from kvviz.kv.formats import kv_dtype
 
     int4 = kv_dtype("int4")
     for lang in ("en", "ko"):

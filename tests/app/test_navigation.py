@@ -41,7 +41,7 @@ def test_every_page_is_in_one_section_with_its_strings():
     assert PAGES[0] == HOME and len(PAGES) == 1 + len(registered)
     # The two pages being built are registered already: adding them is a file and its locale strings.
     names = {p.name: s.name for s in SECTIONS for p in s.pages}
-    assert names["speculative"] == names["moving"] == names["serving"] == "serving"
+    assert names["spec"] == names["moving"] == names["serving"] == "serving"
     for lang in ("en", "ko"):
         texts = catalog(lang)
         keys = [s.title_key for s in SECTIONS] + [p.title_key for p in PAGES] + [p.summary_key for p in PAGES[1:]]
@@ -60,7 +60,7 @@ def test_sidebar_sections_and_homes_map_match(lang, lecture):
     assert not at.exception
     expected = _expected(lang)
     assert expected[0] == ("section", t("nav.section_mechanism", lang))
-    assert _outline(at.sidebar, ("Caption",)) == [("page", t("nav.home", lang)), *expected]
+    assert _outline(at.sidebar, ("Caption",)) == [("page", t(HOME.title_key, lang)), *expected]
     assert [x for x in _outline(at.main, ("Markdown",)) if x[0] == "page" or x in expected] == expected
     if not lecture:  # each page with its line, never a raw locale key
         lines = [c.value for c in at.main.caption]

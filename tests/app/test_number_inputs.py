@@ -102,11 +102,11 @@ def test_decode_page_value_typed_with_the_prefill_click_is_checked_too():
 
 
 MEMORY_BOXES = [  # key, the label's start, the range as the message names it
-    ("mem_layers", "Layers", "1 … 1,000"), ("mem_heads", "Query heads", "1 … 1,024"),
-    ("mem_kv_heads", "KV heads", "1 … 1,024"), ("mem_d_head", "d_head", "1 … 4,096"),
-    ("mem_params_b", "Parameters", "0.001 … 10,000"), ("mem_tokens", "Context length", "1 … 10,000,000"),
-    ("mem_batch", "Concurrent requests", "1 … 100,000"), ("mem_n_gpus", "GPUs", "1 … 64"),
-    ("mem_total_H100 SXM", "Memory per GPU", "0.1 … 100,000"), ("mem_block", "Block size", "1 … 4,096"),
+    ("memory_layers", "Layers", "1 … 1,000"), ("memory_heads", "Query heads", "1 … 1,024"),
+    ("memory_kv_heads", "KV heads", "1 … 1,024"), ("memory_d_head", "d_head", "1 … 4,096"),
+    ("memory_params_b", "Parameters", "0.001 … 10,000"), ("memory_tokens", "Context length", "1 … 10,000,000"),
+    ("memory_batch", "Concurrent requests", "1 … 100,000"), ("memory_n_gpus", "GPUs", "1 … 64"),
+    ("memory_total_H100 SXM", "Memory per GPU", "0.1 … 100,000"), ("memory_block", "Block size", "1 … 4,096"),
 ]
 
 
@@ -124,7 +124,7 @@ def test_memory_page_refuses_every_box_and_keeps_its_results(key, label, bounds,
         if lang == "en":
             assert errors[0].startswith(label) and OUT in errors[0]
         assert _numbers_shown(at) == before  # nothing computed from the refused value
-        assert at.query_params[key.removeprefix("mem_")] == str(previous) if key.removeprefix("mem_") in (
+        assert at.query_params[key.removeprefix("memory_")] == str(previous) if key.removeprefix("memory_") in (
             "layers", "tokens", "batch", "n_gpus", "block") else True  # the link keeps the valid value
     at.number_input(key=key).set_value(previous).run()
     assert [e.value for e in at.error] == standing  # a valid value clears the message
@@ -132,21 +132,21 @@ def test_memory_page_refuses_every_box_and_keeps_its_results(key, label, bounds,
 
 def test_memory_page_refuses_a_negative_reserve():
     at = _open("pages/3_Memory_Footprint.py")
-    reserve = next(b for b in at.number_input if b.key.startswith("mem_reserve_"))
+    reserve = next(b for b in at.number_input if b.key.startswith("memory_reserve_"))
     reserve.set_value(-1.0).run()
     assert OUT in at.error[0].value and "0 … 1,000" in at.error[0].value
 
 
 def test_paged_page_refuses_a_pool_size_and_keeps_its_requests():
     at = _open("pages/9_Paged_Blocks.py")
-    at.button(key="pg_add4").click().run()
-    engine = at.session_state["pg_engine"]
-    at.number_input(key="pg_blocks").set_value(1).run()
+    at.button(key="paged_add4").click().run()
+    engine = at.session_state["paged_engine"]
+    at.number_input(key="paged_blocks").set_value(1).run()
     assert f"{OUT} 2 … 1,024" in at.error[0].value
-    assert at.session_state["pg_engine"] is engine and len(engine.requests) == 4  # nothing lost
+    assert at.session_state["paged_engine"] is engine and len(engine.requests) == 4  # nothing lost
 
 
 def test_serving_page_refuses_a_timeout():
     at = _open("pages/7_Serving_Engine.py")
-    at.number_input(key="sv_timeout").set_value(0.0).run()
+    at.number_input(key="serving_timeout").set_value(0.0).run()
     assert f"{OUT} 1 … 600" in at.error[0].value and "30" in at.error[0].value

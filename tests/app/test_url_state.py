@@ -58,8 +58,8 @@ def test_the_memory_scenario_goes_back_into_the_link_as_its_widgets_hold_it():
     differs and drops what the scenario no longer has, keeping the app's own lang and lecture."""
     from kvviz.app.url_state import query_changes, read_query, scenario_in, scenario_query
 
-    state = {"mem_src": "custom", "mem_layers": 40.0, "_valid_mem_layers": 40, "mem_kv_heads": 3000.0,
-             "_valid_mem_kv_heads": 8, "mem_tokens": 8192, "mem_upload_n": 2, "kv_lang": "ko"}
+    state = {"memory_src": "custom", "memory_layers": 40.0, "_valid_memory_layers": 40, "memory_kv_heads": 3000.0,
+             "_valid_memory_kv_heads": 8, "memory_tokens": 8192, "memory_upload_n": 2, "kv_lang": "ko"}
     scenario = scenario_in(state)
     assert scenario == {"src": "custom", "layers": 40, "kv_heads": 8, "tokens": 8192}
     wanted = scenario_query(scenario)

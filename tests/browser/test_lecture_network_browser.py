@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from kvviz.app.views.room import qr_svg
+from kvviz.app.room.share import qr_svg
 from kvviz.room.network import is_loopback, network_address
 from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, settle
 from tests.browser.test_reuse_browser import _click, _step

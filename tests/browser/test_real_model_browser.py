@@ -8,7 +8,7 @@ from kvviz.i18n import t
 from tests.browser.harness import TOKENS_JS, wait_charts, wait_idle
 
 LABELS = {"en": ("Reusing Past K/V", "Prefill", "Chat form", "Attention Sinks & Induction Heads"),
-          "ko": (t("nav.reuse", "ko"), t("reuse.prefill", "ko"), t("reuse.chat", "ko"), t("nav.heads", "ko"))}
+          "ko": (t("reuse.title", "ko"), t("reuse.prefill", "ko"), t("reuse.chat", "ko"), t("heads.title", "ko"))}
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ def _open(page, query: str, lang: str) -> None:  # noqa: ANN001 - a Playwright P
         page.goto_app(path="Speculative_Decoding", query=query)
         return
     page.goto_app(query=query)
-    page.get_by_role("link", name=t("nav.speculative", lang)).first.click()
+    page.get_by_role("link", name=t("spec.title", lang)).first.click()
     page.wait_for_timeout(300)
     wait_idle(page)
 

@@ -106,11 +106,11 @@ def test_number_boxes_refuse_with_their_range_and_keep_the_previous_value(page):
     page.goto_app("Memory_Footprint", "?src=custom")
     results = page.locator("[data-testid='stMetricValue']")
     before = results.all_inner_texts()
-    for widget_key, label, bounds in (("mem_layers", "Layers L", "1 … 1,000"),
-                                      ("mem_tokens", "Context length n (tokens)", "1 … 10,000,000"),
-                                      ("mem_batch", "Concurrent requests B", "1 … 100,000"),
-                                      ("mem_block", "Block size (tokens)", "1 … 4,096")):
-        if widget_key == "mem_block":
+    for widget_key, label, bounds in (("memory_layers", "Layers L", "1 … 1,000"),
+                                      ("memory_tokens", "Context length n (tokens)", "1 … 10,000,000"),
+                                      ("memory_batch", "Concurrent requests B", "1 … 100,000"),
+                                      ("memory_block", "Block size (tokens)", "1 … 4,096")):
+        if widget_key == "memory_block":
             page.get_by_role("tab", name="Capacity planner").click()
         for typed in ("0", "-1", "99999999999"):
             type_number(page, widget_key, typed)
@@ -118,7 +118,8 @@ def test_number_boxes_refuse_with_their_range_and_keep_the_previous_value(page):
             expect(page.get_by_text(f"{label}: {shown} is outside the allowed range {bounds}")).to_be_visible()
             assert results.all_inner_texts() == before  # nothing was computed from the refused value
         box = page.locator(f"{key(widget_key)} input")
-        previous = {"mem_layers": "32", "mem_tokens": "4096", "mem_batch": "1", "mem_block": "16"}[widget_key]
+        previous = {"memory_layers": "32", "memory_tokens": "4096", "memory_batch": "1",
+                    "memory_block": "16"}[widget_key]
         type_number(page, widget_key, previous)
         expect(page.get_by_text("is outside the allowed range")).to_have_count(0)  # no earlier error stays
         assert box.input_value() == previous
@@ -278,7 +279,7 @@ def test_hosted_caps_on_training_and_prefill_decode(hosted):
     expect(hosted.get_by_text(BUDGET).first).to_be_visible()  # refused before the model runs
     expect(hosted.get_by_role("heading", name="Training, prefill and decode compared")).to_be_visible()
     hosted.goto_app("Prefill_and_Decode")
-    hosted.locator(f"{key('pd_run')} button").click()
+    hosted.locator(f"{key('prefill_run')} button").click()
     wait_idle(hosted)
     expect(hosted.get_by_text(BUDGET).first).to_be_visible()
     no_exception(hosted)
@@ -287,17 +288,17 @@ def test_hosted_caps_on_training_and_prefill_decode(hosted):
 def test_hosted_caps_on_latency_sweeps(hosted):
     hosted.goto_app("Latency_and_Capacity")
     hosted.get_by_role("tab", name="Batch size").click()
-    batches = hosted.locator(f"{key('lc_b_batches')} input")
+    batches = hosted.locator(f"{key('latency_b_batches')} input")
     batches.fill("1, 2, 3, 4, 5, 6, 7, 8, 9")
     batches.press("Enter")
     wait_idle(hosted)
-    hosted.locator(f"{key('lc_start_batch')} button").click()
+    hosted.locator(f"{key('latency_start_batch')} button").click()
     wait_idle(hosted)
     expect(hosted.get_by_text("hosted demo: at most 8 points per sweep, got 9")).to_be_visible()
     batches.fill("1, 8")
     batches.press("Enter")
     wait_idle(hosted)
-    hosted.locator(f"{key('lc_start_batch')} button").click()
+    hosted.locator(f"{key('latency_start_batch')} button").click()
     wait_idle(hosted)
     expect(hosted.get_by_text("hosted demo: a batch of at most 4 requests, got 8")).to_be_visible()
     no_exception(hosted)
@@ -314,7 +315,7 @@ def test_hosted_caps_on_reusing(hosted):
 def test_hosted_caps_on_memory_run_here(hosted):
     hosted.goto_app("Memory_Footprint")
     hosted.get_by_role("tab", name="Measured cache").click()
-    hosted.locator(f"{key('mem_run_here')} button").click()
+    hosted.locator(f"{key('memory_run_here')} button").click()
     wait_idle(hosted)
     expect(hosted.get_by_text(BUDGET).first).to_be_visible(timeout=5_000)
     no_exception(hosted)
@@ -351,20 +352,20 @@ def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
     wait_idle(page)
     # 20 rounds (16 settings × 21 runs): long enough to cancel midway even when a quiet machine runs the tiny
     # model's 96 default runs within one progress tick
-    rounds = panel.locator(f"{key('lc_c_repeats')} input")
+    rounds = panel.locator(f"{key('latency_c_repeats')} input")
     rounds.fill("20")
     rounds.press("Enter")
     wait_idle(page)
-    panel.locator(f"{key('lc_start_cache')} button").click()
+    panel.locator(f"{key('latency_start_cache')} button").click()
     # The first round warms up, the second is the first measured: cancel once both are done (32 runs).
     page.wait_for_function("""() => { const m = /Measuring… (\\d+) \\/ 336 runs/.exec(document.body.innerText);
                                       return m && Number(m[1]) >= 34; }""", timeout=240_000)
-    panel.locator(f"{key('lc_cancel_cache')} button").click()
+    panel.locator(f"{key('latency_cancel_cache')} button").click()
     clicked = time.monotonic()
     cancelled = re.compile(r"Cancelled after (\d+) of 336 runs: the 16 settings below are kept")
     expect(panel.get_by_text(cancelled)).to_be_visible(timeout=60_000)
-    expect(panel.locator(f"{key('lc_start_cache')} button")).to_be_enabled(timeout=30_000)
-    expect(panel.locator(f"{key('lc_cancel_cache')} button")).to_be_disabled()
+    expect(panel.locator(f"{key('latency_start_cache')} button")).to_be_enabled(timeout=30_000)
+    expect(panel.locator(f"{key('latency_cancel_cache')} button")).to_be_disabled()
     expect(panel.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
     stopped_s = time.monotonic() - clicked
     done = int(cancelled.search(progress_text(panel)).group(1))
@@ -435,8 +436,8 @@ def _each_idea_fits(pg, stepper: str, n: int, name: str, shots, each=None) -> No
 
 LECTURE_PAGES = {
     # page: (its setting to shorten, en and ko labels, the value; the button that measures; stepper key, ideas)
-    "Prefill_and_Decode": (("Prompt length", "프롬프트 길이"), "256", "pd_run", "pd", 4),
-    "Latency_and_Capacity": (("Prompt lengths", "프롬프트 길이"), "16, 64, 256", "lc_start_prompt-length",
+    "Prefill_and_Decode": (("Prompt length", "프롬프트 길이"), "256", "prefill_run", "prefill", 4),
+    "Latency_and_Capacity": (("Prompt lengths", "프롬프트 길이"), "16, 64, 256", "latency_start_prompt-length",
                              "latency", 7),
 }
 
@@ -512,15 +513,16 @@ LECTURE_IDEAS = {
     "": ("home", 3, None),
     "Check": ("check", 10, _reveal),
     # every request served, the tiers measured, the handoff run in kvviz's workers: each idea with its results
-    "Moving_the_Cache": ("moving", 4, _press("mv_all", "mv_measure", "mv_run_kvviz")),
+    "Moving_the_Cache": ("moving", 4, _press("moving_all", "moving_measure", "moving_run_kvviz")),
     # every method measured on the shipped model (a short text: seconds), then each idea
-    "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press_and_wait("cc_run")),
+    "Compressing_the_Cache?seq=128&tokens=256": ("compression", 3, None, _press_and_wait("compression_run")),
     "Speculative_Decoding": ("spec", 3, _press("spec_btn_measure"), _speculate),
     # the planner is two screens (the answer, then how it did on real start-up logs); the last one runs a cache here
-    "Memory_Footprint": ("memory", 7, _press("mem_run_here")),
+    "Memory_Footprint": ("memory", 7, _press("memory_run_here")),
     "Training_Prefill_Decode": ("training", 5, None),
     # four requests sharing the system prompt, one more, a few scheduler steps: every idea with its blocks
-    "Paged_Blocks": ("paged", 5, None, _press("pg_add4", "pg_step", "pg_step", "pg_add_shared", "pg_step")),
+    "Paged_Blocks": ("paged", 5, None, _press("paged_add4", "paged_step", "paged_step", "paged_add_shared",
+                                              "paged_step")),
     "Attention_Patterns": ("heads", 2, None),
 }
 
@@ -535,17 +537,17 @@ def _serve(pg, url: str, lang: str) -> None:  # noqa: ANN001
     """Serving Engine: connect to a real llama-server (behind the Server button), then measure a small closed-loop
     sweep (concurrency 1 and 2, 4 requests of 8 tokens each) from the Load settings button."""
     _popover(pg, 0)
-    type_number(pg, "sv_url", url)  # a text box: filled and entered like a number
+    type_number(pg, "serving_url", url)  # a text box: filled and entered like a number
     pg.get_by_role("button", name="연결" if lang == "ko" else "Connect", exact=True).click()
     wait_idle(pg)
     pg.keyboard.press("Escape")
     settle(pg)
     _popover(pg, 1)
-    for box, value in (("sv_conc", "1, 2"), ("sv_requests", "4"), ("sv_max_tokens", "8")):
+    for box, value in (("serving_conc", "1, 2"), ("serving_requests", "4"), ("serving_max_tokens", "8")):
         type_number(pg, box, value)
     pg.keyboard.press("Escape")
-    pg.locator(f"{key('sv_start')} button").click()
-    _wait_measured(pg, "sv_start")
+    pg.locator(f"{key('serving_start')} button").click()
+    _wait_measured(pg, "serving_start")
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
@@ -555,7 +557,7 @@ def test_serving_ideas_fit_a_lecture_screen(browser, app_url, shots, llama, lang
     definitions) is whole on one 1280×720 screen, in English and Korean."""
     pg = _lecture_page(browser, app_url, "Serving_Engine", lang)
     _serve(pg, llama.base_url, lang)
-    _each_idea_fits(pg, "serving", 6, f"serving_engine_lecture_{lang}", shots, _press_and_wait("sv_prefix_run"))
+    _each_idea_fits(pg, "serving", 6, f"serving_engine_lecture_{lang}", shots, _press_and_wait("serving_prefix_run"))
     pg.context.close()
 
 

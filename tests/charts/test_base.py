@@ -1,11 +1,12 @@
 """The shared layout: a figure for a phone's narrow screen (phone_layout)."""
 from kvviz.charts.base import PHONE_WIDTH_PX, _display_width, legend_below, phone_layout, style
 from kvviz.charts.compression import tradeoff_figure
+from kvviz.compression.runner import method_family
 
 METHODS = [("window", "슬라이딩 윈도 (64)"), ("h2o", "H2O (64)"), ("snapkv", "SnapKV (64)"), ("int8", "KIVI int8"),
            ("fp8", "FP8 (--calculate-kv-scales)"), ("mqa", "MQA로 묶기")]
-ROWS = [dict(method=m, label=label, memory_saved=0.1 * i, kl_divergence=10 ** -i, top1_agreement=0.9,
-             perplexity=3.0, kv_bytes=1000, n_cached=10) for i, (m, label) in enumerate(METHODS)]
+ROWS = [dict(method=m, family=method_family(m), label=label, memory_saved=0.1 * i, kl_divergence=10 ** -i,
+             top1_agreement=0.9, perplexity=3.0, kv_bytes=1000, n_cached=10) for i, (m, label) in enumerate(METHODS)]
 FAMILIES = {"evict": "축출", "quantize": "양자화", "share": "헤드 공유"}
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kvviz.compression import quality
-from kvviz.compression.runner import Method, batchable, drain, rows_passes, run_method
+from kvviz.compression.runner import QUANT, Method, batchable, drain, rows_passes, run_method
 from kvviz.engine.sweeps import SweepRun
 from kvviz.engine.tolerance import magnitude, rounding_tolerance
 
@@ -18,7 +18,8 @@ SEQ = 96  # prompt 48: budgets below it evict, SnapKV's window of 32 fits
 
 
 METHODS = [Method("full"), *(Method(n, budget=40) for n in ("window", "streaming", "h2o", "snapkv")),
-           Method("int8"), Method("int4"), Method("fp8"), Method("fp8", kv_scale="calculate")]
+           Method("int8"), Method("int4"), Method("kivi2", residual=24), Method("fp8"),
+           Method("fp8", kv_scale="calculate")]  # KIVI-2 at R = 24: its R of 128 (144 at G = 24) outlasts a chunk
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def test_batched_rows_equal_the_engines_forward_within_rounding(tiny, pieces):
         for row, a in zip(rows, alone, strict=True):
             label = a.method.label()
             assert torch.equal(row.logits[0], a.logits[0]), label
-            if a.method.name in ("int8", "int4", "fp8"):
+            if a.method.name in QUANT:
                 continue
             assert (row.logits - a.logits).abs().max().item() <= tol, label
             for s in steps:  # what each cache held, position by position

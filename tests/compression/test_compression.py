@@ -9,8 +9,9 @@ from transformers import LlamaConfig
 
 from kvviz.cli import main
 from kvviz.compression import quant
-from kvviz.compression.caches import QuantizedCache, kivi_dtype
+from kvviz.compression.caches import EvictingCache, QuantizedCache, kivi_dtype
 from kvviz.compression.runner import Method, _native_rotator, run_method
+from kvviz.engine.cache import DecodeCache
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.loading import load_backend, random_backend
 from kvviz.engine.model import apply_rotary, rotary_tables
@@ -52,13 +53,30 @@ def test_group_size_one_pooling_gives_bit_identical_logits(tiny, ids, full):
     assert pooled.kv_bytes * 2 == ref.kv_bytes == pooled.formula_bytes * 2
 
 
+def test_every_decode_cache_keeps_one_contract(tiny):
+    """The engine's KVCache and both compressed caches are what Decoder.forward runs with (DecodeCache); the paged
+    pool is not one (it is addressed by slots)."""
+    from kvviz.engine.paged.kv import PagedKV
+
+    shape, cpu = KVSpec(4, 8, 2, 24), torch.device("cpu")
+    caches = [tiny.model.new_cache(1, 16), EvictingCache(shape, 1, torch.float32, cpu),
+              QuantizedCache(shape, 1, torch.float32, cpu, "kivi2", group=24, residual=24)]
+    x = torch.tensor([[5, 6, 7]])
+    for cache in caches:
+        assert isinstance(cache, DecodeCache)
+        with torch.inference_mode():
+            tiny.model(x, cache)
+        assert (cache.lengths, cache.length) == ([3] * 4, 3)
+    assert not isinstance(PagedKV(4, 2, 16, 2, 24), DecodeCache)
+
+
 def test_compression_changes_the_logits(tiny, ids, full):
     for m in [Method("window", budget=8), Method("int4", group=8, residual=8), Method("fp8"), Method("mqa")]:
         assert not torch.equal(run_method(tiny, ids, 30, m).logits, full.logits)
 
 
 # ---- quantization error within the analytic bound -----------------------------------------------------
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("fmt", ["int8", "int4", "kivi2"])
 @pytest.mark.parametrize("axis", [-2, -1])
 def test_int_error_within_half_a_step(fmt, axis):
     x = torch.randn(2, 3, 64, 32) * torch.linspace(0.01, 20, 32)  # a few outlier channels, as in real keys
@@ -67,7 +85,7 @@ def test_int_error_within_half_a_step(fmt, axis):
     bound = quant.int_error_bound(q)
     assert bool((err <= bound * (1 + 1e-6) + 1e-7).all())
     assert err.max() > bound.max() / 4  # the bound is tight, not vacuous
-    levels = {"int8": 255, "int4": 15}[fmt]  # KIVI, asymmetric at both widths: (max − min)/(2^B − 1)
+    levels = {"int8": 255, "int4": 15, "kivi2": 3}[fmt]  # KIVI, asymmetric at every width: (max − min)/(2^B − 1)
     # keys: one scale per channel per 32 tokens [2, 3, 2, 32]; values: one per token per 32 channels [2, 3, 64, 1]
     groups = x.view(2, 3, 2, 32, 32) if axis == -2 else x.view(2, 3, 64, 1, 32).transpose(-1, -2)
     spread = groups.amax(3) - groups.amin(3)
@@ -76,21 +94,22 @@ def test_int_error_within_half_a_step(fmt, axis):
     assert q.zero.dtype == torch.float16 and bool((q.zero.float() <= groups.amin(3)).all())
 
 
-@pytest.mark.parametrize("fmt,bits", [("int8", 8), ("int4", 4)])
+@pytest.mark.parametrize("fmt,bits", [("int8", 8), ("int4", 4), ("kivi2", 2)])
 def test_int_levels_as_kivi_quant_and_pack(fmt, bits):
     """KIVI (arXiv:2402.02750 §3.1; jy-yuan/KIVI quant/new_pack.py quant_and_pack_vcache): per group
     mn = min, scale = (max − mn)/(2^B − 1), levels round((x − mn)/scale) in 0..2^B − 1, at every bit width. The
     group's range is chosen so that scale is a power of two (exact in fp16, where kvviz rounds it outwards)."""
-    scale = 2.0**-5 if fmt == "int8" else 0.5
+    scale = {8: 2.0**-5, 4: 0.5, 2: 2.0}[bits]
     g = torch.tensor([[-3.0, -1.0, 0.53, 2.0, -3.0 + scale * (2**bits - 1), 1.27, -2.49, 0.9]])  # one group of 8
     q = quant.quantize_int(g, fmt, 8, -1)
     mn, mx = g.min(-1, keepdim=True).values, g.max(-1, keepdim=True).values
     kivi = torch.round((g - mn) / ((mx - mn) / (2**bits - 1))).clamp(0, 2**bits - 1)
     assert q.zero.float().item() == -3.0 and q.scale.float().item() == scale
-    ours = q.data.float() if fmt == "int8" else torch.stack([q.data & 0xF, q.data >> 4], -1).reshape(g.shape).float()
-    assert torch.equal(ours, kivi)
+    # value i of each run of 8/B sits in bits [i·B, (i + 1)·B) of its byte (int4: low nibble first)
+    ours = torch.stack([(q.data >> (bits * i)) & (2**bits - 1) for i in range(8 // bits)], -1).reshape(g.shape)
+    assert torch.equal(ours.float(), kivi)
     assert ours.min() == 0 and ours.max() == 2**bits - 1  # the whole unsigned range, from the minimum up
-    assert q.data.dtype == torch.uint8 and q.nbytes == {"int8": 8, "int4": 4}[fmt] + 2 + 2  # data + scale + min
+    assert q.data.dtype == torch.uint8 and q.nbytes == {"int8": 8, "int4": 4, "kivi2": 2}[fmt] + 2 + 2  # + scale, min
 
 
 def test_fp8_error_within_three_mantissa_bits():
@@ -106,6 +125,7 @@ def test_fp8_error_within_three_mantissa_bits():
 # ---- measured bytes equal the formula -----------------------------------------------------------------
 @pytest.mark.parametrize("method", [Method("window", 12), Method("streaming", 12), Method("h2o", 12),
                                     Method("snapkv", 40), Method("int8"), Method("int4"), Method("fp8"),
+                                    Method("kivi2"), Method("kivi2", group=8, residual=16),
                                     Method("int4", group=8, residual=8), Method("fp8", kv_scale="calculate"),
                                     Method("mqa"), Method("gqa", kv_heads=1)])
 def test_measured_bytes_equal_the_formula(tiny, ids, method):
@@ -141,7 +161,7 @@ def test_kivi_group_must_divide_d_head():
 
 
 # ---- KIVI's residual, as jy-yuan/KIVI models/llama_kivi.py keeps it ----------------------------------------
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("fmt", ["int8", "int4", "kivi2"])
 def test_kivi_keeps_n_mod_r_keys_and_the_last_r_values(fmt):
     """KIVI quantizes keys R tokens at a time (the prefill's first n − n mod R at once) and values one token per
     step past the last R; main kept one shared residual of R..R+G−1 tokens for both."""

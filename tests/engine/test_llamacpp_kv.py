@@ -10,7 +10,8 @@ from kvviz.engine.export import export_gguf
 from kvviz.engine.loading import load_backend
 from kvviz.engine.shape import fetched_spec, shipped_spec
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_footprint
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.kv.llamacpp import llamacpp_cells, llamacpp_kv
 from kvviz.serving.llamacpp import KVCacheLog, kv_cache_log
 

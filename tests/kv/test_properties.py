@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from kvviz.cli import main
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec, kv_dtype, kv_footprint
+from kvviz.kv.formats import KV_DTYPES, kv_dtype
+from kvviz.kv.formula import KVSpec, kv_footprint
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.units import format_binary
 from tests.kv.kvref import textbook_bytes
@@ -24,12 +25,12 @@ factor = st.integers(1, 64)
 @given(b=sizes, layers=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, e=bytes_per_elem, k=factor,
        which=st.integers(0, 4))
 def test_formula_is_linear_in_each_factor(b, layers, n, h, d, e, k, which):
-    args = [b, layers, n, h, d]
+    args = [b, layers, n, h, 2 * d]  # an even head: a whole byte of 2-bit values (kivi2) per K and V pair
     scaled = list(args)
     scaled[which] *= k
     assert textbook_bytes(*scaled, e) == k * textbook_bytes(*args, e)
-    # exact integer bytes at any size (e·2 is whole for every dtype: int4 is half a byte)
-    assert textbook_bytes(*args, e) == 2 * b * layers * n * h * d * int(e * 2) // 2
+    # exact integer bytes at any size (e·4 is whole for every dtype: int4 is half a byte, kivi2 a quarter)
+    assert textbook_bytes(*args, e) == 2 * b * layers * n * h * 2 * d * int(e * 4) // 4
 
 
 @given(b=sizes, layers=sizes, n=st.integers(0, 1 << 20), h=sizes, d=sizes, dtype=plain_dtype)

@@ -10,6 +10,7 @@ from kvviz.i18n import t
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
 from kvviz.lessons import latency as lessons
+from kvviz.units import format_ms
 
 H100 = HARDWARE["H100 SXM"]
 LLAMA = PRESETS["Llama-3.1-8B"]
@@ -41,7 +42,7 @@ def test_durations_and_counts_read_as_people_read_them():
     assert lessons.fmt_count(1234.4) == "1,234" and lessons.fmt_count(0.5) == "0.5"
     assert lessons.fmt_count(0.04) == "0.04"
     assert lessons.fmt_interval([1e-3, 2e-3]) == "1.00 ms … 2.00 ms" and lessons.fmt_interval(None) == "—"
-    assert lessons.fmt_ms(0.0125) == "12.50 ms" and lessons.fmt_ms(None) == "—"
+    assert format_ms(0.0125) == "12.50 ms" and format_ms(None) == "—" and format_ms(0.0125, 1) == "12.5 ms"
 
 
 def _prompt_rows(fixed: float, per_token: float, per_pair: float) -> list[dict]:

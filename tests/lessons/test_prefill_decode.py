@@ -35,7 +35,7 @@ def test_the_run_drawn_is_the_median_by_t():
 def test_splits_and_ranges_under_the_cards():
     s = _run(0.012, [0.002, 0.002, 0.004, 0.002], queue=0.001)
     splits = lessons.splits(s, "en")
-    assert splits[0] == t("prefill_decode.ttft_split", "en", queue="1.00 ms", prefill="12.00 ms")
+    assert splits[0] == t("prefill.ttft_split", "en", queue="1.00 ms", prefill="12.00 ms")
     assert splits[1] == "mean 2.50 ms · p90 3.40 ms"
     assert splits[2] == "decode alone: 500.0 tokens/s = 1 / TPOT p50 (2.00 ms)"
     assert list(lessons.splits(_run(0.01, []), "en")) == [0]  # one token: no step, no TPOT
@@ -45,9 +45,9 @@ def test_splits_and_ranges_under_the_cards():
 
 def test_the_runs_table_in_ms():
     rows = lessons.runs_table([_run(0.01, [0.002, 0.004]), _run(0.02, [])], "ko")
-    assert rows == [{t("prefill_decode.col_run", "ko"): 1, "TTFT (ms)": 10.0, "TPOT p50 (ms)": 3.0,
+    assert rows == [{t("prefill.col_run", "ko"): 1, "TTFT (ms)": 10.0, "TPOT p50 (ms)": 3.0,
                      "TPOT p90 (ms)": 3.8, "T (ms)": 16.0},
-                    {t("prefill_decode.col_run", "ko"): 2, "TTFT (ms)": 20.0, "TPOT p50 (ms)": None,
+                    {t("prefill.col_run", "ko"): 2, "TTFT (ms)": 20.0, "TPOT p50 (ms)": None,
                      "TPOT p90 (ms)": None, "T (ms)": 20.0}]
 
 
@@ -69,7 +69,7 @@ def test_the_formula_holds_exactly_with_the_mean_and_within_tolerance_with_the_m
 def test_a_spiking_step_puts_the_median_form_outside():
     gaps = [[0.002] * 10 + [0.050]]
     (judged,) = lessons.formula_text([_run(0.010, gaps[0])], gaps, 0, "ko")[1:]
-    assert t("prefill_decode.formula_outside", "ko").split("{")[0] in judged
+    assert t("prefill.formula_outside", "ko").split("{")[0] in judged
     error = float(re.search(r"−([\d.]+) ms", judged).group(1))
     assert error == pytest.approx(48.0)  # (N − 1)·p50 misses the spike of 48 ms
 
@@ -79,7 +79,7 @@ def test_step_noise_names_the_slowest_step():
     assert lessons.step_noise(s, [0.001] * 9 + [0.003], "en") == ("Decode steps of this run: p90 ÷ p50 = 1.20, "
                                                                   "slowest 3.00 ms: steady.")
     s = _run(0.01, [0.001] * 5 + [0.003] * 5)
-    assert lessons.step_noise(s, [0.001] * 5 + [0.003] * 5, "en").endswith(t("prefill_decode.unsteady", "en"))
+    assert lessons.step_noise(s, [0.001] * 5 + [0.003] * 5, "en").endswith(t("prefill.unsteady", "en"))
     assert lessons.step_noise(_run(0.01, []), [], "en") is None
 
 
@@ -87,8 +87,8 @@ def test_step_noise_names_the_slowest_step():
 def test_the_table_of_phases(lang):
     lines = lessons.phases_table(lang).splitlines()
     assert len(lines) == 2 + 4 and lines[1] == "|---|---|---|---|"
-    assert lines[0] == "| | " + " | ".join(f"**{t(f'prefill_decode.row_{p}', lang)}**"
+    assert lines[0] == "| | " + " | ".join(f"**{t(f'prefill.row_{p}', lang)}**"
                                              for p in ("training", "prefill", "decode")) + " |"
-    assert lines[2].startswith(f"| **{t('prefill_decode.col_inputs', lang)}** | "
-                               f"{t('prefill_decode.training_inputs', lang)} | ")
+    assert lines[2].startswith(f"| **{t('prefill.col_inputs', lang)}** | "
+                               f"{t('prefill.training_inputs', lang)} | ")
     assert all(line.count(" | ") == 3 for line in lines[2:])

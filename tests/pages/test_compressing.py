@@ -36,16 +36,16 @@ def measured(lang: str) -> AppTest:
     at.query_params["tokens"] = "256"
     at.switch_page(PAGE)
     at.run()
-    at.text_area(key="cc_own_text").input(TEXT)
+    at.text_area(key="compression_own_text").input(TEXT)
     at.run()
-    at.button(key="cc_run").click()
+    at.button(key="compression_run").click()
     return finished(at.run())
 
 
 def finished(at: AppTest) -> AppTest:
     """Rerun until the methods are measured (the page runs them a second per tick, drawing progress between)."""
     for _ in range(600):
-        if "cc_sweep" not in at.session_state:
+        if "compression_sweep" not in at.session_state:
             return at
         at.run()
     raise AssertionError("still measuring")
@@ -61,8 +61,8 @@ def test_page_measures_every_method(lang):
     at = measured(lang)
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    # full, 4 evictions × 2 budgets, int8/int4, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
-    assert len(table) == 1 + 2 * 4 + 2 + 2 + 1
+    # full, 4 evictions × 2 budgets, int8/int4/KIVI-2, fp8 with each of vLLM's scale settings, mqa (2 KV heads)
+    assert len(table) == 1 + 2 * 4 + 3 + 2 + 1
     measured_bytes = table[t("compression.table_bytes", lang)]
     assert (measured_bytes == table[t("compression.table_formula", lang)]).all()
     # full cache: 2 layers · 127 positions · K and V · 2 KV heads · d_head 32 · 4 bytes
@@ -124,8 +124,8 @@ def opened(lang: str, shape: DecoderConfig = SMALL, **query: str) -> AppTest:
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_a_text_shorter_than_a_chunk_is_refused_in_words(lang):
     at = opened(lang, text="own", tokens="256")
-    at.text_area(key="cc_own_text").input("Just a few words.").run()
-    finished(at.button(key="cc_run").click().run())
+    at.text_area(key="compression_own_text").input("Just a few words.").run()
+    finished(at.button(key="compression_run").click().run())
     assert not at.exception
     (error,) = at.error
     # the count of tokens the text has, and the 128 one chunk needs
@@ -137,7 +137,7 @@ def test_a_text_shorter_than_a_chunk_is_refused_in_words(lang):
 def test_changed_settings_keep_the_last_results_labelled(lang):
     at = measured(lang)
     before = at.dataframe[0].value
-    at.multiselect(key="_w_cc_budgets").set_value([0.5]).run()
+    at.multiselect(key="_w_compression_budgets").set_value([0.5]).run()
     assert not at.exception
     (note,) = [i.value for i in at.info if t("compression.run", lang) in i.value]
     assert "budgets 33, 64" in note or "예산 33, 64" in note  # the budgets the shown run was measured with
@@ -157,9 +157,9 @@ def test_settings_raised_are_said_next_to_their_control(lang):
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
     at = opened(lang, text="own", tokens="2048")  # 16 chunks of 128: far more than one tick's second of work
-    at.text_area(key="cc_own_text").input(TEXT * 6).run()
-    at.button(key="cc_run").click().run()
-    run = at.session_state["cc_sweep"][1]
+    at.text_area(key="compression_own_text").input(TEXT * 6).run()
+    at.button(key="compression_run").click().run()
+    run = at.session_state["compression_sweep"][1]
     assert not run.finished and 0 < run.done < run.sweep.total
     (bar,) = at.get("progress")  # drawn before the tick's work: nothing measured yet, no time left to tell
     assert bar.proto.text == t("compression.progress", lang, done=0, total=run.sweep.total,
@@ -171,21 +171,21 @@ def test_time_left_beside_the_progress_and_cancel_keeps_what_was_measured(lang):
     left = round(seconds / done * (run.sweep.total - done))  # the measured time per pass, times passes
     assert bar.proto.text == t("compression.progress", lang, done=done, total=run.sweep.total,
                                left=t("compression.time_left", lang, seconds=left))
-    assert at.button(key="cc_run").disabled and not at.button(key="cc_cancel").disabled
+    assert at.button(key="compression_run").disabled and not at.button(key="compression_cancel").disabled
     while not run.rows:  # until the first chunk's batch is done
         at.run()
-    at.button(key="cc_cancel").click().run()
-    assert not at.exception and run.cancelled and "cc_sweep" not in at.session_state
-    request, rows, partial = at.session_state["cc_result"]
-    assert partial == (run.done, run.sweep.total, 13) and rows == run.rows
+    at.button(key="compression_cancel").click().run()
+    assert not at.exception and run.cancelled and "compression_sweep" not in at.session_state
+    request, rows, partial = at.session_state["compression_result"]
+    assert partial == (run.done, run.sweep.total, 14) and rows == run.rows  # 8 evictions, 3 KIVI, 2 fp8, mqa
     (warning,) = [w.value for w in at.warning]
     chunks = sorted({r.n_predicted // 64 for r in rows})
     assert warning == t("compression.partial", lang, done=run.done, total=run.sweep.total, measured=len(rows) - 1,
-                        methods=13, chunks="–".join(map(str, dict.fromkeys([chunks[0], chunks[-1]]))))
+                        methods=14, chunks="–".join(map(str, dict.fromkeys([chunks[0], chunks[-1]]))))
     table = at.dataframe[0].value  # what was measured is drawn: the table, the chart, the strips
     assert len(table) == len(rows) and len(at.get("plotly_chart")) == 3
     assert list(table[t("compression.table_ppl", lang)])[1:] == [round(r.perplexity, 3) for r in rows[1:]]
-    assert not at.button(key="cc_run").disabled and at.button(key="cc_cancel").disabled
+    assert not at.button(key="compression_run").disabled and at.button(key="compression_cancel").disabled
 
 
 def test_the_default_tokens_follow_the_models_size():

@@ -47,7 +47,7 @@ def test_preset_from_query_params(lang, label):
     assert m[label] == "56.00 KiB"
     total = [v for k, v in m.items() if k in ("All requests", "전체 요청")]
     assert total == ["1.75 GiB"]  # 4 · 8192 · 56 KiB
-    assert at.selectbox(key="mem_preset").value == "Qwen2.5-7B"
+    assert at.selectbox(key="memory_preset").value == "Qwen2.5-7B"
     table = next(md.value for md in at.markdown if "57,344 B" in md.value)
     assert "1,879,048,192 B" in table and "1.88 GB" in table  # exact bytes and the labelled decimal figure
     assert at.query_params["preset"] == "Qwen2.5-7B" and at.query_params["tokens"] == "8192"
@@ -55,7 +55,7 @@ def test_preset_from_query_params(lang, label):
 
 def test_seed_example_one_click_away():
     at = open_page()
-    at.button(key="mem_seed_mha").click().run()
+    at.button(key="memory_seed_mha").click().run()
     m = metrics(at)
     assert [m["Per token, per layer"], m["Per token (all layers)"], m["Per request"], m["All requests"]] == [
         "16.00 KiB",
@@ -64,7 +64,7 @@ def test_seed_example_one_click_away():
         "64.00 GiB",
     ]
     assert any("68,719,476,736 B" in md.value for md in at.markdown)
-    at.button(key="mem_seed_gqa").click().run()
+    at.button(key="memory_seed_gqa").click().run()
     assert metrics(at)["All requests"] == "16.00 GiB"
     assert at.query_params["src"] == "custom" and at.query_params["kv_heads"] == "8"
     assert "preset" not in at.query_params
@@ -83,7 +83,7 @@ def test_custom_shape_from_url_and_bad_value_keeps_last_result():
         }
     )
     assert metrics(at)["All requests"] == "16.00 GiB"
-    at.number_input(key="mem_kv_heads").set_value(3).run()  # 32 query heads cannot share 3 KV heads
+    at.number_input(key="memory_kv_heads").set_value(3).run()  # 32 query heads cannot share 3 KV heads
     assert not at.exception
     assert any("divisible" in e.value for e in at.error)
     assert metrics(at)["All requests"] == "16.00 GiB"  # the last valid result stays on screen
@@ -93,13 +93,13 @@ def test_malformed_query_values_fall_back_to_defaults():
     at = open_page({"preset": "GPT-9", "tokens": "-4", "kv_dtype": "int3", "batch": "two"})
     assert any("tokens='-4'" in w.value and "preset='GPT-9'" in w.value for w in at.warning)
     assert metrics(at)["Per token (all layers)"] == "128.00 KiB"  # the default preset, Llama-3.1-8B
-    assert at.number_input(key="mem_tokens").value == 4096
+    assert at.number_input(key="memory_tokens").value == 4096
 
 
 def uploader(at):
     """The page's uploader: a fresh one (a new key) after every file it read."""
-    n = at.session_state["mem_upload_n"] if "mem_upload_n" in at.session_state else 0
-    return at.file_uploader(key=f"mem_upload_{n}")
+    n = at.session_state["memory_upload_n"] if "memory_upload_n" in at.session_state else 0
+    return at.file_uploader(key=f"memory_upload_{n}")
 
 
 def test_upload_config_bad_upload_keeps_last_valid():
@@ -116,22 +116,22 @@ def test_upload_config_bad_upload_keeps_last_valid():
     uploader(at).set_value(("c.json", json.dumps(missing).encode(), "application/json")).run()
     assert any("num_hidden_layers" in e.value for e in at.error)
     assert metrics(at)["Per token (all layers)"] == "336.00 KiB"
-    assert at.session_state["mem_upload_n"] == 3  # each file was read by a fresh uploader: never a replace
+    assert at.session_state["memory_upload_n"] == 3  # each file was read by a fresh uploader: never a replace
 
 
 def test_charts_carry_the_formula():
     at = open_page({"preset": "Llama-2-7B", "tokens": "4096", "batch": "32"})
-    cmp = chart(at, "mem_compare_chart")["data"][0]
+    cmp = chart(at, "memory_compare_chart")["data"][0]
     # KiB per token: MHA 32 heads, GQA 8, MQA 1, MLA 512+64 latent (all 32 layers, bf16)
     assert cmp["y"] == [512.0, 128.0, 16.0, 32 * 576 * 2 / 1024]
-    growth = chart(at, "mem_growth_chart")["data"]
+    growth = chart(at, "memory_growth_chart")["data"]
     weights = next(t for t in growth if t["name"].startswith("weights"))
     assert weights["y"][0] == pytest.approx(6_738_415_616 * 2 / 1024**3)
     crossings = next(t for t in growth if t.get("mode") == "markers+text")
     # cache = weights: n = 13,476,831,232 B / (B · 512 KiB) = 25,705.3 for B=1, 803.3 for B=32:
     # first reached at 25,706 and 804 tokens
     assert 25_706 in crossings["x"] and 804 in crossings["x"]
-    alloc_chart = chart(at, "mem_alloc_chart")
+    alloc_chart = chart(at, "memory_alloc_chart")
     alloc = alloc_chart["data"]
     live = 37 + 120 + 900 + 1500 + 3000 + 4096
     assert alloc_chart["layout"]["yaxis"]["title"]["text"].endswith("(GiB)")  # 6 × 4096 × 512 KiB = 12 GiB
@@ -162,9 +162,9 @@ def test_capacity_planner_is_vllms_arithmetic():
     assert "FlashInfer" in terms and "8,192 tokens in 1,024 sequences" in terms
     fit = next(md.value for md in at.markdown if md.value.startswith("In the"))
     assert f"{plan.max_requests} requests fit if each reserves 8,192" in fit
-    at.selectbox(key="mem_gpu").set_value("L4").run()
+    at.selectbox(key="memory_gpu").set_value("L4").run()
     assert not any("do not fit" in w.value for w in at.warning)  # 22.03 GiB · 0.9 still holds 14.96 GiB
-    at.selectbox(key="mem_w_dtype").set_value("float32").run()  # 29.92 GiB of weights
+    at.selectbox(key="memory_w_dtype").set_value("float32").run()  # 29.92 GiB of weights
     assert any("do not fit" in w.value for w in at.warning)
     assert metrics(at)["Max requests at 8,192 tokens"] == "0"
 
@@ -172,10 +172,10 @@ def test_capacity_planner_is_vllms_arithmetic():
 def test_serving_flags_narrow_the_range():
     at = open_page({"preset": "Llama-3.1-8B", "tokens": "32768", "gpu": "RTX 4090"})
     wide = next(md.value for md in at.markdown if "tokens** (likely" in md.value)
-    at.selectbox(key="mem_vllm").set_value("0.11.1").run()
-    at.selectbox(key="mem_entry").set_value("serve").run()
-    at.number_input(key="mem_mbt").set_value(2048).run()
-    at.number_input(key="mem_seqs").set_value(256).run()
+    at.selectbox(key="memory_vllm").set_value("0.11.1").run()
+    at.selectbox(key="memory_entry").set_value("serve").run()
+    at.number_input(key="memory_mbt").set_value(2048).run()
+    at.number_input(key="memory_seqs").set_value(256).run()
     assert not at.exception
     plan = plan_capacity(get_preset("Llama-3.1-8B"), HARDWARE["RTX 4090"].memory_bytes, max_model_len=32768,
                          gpu_name="RTX 4090", flags=ServingFlags(vllm_version="0.11.1", entry="serve",
@@ -191,7 +191,7 @@ def test_serving_flags_narrow_the_range():
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_per_term_residuals_against_real_logs(lang):
     at = open_page({"preset": "Llama-3.1-8B"}, lang)
-    points = chart(at, "mem_residual_chart")["data"]
+    points = chart(at, "memory_residual_chart")["data"]
     checks = check_all()
     shown = sum(len(t["y"]) for t in points if t.get("y") and t["y"][0] is not None)
     assert shown == sum(1 for c in checks for t in c.terms
@@ -208,7 +208,7 @@ def test_sglang_engine_on_the_page():
                        smi_mib=HARDWARE["RTX 3090"].nvidia_smi_total_mib)
     assert metrics(at)["Max tokens in cache"] == f"{plan.kv_cache_tokens:,}"
     assert any("profile_max_num_token" in c.value for c in at.caption)
-    at.number_input(key="mem_sgl_frac").set_value(0.8).run()
+    at.number_input(key="memory_sgl_frac").set_value(0.8).run()
     smaller = plan_sglang(get_preset("Qwen2.5-7B"), HARDWARE["RTX 3090"].memory_bytes, context_len=32768,
                           mem_fraction_static=0.8)
     assert metrics(at)["Max tokens in cache"] == f"{smaller.kv_cache_tokens:,}"
@@ -224,15 +224,15 @@ def test_planner_refuses_a_context_past_the_models(lang, words):
 def test_unknown_parameter_count_is_asked_for_never_reused():
     """Issue 12 item 1: after a preset, a DeepSeek-V3 upload must not inherit 8.03B parameters."""
     at = open_page({"preset": "Llama-3.1-8B"})
-    at.radio(key="mem_src").set_value("upload").run()
+    at.radio(key="memory_src").set_value("upload").run()
     uploader(at).set_value(
         ("config.json", json.dumps(CONFIGS["DeepSeek-V3"]).encode(), "application/json")).run()
     assert not at.exception
-    assert at.number_input(key="mem_upload_params_b").value is None
+    assert at.number_input(key="memory_upload_params_b").value is None
     assert any("parameter count is unknown" in w.value for w in at.warning)
     assert "Max requests at 4,096 tokens" not in metrics(at)  # no capacity until it is given
     assert not any("8.03B" in md.value for md in at.markdown)
-    at.number_input(key="mem_upload_params_b").set_value(671.0).run()
+    at.number_input(key="memory_upload_params_b").set_value(671.0).run()
     # a mixture of experts with MLA: its profile run is modelled from the config (issue 34), no reserve asked for
     assert not any("cannot be predicted" in e.value for e in at.error)
     assert "Max requests at 4,096 tokens" in metrics(at)
@@ -252,7 +252,7 @@ def test_memory_and_latency_pages_agree_on_requests_that_fit():
 
 def test_live_cache_run_here_equals_formula():
     at = open_page()
-    at.button(key="mem_run_here").click().run()
+    at.button(key="memory_run_here").click().run()
     m = metrics(at)
     assert m["Measured (tensor bytes)"] == m["Formula"]
     assert int(m["Measured (tensor bytes)"].replace(",", "").split()[0]) > 0
@@ -273,6 +273,15 @@ def test_quantized_kv_states_its_scales():
     assert any("2 · 8 · 128 · 0.5 B + 128 B (scales) | 1,152 B" in md.value for md in at.markdown)
 
 
+def test_kivi2_states_its_scales_zero_points_and_residual():
+    """KIVI-2 (arXiv:2402.02750 §4.1): 16 vectors of 128 values, 32 B of 2-bit levels + 4 groups · 4 B each."""
+    at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "kv_dtype": "kivi2"})
+    assert metrics(at)["Per token, per layer"] == "768 B"
+    assert any("2 · 8 · 128 · 0.25 B + 256 B (scales) | 768 B" in md.value for md in at.markdown)
+    assert any("KIVI-2" in c.value and "12 B in all" in c.value and "newest 128 tokens" in c.value
+               for c in at.caption)
+
+
 def test_llamacpp_block_formats_size_a_llamacpp_deployment():
     """q8_0 and q4_0 as llama.cpp stores them (tests/engine/test_llamacpp_kv.py checks the bytes against its log)."""
     at = open_page({"preset": "Llama-3.1-8B", "tokens": "4096", "kv_dtype": "q8_0"})
@@ -281,7 +290,7 @@ def test_llamacpp_block_formats_size_a_llamacpp_deployment():
     assert any("2 · 8 · 128 · 1 B + 128 B (scales) | 2,176 B" in md.value for md in at.markdown)
     assert any("block of 32 int8 values" in c.value and "34 B in all" in c.value for c in at.caption)
     assert "Max requests at 4,096 tokens" in metrics(at)  # the planner sizes it too
-    at.selectbox(key="mem_kv_dtype").set_value("q4_0").run()
+    at.selectbox(key="memory_kv_dtype").set_value("q4_0").run()
     assert metrics(at)["Per token, per layer"] == "1.13 KiB"  # 16 · 4 · 18 B = 1,152 B
 
 
@@ -293,10 +302,10 @@ def test_block_format_refused_for_a_head_it_does_not_divide(lang, words):
     assert any(words in e.value for e in at.error)
     if lang == "ko":
         return  # AppTest formats the translated source radio's value in English on a re-run: change it in English
-    at.selectbox(key="mem_kv_dtype").set_value("float16").run()
+    at.selectbox(key="memory_kv_dtype").set_value("float16").run()
     assert not any(words in e.value for e in at.error)
     assert metrics(at)["Per token, per layer"] == "192 B"  # nothing lost: the same shape, now sized (2·2·24·2 B)
-    assert at.number_input(key="mem_d_head").value == 24
+    assert at.number_input(key="memory_d_head").value == 24
 
 
 def test_no_window_claim_for_a_model_without_one():

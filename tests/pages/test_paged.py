@@ -21,11 +21,11 @@ def _open(lang: str, **query: str) -> AppTest:
 def test_four_requests_share_the_system_prompt(lang, title, tables):
     at = _open(lang)
     assert at.title[0].value == title
-    assert at.number_input(key="pg_blocks").value == 20
-    at.button(key="pg_add4").click().run()
-    at.button(key="pg_step").click().run()  # one scheduler step admits all four (vLLM: same-step prefix hits)
+    assert at.number_input(key="paged_blocks").value == 20
+    at.button(key="paged_add4").click().run()
+    at.button(key="paged_step").click().run()  # one scheduler step admits all four (vLLM: same-step prefix hits)
     assert not at.exception
-    engine = at.session_state["pg_engine"]
+    engine = at.session_state["paged_engine"]
     assert [r.admitted_step for r in engine.requests] == [0, 0, 0, 0]
     assert [r.cached_tokens for r in engine.requests] == [0, 48, 48, 48]  # ⌊48/16⌋·16 of a 48-token system prompt
     heat = chart(at, tables)["data"][0]
@@ -42,15 +42,15 @@ def test_finished_requests_show_released_blocks(lang):
     """After R0..R3 finish, their rows showed block ids that other requests had since taken (read as sharing);
     a finished row now only shows how many blocks it released."""
     at = _open(lang)
-    max_len = at.session_state["pg_engine"].model.cfg.max_seq_len
-    at.number_input(key=f"pg_new_{max_len}").set_value(2).run()
-    at.button(key="pg_add4").click().run()
+    max_len = at.session_state["paged_engine"].model.cfg.max_seq_len
+    at.number_input(key=f"paged_new_{max_len}").set_value(2).run()
+    at.button(key="paged_add4").click().run()
     for _ in range(2):
-        at.button(key="pg_step").click().run()
-    at.button(key="pg_add_own").click().run()
-    at.button(key="pg_step").click().run()  # R4 runs in blocks the four released
+        at.button(key="paged_step").click().run()
+    at.button(key="paged_add_own").click().run()
+    at.button(key="paged_step").click().run()  # R4 runs in blocks the four released
     assert not at.exception
-    engine = at.session_state["pg_engine"]
+    engine = at.session_state["paged_engine"]
     assert [r.status for r in engine.requests] == ["finished"] * 4 + ["running"]
     heat = chart(at, t("paged.c_tables_title", lang))["data"][0]
     released = t("paged.c_released", lang)
@@ -62,14 +62,14 @@ def test_finished_requests_show_released_blocks(lang):
 
 def test_small_pool_preempts_and_recomputes():
     at = _open("en")
-    at.number_input(key="pg_blocks").set_value(13).run()  # 12 to hand out and the null block: one victim
-    at.button(key="pg_add4").click().run()
+    at.number_input(key="paged_blocks").set_value(13).run()  # 12 to hand out and the null block: one victim
+    at.button(key="paged_add4").click().run()
     for _ in range(40):
-        at.button(key="pg_step").click().run()
-        if any(r.n_preemptions for r in at.session_state["pg_engine"].requests):
+        at.button(key="paged_step").click().run()
+        if any(r.n_preemptions for r in at.session_state["paged_engine"].requests):
             break
     assert not at.exception
-    engine = at.session_state["pg_engine"]
+    engine = at.session_state["paged_engine"]
     victim = next(r for r in engine.requests if r.n_preemptions)
     assert victim.request_id == max(r.request_id for r in engine.requests if r.status != "finished")
     usage = chart(at, "Pool usage over time")
@@ -82,11 +82,11 @@ def test_hosted_pool_past_the_kv_budget_is_refused(monkeypatch):
     monkeypatch.setenv("KVVIZ_HOSTED", "1")
     monkeypatch.setenv("KVVIZ_KV_BUDGET_BYTES", str(2**20))  # 1 MiB: 512 token slots of the shipped model
     at = _open("en")
-    assert at.session_state["pg_engine"] is not None  # 20 blocks × 16 = 320 slots fit
-    at.number_input(key="pg_blocks").set_value(64).run()  # 1024 slots do not
+    assert at.session_state["paged_engine"] is not None  # 20 blocks × 16 = 320 slots fit
+    at.number_input(key="paged_blocks").set_value(64).run()  # 1024 slots do not
     assert not at.exception
     assert any("hosted demo" in e.value for e in at.error)
-    assert at.session_state["pg_key"][2] == 20  # the larger pool is never allocated; the one before is kept
+    assert at.session_state["paged_key"][2] == 20  # the larger pool is never allocated; the one before is kept
 
 
 def test_hugging_face_choice_says_why_and_runs_the_shipped_model():
@@ -95,7 +95,7 @@ def test_hugging_face_choice_says_why_and_runs_the_shipped_model():
     at.switch_page(PAGE).run()
     assert not at.exception
     assert any("contiguous cache per request" in i.value for i in at.info)
-    assert at.session_state["pg_engine"].model.cfg.max_seq_len > 0  # the native engine is ready
+    assert at.session_state["paged_engine"].model.cfg.max_seq_len > 0  # the native engine is ready
 
 
 def _titles(at: AppTest) -> set[str]:
@@ -108,9 +108,9 @@ def test_lecture_mode_shows_one_idea_per_screen(lang):
     t_ = {k: t(f"paged.c_{k}", lang) for k in ("tables_title", "pool_title", "savings_title", "usage_title",
                                               "frag_title")}
     at = _open(lang, lecture="1", idea="5")
-    at.button(key="pg_add4").click().run()
+    at.button(key="paged_add4").click().run()
     for _ in range(3):
-        at.button(key="pg_step").click().run()
+        at.button(key="paged_step").click().run()
     assert not at.exception
     assert _titles(at) == {t_["usage_title"], t_["frag_title"]}
     assert not at.dataframe  # the requests table is another screen
@@ -133,14 +133,14 @@ def test_download_this_run_after_a_step_holds_every_step():
     from kvviz.lessons.run_record import paged_record
 
     at = _open("en")
-    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-pg_download"))
+    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-paged_download"))
     assert button.disabled and button.help == t("run_html.download_none")
-    at.button(key="pg_add4").click().run()
+    at.button(key="paged_add4").click().run()
     for _ in range(2):
-        at.button(key="pg_step").click().run()
-    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-pg_download"))
+        at.button(key="paged_step").click().run()
+    button = next(b.proto for b in at.get("download_button") if b.proto.id.endswith("-paged_download"))
     assert not button.disabled
-    engine = at.session_state["pg_engine"]
+    engine = at.session_state["paged_engine"]
     run = read_run(run_html(paged_record(engine), "en"))  # what the button's file holds: the page's engine's steps
     assert [s["report"]["step"] for s in run["steps"]] == [0, 1]
     assert [len(s["requests"]) for s in run["steps"]] == [4, 4]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from kvviz.app.views.room import room_store
+from kvviz.app.room.session import room_store
 from kvviz.i18n import t
 from kvviz.room.store import LECTURER_GONE_S, MemoryStore
 from tests.pages.pagetest import open_page
@@ -265,10 +265,9 @@ def test_a_full_room_says_so_and_links_the_page_on_its_own(store):
 
 
 def test_every_page_is_followed_and_the_lecturer_on_home_is_said(store):
-    from kvviz.app.navigation import HOME, PAGES
-    from kvviz.app.views.room import FOLLOWED
+    from kvviz.app.navigation import FOLLOWED, HOME, PAGES
 
-    assert sorted(p.path for p in PAGES if p is not HOME) == sorted(FOLLOWED)  # Share with the room on every page
+    assert [p for p in PAGES if p is not HOME] == list(FOLLOWED)  # Share with the room on every page
     lecturer, room_id, _ = _open_room(store)
     follower = open_page(CHECK, lang="ko", room=room_id)
     lecturer.switch_page(HOME.path).run()  # Home: the map of the lecture, nothing to follow; the room is told where
@@ -282,7 +281,7 @@ def test_every_page_is_followed_and_the_lecturer_on_home_is_said(store):
     assert store.read(room_id)[1]["path"] == SERVING
     follower.run()
     link = follower.main.get("page_link")[0].proto
-    assert link.label == t("room.lecturer_on", "ko", page=t("nav.serving", "ko"))
+    assert link.label == t("room.lecturer_on", "ko", page=t("serving.title", "ko"))
     assert link.page == "Serving_Engine" and f"room={room_id}" in link.query_string
     lecturer.switch_page(CHECK).run()  # back: the room's question box again
     assert store.read(room_id)[1]["path"] == CHECK
@@ -335,7 +334,7 @@ def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
     sneaky = open_page(MEMORY, room=room_id, tokens="1", batch="999", preset="Llama-3.1-8B")
     assert _formula_table(sneaky) == _formula_table(lecturer) and store.read(room_id)[0] == version
 
-    lecturer.number_input(key="mem_tokens").set_value(32768).run()  # the lecturer changes the scenario
+    lecturer.number_input(key="memory_tokens").set_value(32768).run()  # the lecturer changes the scenario
     assert store.read(room_id)[0] == version + 1
     ko.run()  # the follower's next poll
     total = kv_footprint(PRESETS["Qwen2.5-7B"], 32768, 4, "float16").total
@@ -344,7 +343,7 @@ def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
     lecturer.button(key="kv_idea_next_memory").click().run()  # the next idea: the attention variants
     assert store.read(room_id)[1]["screen"] == 1
     ko.run()
-    ours, theirs = _chart(lecturer, "mem_compare_chart"), _chart(ko, "mem_compare_chart")
+    ours, theirs = _chart(lecturer, "memory_compare_chart"), _chart(ko, "memory_compare_chart")
     assert theirs["data"][0]["y"] == ours["data"][0]["y"]  # the same bytes per token, the follower's words
     assert theirs["layout"]["title"]["text"] == t("memory.compare_title", "ko", layers=28, heads=28, d_head=128,
                                                  dtype="float16")
@@ -354,7 +353,7 @@ def test_a_follower_sees_the_lecturers_memory_scenario_in_their_language(store):
     assert store.read(room_id)[1]["path"] == "pages/2_Prefill_and_Decode.py"
     ko.run()  # not the memory screen of before: a link to follow there
     link = ko.main.get("page_link")[0].proto
-    assert link.label == t("room.lecturer_on", "ko", page=t("nav.prefill_decode", "ko"))
+    assert link.label == t("room.lecturer_on", "ko", page=t("prefill.title", "ko"))
     assert link.page == "Prefill_and_Decode" and f"room={room_id}" in link.query_string
 
 
@@ -364,10 +363,10 @@ def test_a_memory_follower_explores_the_scenario_then_follows_again(store, monke
     follower = open_page(MEMORY, lang="ko", room=room_id)
     follower.button(key="room_btn_explore").click().run()
     assert not follower.exception
-    assert follower.number_input(key="mem_tokens").value == 8192  # the lecturer's scenario, now this session's own
-    assert follower.selectbox(key="mem_preset").value == "Qwen2.5-7B"
+    assert follower.number_input(key="memory_tokens").value == 8192  # the lecturer's scenario, now this session's own
+    assert follower.selectbox(key="memory_preset").value == "Qwen2.5-7B"
     assert _formula_table(follower, "ko") == _formula_table(open_page(MEMORY, lang="ko", **SCENARIO), "ko")
-    follower.number_input(key="mem_tokens").set_value(1024).run()  # the follower's own change
+    follower.number_input(key="memory_tokens").set_value(1024).run()  # the follower's own change
     assert follower.query_params["room"] == room_id  # the way back kept in the link
     assert store.read(room_id)[0] == version and store.read(room_id)[1]["scenario"]["tokens"] == 8192
 
@@ -444,44 +443,44 @@ def test_a_follower_draws_the_lecturers_prefill_and_decode_runs(store):
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
 
     max_len = SMALL.max_seq_len
-    lecturer.number_input(key=f"pd_prompt_{max_len}").set_value(40)
-    lecturer.number_input(key=f"pd_new_{max_len}_{max_len - 1}").set_value(12)
-    lecturer.number_input(key="pd_repeats").set_value(3)
-    lecturer.button(key="pd_run").click().run()
+    lecturer.number_input(key=f"prefill_prompt_{max_len}").set_value(40)
+    lecturer.number_input(key=f"prefill_new_{max_len}_{max_len - 1}").set_value(12)
+    lecturer.number_input(key="prefill_repeats").set_value(3)
+    lecturer.button(key="prefill_run").click().run()
     assert store.read(room_id)[1]["measuring"]  # the runs are not drawn until they are done: only that they run
     follower.run()
     assert [i.value for i in follower.info] == [t("room.measuring", "ko")]
-    _until(lecturer, lambda: not lecturer.session_state["pd_running"])
+    _until(lecturer, lambda: not lecturer.session_state["prefill_running"])
     lecturer.run()
-    runs = lecturer.session_state["pd_request"].finished_runs
+    runs = lecturer.session_state["prefill_request"].finished_runs
     view = store.read(room_id)[1]["results"]
     assert len(view["summaries"]) == 3 and view["n_prompt"] == 40
     assert view["seconds"] == [e.seconds for e in runs[view["run"]].events]  # the lecturer's measured passes
 
     follower.run()
-    ours, theirs = _chart(lecturer, "pd_timeline"), _chart(follower, "pd_timeline")
+    ours, theirs = _chart(lecturer, "prefill_timeline"), _chart(follower, "prefill_timeline")
     assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]  # the same passes, to the digit
-    assert theirs["layout"]["title"]["text"] == t("prefill_decode.chart_title_run", "ko", run=view["run"] + 1,
+    assert theirs["layout"]["title"]["text"] == t("prefill.chart_title_run", "ko", run=view["run"] + 1,
                                                   runs=3)
     for kind in ("number_input", "button", "text_input"):  # no Run, no box: nothing of the follower's is the room's
-        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("pd_")], kind
+        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("prefill_")], kind
 
-    lecturer.button(key="kv_idea_next_pd").click().run()  # the lecturer's next idea: the cards
+    lecturer.button(key="kv_idea_next_prefill").click().run()  # the lecturer's next idea: the cards
     assert store.read(room_id)[1]["shown"] == [1]
     follower.run()
     assert [(m.label, m.value) for m in follower.metric] == [
-        (t(f"prefill_decode.{k}", "ko"), m.value) for k, m in zip(("ttft", "tpot_p50", "tokens_per_s", "e2e"),
+        (t(f"prefill.{k}", "ko"), m.value) for k, m in zip(("ttft", "tpot_p50", "tokens_per_s", "e2e"),
                                                                   lecturer.metric, strict=True)]
 
     # Explore from here: the lecturer's model and request in the follower's own boxes, measured there on Run
     version = _explore(follower, store, room_id)
     assert follower.session_state["kv_model"] == "random"
     assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
-    boxes = (f"pd_prompt_{max_len}", f"pd_new_{max_len}_{max_len - 1}", "pd_repeats")
+    boxes = (f"prefill_prompt_{max_len}", f"prefill_new_{max_len}_{max_len - 1}", "prefill_repeats")
     assert [follower.number_input(key=k).value for k in boxes] == [40, 12, 3]
-    follower.number_input(key="pd_repeats").set_value(2).run()  # the follower's own change
+    follower.number_input(key="prefill_repeats").set_value(2).run()  # the follower's own change
     _follow_again(follower, store, room_id, version)
-    assert not [w for w in follower.main.get("number_input") if w.key and w.key.startswith("pd_")]
+    assert not [w for w in follower.main.get("number_input") if w.key and w.key.startswith("prefill_")]
 
 
 HEADS = "pages/12_Attention_Patterns.py"
@@ -536,25 +535,25 @@ def test_a_follower_sees_the_lecturers_block_pool(store):
     lecturer = open_page(PAGED, lecture="1")
     lecturer.button(key="room_share").click().run()
     room_id = lecturer.session_state["room_id"]
-    lecturer.button(key="pg_add4").click().run()
-    lecturer.button(key="pg_step").click().run()  # one step admits all four: the system prompt's blocks shared
-    engine = lecturer.session_state["pg_engine"]
+    lecturer.button(key="paged_add4").click().run()
+    lecturer.button(key="paged_step").click().run()  # one step admits all four: the system prompt's blocks shared
+    engine = lecturer.session_state["paged_engine"]
     view = store.read(room_id)[1]
     assert view["step"] == engine.n_steps == 1 and view["shown"] == ["tables"]
     assert [r["cached_tokens"] for r in view["requests"]] == [r.cached_tokens for r in engine.requests] == [
         0, 48, 48, 48]
 
     follower = open_page(PAGED, lang="ko", room=room_id)
-    assert "pg_engine" not in follower.session_state or follower.session_state["pg_engine"] is None  # no engine
+    assert "paged_engine" not in follower.session_state or follower.session_state["paged_engine"] is None  # no engine
     ours = chart(lecturer, "Block tables: logical → physical")["data"][0]
     theirs = chart(follower, t("paged.c_tables_title", "ko"))["data"][0]
     assert theirs["z"] == ours["z"] and theirs["text"] == ours["text"]  # the same physical blocks, shared the same
     metric_keys = ("m_step", "m_requests", "m_hit_rate", "m_blocks", "m_preemptions")
     assert [(m.label, m.value) for m in follower.metric] == [
         (t(f"paged.{k}", "ko"), m.value) for k, m in zip(metric_keys, lecturer.metric, strict=True)]
-    assert not [b for b in follower.main.button if b.key and b.key.startswith("pg_")]  # no Add, Step, Play, Reset
+    assert not [b for b in follower.main.button if b.key and b.key.startswith("paged_")]  # no Add, Step, Play, Reset
 
-    lecturer.button(key="pg_step").click().run()  # the lecturer's next step reaches the follower at its next poll
+    lecturer.button(key="paged_step").click().run()  # the lecturer's next step reaches the follower at its next poll
     lecturer.button(key="kv_idea_next_paged").click().run()  # and the pool's idea
     assert store.read(room_id)[1]["step"] == 2
     follower.run()
@@ -565,7 +564,7 @@ def test_a_follower_sees_the_lecturers_block_pool(store):
     version = _explore(follower, store, room_id)  # the lecturer's requests, replayed here to the lecturer's step
     from kvviz.engine.paged.scheduler import snapshot
 
-    mine = follower.session_state["pg_engine"]
+    mine = follower.session_state["paged_engine"]
     assert mine is not engine and mine.n_steps == engine.n_steps == 2
     def state(e):  # noqa: ANN001, ANN202 - the pool's blocks and requests, the time to a first token left out
         blocks, requests = snapshot(e)
@@ -573,10 +572,10 @@ def test_a_follower_sees_the_lecturers_block_pool(store):
 
     assert state(mine) == state(engine)  # the same blocks, tables, hits and tokens
     assert [r.output_ids for r in mine.requests] == [r.output_ids for r in engine.requests]
-    for key in ("pg_blocks", f"pg_system_{view['max_len']}", f"pg_own_{view['max_len']}"):
+    for key in ("paged_blocks", f"paged_system_{view['max_len']}", f"paged_own_{view['max_len']}"):
         assert follower.number_input(key=key).value == lecturer.number_input(key=key).value, key
-    assert follower.selectbox(key="pg_block").value == lecturer.selectbox(key="pg_block").value
-    follower.button(key="pg_step").click().run()  # the follower steps on their own; the lecture does not move
+    assert follower.selectbox(key="paged_block").value == lecturer.selectbox(key="paged_block").value
+    follower.button(key="paged_step").click().run()  # the follower steps on their own; the lecture does not move
     assert mine.n_steps == 3 and store.read(room_id)[1]["step"] == 2
     _follow_again(follower, store, room_id, version)
 
@@ -592,24 +591,24 @@ def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
     follower = open_page(LATENCY, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
 
-    lecturer.text_input(key="lc_b_batches").set_value("1, 2")
-    lecturer.number_input(key=f"lc_b_prompt_{SMALL.max_seq_len}").set_value(8)
-    lecturer.number_input(key="lc_b_new").set_value(3)
-    lecturer.button(key="lc_start_batch").click().run()
+    lecturer.text_input(key="latency_b_batches").set_value("1, 2")
+    lecturer.number_input(key=f"latency_b_prompt_{SMALL.max_seq_len}").set_value(8)
+    lecturer.number_input(key="latency_b_new").set_value(3)
+    lecturer.button(key="latency_start_batch").click().run()
     assert store.read(room_id)[1]["sweeps"] == {"batch": {"measuring": True}}
-    _until(lecturer, lambda: lecturer.session_state["lc_run_batch"].finished)
+    _until(lecturer, lambda: lecturer.session_state["latency_run_batch"].finished)
     lecturer.run()
-    rows = lecturer.session_state["lc_run_batch"].rows
+    rows = lecturer.session_state["latency_run_batch"].rows
     assert store.read(room_id)[1]["sweeps"]["batch"]["rows"] == rows  # the lecturer's measured rows, as they are
     follower.run()
-    ours, theirs = _chart(lecturer, "lc_chart_batch"), _chart(follower, "lc_chart_batch")
+    ours, theirs = _chart(lecturer, "latency_chart_batch"), _chart(follower, "latency_chart_batch")
     assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]
     assert theirs["layout"]["title"]["text"] == t("latency.bchart_title", "ko")
-    assert not [w for w in follower.main.get("button") if w.key and w.key.startswith("lc_")]  # no Start, no Cancel
+    assert not [w for w in follower.main.get("button") if w.key and w.key.startswith("latency_")]  # no Start, no Cancel
 
     lecturer.button(key="kv_idea_next_latency").click().run()  # dtype
     lecturer.button(key="kv_idea_next_latency").click().run()  # the roofline's bounds
-    lecturer.number_input(key="lc_r_batch").set_value(8).run()
+    lecturer.number_input(key="latency_r_batch").set_value(8).run()
     view = store.read(room_id)[1]
     assert view["shown"] == ["roof_bounds"] and view["roof"]["batch"] == 8
     follower.run()
@@ -618,11 +617,11 @@ def test_a_follower_sees_the_lecturers_sweep_and_roofline(store):
 
     version = _explore(follower, store, room_id)  # the lecturer's model and boxes, now the follower's own
     assert follower.session_state["kv_shape"] == lecturer.session_state["kv_shape"]
-    assert follower.number_input(key="lc_r_batch").value == 8
-    for key in ("lc_r_hw", "lc_r_model", "lc_r_wdtype", "lc_r_kvdtype"):
+    assert follower.number_input(key="latency_r_batch").value == 8
+    for key in ("latency_r_hw", "latency_r_model", "latency_r_wdtype", "latency_r_kvdtype"):
         assert follower.selectbox(key=key).value == lecturer.selectbox(key=key).value, key
     assert [m.value for m in follower.metric] == [m.value for m in lecturer.metric]  # the same bounds, here
-    follower.number_input(key="lc_r_batch").set_value(16).run()  # the follower's own change
+    follower.number_input(key="latency_r_batch").set_value(16).run()  # the follower's own change
     assert store.read(room_id)[1]["roof"]["batch"] == 8
     _follow_again(follower, store, room_id, version)
 
@@ -645,10 +644,10 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     follower = open_page(COMPRESSING, lang="ko", room=room_id)
     assert [i.value for i in follower.info] == [t("room.waiting_run", "ko")]
 
-    lecturer.text_area(key="cc_own_text").input(TEXT).run()
-    lecturer.button(key="cc_run").click().run()  # (on a quick machine measured within the first tick: no
+    lecturer.text_area(key="compression_own_text").input(TEXT).run()
+    lecturer.button(key="compression_run").click().run()  # (on a quick machine measured within the first tick: no
     finished(lecturer)  # "measuring" view to wait for, as on Prefill & Decode)
-    rows = lecturer.session_state["cc_result"][1]
+    rows = lecturer.session_state["compression_result"][1]
     version, view = store.read(room_id)
     assert not view["measuring"] and view["picks"] == {"kv_dtype": "bfloat16", "metric": "kl"}
     published = view["result"]["rows"]
@@ -678,7 +677,7 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     assert [d["y"] for d in _chart(follower, "compression_tradeoff")["data"]] == [
         d["y"] for d in _chart(lecturer, "compression_tradeoff")["data"]]
     lecturer.button(key="kv_idea_next_compression").click().run()  # the kept positions
-    lecturer.selectbox(key="_w_cc_layer").set_value(1).run()
+    lecturer.selectbox(key="_w_compression_layer").set_value(1).run()
     view = store.read(room_id)[1]
     assert view["shown"] == [1] and view["picks"]["layer"] == 1
     follower.run()
@@ -687,18 +686,21 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
     assert theirs["layout"]["title"]["text"] == t("compression.chart_strip_title", "ko", layer=1,
                                                  step=view["picks"]["step"])
     lecturer.button(key="kv_idea_next_compression").click().run()  # one method's attention beside the full cache's
-    lecturer.selectbox(key="_w_cc_attn_method").set_value(2).run()
+    lecturer.selectbox(key="_w_compression_attn_method").set_value(2).run()
     follower.run()
     ours, theirs = _chart(lecturer, "compression_attention"), _chart(follower, "compression_attention")
     assert [(d["x"], d["y"]) for d in theirs["data"]] == [(d["x"], d["y"]) for d in ours["data"]]
     assert not _widgets(follower, "selectbox", "select_slider")
 
     version = _explore(follower, store, room_id)  # the lecturer's text, sizes and picks, the follower's own to run
-    assert follower.radio(key="_w_kv_url_text").value == "own" and follower.text_area(key="cc_own_text").value == TEXT
+    assert follower.radio(key="_w_kv_url_text").value == "own"
+    assert follower.text_area(key="compression_own_text").value == TEXT
     for key in ("_w_kv_url_seq", "_w_kv_url_tokens"):
         assert follower.selectbox(key=key).value == lecturer.selectbox(key=key).value, key
-    assert follower.multiselect(key="_w_cc_budgets").value == lecturer.multiselect(key="_w_cc_budgets").value
-    assert [follower.session_state[k] for k in ("cc_layer", "cc_attn_method", "kv_url_metric")] == [1, 2, "top1"]
+    budgets = "_w_compression_budgets"
+    assert follower.multiselect(key=budgets).value == lecturer.multiselect(key=budgets).value
+    assert [follower.session_state[k] for k in ("compression_layer", "compression_attn_method",
+                                                "kv_url_metric")] == [1, 2, "top1"]
     follower.selectbox(key="_w_kv_url_seq").set_value(128).run()  # the follower's own change
     _follow_again(follower, store, room_id, version)
 
@@ -706,21 +708,21 @@ def test_a_follower_sees_the_lecturers_compression_rows(store):
 def test_a_long_pasted_text_is_not_carried_and_sharing_goes_on(store):
     """A 200,000-character Korean text (the box's limit) escaped to JSON is 1.2 MB, past the store's limit on a view:
     sent with every view it stopped the page's updates. Longer than SHARED_TEXT_CHARS it stays with the lecturer."""
-    from kvviz.app.views.room import SHARED_TEXT_CHARS
+    from kvviz.app.room.explore import SHARED_TEXT_CHARS
     from kvviz.room.store import MAX_SNAPSHOT_BYTES
     from tests.pages.test_compressing import SMALL
 
     lecturer, room_id = _sharing(COMPRESSING, SMALL, text="own", tokens="256")
     long_text = "키와 값을 캐시에 둔다. " * 14_000
     assert len(long_text) <= 200_000 and len(json.dumps(long_text)) > MAX_SNAPSHOT_BYTES
-    lecturer.text_area(key="cc_own_text").input(long_text).run()
+    lecturer.text_area(key="compression_own_text").input(long_text).run()
     assert not lecturer.exception and not lecturer.error  # no "too large" refusal on the lecturer's page
     version, view = store.read(room_id)
-    assert "cc_own_text" not in view["explore"] and view["explore"]["kv_url_text"] == "own"
+    assert "compression_own_text" not in view["explore"] and view["explore"]["kv_url_text"] == "own"
     short = long_text[:SHARED_TEXT_CHARS]
-    lecturer.text_area(key="cc_own_text").input(short).run()
+    lecturer.text_area(key="compression_own_text").input(short).run()
     later, view = store.read(room_id)
-    assert later > version and view["explore"]["cc_own_text"] == short  # up to the limit it travels whole
+    assert later > version and view["explore"]["compression_own_text"] == short  # up to the limit it travels whole
 
 
 def _chart_or_none(at, key: str) -> dict | None:
@@ -883,17 +885,18 @@ def test_a_follower_sees_the_lecturers_requests_and_break_even(store):
     lecturer = open_page(MOVING, lecture="1")
     lecturer.button(key="room_share").click().run()
     room_id = lecturer.session_state["room_id"]
-    lecturer.selectbox(key="mv_chunk").set_value(16).run()  # small chunks keep the requests quick
-    lecturer.button(key="mv_next").click().run()
-    lecturer.button(key="mv_next").click().run()
-    demo = lecturer.session_state["mv_demo"]
+    lecturer.selectbox(key="moving_chunk").set_value(16).run()  # small chunks keep the requests quick
+    lecturer.button(key="moving_next").click().run()
+    lecturer.button(key="moving_next").click().run()
+    demo = lecturer.session_state["moving_demo"]
     version, view = store.read(room_id)
     assert view["shown"] == ["tiers"] and len(view["store"]["results"]) == 2
     assert [r["ttft_s"] for r in view["store"]["results"]] == [r["ttft_s"] for r in demo.results]  # as measured
 
     follower = open_page(MOVING, lang="ko", room=room_id)
-    assert "mv_demo" not in follower.session_state or follower.session_state["mv_demo"] is None  # no store here
-    ours, theirs = _chart(lecturer, "mv_tiers"), _chart(follower, "mv_tiers")  # each tier's chunks, named in Korean
+    assert "moving_demo" not in follower.session_state or follower.session_state["moving_demo"] is None  # no store here
+    ours, theirs = _chart(lecturer, "moving_tiers"), _chart(follower,
+                                                            "moving_tiers")  # each tier's chunks, named in Korean
     assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]
     assert [_numbers(str(d["text"])) for d in theirs["data"]] == [_numbers(str(d["text"])) for d in ours["data"]]
     assert theirs["data"][0]["x"][0] == t("moving.c_device", "ko")
@@ -901,31 +904,32 @@ def test_a_follower_sees_the_lecturers_requests_and_break_even(store):
     assert len(follower.dataframe[0].value) == len(lecturer.dataframe[0].value) == 2  # every request's row
     assert t("moving.next", "ko", n=3, what=t(f"moving.about_{SCRIPT[2][0]}", "ko")) in [i.value for i in follower.info]
     for kind in ("button", "selectbox", "number_input", "multiselect"):
-        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("mv_")], kind
+        assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("moving_")], kind
     assert store.read(room_id)[0] == version  # the follower changed nothing
 
     lecturer.button(key="kv_idea_next_moving").click().run()  # TTFT both ways
     follower.run()
-    ours, theirs = _chart(lecturer, "mv_ttft"), _chart(follower, "mv_ttft")
+    ours, theirs = _chart(lecturer, "moving_ttft"), _chart(follower, "moving_ttft")
     assert [d["y"] for d in theirs["data"]] == [d["y"] for d in ours["data"]]  # the lecturer's measured TTFTs
     lecturer.button(key="kv_idea_next_moving").click().run()  # the break-even, on the lecturer's deployment
-    lecturer.selectbox(key="mv_gpu").set_value("H100 SXM").run()
+    lecturer.selectbox(key="moving_gpu").set_value("H100 SXM").run()
     view = store.read(room_id)[1]
     assert view["deployment"]["gpu"] == "H100 SXM" and view["links"]["links"]
     follower.run()
-    ours, theirs = _chart(lecturer, "mv_break_even"), _chart(follower, "mv_break_even")
+    ours, theirs = _chart(lecturer, "moving_break_even"), _chart(follower, "moving_break_even")
     assert [(d.get("x"), d.get("y")) for d in theirs["data"]] == [(d.get("x"), d.get("y")) for d in ours["data"]]
     cells = [[_numbers(str(c)) for c in row] for row in follower.table[0].value.values]  # where loading wins, per link
     assert cells == [[_numbers(str(c)) for c in row] for row in lecturer.table[0].value.values] and cells
-    assert not [w for w in follower.main.get("selectbox") if w.key and w.key.startswith("mv_")]
+    assert not [w for w in follower.main.get("selectbox") if w.key and w.key.startswith("moving_")]
 
     follower = open_page(MOVING, room=room_id)  # (an English one: AppTest formats options in English)
     version = _explore(follower, store, room_id)  # the lecturer's settings; the requests are the follower's to serve
-    assert follower.selectbox(key="mv_chunk").value == 16 and follower.selectbox(key="mv_gpu").value == "H100 SXM"
-    assert follower.session_state.get("mv_demo") is None or not follower.session_state["mv_demo"].results
-    ours, theirs = _chart(lecturer, "mv_break_even"), _chart(follower, "mv_break_even")  # computed here
+    assert follower.selectbox(key="moving_chunk").value == 16
+    assert follower.selectbox(key="moving_gpu").value == "H100 SXM"
+    assert follower.session_state.get("moving_demo") is None or not follower.session_state["moving_demo"].results
+    ours, theirs = _chart(lecturer, "moving_break_even"), _chart(follower, "moving_break_even")  # computed here
     assert [(d.get("x"), d.get("y")) for d in theirs["data"]] == [(d.get("x"), d.get("y")) for d in ours["data"]]
-    follower.selectbox(key="mv_gpu").set_value("A100 80GB").run()  # the follower's own change
+    follower.selectbox(key="moving_gpu").set_value("A100 80GB").run()  # the follower's own change
     assert store.read(room_id)[1]["deployment"]["gpu"] == "H100 SXM"
     _follow_again(follower, store, room_id, version)
 
@@ -946,17 +950,17 @@ def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp
         lecturer = open_page(SERVING, lecture="1", idea="5")  # the prefix experiment's screen
         lecturer.button(key="room_share").click().run()
         room_id = lecturer.session_state["room_id"]
-        lecturer.text_input(key="sv_url").set_value(server.base_url).run()
+        lecturer.text_input(key="serving_url").set_value(server.base_url).run()
         next(b for b in lecturer.button if b.label == "Connect").click().run()
         view = store.read(room_id)[1]
         assert (view["shown"], view["engine"], view["prefix"]) == ("prefix", "llama.cpp", None)
         follower = open_page(SERVING, lang="ko", room=room_id)
         assert t("room.waiting_run", "ko") in [i.value for i in follower.info]
 
-        lecturer.number_input(key="sv_prefix_repeats").set_value(1).run()
-        lecturer.button(key="sv_prefix_run").click().run()
-        _until(lecturer, lambda: lecturer.session_state["sv_prefix_worker"] is None, limit=180, pause_s=1.0)
-        finished = lecturer.session_state["sv_prefix_state"]
+        lecturer.number_input(key="serving_prefix_repeats").set_value(1).run()
+        lecturer.button(key="serving_prefix_run").click().run()
+        _until(lecturer, lambda: lecturer.session_state["serving_prefix_worker"] is None, limit=180, pause_s=1.0)
+        finished = lecturer.session_state["serving_prefix_state"]
         assert finished.final and finished.result["rows"]
         version, view = store.read(room_id)
         assert view["prefix"]["result"] == json.loads(json.dumps(finished.result))  # as the worker wrote it
@@ -969,18 +973,19 @@ def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp
         server_line = t("serving.room_server", "ko", engine="llama.cpp", model="kvviz-tiny")
         assert server_line in [c.value for c in follower.caption]
         for kind in ("button", "text_input", "number_input", "selectbox", "radio"):
-            assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("sv_")], kind
-        assert "sv_conn" not in follower.session_state or follower.session_state["sv_conn"] is None  # no server
+            assert not [w for w in follower.main.get(kind) if w.key and w.key.startswith("serving_")], kind
+        # no server here
+        assert "serving_conn" not in follower.session_state or follower.session_state["serving_conn"] is None
         assert store.read(room_id)[0] == version  # the follower changed nothing
 
         lecturer.session_state["kv_idea_serving"] = 1  # the load run's chart
         lecturer.run()
-        for key, value in (("sv_requests", 4), ("sv_prompt", 16), ("sv_max_tokens", 4)):
+        for key, value in (("serving_requests", 4), ("serving_prompt", 16), ("serving_max_tokens", 4)):
             lecturer.number_input(key=key).set_value(value).run()
-        lecturer.text_input(key="sv_conc").set_value("1, 2").run()
-        lecturer.button(key="sv_start").click().run()
-        _until(lecturer, lambda: lecturer.session_state["sv_worker"] is None, limit=180, pause_s=1.0)
-        points = lecturer.session_state["sv_state"].result["points"]
+        lecturer.text_input(key="serving_conc").set_value("1, 2").run()
+        lecturer.button(key="serving_start").click().run()
+        _until(lecturer, lambda: lecturer.session_state["serving_worker"] is None, limit=180, pause_s=1.0)
+        points = lecturer.session_state["serving_state"].result["points"]
         view = store.read(room_id)[1]
         assert view["shown"] == "load" and view["load"]["status"] == "done"
         assert view["load"]["result"]["points"] == json.loads(json.dumps(points)) and len(points) == 2
@@ -988,4 +993,4 @@ def test_a_follower_sees_the_lecturers_prefix_experiment_and_load_run(store, tmp
         ours, theirs = _chart(lecturer, "serving_load"), _chart(follower, "serving_load")
         assert [d.get("y") for d in theirs["data"]] == [d.get("y") for d in ours["data"]]  # the lecturer's points
         assert theirs["layout"]["xaxis"]["title"]["text"] == t("serving.cc_x", "ko")
-        assert not [b for b in follower.main.button if b.key and b.key.startswith("sv_")]  # no Start, no Cancel
+        assert not [b for b in follower.main.button if b.key and b.key.startswith("serving_")]  # no Start, no Cancel

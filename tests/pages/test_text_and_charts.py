@@ -1,6 +1,6 @@
 """Issue 29 #8: the text and charts faults a full pass found (those outside pages 2 and 4), each checked here.
-Home's raw `home.page_compress` key is tests/app/test_navigation.py's; the chart geometry a browser draws (a legend on
-an axis title, heatmap labels on each other) is also measured in tests/browser/test_text_charts_browser.py."""
+Home's raw `compression.summary` key is tests/app/test_navigation.py's; the chart geometry a browser draws (a
+legend on an axis title, heatmap labels on each other) is also measured in tests/browser/test_text_charts_browser.py."""
 import json
 import re
 import tomllib
@@ -16,6 +16,7 @@ from kvviz.charts.base import LABEL_LINE
 from kvviz.charts.compression import tradeoff_figure
 from kvviz.charts.memory import allocation_figure
 from kvviz.charts.paged import pool_usage
+from kvviz.compression.runner import method_family
 from kvviz.i18n import LANGS, t
 from kvviz.lessons import quiz
 from kvviz.units import format_exact
@@ -23,7 +24,7 @@ from tests.pages.pagetest import open_page as _open
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
-OTHERS = {"prefill_decode", "latency"}  # pages 2 and 4: their text is issue 29 part A's
+OTHERS = {"prefill", "latency"}  # pages 2 and 4: their text is issue 29 part A's
 PLURAL_NOUNS = ("tokens", "steps", "requests", "positions", "layers", "blocks", "heads", "chunks", "passes", "runs",
                 "points", "values", "parameters", "GPUs", "settings", "slots")
 # "{n} tokens" with no {n|token|tokens}: "1 tokens" when n is 1 ("{a}/{b} heads" and rates per second excepted).
@@ -81,7 +82,7 @@ def test_allocation_axis_names_the_unit_of_its_numbers(allocated, unit):
 
 def test_memory_page_allocation_axis():
     at = _open("pages/3_Memory_Footprint.py")
-    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "mem_alloc_chart" in c.proto.id)
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "memory_alloc_chart" in c.proto.id)
     assert chart["layout"]["yaxis"]["title"]["text"] == "K/V memory (GiB)"
 
 
@@ -125,8 +126,8 @@ def test_compression_legend_is_never_scrolled():
     """13 methods and 3 family titles in a 440 px figure: the legend scrolled in a clipped box (measured 347 px of
     entries in 295 px); the figure now grows to hold them (Chromium: 16 rows at 12 px take ≤ 330 px)."""
     methods = ["window", "streaming", "h2o", "snapkv"] * 2 + ["int8", "int4", "fp8", "gqa", "mqa"]
-    rows = [dict(method=m, label=m, memory_saved=0.5, kl_divergence=0.1, top1_agreement=0.9, perplexity=3.0,
-                 kv_bytes=1, n_cached=8) for m in methods]
+    rows = [dict(method=m, family=method_family(m), label=m, memory_saved=0.5, kl_divergence=0.1, top1_agreement=0.9,
+                 perplexity=3.0, kv_bytes=1, n_cached=8) for m in methods]
     for lecture in (False, True):
         fig = tradeoff_figure(rows, metric="kl", family_names={"evict": "e", "quantize": "q", "share": "s"},
                               x_title="x", y_title="y", title="t", lecture=lecture)
@@ -142,10 +143,10 @@ def test_exact_bytes_are_not_repeated():
 
 def test_serving_page_says_768_bytes_once():
     at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["sv_conn"] = {"url": "http://127.0.0.1:8080", "models": ["kvviz-tiny"], "engine": "llama.cpp",
+    at.session_state["serving_conn"] = {"url": "http://127.0.0.1:8080", "models": ["kvviz-tiny"], "engine": "llama.cpp",
                                    "block_size": None}
     at.switch_page("pages/7_Serving_Engine.py").run()
-    at.selectbox(key="sv_kv_dtype_kvviz-tiny").set_value("bfloat16").run()  # llama-server does not report it
+    at.selectbox(key="serving_kv_dtype_kvviz-tiny").set_value("bfloat16").run()  # llama-server does not report it
     assert not at.exception
     caption = next(c.value for c in at.caption if "per token" in c.value)
     assert "**768 B per token**" in caption and "(768 B)" not in caption

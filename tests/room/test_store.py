@@ -188,37 +188,37 @@ def test_rooms_per_server_cap(store, clock):
 def test_followers_per_room_cap(store, clock):
     store.max_followers = 3
     room, other = store.create(), store.create()
-    assert [store.follow(room.id, f"f{i}") for i in range(3)] == [1, 2, 3]
+    assert [store.hold_seat(room.id, f"f{i}") for i in range(3)] == [1, 2, 3]
     with pytest.raises(InputError) as e:
-        store.follow(room.id, "f3")
+        store.hold_seat(room.id, "f3")
     assert e.value.locale_key == "room.full" and "3 followers" in str(e.value)
-    assert store.follow(room.id, "f1") == 3  # a follower already in keeps its seat at every poll
-    assert store.follow(other.id, "f3") == 1  # the cap is per room
+    assert store.hold_seat(room.id, "f1") == 3  # a follower already in keeps its seat at every poll
+    assert store.hold_seat(other.id, "f3") == 1  # the cap is per room
     clock.now += FOLLOWER_GONE_S - 1
-    store.follow(room.id, "f0")
-    store.follow(room.id, "f1")
+    store.hold_seat(room.id, "f0")
+    store.hold_seat(room.id, "f1")
     clock.now += 2  # f2 has not polled for FOLLOWER_GONE_S + 1: a closed tab, its seat is free
-    assert store.follow(room.id, "f3") == 3
-    assert _error(store.follow, room.id, "f2") == "room.full"
+    assert store.hold_seat(room.id, "f3") == 3
+    assert _error(store.hold_seat, room.id, "f2") == "room.full"
     store.max_followers = None  # not hosted: no cap
-    assert store.follow(room.id, "f4") == 4
+    assert store.hold_seat(room.id, "f4") == 4
     store.end(room.id, room.secret)
-    assert _error(store.follow, room.id, "f0") == "room.gone"
+    assert _error(store.hold_seat, room.id, "f0") == "room.gone"
 
 
 def test_followers_from_many_sessions_at_once_never_pass_the_cap(store):
     store.max_followers = 10
     room = store.create()
 
-    def follow(i: int) -> str:
+    def seat(i: int) -> str:
         try:
-            store.follow(room.id, f"follower-{i}")
+            store.hold_seat(room.id, f"follower-{i}")
             return "in"
         except InputError as e:
             return e.locale_key
 
     with ThreadPoolExecutor(8) as pool:
-        got = list(pool.map(follow, range(40)))
+        got = list(pool.map(seat, range(40)))
     assert got.count("in") == 10 and got.count("room.full") == 30
 
 
@@ -227,7 +227,7 @@ def test_redis_keys_carry_the_ttl(redis_url, clock):
     room = store.create()
     store.open_question(room.id, room.secret, "q", OPTIONS)
     store.answer(room.id, "q", "f", "append")
-    store.follow(room.id, "f")
+    store.hold_seat(room.id, "f")
     for key in (*store._keys(room.id), store._followers_key(room.id)):
         assert 0 < store._redis.ttl(key) <= ROOM_TTL_S
 

@@ -294,18 +294,18 @@ def test_page_numbers_agree_with_serve_bench(server, capsys):
     at.run()
     at = at.switch_page("pages/7_Serving_Engine.py")
     at.run()
-    at.text_input(key="sv_url").set_value(server.base_url).run()
+    at.text_input(key="serving_url").set_value(server.base_url).run()
     at.button[0].click().run()  # Connect
-    for key, value in (("sv_requests", 6), ("sv_prompt", 32), ("sv_max_tokens", 12)):
+    for key, value in (("serving_requests", 6), ("serving_prompt", 32), ("serving_max_tokens", 12)):
         at.number_input(key=key).set_value(value).run()
-    at.text_input(key="sv_conc").set_value("2").run()
-    at.button(key="sv_start").click().run()
+    at.text_input(key="serving_conc").set_value("2").run()
+    at.button(key="serving_start").click().run()
     deadline = time.monotonic() + 180
-    while at.session_state["sv_worker"] is not None and time.monotonic() < deadline:
+    while at.session_state["serving_worker"] is not None and time.monotonic() < deadline:
         time.sleep(1.0)
         at.run()
     assert not at.exception
-    page = at.session_state["sv_state"].result["points"][0]["requests"]  # a WorkerState
+    page = at.session_state["serving_state"].result["points"][0]["requests"]  # a WorkerState
     after = _bench_requests(server.base_url, capsys, *flags)
     assert len(page) == len(before) == len(after) == 6
     for key in ("ttft_s", "tpot_s"):

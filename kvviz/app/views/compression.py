@@ -17,10 +17,11 @@ import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.timing import draw_then_measure
 from kvviz.app.url_state import one_of, url_state
-from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import compression as charts
 from kvviz.errors import InputError
@@ -28,7 +29,7 @@ from kvviz.units import format_binary
 
 # The keys the page keeps besides its widgets': the Run press read once, the run under way and the request it was
 # started for, its error, a Cancel before any chunk finished, and the last results (request, rows, partial).
-CC = page_state("cc", start=False, sweep=None, error=None, empty=None, result=None)
+CC = page_state("compression", start=False, sweep=None, error=None, empty=None, result=None)
 SOURCES = ("held_out", "own")
 METRICS = ("kl", "top1")
 TICK_S = 0.3  # the fragment's period while the methods run
@@ -66,12 +67,12 @@ def choices(box: Any, backend: Any, *, native: bool, hosted: Any, lecture: bool)
     default_tokens = quality.page_tokens(backend.spec.n_params)
     n_tokens = persisted(c3.selectbox, url_state("tokens", default_tokens, one_of(tokens, int)),
                          tr("compression.n_tokens"), options=tokens)
-    st.session_state.setdefault("cc_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
-    shares = persisted(c4.multiselect, "cc_budgets", tr("compression.budgets"), options=[0.25, 0.5],
+    st.session_state.setdefault("compression_budgets", [0.25, 0.5])  # seeded so a language switch keeps the choice
+    shares = persisted(c4.multiselect, "compression_budgets", tr("compression.budgets"), options=[0.25, 0.5],
                        format_func=lambda s: f"{s:.0%}", help=tr("compression.budgets_help"))
     own = ""
     if source == "own":
-        own = box.text_area(tr("compression.own_text"), key="cc_own_text", height=120, max_chars=200_000)
+        own = box.text_area(tr("compression.own_text"), key="compression_own_text", height=120, max_chars=200_000)
     budgets, raised = quality.eviction_budgets(shares, seq_len)
     if raised:
         c4.caption(tr("compression.budget_raised", shares=", ".join(f"{s:.0%}" for s in raised), seq_len=seq_len,
@@ -118,9 +119,9 @@ def run_buttons(controls: Any, backend: Any, c: Choices, *, lecture: bool) -> bo
             show_error(exc)
     running = CC.get("sweep") is not None
     buttons = controls if lecture else controls.container(horizontal=True)  # Cancel beside the run button
-    buttons.button(tr("compression.run"), type="primary", key="cc_run", on_click=_start, disabled=running)
+    buttons.button(tr("compression.run"), type="primary", key="compression_run", on_click=_start, disabled=running)
     if running or not lecture:  # on a projector's narrow row only while it can be pressed
-        buttons.button(tr("compression.cancel"), key="cc_cancel", on_click=_cancel,
+        buttons.button(tr("compression.cancel"), key="compression_cancel", on_click=_cancel,
                        disabled=not running or CC.get("sweep")[1].cancelled)
     return running
 
@@ -207,7 +208,8 @@ def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, 
     from kvviz.compression import quality
     from kvviz.compression.eviction import SNAPKV_KERNEL, SNAPKV_WINDOW, STREAMING_SINKS
     from kvviz.compression.quant import K_SCALE_CONSTANT, V_SCALE_CONSTANT
-    from kvviz.compression.runner import DEPLOY_DTYPES, kivi_group, kivi_residual
+    from kvviz.compression.runner import DEPLOY_DTYPES
+    from kvviz.kv.formats import stored_dtype
 
     n_prompt = quality.chunk_steps(seq_len)[0]
     idea_title(tr("compression.s1_title"))
@@ -260,18 +262,24 @@ def tradeoff_view(full_row: Any, rows: list, names: list[str], seq_len: int, *, 
                            streaming=f"{v.streaming_perplexity:.2f}", window=f"{v.window_perplexity:.2f}",
                            ratio=f"{v.ratio:.2f}",
                            verdict=tr(f"compression.sink_{v.verdict}", tolerance=f"{quality.SINK_TOLERANCE:.0%}")))
-        fp8 = [r for r in data if r["method"] == "fp8"]
+        fp8 = [r for r in data if r["kv_scale"]]  # formats scaled per layer tensor: how each scale was set
         if fp8:
             st.caption(tr("compression.fp8_used", k_const=f"{K_SCALE_CONSTANT:g}", v_const=f"{V_SCALE_CONSTANT:g}",
                           clipped="; ".join(tr("compression.fp8_clipped", label=r["label"], n=r["fp8_clipped"])
                                             for r in fp8)))
         kivi = next((r for r in data if r["group"]), None)
+        grouped = [r for r in data if r["group"]]
+        if grouped:  # every KIVI format as it ran: its G and R (KIVI-2 keeps its own R)
+            st.caption(tr("compression.kivi_used", runs="; ".join(
+                tr("compression.kivi_run", label=r["label"], group=r["group"], residual=r["residual"])
+                for r in grouped)))
         with st.container() if lecture else st.expander(tr("compression.notes_title")):  # none inside another
             if lecture:
                 st.markdown(f"**{tr('compression.notes_title')}**")
-            group = kivi["group"] if kivi else kivi_group(d_head)
+            int4 = stored_dtype("int4").stored  # the notes' int8/int4 line: their G and R where none ran
+            group = kivi["group"] if kivi else int4.group_for(d_head)
             st.markdown(tr("compression.notes", sinks=STREAMING_SINKS, window=SNAPKV_WINDOW, kernel=SNAPKV_KERNEL,
-                           group=group, residual=kivi["residual"] if kivi else kivi_residual(group)))
+                           group=group, residual=kivi["residual"] if kivi else int4.residual_for(group)))
     return {"kv_dtype": kv_dtype, "metric": metric}
 
 
@@ -292,12 +300,12 @@ def positions_view(full_row: Any, rows: list, names: list[str], seq_len: int, sh
     if picks:
         step, layer = picks["step"], picks["layer"]
     else:
-        if st.session_state.get("cc_step") not in view_steps:
-            st.session_state.cc_step = view_steps[-1]
-        step = persisted(d1.select_slider, "cc_step", tr("compression.s2_step"), options=list(view_steps))
-        if st.session_state.get("cc_layer") not in range(n_layers):
-            st.session_state.cc_layer = 0
-        layer = persisted(d2.selectbox, "cc_layer", tr("compression.s2_layer"), options=range(n_layers))
+        if st.session_state.get("compression_step") not in view_steps:
+            st.session_state.compression_step = view_steps[-1]
+        step = persisted(d1.select_slider, "compression_step", tr("compression.s2_step"), options=list(view_steps))
+        if st.session_state.get("compression_layer") not in range(n_layers):
+            st.session_state.compression_layer = 0
+        layer = persisted(d2.selectbox, "compression_layer", tr("compression.s2_layer"), options=range(n_layers))
     view_full = full_row.views[step]
     position = view_full.position
     if 1 in show:
@@ -315,9 +323,10 @@ def positions_view(full_row: Any, rows: list, names: list[str], seq_len: int, sh
         if picks:
             pick = picks["method"]
         else:
-            if st.session_state.get("cc_attn_method") not in range(len(rows)):
-                st.session_state.cc_attn_method = 0
-            pick = persisted(d3.selectbox, "cc_attn_method", tr("compression.s3_method"), options=range(len(rows)),
+            if st.session_state.get("compression_attn_method") not in range(len(rows)):
+                st.session_state.compression_attn_method = 0
+            pick = persisted(d3.selectbox, "compression_attn_method", tr("compression.s3_method"),
+                             options=range(len(rows)),
                              format_func=names.__getitem__)
         side.caption(tr("compression.s3_caption"))
         v = rows[pick].views[step]
@@ -338,14 +347,14 @@ LINKED = ("kv_url_text", "kv_url_seq", "kv_url_tokens", "kv_url_kvdtype", "kv_ur
 
 
 def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: bool, model: str, run_dtype: str,
-              d_head: int, n_layers: int, explore: dict) -> dict:
+              d_head: int, n_layers: int) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, whether a run is under way,
     and the last results' measured rows (the full cache's first) with, for the positions' ideas, only the step and
     layer on the lecturer's screen (each method's kept positions there, and the attention of the full cache and
-    the method shown). `picks`: the lecturer's choices the figures were drawn with; `explore`: the lecturer's model
-    and boxes (room.page_settings) for a follower's "Explore from here"."""
+    the method shown). `picks`: the lecturer's choices the figures were drawn with (published beside it, as the
+    RoomView's picks)."""
     if stored is None:
-        return {"page": "compression", "shown": shown, "measuring": running, "result": None, "explore": explore}
+        return {"shown": shown, "measuring": running, "result": None}
     request, rows, partial = stored
     step, layer, method = picks.get("step"), picks.get("layer"), picks.get("method")
 
@@ -358,7 +367,7 @@ def room_view(shown: list[int], stored: tuple | None, picks: dict, *, running: b
                            "attention": v.attention[layer].tolist() if i == 0 or i - 1 == method else None}
         return out
 
-    return {"page": "compression", "shown": shown, "measuring": running, "picks": picks, "explore": explore,
+    return {"shown": shown, "measuring": running,
             "result": {"model": model, "run_dtype": run_dtype, "d_head": d_head, "n_layers": n_layers,
                        "seq_len": request[3], "measured_with": list(request[2:]), "partial": partial,
                        "rows": [row(i, r) for i, r in enumerate(rows)]}}
@@ -383,11 +392,11 @@ def _rows(result: dict, picks: dict) -> list:
     return out
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Compressing the Cache: the lecturer's measured rows, drawn with the lecturer's
     choices, the ideas on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this
     session's language; no model runs here, no box of this session's is drawn."""
-    explore_from(view, "cc", also=LINKED, help_key="room.explore_measure_help")
+    explore_from(view, "compression", also=LINKED, help_key="room.explore_measure_help")
     result = view["result"]
     if view["measuring"]:
         st.info(tr("room.measuring"))
@@ -398,7 +407,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     st.caption(tr("room.measured_on", model=result["model"]))
     text, seq_len, n_tokens, budgets = result["measured_with"]
     st.caption(measured_with((None, None, text, seq_len, n_tokens, budgets)))
-    rows = _rows(result, view["picks"])
+    rows = _rows(result, view.picks)
     full_row, rows = rows[0], rows[1:]
     if result["partial"] is not None:
         partial_note(seq_len, [full_row, *rows], result["partial"])
@@ -406,7 +415,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     shown = set(view["shown"])
     if 0 in shown:
         tradeoff_view(full_row, rows, names, seq_len, run_dtype=result["run_dtype"], d_head=result["d_head"],
-                      lecture=lecture, picks=view["picks"])
+                      lecture=lecture, picks=view.picks)
     if shown & {1, 2}:
         positions_view(full_row, rows, names, seq_len, shown, n_layers=result["n_layers"], lecture=lecture,
-                       picks=view["picks"])
+                       picks=view.picks)

@@ -9,7 +9,8 @@ import streamlit as st
 
 from kvviz.app.language import tr
 from kvviz.app.lecture import idea_title
-from kvviz.app.views.room import explore_from
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.widgets import chart
 from kvviz.charts import heads as charts
 
@@ -92,7 +93,7 @@ def induction(view: dict, lecture: bool) -> None:
                                                                    threshold=THRESHOLD))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Attention Patterns: the ideas on the lecturer's screen (both when the lecturer is
     not in lecture mode), drawn from the lecturer's model's numbers in this session's language; no model here."""
     explore_from(view, "heads", keep=("custom_text",), also=("kv_url_text",), help_key="room.explore_page_help")

@@ -17,15 +17,18 @@ from kvviz.app.hosted import batches_within, points_within, tokens_within
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import settings_box
 from kvviz.app.models import check_request, check_sweep, get_backend, limit
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.share import share_button
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.timing import draw_then_measure
-from kvviz.app.views.room import explore_from, share_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import sweep_stats as stats
 from kvviz.engine.device_names import DTYPE_NAMES
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, KVSpec
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import KVSpec
 from kvviz.kv.hardware import HARDWARE
 from kvviz.lessons import latency as lessons
 
@@ -44,7 +47,7 @@ IDEAS = (*SWEEPS, "roof_bounds", "roof_chart", "roof_kv")
 KIND = {"prompt": "prompt-length", "cache": "cache", "batch": "batch", "dtype": "dtype"}
 # Per sweep kind: its SweepRun, a Start clicked (built on the next rerun), the error that refused it, and the tick
 # to skip (the Start click redraws the whole page: measuring begins on the fragment's first tick).
-LC = page_state("lc", **{f"run_{kind}{part}": False if part in ("_start", "_skip") else None
+LC = page_state("latency", **{f"run_{kind}{part}": False if part in ("_start", "_skip") else None
                          for kind in KIND.values() for part in ("", "_start", "_error", "_skip")})
 
 
@@ -124,8 +127,9 @@ def sweep_panel(page: LatencyPage, name: str) -> None:
                 LC.set(key + "_skip", True)
         except InputError as exc:
             LC.set(key + "_error", exc)
-    b1.button(tr("latency.start"), on_click=start, disabled=running, type="primary", key=f"lc_start_{kind}")
-    b2.button(tr("latency.cancel"), on_click=cancel, disabled=not running or run.cancelled, key=f"lc_cancel_{kind}")
+    b1.button(tr("latency.start"), on_click=start, disabled=running, type="primary", key=f"latency_start_{kind}")
+    b2.button(tr("latency.cancel"), on_click=cancel, disabled=not running or run.cancelled,
+              key=f"latency_cancel_{kind}")
     if LC.get(key + "_error"):
         show_error(LC.get(key + "_error"))
 
@@ -169,26 +173,26 @@ def results(lecture: bool, kind: str, rows: list[dict], draw: Any) -> None:
     verdict, details = lessons.describe(kind, rows, lang(), lecture=lecture)
     where, text = st.columns([3, 2]) if lecture else (st.container(), st.container())  # one screen: side by side
     with where:
-        chart(draw(rows, lecture), f"lc_chart_{kind}")
+        chart(draw(rows, lecture), f"latency_chart_{kind}")
     text.markdown(verdict)
     with text, st.expander(tr("latency.details")) if lecture else st.container():
         st.markdown(details)
         with st.expander(tr("latency.table")):
             st.dataframe(pd.DataFrame(lessons.table_rows(kind, rows, lang())), hide_index=True)
         st.download_button(tr("latency.csv"), stats.records_csv(rows), file_name=f"kvviz_{kind}_sweep.csv",
-                           mime="text/csv", on_click="ignore", key=f"lc_csv_{kind}")
+                           mime="text/csv", on_click="ignore", key=f"latency_csv_{kind}")
 
 
 # ---- prompt length ---------------------------------------------------------------------------------
 def prompt_controls(page: LatencyPage) -> dict:
     c1, c2, c3 = st.columns([3, 1, 1])
     n_new = number_in_range(c2, tr("latency.new_tokens"), 2, limit(page.settings, "max_new_tokens", 64), 8,
-                            "lc_p_new")
+                            "latency_p_new")
     default = stats.default_prompt_lengths(page.budget_len, 8, points_within(page.settings.hosted, 6))
     lengths = c1.text_input(tr("latency.prompt_lengths", max_len=page.max_len), ", ".join(map(str, default)),
-                            key=f"lc_p_lengths_{page.max_len}")
+                            key=f"latency_p_lengths_{page.max_len}")
     repeats = number_in_range(c3, tr("latency.repeats"), 1, 20, stats.DEFAULT_REPEATS["prompt-length"],
-                              "lc_p_repeats")
+                              "latency_p_repeats")
     return {"lengths": lengths, "n_new": n_new, "repeats": repeats}
 
 
@@ -212,10 +216,10 @@ def draw_prompt(rows: list[dict], lecture: bool) -> go.Figure:
 def cache_controls(page: LatencyPage) -> dict:
     c1, c2 = st.columns([3, 1])
     repeats = number_in_range(c2, tr("latency.cache_repeats"), 1, 20, stats.DEFAULT_REPEATS["cache"],
-                              "lc_c_repeats")
+                              "latency_c_repeats")
     default = stats.default_contexts(page.budget_len, points_within(page.settings.hosted, 8))
     contexts = c1.text_input(tr("latency.contexts", max_len=page.max_len), ", ".join(map(str, default)),
-                             key=f"lc_c_contexts_{page.max_len}")
+                             key=f"latency_c_contexts_{page.max_len}")
     return {"contexts": contexts, "repeats": repeats}
 
 
@@ -243,11 +247,11 @@ def batch_controls(page: LatencyPage) -> dict:
     # default prompt that fits the largest of them.
     default = [b for b in batches_within(caps, (1, 2, 4, 8, 16))
                if tokens_within(caps, page.spec, settings.dtype, max_len, batch=b) > 16] or [1]
-    batches = c1.text_input(tr("latency.batches"), ", ".join(map(str, default)), key="lc_b_batches")
-    n_new = number_in_range(c3, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 16, "lc_b_new")
+    batches = c1.text_input(tr("latency.batches"), ", ".join(map(str, default)), key="latency_b_batches")
+    n_new = number_in_range(c3, tr("latency.new_tokens"), 2, limit(settings, "max_new_tokens", 64), 16, "latency_b_new")
     fits = tokens_within(caps, page.spec, settings.dtype, max_len, batch=max(default)) - 16
     n_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, max(1, min(64, max_len // 4, fits)),
-                               f"lc_b_prompt_{max_len}")
+                               f"latency_b_prompt_{max_len}")
     return {"batches": batches, "n_prompt": n_prompt, "n_new": n_new}
 
 
@@ -271,11 +275,11 @@ def draw_batch(rows: list[dict], lecture: bool) -> go.Figure:
 def dtype_controls(page: LatencyPage) -> dict:
     max_len = page.max_len
     c1, c2, c3 = st.columns([3, 1, 1])
-    dtypes = c1.multiselect(tr("latency.dtypes"), list(DTYPE_NAMES), list(DTYPE_NAMES), key="lc_d_dtypes")
+    dtypes = c1.multiselect(tr("latency.dtypes"), list(DTYPE_NAMES), list(DTYPE_NAMES), key="latency_d_dtypes")
     n_prompt = number_in_range(c2, tr("latency.prompt_tokens"), 1, max_len - 2, min(64, max_len // 4),
-                               f"lc_d_prompt_{max_len}")
+                               f"latency_d_prompt_{max_len}")
     n_new = number_in_range(c3, tr("latency.new_tokens"), 2, limit(page.settings, "max_new_tokens", 64), 16,
-                            "lc_d_new")
+                            "latency_d_new")
     return {"dtypes": dtypes, "n_prompt": n_prompt, "n_new": n_new}
 
 
@@ -321,30 +325,32 @@ def roof_inputs(page: LatencyPage) -> dict:
         if page.lecture:
             st.write(tr("latency.roof_intro"))
         c1, c2 = st.columns(2)
-        hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="lc_r_hw")
+        hw_name = c1.selectbox(tr("latency.hardware"), list(HARDWARE), key="latency_r_hw")
         names = list(models)
         model_name = c2.selectbox(tr("latency.roof_model"), names, index=names.index("Llama-3.1-8B"),
-                                  key="lc_r_model")
+                                  key="latency_r_model")
         preset = HARDWARE[hw_name]
         h1, h2, h3 = st.columns(3)
         # Keyed by preset: choosing another accelerator reloads its numbers, which stay editable.
         memory_gib = number_in_range(h1, tr("latency.memory_gib"), 0.1, 100_000.0, lessons.preset_memory_gib(preset),
-                                     f"lc_r_mem_{hw_name}", whole=False, placeholder=tr("latency.unknown"))
+                                     f"latency_r_mem_{hw_name}", whole=False, placeholder=tr("latency.unknown"))
         bandwidth_tb = number_in_range(h2, tr("latency.bandwidth_tb"), 0.001, 100.0,
-                                       preset.bandwidth_bytes_per_s / 1e12, f"lc_r_bw_{hw_name}", whole=False,
+                                       preset.bandwidth_bytes_per_s / 1e12, f"latency_r_bw_{hw_name}", whole=False,
                                        format="%.3f")
         peak_tf = number_in_range(h3, tr("latency.peak_tflops"), 0.01, 100_000.0, preset.peak_flops / 1e12,
-                                  f"lc_r_peak_{hw_name}", whole=False)
+                                  f"latency_r_peak_{hw_name}", whole=False)
         # One short line names where the numbers come from; the sources themselves are one click away.
         st.caption(tr("latency.hw_sources", gpu=hw_name))
         with st.expander(tr("latency.hw_sources_full")):
             st.markdown(lessons.hardware_sources(preset, lang()))
         d1, d2, d3, d4 = st.columns(4)
         weight_dtype = d1.selectbox(tr("latency.weight_dtype"), ["bfloat16", "fp8", "int4", "float32"],
-                                    key="lc_r_wdtype")
-        kv_dtype = d2.selectbox(tr("latency.kv_dtype"), list(KV_DTYPES), index=1, key="lc_r_kvdtype")
-        n_context = number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "lc_r_context")
-        batch = number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "lc_r_batch")
+                                    key="latency_r_wdtype")
+        kv_dtypes = list(KV_DTYPES)  # by name: a dtype added to the table never moves the default
+        kv_dtype = d2.selectbox(tr("latency.kv_dtype"), kv_dtypes, index=kv_dtypes.index("bfloat16"),
+                                key="latency_r_kvdtype")
+        n_context = number_in_range(d3, tr("latency.context"), 1, 10_000_000, 4096, "latency_r_context")
+        batch = number_in_range(d4, tr("latency.batch"), 1, 100_000, 1, "latency_r_batch")
     return {"hw_name": hw_name, "memory_gib": memory_gib, "bandwidth_tb": bandwidth_tb, "peak_tf": peak_tf,
             "model": asdict(models[model_name]), "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
             "n_context": int(n_context), "batch": int(batch)}
@@ -372,13 +378,13 @@ def roof_figures(inputs: dict, parts: tuple[str, ...], lecture: bool) -> None:
                        "compute_batch", "max_batch", "kv_weights")
         chart(charts.roofline_chart(curve, names, compute_batch=view.compute_batch, max_batch=view.fits,
                                     kv_weights_batch=roof.weight_bytes / view.kv_request_bytes, lecture=lecture),
-              "lc_roofline")
+              "latency_roofline")
     if "kv" in parts:
         tokens = view.kv_tokens()
         kv_labels = labels("kchart", "x", "y", "kv", "weights", "crossing")
         kv_labels["title"] = tr("latency.kchart_title", batch=batch)
         chart(charts.kv_vs_weights_chart(tokens, [roof.kv_bytes(n, batch) for n in tokens], roof.weight_bytes,
-                                         view.crossing, kv_labels, lecture=lecture), "lc_kv_weights")
+                                         view.crossing, kv_labels, lecture=lecture), "latency_kv_weights")
     if not lecture:  # on a projector it is folded under the bounds
         st.caption(tr("latency.roof_note"))
 
@@ -403,23 +409,23 @@ def bounds(view: lessons.RoofView, lecture: bool) -> None:
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def room_view(shown: list[str], roof: dict | None, model: str, explore: dict) -> dict:
+def room_view(shown: list[str], roof: dict | None, model: str) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen, each shown sweep's rows once
     it has finished (while it runs, only that it does), the model they ran on and the roofline's inputs (None: not
-    on screen), and the lecturer's model and boxes for "Explore from here" (`explore`, room.page_settings)."""
+    on screen)."""
     sweeps = {}
     for name in shown:
         run = LC.get(f"run_{KIND[name]}") if name in SWEEPS else None
         if run is not None:
             sweeps[name] = {"rows": run.rows} if run.finished else {"measuring": True}
-    return {"page": "latency", "shown": shown, "sweeps": sweeps, "roof": roof, "model": model, "explore": explore}
+    return {"shown": shown, "sweeps": sweeps, "roof": roof, "model": model}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Latency & Capacity: the lecturer's finished sweeps and roofline, the ideas on the
     lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no model
     runs here, no setting of this session's is drawn."""
-    explore_from(view, "lc", help_key="room.explore_measure_help")
+    explore_from(view, "latency", help_key="room.explore_measure_help")
     if view["sweeps"]:
         st.caption(tr("room.lecturers_model", model=view["model"]))
     for name in view["shown"]:

@@ -16,11 +16,12 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import idea_title, shown_idea
 from kvviz.app.models import check_request, get_backend
+from kvviz.app.room.explore import explore_button
+from kvviz.app.room.view import RoomView
 from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
 from kvviz.app.url_state import DEFAULTS, VLLM_VERSIONS, query_changes, read_query, scenario_in, scenario_query
-from kvviz.app.views.room import explore_button
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts.memory import (
     allocation_figure,
@@ -30,7 +31,8 @@ from kvviz.charts.memory import (
 )
 from kvviz.errors import InputError
 from kvviz.kv.capacity import CapacityPlan, compare_allocation, parse_lengths
-from kvviz.kv.formula import KV_DTYPES, KVFootprint, KVSpec, kv_footprint, weight_bytes
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import KVFootprint, KVSpec, kv_footprint, weight_bytes
 from kvviz.kv.hardware import HARDWARE, Hardware
 from kvviz.kv.log_check import TOLERANCE, check_all
 from kvviz.kv.presets import HF_REPOS, PRESETS
@@ -63,8 +65,8 @@ from kvviz.units import format_binary, format_decimal
 
 # The keys the page keeps besides its widgets' (`mem_<scenario name>`, seeded from the link): the link's scenario
 # and what it got wrong, the scenario last drawn, the last valid model and allocation, the generation Run here made.
-MEM = page_state("mem", url_values=None, url_bad=[], saved=None, last_spec=None, last_alloc=None, generation=None)
-WIDGET = "mem_"  # the scenario's widgets: mem_<name> for each name of url_state.DEFAULTS
+MEM = page_state("memory", url_values=None, url_bad=[], saved=None, last_spec=None, last_alloc=None, generation=None)
+WIDGET = "memory_"  # the scenario's widgets: mem_<name> for each name of url_state.DEFAULTS
 
 
 # ---- the scenario: seeded once from the link (a shared link reproduces it), then owned by the widgets ----------
@@ -80,7 +82,7 @@ def seed_from_url() -> None:
     if MEM.get("url_bad"):
         st.warning(tr("memory.url_bad", values=", ".join(MEM.get("url_bad"))))
         MEM.set("url_bad", [])  # said once; the values the user fixes afterwards are not malformed
-    if MEM.get("url_values").get("src") == "upload" and "mem_upload_spec" not in ss:
+    if MEM.get("url_values").get("src") == "upload" and "memory_upload_spec" not in ss:
         st.info(tr("memory.url_upload"))  # a file cannot travel in a link
 
 
@@ -101,42 +103,42 @@ def _load_seed(kv_heads: int) -> None:
 
 def seed_buttons() -> None:
     c1, c2 = st.columns([3, 2])
-    c1.button(tr("memory.seed_mha"), on_click=_load_seed, args=(32,), key="mem_seed_mha")
-    c2.button(tr("memory.seed_gqa"), on_click=_load_seed, args=(8,), key="mem_seed_gqa")
+    c1.button(tr("memory.seed_mha"), on_click=_load_seed, args=(32,), key="memory_seed_mha")
+    c2.button(tr("memory.seed_gqa"), on_click=_load_seed, args=(8,), key="memory_seed_gqa")
 
 
 # ---- the model and the scenario's sizes ------------------------------------------------------------------------
 def model_source() -> KVSpec | None:
     """A preset, a shape typed in or an uploaded config.json; the last valid one while the input is not."""
     ss = st.session_state
-    src = st.radio(tr("memory.source"), ["preset", "custom", "upload"], key="mem_src", horizontal=True,
+    src = st.radio(tr("memory.source"), ["preset", "custom", "upload"], key="memory_src", horizontal=True,
                    format_func={s: tr(f"memory.source_{s}") for s in ("preset", "custom", "upload")}.get)
     spec: KVSpec | None = None
     try:
         if src == "preset":
-            name = st.selectbox(tr("memory.preset"), list(PRESETS), key="mem_preset")
+            name = st.selectbox(tr("memory.preset"), list(PRESETS), key="memory_preset")
             spec = PRESETS[name]
             st.caption(tr("memory.preset_source", repo=HF_REPOS[name]))
         elif src == "custom":
             a, b = st.columns(2)
-            layers = number_in_range(a, tr("memory.layers"), 1, 1000, DEFAULTS["layers"], "mem_layers")
-            heads = number_in_range(b, tr("memory.heads"), 1, 1024, DEFAULTS["heads"], "mem_heads")
-            kv_heads = number_in_range(a, tr("memory.kv_heads"), 1, 1024, DEFAULTS["kv_heads"], "mem_kv_heads")
-            d_head = number_in_range(b, tr("memory.d_head"), 1, 4096, DEFAULTS["d_head"], "mem_d_head")
+            layers = number_in_range(a, tr("memory.layers"), 1, 1000, DEFAULTS["layers"], "memory_layers")
+            heads = number_in_range(b, tr("memory.heads"), 1, 1024, DEFAULTS["heads"], "memory_heads")
+            kv_heads = number_in_range(a, tr("memory.kv_heads"), 1, 1024, DEFAULTS["kv_heads"], "memory_kv_heads")
+            d_head = number_in_range(b, tr("memory.d_head"), 1, 4096, DEFAULTS["d_head"], "memory_d_head")
             params_b = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, DEFAULTS["params_b"],
-                                       "mem_params_b", whole=False, format="%.3f")
+                                       "memory_params_b", whole=False, format="%.3f")
             spec = custom_spec(layers, heads, kv_heads, d_head, params_b, tr("memory.source_custom"))
         else:
             def read(parsed: KVSpec) -> None:
                 # the box shows this config's own count, or stays empty when the config cannot give one
-                ss.mem_upload_params_b = params_b_of(parsed)
+                ss.memory_upload_params_b = params_b_of(parsed)
 
-            spec = config_upload(st, tr("memory.upload"), "mem_upload", read)
+            spec = config_upload(st, tr("memory.upload"), "memory_upload", read)
             if spec is None:
                 st.info(tr("memory.upload_hint"))
             else:
                 st.caption(tr("memory.upload_loaded", name=spec.name))
-                given = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, None, "mem_upload_params_b",
+                given = number_in_range(st, tr("memory.params_b"), 0.001, 10_000.0, None, "memory_upload_params_b",
                                         whole=False, format="%.3f", placeholder=tr("memory.params_placeholder"),
                                         help=tr("memory.params_help"))
                 if given is None:
@@ -154,14 +156,15 @@ def model_source() -> KVSpec | None:
 def scenario_inputs() -> tuple[int, int, str, str]:
     """(context tokens, concurrent requests, KV dtype, weight dtype)."""
     a, b = st.columns(2)
-    tokens = number_in_range(a, tr("memory.tokens"), 1, 10_000_000, DEFAULTS["tokens"], "mem_tokens", step=1024)
-    batch = number_in_range(b, tr("memory.batch"), 1, 100_000, DEFAULTS["batch"], "mem_batch")
-    kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="mem_kv_dtype")
-    w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="mem_w_dtype")
+    tokens = number_in_range(a, tr("memory.tokens"), 1, 10_000_000, DEFAULTS["tokens"], "memory_tokens", step=1024)
+    batch = number_in_range(b, tr("memory.batch"), 1, 100_000, DEFAULTS["batch"], "memory_batch")
+    kv_dtype_name = a.selectbox(tr("memory.kv_dtype"), list(KV_DTYPES), key="memory_kv_dtype")
+    w_dtype_name = b.selectbox(tr("memory.w_dtype"), list(KV_DTYPES), key="memory_w_dtype")
     fmt = KV_DTYPES[kv_dtype_name]
     if fmt.group_size:
         st.caption(tr(f"memory.scale_note_{fmt.name}", dtype=fmt.name, group=fmt.group_size,
-                      scale=fmt.scale_bytes_per_group, block=fmt.vector_bytes(fmt.group_size)))
+                      scale=fmt.scale_bytes_per_group, block=fmt.vector_bytes(fmt.group_size),
+                      residual=fmt.stored.residual if fmt.stored else 0))
     return int(tokens), int(batch), kv_dtype_name, w_dtype_name
 
 
@@ -202,7 +205,7 @@ def compare(spec: KVSpec, kv_dtype_name: str, lecture: bool) -> None:
     title = tr("memory.compare_title", layers=spec.n_layers, heads=spec.n_heads, d_head=spec.d_head,
                dtype=kv_dtype_name)
     chart(attention_comparison_figure(bars.labels, bars.kinds, bars.per_token, title=title,
-                                      y_title=tr("memory.kib_per_token"), lecture=lecture), key="mem_compare_chart")
+                                      y_title=tr("memory.kib_per_token"), lecture=lecture), key="memory_compare_chart")
     st.caption(tr("memory.compare_note", rank=bars.mla.kv_lora_rank, rope=bars.mla.qk_rope_head_dim))
     if bars.refused:
         st.caption(tr("memory.compare_refused", kinds=", ".join(bars.refused), dtype=kv_dtype_name))
@@ -217,7 +220,7 @@ def growth(spec: KVSpec, fp: KVFootprint, weights: int | None, kv_dtype_name: st
                                   y_title=tr("memory.gib_axis"),
                                   weights_label=tr("memory.weights_label", weights=format_binary(weights)),
                                   batch_label=tr("memory.batch_label"), crossing_label=tr("memory.crossing_label"),
-                                  lecture=lecture), key="mem_growth_chart")
+                                  lecture=lecture), key="memory_growth_chart")
     for c in curves:
         kind = crossing_kind(c, spec)
         if kind == "at":
@@ -245,16 +248,16 @@ class PlannerChoice:
 
 
 def planner_settings(spec: KVSpec) -> PlannerChoice:
-    engine = st.radio(tr("memory.engine"), ["vllm", "sglang"], key="mem_engine", horizontal=True,
+    engine = st.radio(tr("memory.engine"), ["vllm", "sglang"], key="memory_engine", horizontal=True,
                       format_func={e: tr(f"memory.engine_{e}") for e in ("vllm", "sglang")}.get)
     a, b, c = st.columns(3)
-    gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="mem_gpu")
-    n_gpus = number_in_range(b, tr("memory.n_gpus"), 1, 64, DEFAULTS["n_gpus"], "mem_n_gpus")
+    gpu_name = a.selectbox(tr("memory.gpu"), list(HARDWARE), key="memory_gpu")
+    n_gpus = number_in_range(b, tr("memory.n_gpus"), 1, 64, DEFAULTS["n_gpus"], "memory_n_gpus")
     fraction, sgl_frac = 0.9, 0.0
     if engine == "vllm":
-        fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="mem_frac", step=0.05)
+        fraction = c.slider(tr("memory.fraction"), 0.1, 1.0, key="memory_frac", step=0.05)
     else:
-        sgl_frac = number_in_range(c, tr("memory.sgl_frac"), 0.0, 1.0, DEFAULTS["sgl_frac"], "mem_sgl_frac",
+        sgl_frac = number_in_range(c, tr("memory.sgl_frac"), 0.0, 1.0, DEFAULTS["sgl_frac"], "memory_sgl_frac",
                                    whole=False, step=0.01, format="%.3f", help=tr("memory.sgl_frac_help"))
     gpu = HARDWARE[gpu_name]
     st.caption(tr(f"memory.gpu_said_{gpu.memory_kind}"))  # one line; where the number comes from, folded
@@ -266,24 +269,25 @@ def planner_settings(spec: KVSpec) -> PlannerChoice:
     # optional: emptied, the device's total is unknown (never a guessed default) and the reserve is predicted
     total_gib = number_in_range(d, tr("memory.gpu_total"), 0.1, 100_000.0,
                                 None if gpu.memory_bytes is None else round(gpu.memory_bytes / 2**30, 2),
-                                f"mem_total_{gpu_name}", whole=False, optional=True, placeholder=tr("memory.unknown"))
+                                f"memory_total_{gpu_name}", whole=False, optional=True,
+                                placeholder=tr("memory.unknown"))
     choice = PlannerChoice(engine, gpu_name, gpu, int(n_gpus), total_gib, fraction=fraction, sgl_frac=sgl_frac)
     if engine != "vllm":
         return choice
-    reserve_gib = number_in_range(e, tr("memory.reserve"), 0.0, 1000.0, None, f"mem_reserve_{spec.name}_{n_gpus}",
+    reserve_gib = number_in_range(e, tr("memory.reserve"), 0.0, 1000.0, None, f"memory_reserve_{spec.name}_{n_gpus}",
                                   whole=False, format="%.2f", placeholder=tr("memory.reserve_estimated"),
                                   help=tr("memory.reserve_help"))
     f1, f2, f3 = st.columns([2, 2, 1])
     # the names are formatted now, in this run's language (a test harness may format options later)
     versions = {v: tr("memory.any_version") if v == "any" else v for v in VLLM_VERSIONS}
-    version = f1.selectbox(tr("memory.vllm_version"), VLLM_VERSIONS, key="mem_vllm", format_func=versions.get)
-    entry = f2.selectbox(tr("memory.entry"), ["any", "serve", "llm"], key="mem_entry",
+    version = f1.selectbox(tr("memory.vllm_version"), VLLM_VERSIONS, key="memory_vllm", format_func=versions.get)
+    entry = f2.selectbox(tr("memory.entry"), ["any", "serve", "llm"], key="memory_entry",
                          format_func={v: tr(f"memory.entry_{v}") for v in ("any", "serve", "llm")}.get)
-    eager = f3.checkbox(tr("memory.eager"), key="mem_eager")
+    eager = f3.checkbox(tr("memory.eager"), key="memory_eager")
     g1, g2 = st.columns(2)
-    mbt = number_in_range(g1, tr("memory.mbt"), 0, 1_000_000, DEFAULTS["mbt"], "mem_mbt", step=1024.0,
+    mbt = number_in_range(g1, tr("memory.mbt"), 0, 1_000_000, DEFAULTS["mbt"], "memory_mbt", step=1024.0,
                           help=tr("memory.zero_default"))
-    seqs = number_in_range(g2, tr("memory.seqs"), 0, 100_000, DEFAULTS["seqs"], "mem_seqs", step=64.0,
+    seqs = number_in_range(g2, tr("memory.seqs"), 0, 100_000, DEFAULTS["seqs"], "memory_seqs", step=64.0,
                            help=tr("memory.zero_default"))
     return PlannerChoice(engine, gpu_name, gpu, int(n_gpus), total_gib, fraction=fraction, reserve_gib=reserve_gib,
                          flags=serving_flags(version, entry, eager, mbt, seqs))
@@ -396,7 +400,7 @@ def start_up_logs(lecture: bool) -> None:
                         title=tr("memory.logs_chart"), y_title=tr("memory.logs_axis"),
                         named_label=tr("memory.logs_named"), unnamed_label=tr("memory.logs_unnamed"),
                         band_label=tr("memory.logs_band", tolerance=f"{TOLERANCE:.0%}"), lecture=lecture),
-        "mem_residual_chart",
+        "memory_residual_chart",
     )
     with st.expander(tr("memory.logs_table"), expanded=not lecture):
         rows = [f"| {tr('memory.logs_log')} | {tr('memory.logs_setup')} | " + " | ".join(term_names.values()) + " |",
@@ -412,8 +416,8 @@ def paged(fp: KVFootprint, plan: CapacityPlan | SglangPlan | None, lecture: bool
     if not lecture:
         st.subheader(tr("memory.paged_title"))
     a, b = st.columns([3, 1])
-    lengths_text = a.text_input(tr("memory.lengths"), key="mem_lengths")
-    block = number_in_range(b, tr("memory.block"), 1, 4096, DEFAULTS["block"], "mem_block")
+    lengths_text = a.text_input(tr("memory.lengths"), key="memory_lengths")
+    block = number_in_range(b, tr("memory.block"), 1, 4096, DEFAULTS["block"], "memory_block")
     paged_figures(fp, plan, lengths_text, int(block), lecture)
 
 
@@ -436,7 +440,7 @@ def paged_figures(fp: KVFootprint, plan: CapacityPlan | SglangPlan | None, lengt
                             [alloc.contiguous_bytes, alloc.paged_bytes],
                             title=tr("memory.paged_chart", max_len=f"{alloc.max_len:,}"),
                             live_label=tr("memory.live"), waste_label=tr("memory.waste"),
-                            y_title=tr("memory.bytes_axis"), lecture=lecture), key="mem_alloc_chart")
+                            y_title=tr("memory.bytes_axis"), lecture=lecture), key="memory_alloc_chart")
     live = format_binary(alloc.live_bytes)
     if plan is not None:
         fit_contiguous, fit_paged = alloc.requests_that_fit(plan.kv_budget_bytes)
@@ -460,7 +464,7 @@ def live(settings: Settings) -> None:
     st.write(tr("memory.live_intro"))
     # The model loads when asked for (get_backend says why when it cannot): the page's arithmetic needs none, so a
     # link to this page draws without torch.
-    if st.button(tr("memory.run_here"), key="mem_run_here") and (backend := get_backend(settings)) is not None:
+    if st.button(tr("memory.run_here"), key="memory_run_here") and (backend := get_backend(settings)) is not None:
         from kvviz.engine.generation import Generation
 
         try:
@@ -521,7 +525,7 @@ def room_view(spec: KVSpec, choice: PlannerChoice) -> dict:
     planner = {"engine": choice.engine, "gpu_name": choice.gpu_name, "n_gpus": choice.n_gpus,
                "total_gib": choice.total_gib, "fraction": choice.fraction, "reserve_gib": choice.reserve_gib,
                "flags": None if choice.flags is None else dataclasses.asdict(choice.flags), "sgl_frac": choice.sgl_frac}
-    return {"page": "memory", "scenario": scenario_in(st.session_state, WIDGET), "spec": dataclasses.asdict(spec),
+    return {"scenario": scenario_in(st.session_state, WIDGET), "spec": dataclasses.asdict(spec),
             "planner": planner, "screen": shown_idea("memory")}
 
 
@@ -537,11 +541,11 @@ def _explore_settings(view: dict) -> dict:
     scenario, planner, spec = view["scenario"], view["planner"], KVSpec(**view["spec"])
     keys = {WIDGET + name: value for name, value in scenario.items()}
     keys[MEM.key("saved")] = scenario  # what seed_from_url seeds the boxes from after a visit elsewhere
-    keys[f"mem_total_{planner['gpu_name']}"] = planner["total_gib"]
+    keys[f"memory_total_{planner['gpu_name']}"] = planner["total_gib"]
     if planner["engine"] == "vllm":
-        keys[f"mem_reserve_{spec.name}_{planner['n_gpus']}"] = planner["reserve_gib"]
+        keys[f"memory_reserve_{spec.name}_{planner['n_gpus']}"] = planner["reserve_gib"]
     if scenario.get("src") == "upload":  # the file is not sent: the model read from it is
-        keys.update(mem_upload_spec=spec, mem_upload_params_b=params_b_of(spec))
+        keys.update(memory_upload_spec=spec, memory_upload_params_b=params_b_of(spec))
     if view["screen"] is not None:
         keys["kv_idea_memory"] = view["screen"] + 1
     return keys
@@ -558,7 +562,7 @@ def _room_scenario(spec: KVSpec, scenario: dict, choice: PlannerChoice, planner_
                            *(f"| {name} | {value} |" for name, value in rows)]))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Memory Footprint: the lecturer's scenario and the screen on the projector (every
     screen when the lecturer is not in lecture mode), computed here from the scenario and drawn by this page's own
     functions in this session's language; no box of this session's is drawn, so none can change what is shown."""

@@ -12,14 +12,16 @@ import streamlit as st
 
 from kvviz.app.hosted import check_offload_store
 from kvviz.app.language import lang, show_error, tr
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.sidebar import Settings
 from kvviz.app.state import page_state
 from kvviz.app.uploads import config_upload
-from kvviz.app.views.room import explore_from
 from kvviz.app.widgets import chart, number_in_range, table
 from kvviz.charts import moving as charts
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, kv_footprint
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE, LINKS
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.transfer import handoff_bytes
@@ -29,7 +31,7 @@ from kvviz.units import format_binary
 # The keys the page keeps besides its widgets': the demo and the settings it was built for, the tiers' costs, the
 # handoff's results and the last error of each. Never seeded: a key appears when what it holds first exists (a
 # hosted page that refuses the store's size leaves no demo behind).
-MV = page_state("mv", demo=None, key=None, tiers=None, error=None, handoff=None, handoff_error=None)
+MV = page_state("moving", demo=None, key=None, tiers=None, error=None, handoff=None, handoff_error=None)
 TIER_REPEATS = 5
 
 
@@ -41,12 +43,14 @@ def store_section(box: Any, backend: Any, hosted: Any) -> Any:
 
     c = box.columns(4)
     sizes = lesson.chunk_sizes(backend.spec.max_context)
-    chunk = c[0].selectbox(tr("moving.chunk_size"), sizes, index=len(sizes) - 1, key="mv_chunk",
+    chunk = c[0].selectbox(tr("moving.chunk_size"), sizes, index=len(sizes) - 1, key="moving_chunk",
                            help=tr("moving.chunk_size_help"))
-    mem = int(number_in_range(c[1], tr("moving.memory_chunks"), 0, 64, 3, "mv_memory",
+    mem = int(number_in_range(c[1], tr("moving.memory_chunks"), 0, 64, 3, "moving_memory",
                               help=tr("moving.memory_chunks_help")))
-    disk = int(number_in_range(c[2], tr("moving.disk_chunks"), 0, 64, 6, "mv_disk", help=tr("moving.disk_chunks_help")))
-    repeats = int(number_in_range(c[3], tr("moving.repeats"), 1, 9, 3, "mv_repeats", help=tr("moving.repeats_help")))
+    disk = int(number_in_range(c[2], tr("moving.disk_chunks"), 0, 64, 6, "moving_disk",
+                               help=tr("moving.disk_chunks_help")))
+    repeats = int(number_in_range(c[3], tr("moving.repeats"), 1, 9, 3, "moving_repeats",
+                                  help=tr("moving.repeats_help")))
     chunk_bytes = kv_footprint(backend.spec, chunk, 1, str(backend.dtype).removeprefix("torch.")).total
     box.caption(tr("moving.store_caption", chunk=chunk, bytes=format_binary(chunk_bytes),
                    memory=format_binary(mem * chunk_bytes), disk=format_binary(disk * chunk_bytes)))
@@ -96,11 +100,11 @@ def requests_view(demo: Any, lecture: bool) -> None:
     store = store_state(demo)
     next_request(store)
     b = st.columns([3, 3, 2])
-    b[0].button(tr("moving.serve_next"), on_click=serve_next, args=(False,), type="primary", key="mv_next",
+    b[0].button(tr("moving.serve_next"), on_click=serve_next, args=(False,), type="primary", key="moving_next",
                 disabled=demo.done, width="stretch")
-    b[1].button(tr("moving.serve_all"), on_click=serve_next, args=(True,), key="mv_all", disabled=demo.done,
+    b[1].button(tr("moving.serve_all"), on_click=serve_next, args=(True,), key="moving_all", disabled=demo.done,
                 width="stretch")
-    b[2].button(tr("moving.reset"), on_click=MV.set, args=("demo", None), key="mv_reset", width="stretch")
+    b[2].button(tr("moving.reset"), on_click=MV.set, args=("demo", None), key="moving_reset", width="stretch")
     show_last_error()
     requests_figures(store, lecture)
 
@@ -131,12 +135,12 @@ def requests_figures(store: dict, lecture: bool) -> None:
     with plot:
         chart(charts.tier_boxes([(c[3], c[2]) for c in last["chunks"]], last["tokens_by_tier"]["computed"],
                                 last["after"], {"memory": store["memory_chunks"], "disk": store["disk_chunks"]},
-                                labels, lecture=lecture), "mv_tiers")
+                                labels, lecture=lecture), "moving_tiers")
     side.caption(tr("moving.tiers_chart_caption"))
     side.markdown(tr("moving.last_request", n=last["request"], what=tr(f"moving.kind_{last['kind']}"),
                      why=lesson.reason_text(last["miss_reason"], lang())))
     with side.expander(tr("moving.requests_table")) if lecture else st.container():  # the chart keeps the screen
-        table(lesson.request_rows(results, lang()), "mv_requests")
+        table(lesson.request_rows(results, lang()), "moving_requests")
         st.caption(tr("moving.table_caption", repeats=store["repeats"]))
 
 
@@ -155,7 +159,7 @@ def ttft_view(demo: Any, backend: Any, lecture: bool) -> None:
     """Each request's TTFT with the store and recomputing, and the button that measures every tier's cost."""
     ttft_figures(demo.results, MV.get("tiers"), str(backend.device), lecture,
                  lambda press: press.button(tr("moving.measure_tiers"), on_click=measure_tiers, args=(backend,),
-                                            key="mv_measure", help=tr("moving.measure_help")))
+                                            key="moving_measure", help=tr("moving.measure_help")))
 
 
 def ttft_figures(results: list[dict], tiers: list | None, device: str, lecture: bool,
@@ -167,7 +171,7 @@ def ttft_figures(results: list[dict], tiers: list | None, device: str, lecture: 
     if results:
         keys = ("load_memory", "load_disk", "prefill_rest", "recompute", "ms", "ttft_title")
         labels = {k: tr(f"moving.c_{k}") for k in keys} | {f"kind_{k}": tr(f"moving.kind_{k}") for k, _, _ in SCRIPT}
-        chart(charts.ttft_bars(results, labels, lecture=lecture), "mv_ttft")
+        chart(charts.ttft_bars(results, labels, lecture=lecture), "moving_ttft")
     # on a projector the caption beside the button, and the tiers' table folded: the chart keeps the screen
     words, press = st.columns([4, 1], vertical_alignment="center") if lecture else (st.container(), st.container())
     if results:
@@ -178,7 +182,7 @@ def ttft_figures(results: list[dict], tiers: list | None, device: str, lecture: 
         measure(press)
     if tiers:
         with st.expander(tr("moving.tiers_table")) if lecture else st.container():
-            table(lesson.tier_rows(tiers, lang()), "mv_tier_costs")
+            table(lesson.tier_rows(tiers, lang()), "moving_tier_costs")
             st.caption(tr("moving.tiers_caption", repeats=TIER_REPEATS, device=device))
 
 
@@ -189,20 +193,22 @@ def deployment(where: Any) -> dict | None:
     where.subheader(tr("moving.deploy_title"))
     c = where.columns([3, 2, 2, 1])
     names = list(PRESETS) + [tr("moving.upload_choice")]
-    choice = c[0].selectbox(tr("moving.model"), names, index=names.index("Llama-3.1-8B"), key="mv_model")
+    choice = c[0].selectbox(tr("moving.model"), names, index=names.index("Llama-3.1-8B"), key="moving_model")
     if choice == names[-1]:
-        spec = config_upload(c[0], tr("moving.upload"), "mv_upload")
+        spec = config_upload(c[0], tr("moving.upload"), "moving_upload")
         if spec is None:
             where.info(tr("moving.upload_hint"))
             return None
     else:
         spec = PRESETS[choice]
-    gpu = c[1].selectbox(tr("moving.gpu"), list(HARDWARE), index=0, key="mv_gpu")
-    kv_dtype = c[2].selectbox(tr("moving.kv_dtype"), list(KV_DTYPES), index=1, key="mv_kv_dtype")
-    tp = int(number_in_range(c[3], tr("moving.tp"), 1, 64, 1, "mv_tp"))
+    gpu = c[1].selectbox(tr("moving.gpu"), list(HARDWARE), index=0, key="moving_gpu")
+    kv_dtypes = list(KV_DTYPES)  # by name: a dtype added to the table never moves the default
+    kv_dtype = c[2].selectbox(tr("moving.kv_dtype"), kv_dtypes, index=kv_dtypes.index("bfloat16"),
+                              key="moving_kv_dtype")
+    tp = int(number_in_range(c[3], tr("moving.tp"), 1, 64, 1, "moving_tp"))
     if spec.n_params is None:
         billions = number_in_range(where, tr("moving.params_unknown", name=spec.name), 0.001, 10000.0, None,
-                                   "mv_params_b", whole=False)
+                                   "moving_params_b", whole=False)
         if billions is None:
             return None
         spec = spec.with_params(round(billions * 1e9), "given")
@@ -215,8 +221,9 @@ def break_even_view(dep: dict, box: Any, backend: Any, lecture: bool) -> dict:
     max_tokens = dep["spec"].max_context
     if max_tokens is None:
         max_tokens = int(number_in_range(box if lecture else st, tr("moving.max_tokens"), 16, 10**7, 131072,
-                                         "mv_max_tokens"))
-    links = (box if lecture else st).multiselect(tr("moving.links"), list(LINKS), default=list(LINKS), key="mv_links")
+                                         "moving_max_tokens"))
+    links = (box if lecture else st).multiselect(tr("moving.links"), list(LINKS), default=list(LINKS),
+                                                 key="moving_links")
     picks = {"links": links, "max_tokens": max_tokens}
     break_even_figures(dep, picks, MV.get("tiers"), str(backend.device), backend.spec.name, lecture)
     return picks
@@ -235,15 +242,15 @@ def break_even_figures(dep: dict, picks: dict, tiers: list | None, device: str, 
                  "ratio": t.load_over_recompute, "color": charts.TIER_COLORS[t.tier]} for t in tiers or []]
     labels = {k: tr(f"moving.c_{k}") for k in ("break_even_at", "tokens", "ratio", "even_line", "hover",
                                               "break_even_title")}
-    chart(charts.break_even_chart(curves, even, measured, labels, lecture=lecture), "mv_break_even")
+    chart(charts.break_even_chart(curves, even, measured, labels, lecture=lecture), "moving_break_even")
     rows, sources = lesson.break_even_rows(even, picks["max_tokens"], lang()), lesson.link_sources(list(even))
     if lecture:  # the chart keeps the screen: the table and its sources folded under it, in one box
         links_box = st.expander(tr("moving.links_table"))
         with links_box:
-            table(rows, "mv_break_even_table", prose=True)
+            table(rows, "moving_break_even_table", prose=True)
             st.markdown(f"**{tr('moving.sources_title')}**\n\n{sources}")
     else:
-        table(rows, "mv_break_even_table", prose=True)
+        table(rows, "moving_break_even_table", prose=True)
         with st.expander(tr("moving.sources_title")):
             st.markdown(sources)
     # on a projector the caption (the rates and their sources) is folded with the table
@@ -271,8 +278,8 @@ def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -
     max_len = backend.spec.max_context
     c = (box if lecture else st).columns(2)  # on a projector behind the settings button
     n_prompt = int(number_in_range(c[0], tr("moving.prompt_tokens"), 2, max(2, min(max_len - 64, 2000)), 64,
-                                   "mv_prompt"))
-    n_new = int(number_in_range(c[1], tr("moving.new_tokens"), 2, 64, 16, "mv_new"))
+                                   "moving_prompt"))
+    n_new = int(number_in_range(c[1], tr("moving.new_tokens"), 2, 64, 16, "moving_new"))
     if settings.hosted is not None:
         st.info(tr("hosted.handoff_off"))
     elif settings.model not in ("tiny", "smollm2"):
@@ -280,9 +287,9 @@ def handoff_view(dep: dict | None, box: Any, backend: Any, settings: Settings) -
     else:
         b = st.columns(2)
         b[0].button(tr("moving.run_kvviz"), on_click=run_handoff, args=("kvviz", backend, settings.model, n_prompt,
-                    n_new), key="mv_run_kvviz", type="primary", width="stretch", help=tr("moving.run_kvviz_help"))
+                    n_new), key="moving_run_kvviz", type="primary", width="stretch", help=tr("moving.run_kvviz_help"))
         b[1].button(tr("moving.run_llamacpp"), on_click=run_handoff, args=("llamacpp", backend, settings.model,
-                    n_prompt, n_new), key="mv_run_llamacpp", width="stretch", disabled=binary() is None,
+                    n_prompt, n_new), key="moving_run_llamacpp", width="stretch", disabled=binary() is None,
                     help=tr("moving.run_llamacpp_help") if binary() else tr("moving.no_llama_server"))
     if MV.get("handoff_error"):
         st.error(tr("moving.handoff_failed", error=MV.get("handoff_error")))
@@ -299,11 +306,11 @@ def handoff_figures(handoff: dict, dep: dict | None, lecture: bool) -> None:
     if results:
         labels = {k: tr(f"moving.c_{k}") for k in ("ms", "handoff_title")} | {
             f"phase_{p}": tr(f"moving.phase_{p}") for p in lesson.PHASES}
-        chart(charts.handoff_timeline(lesson.handoff_steps(results, lang()), labels, lecture=lecture), "mv_handoff")
+        chart(charts.handoff_timeline(lesson.handoff_steps(results, lang()), labels, lecture=lecture), "moving_handoff")
     # on a projector the timeline keeps the screen: its tables and the calculator folded under it, in one box
     with st.expander(tr("moving.handoff_details")) if lecture else st.container():
         if results:
-            table(lesson.handoff_rows(results, lang()), "mv_handoff_table")
+            table(lesson.handoff_rows(results, lang()), "moving_handoff_table")
             st.caption(tr("moving.handoff_caption"))
             if "llamacpp" in results:
                 parts = results["llamacpp"]["file_parts"]
@@ -311,24 +318,23 @@ def handoff_figures(handoff: dict, dep: dict | None, lecture: bool) -> None:
         if dep is not None:
             calc = handoff_bytes(dep["spec"], n_prompt, dep["kv_dtype"], dep["tp"])
             st.markdown(lesson.calc_line(dep["spec"].name, calc, lang()))
-            table(lesson.calc_rows(calc, lang()), "mv_handoff_calc")
+            table(lesson.calc_rows(calc, lang()), "moving_handoff_calc")
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str, explore: dict) -> dict:
+def room_view(shown: set[str], parts: dict, dep: dict | None, model: str, device: str) -> dict:
     """What a lecture room's followers draw of this page, as JSON: the ideas on screen and, per idea drawn, its
     numbers (`parts`: the store's requests, the links and context, the handoff's results), the tiers' measured
-    costs, the deployment (its model's description, the GPU's name, KV format and TP), and the lecturer's model and
-    boxes for "Explore from here" (`explore`, room.page_settings)."""
+    costs and the deployment (its model's description, the GPU's name, KV format and TP)."""
     from dataclasses import asdict
 
-    return {"page": "moving", "shown": sorted(shown), "model": model, "device": device, **parts, "explore": explore,
+    return {"shown": sorted(shown), "model": model, "device": device, **parts,
             "tiers": [asdict(t) for t in MV.get("tiers") or []],
             "deployment": None if dep is None else {"spec": asdict(dep["spec"]), "gpu": dep["hw"].name,
                                                     "kv_dtype": dep["kv_dtype"], "tp": dep["tp"]}}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Moving the Cache: the lecturer's requests, costs, break-even and handoff, the ideas
     on the lecturer's screen (all of them when the lecturer is not in lecture mode), in this session's language; no
     model runs here, no button or box of this session's is drawn."""
@@ -336,7 +342,7 @@ def follow(view: dict, *, lecture: bool) -> None:
     from kvviz.engine.offload.serve import TierCost
     from kvviz.kv.formula import KVSpec
 
-    explore_from(view, "mv")  # the settings only: the store's requests and the runs are the follower's to make
+    explore_from(view, "moving")  # the settings only: the store's requests and the runs are the follower's to make
     shown = set(view["shown"])
     tiers = [TierCost(**{**t, "load_s": Spread(**t["load_s"]), "recompute_s": Spread(**t["recompute_s"])})
              for t in view["tiers"]]

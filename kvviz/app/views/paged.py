@@ -1,7 +1,8 @@
 """What the Paged Blocks page draws of its engine: the engine's state as plain numbers (`room_view`: what the page
 draws, and what a lecture room's followers get), drawn by `show` (the metrics, block tables, pool, requests with
 their hits and the prefill time each saved, usage over time and fragmentation), and a room follower's page
-(`follow`). Imports the engine (torch): the page imports it after its first screen is drawn."""
+(`follow`); PAGED, the page's session keys. Imports the engine (torch): the page imports it after its first screen
+is drawn."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -9,7 +10,9 @@ from dataclasses import asdict
 import streamlit as st
 
 from kvviz.app.language import tr
-from kvviz.app.views.room import explore_from
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
+from kvviz.app.state import page_state
 from kvviz.app.widgets import chart, table
 from kvviz.charts import paged as charts
 from kvviz.engine.paged.blocks import max_cacheable_tokens
@@ -17,6 +20,10 @@ from kvviz.engine.paged.demo import HitSaving
 from kvviz.engine.paged.scheduler import BlockView, Fragmentation, PagedEngine, PoolSample, RequestView, fragmentation
 from kvviz.engine.paged.scheduler import snapshot as engine_snapshot
 
+# The keys the page keeps besides its widgets': the engine and what built it (model, block size, pool), whether Play
+# runs, each request as added ([step, shared, system, own, new]: what a follower's "Explore from here" replays), the
+# prefill time each hit saved (measured once per prompt length and hit), a click's error said once.
+PAGED = page_state("paged", engine=None, key=None, playing=False, adds=[], savings={}, error=None)
 SAVING_REPEATS = 9  # each prefill timed this many times, interleaved: the fastest of each, and their spread
 
 
@@ -26,7 +33,7 @@ def room_view(engine: PagedEngine, shown: set[str], saved: dict[int, HitSaving],
     the page when the requests or savings idea is shown)."""
     blocks, requests = engine_snapshot(engine)
     frag = fragmentation(engine) if "memory" in shown else None
-    return {"page": "paged", "shown": sorted(shown), "model": model,
+    return {"shown": sorted(shown), "model": model,
             "block_size": engine.block_size, "max_len": max_len, "step": engine.n_steps, "hits": engine.pool.hits,
             "queries": engine.pool.queries, "in_use": engine.pool.n_in_use(),
             "cached_free": engine.pool.n_cached_free(), "free": engine.pool.n_free,
@@ -63,11 +70,11 @@ def show(view: dict, lecture: bool) -> None:
     block_size = view["block_size"]
     labels = {k: tr(f"paged.c_{k}") for k in charts.FIGURE_LABELS}
     if "tables" in shown:
-        chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "pg_tables")
+        chart(charts.block_tables(requests, blocks, block_size, labels, lecture=lecture), "paged_tables")
         if not lecture:  # said aloud on a projector
             st.caption(tr("paged.tables_caption", size=block_size))
     if "pool" in shown:
-        chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "pg_pool")
+        chart(charts.pool_grid(blocks, block_size, labels, lecture=lecture), "paged_pool")
     if shown & {"requests", "savings"}:
         _requests_and_hits(requests, {i: HitSaving(**h) for i, h in view["saved"]}, shown, block_size, lecture)
     if "memory" in shown:
@@ -94,11 +101,11 @@ def _requests_and_hits(requests: list[RequestView], saved: dict[int, HitSaving],
             else f"≈ 0 (±{hit.noise_s * 1e3:.1f})",
         })
     if "requests" in shown:
-        table(rows, "pg_requests")
+        table(rows, "paged_requests")
         st.caption(tr("paged.table_caption", repeats=SAVING_REPEATS))
     if saved and "savings" in shown:
         slabels = {k: tr(f"paged.c_{k}") for k in ("full", "with_hit", "saved", "saved_noise", "ms", "savings_title")}
-        chart(charts.hit_savings(list(saved.items()), slabels, lecture=lecture), "pg_savings")
+        chart(charts.hit_savings(list(saved.items()), slabels, lecture=lecture), "paged_savings")
         if not lecture:  # said aloud on a projector
             st.caption(tr("paged.savings_caption", repeats=SAVING_REPEATS))
 
@@ -108,7 +115,7 @@ def _memory(view: dict, lecture: bool) -> None:
     left, right = st.columns(2)
     with left:
         usage = {k: tr(f"paged.c_{k}") for k in charts.USAGE_LABELS}
-        chart(charts.pool_usage([PoolSample(**s) for s in view["history"]], usage, lecture=lecture), "pg_usage")
+        chart(charts.pool_usage([PoolSample(**s) for s in view["history"]], usage, lecture=lecture), "paged_usage")
     with right:
         if view["frag"] is None:
             st.info(tr("paged.no_running"))
@@ -116,15 +123,15 @@ def _memory(view: dict, lecture: bool) -> None:
             frag = Fragmentation(**view["frag"])
             flabels = {k: tr(f"paged.c_{k}") for k in ("live", "paged", "paged_unshared", "contiguous", "kib",
                                                          "bar_text", "frag_title")}
-            chart(charts.fragmentation_bars(frag, flabels, lecture=lecture), "pg_frag")
+            chart(charts.fragmentation_bars(frag, flabels, lecture=lecture), "paged_frag")
             if not lecture:  # said aloud on a projector
                 st.caption(tr("paged.frag_caption", max_len=view["max_len"], per_token=f"{frag.bytes_per_token:,}"))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Paged Blocks: the lecturer's pool and requests at the lecturer's step, the ideas on
     the lecturer's screen, in this session's language; no engine runs here, no button is drawn."""
-    explore_from(view, "pg", steps={"step": view["step"], "adds": view.get("adds", [])},
+    explore_from(view, "paged", steps={"step": view["step"], "adds": view.get("adds", [])},
                  help_key="room.explore_paged_help")
     st.caption(tr("room.lecturers_model", model=view["model"]))
     show(view, lecture)

@@ -14,15 +14,17 @@ import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.models import check_request, get_backend
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.share import Sharing
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.timing import draw_then_measure
-from kvviz.app.views.room import explore_from, publish
 from kvviz.app.widgets import chart, number_in_range
 from kvviz.charts import latency as charts
 from kvviz.engine import metrics
 from kvviz.errors import InputError
 from kvviz.lessons import prefill_decode as lessons
-from kvviz.lessons.latency import fmt_ms as ms
+from kvviz.units import format_ms as ms
 
 if TYPE_CHECKING:
     from kvviz.app.sidebar import Settings
@@ -33,21 +35,20 @@ CHUNK_S = 1.0  # model work per tick, in quiet; only a progress bar is drawn bet
 PHASES_IDEA = 3  # the table of phases: nothing measured belongs on it
 # The request being measured, Run clicked (built on the next rerun), the error that refused it, whether it runs,
 # the tick to skip after Run (the click redraws the whole page), and the model it was measured on (its key and name).
-PAGE = "pages/2_Prefill_and_Decode.py"  # where a lecture room's followers find this page's view
-PD = page_state("pd", request=None, start=False, error=None, running=False, skip_tick=False, model=None,
+PD = page_state("prefill", request=None, start=False, error=None, running=False, skip_tick=False, model=None,
                 model_label="?")
 
 
 def controls(max_len: int, max_new: int, default: tuple[int, int]) -> tuple[int, int, int]:
     """The prompt length, new tokens and runs, each refused out of its range; a warning when the context clamps N."""
     c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
-    n_prompt = number_in_range(c1, tr("prefill_decode.prompt_tokens"), 1, max_len - 1, default[0],
-                               f"pd_prompt_{max_len}")  # keyed by the context: another model starts from defaults
-    n_new = number_in_range(c2, tr("prefill_decode.new_tokens"), 1, max_new, default[1], f"pd_new_{max_len}_{max_new}")
-    repeats = number_in_range(c3, tr("prefill_decode.repeats"), 1, 9, 3, "pd_repeats",
-                              help=tr("prefill_decode.repeats_help"))
+    n_prompt = number_in_range(c1, tr("prefill.prompt_tokens"), 1, max_len - 1, default[0],
+                               f"prefill_prompt_{max_len}")  # keyed by the context: another model starts from defaults
+    n_new = number_in_range(c2, tr("prefill.new_tokens"), 1, max_new, default[1], f"prefill_new_{max_len}_{max_new}")
+    repeats = number_in_range(c3, tr("prefill.repeats"), 1, 9, 3, "prefill_repeats",
+                              help=tr("prefill.repeats_help"))
     if n_prompt + n_new > max_len:
-        c4.warning(tr("prefill_decode.clamped", n_new=max_len - n_prompt, max_len=max_len))
+        c4.warning(tr("prefill.clamped", n_new=max_len - n_prompt, max_len=max_len))
     return n_prompt, n_new, repeats
 
 
@@ -85,11 +86,12 @@ def start_request(settings: Settings, request: tuple[int, int, int], model: tupl
         PD.set("running", False)
 
 
-def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -> None:
+def live(shown: list[int], model: tuple[tuple, str], lecture: bool, room: Sharing | None, run: dict) -> None:
     """One tick: while running, only a progress bar, then model work in quiet; once done, the results of the model
     they were measured on (another model's are named, not shown as this one's). A lecture room gets what is shown:
     the ideas on screen and the runs' figures (while measuring, only that the lecturer is), and `run`, the lecturer's
-    model and boxes (room.page_settings) for a follower's "Explore from here"."""
+    model and boxes (explore.page_settings) for a follower's "Explore from here"; `room`: the lecturer's open room
+    (None: none)."""
     request: RepeatedRequest | None = PD.get("request")
     if PD.get("running") and request is not None:
         if request.done or request.stopped:
@@ -97,9 +99,10 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -
             st.rerun()  # the whole page, so the fragment stops ticking and the buttons flip
 
         def draw() -> None:
-            publish({"page": "prefill", "shown": shown, "measuring": True, "results": None, "explore": run}, PAGE)
+            if room is not None:
+                room.publish({"shown": shown, "measuring": True, "results": None}, explore=run)
             st.progress(request.passes_done / request.passes_total,
-                        text=tr("prefill_decode.measuring", done=len(request.finished_runs), runs=request.repeats,
+                        text=tr("prefill.measuring", done=len(request.finished_runs), runs=request.repeats,
                                 passes=request.passes_done, total=request.passes_total,
                                 prompt=len(request.prompt_ids)))
 
@@ -115,19 +118,20 @@ def live(shown: list[int], model: tuple[tuple, str], lecture: bool, run: dict) -
         return
     measured = request is not None and request.finished_runs and PD.get("model") == model[0]
     view = results(request, model[1]) if measured else None
-    publish({"page": "prefill", "shown": shown, "measuring": False, "results": view, "explore": run}, PAGE)
+    if room is not None:
+        room.publish({"shown": shown, "measuring": False, "results": view}, explore=run)
     if shown == [PHASES_IDEA]:
         return
     if PD.get("error"):
         show_error(PD.get("error"))
     if request is None:
-        st.info(tr("prefill_decode.idle"))
+        st.info(tr("prefill.idle"))
         return
     if not request.finished_runs:
-        st.info(tr("prefill_decode.stopped_early"))
+        st.info(tr("prefill.stopped_early"))
         return
     if PD.get("model") != model[0]:  # measured on another model: say so instead of showing them as this one's
-        st.warning(tr("prefill_decode.other_model", old=PD.get("model_label"), new=model[1]))
+        st.warning(tr("prefill.other_model", old=PD.get("model_label"), new=model[1]))
         return
     show(view, shown, lecture)
 
@@ -151,15 +155,15 @@ def show(view: dict, shown: list[int], lecture: bool) -> None:
     gaps, i_run = view["gaps"], view["run"]
     s = summaries[i_run]
     if not lecture:  # on a projector the chart's title says it
-        st.progress(1.0, text=tr("prefill_decode.progress", done=view["done"], total=view["total"],
+        st.progress(1.0, text=tr("prefill.progress", done=view["done"], total=view["total"],
                                  prompt=view["n_prompt"], runs=len(summaries)))
     if 0 in shown:
-        names = ("title", "x", "y", "y2", "queue", "prefill", "decode", "cumulative")
-        labels = {k: tr(f"prefill_decode.chart_{k}") for k in names}
-        labels["title"] = tr("prefill_decode.chart_title_run", run=i_run + 1, runs=len(summaries))
-        chart(charts.token_timeline(view["seconds"], s.queue_s, labels, lecture=lecture), "pd_timeline")
+        names = ("x", "y", "y2", "queue", "prefill", "decode", "cumulative")
+        labels = {k: tr(f"prefill.chart_{k}") for k in names}  # the title is the run's, below
+        labels["title"] = tr("prefill.chart_title_run", run=i_run + 1, runs=len(summaries))
+        chart(charts.token_timeline(view["seconds"], s.queue_s, labels, lecture=lecture), "prefill_timeline")
         if s.tpot_p50_s:
-            st.caption(tr("prefill_decode.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}", prompt=view["n_prompt"]))
+            st.caption(tr("prefill.ratio", ratio=f"{s.prefill_s / s.tpot_p50_s:.1f}", prompt=view["n_prompt"]))
     if 1 in shown:
         cards(summaries, i_run, view["text"], lecture)
     if 2 in shown:
@@ -180,44 +184,44 @@ def cards(summaries: list[metrics.LatencySummary], i_run: int, text: str, lectur
     ttft, p50, e2e = (metrics.spread([getattr(x, k) for x in summaries]) for k in ("ttft_s", "tpot_p50_s", "e2e_s"))
     splits = lessons.splits(s, lang())
     m = st.columns(4)
-    m[0].metric(tr("prefill_decode.ttft"), ms(s.ttft_s))
-    m[1].metric(tr("prefill_decode.tpot_p50"), ms(s.tpot_p50_s))
-    m[2].metric(tr("prefill_decode.tokens_per_s"), "—" if s.tokens_per_s is None else f"{s.tokens_per_s:.1f}")
-    m[3].metric(tr("prefill_decode.e2e"), ms(s.e2e_s))
+    m[0].metric(tr("prefill.ttft"), ms(s.ttft_s))
+    m[1].metric(tr("prefill.tpot_p50"), ms(s.tpot_p50_s))
+    m[2].metric(tr("prefill.tokens_per_s"), "—" if s.tokens_per_s is None else f"{s.tokens_per_s:.1f}")
+    m[3].metric(tr("prefill.e2e"), ms(s.e2e_s))
     for i, spread in enumerate((ttft, p50, None, e2e)):
         parts = ("" if lecture else splits.get(i, ""), lessons.spread_text(spread, lang()))
         caption = " · ".join(x for x in parts if x)
         if caption or i == 3:
-            m[i].caption(caption or tr("prefill_decode.one_run"))
+            m[i].caption(caption or tr("prefill.one_run"))
     n = len(summaries)
-    st.caption(tr("prefill_decode.statistic", run=i_run + 1, runs=n) if n > 1 else tr("prefill_decode.statistic_one"))
+    st.caption(tr("prefill.statistic", run=i_run + 1, runs=n) if n > 1 else tr("prefill.statistic_one"))
     table = lessons.runs_table(summaries, lang())
     if lecture:  # one fold for the splits, the runs and the text
-        with st.expander(tr("prefill_decode.details")):
+        with st.expander(tr("prefill.details")):
             st.markdown("\n".join(f"- {splits[i]}" for i in sorted(splits)))
             st.dataframe(table, hide_index=True)
             st.code(text or " ", language=None, wrap_lines=True)
     else:
-        with st.expander(tr("prefill_decode.runs_table")):
+        with st.expander(tr("prefill.runs_table")):
             st.dataframe(table, hide_index=True)
-        with st.expander(tr("prefill_decode.text")):
+        with st.expander(tr("prefill.text")):
             st.code(text or " ", language=None, wrap_lines=True)
 
 
 def phases(lecture: bool) -> None:
     """Training, prefill and decode side by side: what each takes in, computes, stores and costs."""
     if not lecture:
-        st.subheader(tr("prefill_decode.table_title"))
+        st.subheader(tr("prefill.table_title"))
     if lecture:  # twelve cells of prose on one projected screen: a smaller type than the page's, still large
-        st.html("<style>.st-key-pd_phases :is(th, td) { font-size: 0.8rem; padding: 0.3rem 0.6rem; }</style>")
-    st.container(key="pd_phases").markdown(lessons.phases_table(lang()))
+        st.html("<style>.st-key-prefill_phases :is(th, td) { font-size: 0.8rem; padding: 0.3rem 0.6rem; }</style>")
+    st.container(key="prefill_phases").markdown(lessons.phases_table(lang()))
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Prefill & Decode: the ideas on the lecturer's screen (all of them when the lecturer
     is not in lecture mode) drawn from the lecturer's runs, in this session's language; no model, no box."""
     shown, measured = view["shown"], view["results"]
-    explore_from(view, "pd", help_key="room.explore_measure_help")  # the lecturer's model and request
+    explore_from(view, "prefill", help_key="room.explore_measure_help")  # the lecturer's model and request
     if shown != [PHASES_IDEA]:
         if view["measuring"]:
             st.info(tr("room.measuring"))

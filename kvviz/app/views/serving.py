@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import streamlit as st
 
 from kvviz.app.language import lang, show_error, tr
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
 from kvviz.errors import InputError
-from kvviz.kv.formula import KV_DTYPES, kv_footprint
+from kvviz.kv.formats import KV_DTYPES
+from kvviz.kv.formula import kv_footprint
 from kvviz.kv.hardware import HARDWARE
 from kvviz.kv.presets import PRESETS
 from kvviz.kv.roofline import Roofline
@@ -33,11 +36,11 @@ from kvviz.serving.results import (
 )
 from kvviz.serving.worker import WorkerState
 from kvviz.serving.workload import read_dataset
-from kvviz.units import format_exact, format_fixed
+from kvviz.units import format_exact, format_fixed, format_ms
 
 # The keys the page keeps besides its widgets': the connection, each worker (load run, prefix experiment) with
 # its last WorkerState and whether the page saw it running, the start errors, the dataset in use.
-SV = page_state("sv", conn=None, conn_error=None, worker=None, state=None, was_running=False, start_error=None,
+SV = page_state("serving", conn=None, conn_error=None, worker=None, state=None, was_running=False, start_error=None,
                 dataset=None, dataset_error=None, dataset_n=0, prefix_worker=None, prefix_state=None,
                 prefix_error=None, prefix_was_running=False)
 # Lecture mode, at 1280×720 under the title row, the idea stepper and the buttons, each chart with what its idea
@@ -48,10 +51,8 @@ LECTURE_METRICS_PX = 260
 LECTURE_PREFIX_PX = 300
 
 
-def fmt_ms(seconds: float | None) -> str:
-    return format_fixed(seconds, 1, scale=1e3, unit="ms")
-
-
+# tenths of a millisecond: a server's TTFT over HTTP varies by more than that from one request to the next
+server_ms = partial(format_ms, digits=1)
 def error_text(d: dict | None) -> str:
     exc = error_from(d)
     return "" if exc is None else exc.message(lang())
@@ -70,27 +71,27 @@ def connection_details(conn: dict, lecture: bool) -> None:
     once both are known, kvviz's roofline bound for one request on the GPU the user names."""
     ss = st.session_state
     m1, m2 = st.columns([3, 2])
-    m1.selectbox(tr("serving.model"), conn["models"], key="sv_model")
-    m2.radio(tr("serving.endpoint"), ("completions", "chat"), key="sv_endpoint", horizontal=True,
+    m1.selectbox(tr("serving.model"), conn["models"], key="serving_model")
+    m2.radio(tr("serving.endpoint"), ("completions", "chat"), key="serving_endpoint", horizontal=True,
              help=tr("serving.endpoint_help"))
     st.caption(tr("serving.connected", url=conn["url"], engine=conn["engine"] or tr("serving.unknown"),
                   n=len(conn["models"])))
     # The served model's KV shape: found from its id (a preset's repository, a local config.json, kvviz's own
     # model), or picked by hand from the presets when the id does not say; unknown until then, never a default.
     # Its KV dtype: as the server reports it (vLLM's cache_config_info), else picked by hand; unknown until then.
-    found = known_shape(ss.sv_model or "")
+    found = known_shape(ss.serving_model or "")
     shapes = dict([found] if found is not None else []) | PRESETS
     k1, k2, k3 = st.columns([3, 3, 4] if lecture else [1, 1, 3])  # a popover's narrow boxes cut names
     picked = k1.selectbox(tr("serving.shape"), list(shapes), index=None if found is None else 0,
-                          placeholder=tr("serving.shape_pick"), key=f"sv_shape_{ss.sv_model}",
+                          placeholder=tr("serving.shape_pick"), key=f"serving_shape_{ss.serving_model}",
                           help=tr("serving.shape_help"))
     dtypes = list(KV_DTYPES)
     reported = conn.get("kv_dtype")
     kv_dtype = k2.selectbox(tr("serving.kv_dtype"), dtypes, index=dtypes.index(reported) if reported else None,
-                            placeholder=tr("serving.shape_pick"), key=f"sv_kv_dtype_{ss.sv_model}",
+                            placeholder=tr("serving.shape_pick"), key=f"serving_kv_dtype_{ss.serving_model}",
                             help=tr("serving.kv_dtype_help"))
     if picked is None:
-        k3.caption(tr("serving.kv_unknown", model=ss.sv_model))
+        k3.caption(tr("serving.kv_unknown", model=ss.serving_model))
         return
     if kv_dtype is None:
         k3.caption(tr("serving.kv_dtype_unknown", shape=picked))
@@ -101,8 +102,8 @@ def connection_details(conn: dict, lecture: bool) -> None:
                   dtype_source=tr("serving.dtype_reported" if kv_dtype == reported else "serving.dtype_picked")))
     # kvviz's own bound for the same shape on the GPU the user names: one request, mid-way through a request
     g1, g2 = st.columns([1, 3])
-    gpu = g1.selectbox(tr("serving.gpu"), list(HARDWARE), key="sv_gpu")
-    n_context = current_number("sv_prompt", 128) + current_number("sv_max_tokens", 32) // 2
+    gpu = g1.selectbox(tr("serving.gpu"), list(HARDWARE), key="serving_gpu")
+    n_context = current_number("serving_prompt", 128) + current_number("serving_max_tokens", 32) // 2
     try:
         bound = Roofline(shapes[picked], HARDWARE[gpu], kv_dtype=kv_dtype).decode_bound(batch=1, n_context=n_context)
         g2.caption(tr("serving.roofline", gpu=gpu, n=f"{n_context:,}", tpot=f"{bound.seconds * 1e3:.3g} ms",
@@ -114,7 +115,7 @@ def connection_details(conn: dict, lecture: bool) -> None:
 def _dataset_upload() -> None:
     """A dataset file (vLLM's ShareGPT-style JSON, or JSONL) whose prompts replace the random ones."""
     n_up = SV.get("dataset_n")
-    upload = st.file_uploader(tr("serving.dataset_upload"), type=["json", "jsonl"], key=f"sv_dataset_{n_up}",
+    upload = st.file_uploader(tr("serving.dataset_upload"), type=["json", "jsonl"], key=f"serving_dataset_{n_up}",
                               help=tr("serving.dataset_help"))
     if upload is not None:
         # A fresh, empty uploader after every file read (Streamlit's replace can lose the new file).
@@ -135,39 +136,40 @@ def _dataset_upload() -> None:
     if dataset:
         d1, d2 = st.columns([3, 1])
         d1.caption(tr("serving.dataset_in_use", name=dataset["name"], n=dataset["n"]))
-        d2.button(tr("serving.dataset_clear"), key="sv_dataset_clear", on_click=SV.set, args=("dataset", None))
+        d2.button(tr("serving.dataset_clear"), key="serving_dataset_clear", on_click=SV.set, args=("dataset", None))
 
 
 def load_settings(limits: Limits, first: dict[str, float]) -> str:
     """The load run's boxes (`first`: their first values, results.load_defaults); returns the mode picked."""
     st.write(tr("serving.sweep_intro"))
     mode_names = {m: tr(f"serving.mode_{m}") for m in ("closed", "open")}  # bound now, not at each format call
-    mode = st.radio(tr("serving.mode"), tuple(mode_names), key="sv_mode", horizontal=True,
+    mode = st.radio(tr("serving.mode"), tuple(mode_names), key="serving_mode", horizontal=True,
                     format_func=mode_names.__getitem__, help=tr("serving.mode_help"))
 
     s1, s2, s3 = st.columns(3)
     if mode == "closed":
-        s1.text_input(tr("serving.concurrency"), "1, 2, 4", key="sv_conc")
+        s1.text_input(tr("serving.concurrency"), "1, 2, 4", key="serving_conc")
     else:
-        s1.text_input(tr("serving.rates"), "1, 2, 4", key="sv_rates", help=tr("serving.rates_help"))
-        number_in_range(s2, tr("serving.max_concurrency"), 0, limits.max_concurrency, first["maxc"], "sv_maxc",
+        s1.text_input(tr("serving.rates"), "1, 2, 4", key="serving_rates", help=tr("serving.rates_help"))
+        number_in_range(s2, tr("serving.max_concurrency"), 0, limits.max_concurrency, first["maxc"], "serving_maxc",
                         help=tr("serving.max_concurrency_help"))
-        number_in_range(s3, tr("serving.burstiness"), 0.05, 100.0, first["burst"], "sv_burst", whole=False,
+        number_in_range(s3, tr("serving.burstiness"), 0.05, 100.0, first["burst"], "serving_burst", whole=False,
                         step=0.25, help=tr("serving.burstiness_help"))
     w1, w2, w3, w4, w5 = st.columns(5)
-    number_in_range(w1, tr("serving.requests"), 1, limits.max_requests, first["requests"], "sv_requests")
-    number_in_range(w2, tr("serving.prompt_tokens"), 1, limits.max_prompt_tokens, first["prompt"], "sv_prompt")
-    number_in_range(w3, tr("serving.max_tokens"), 2, limits.max_tokens, first["max_tokens"], "sv_max_tokens")
-    number_in_range(w4, tr("serving.range_ratio"), 0.0, 0.95, first["range"], "sv_range", whole=False, step=0.1,
+    number_in_range(w1, tr("serving.requests"), 1, limits.max_requests, first["requests"], "serving_requests")
+    number_in_range(w2, tr("serving.prompt_tokens"), 1, limits.max_prompt_tokens, first["prompt"], "serving_prompt")
+    number_in_range(w3, tr("serving.max_tokens"), 2, limits.max_tokens, first["max_tokens"], "serving_max_tokens")
+    number_in_range(w4, tr("serving.range_ratio"), 0.0, 0.95, first["range"], "serving_range", whole=False, step=0.1,
                     help=tr("serving.range_ratio_help"))
-    number_in_range(w5, tr("serving.prefix_len"), 0, limits.max_prompt_tokens, first["prefix_len"], "sv_prefix_len",
+    number_in_range(w5, tr("serving.prefix_len"), 0, limits.max_prompt_tokens, first["prefix_len"],
+                    "serving_prefix_len",
                     help=tr("serving.prefix_len_help"))
     g1, g2, g3 = st.columns(3)
-    number_in_range(g1, tr("serving.warmups"), 0, limits.max_warmups, first["warmups"], "sv_warmups",
+    number_in_range(g1, tr("serving.warmups"), 0, limits.max_warmups, first["warmups"], "serving_warmups",
                     help=tr("serving.warmups_help"))
-    number_in_range(g2, tr("serving.slo_ttft"), 0.0, 600_000.0, first["slo_ttft"], "sv_slo_ttft", whole=False,
+    number_in_range(g2, tr("serving.slo_ttft"), 0.0, 600_000.0, first["slo_ttft"], "serving_slo_ttft", whole=False,
                     step=50.0, help=tr("serving.slo_help"))
-    number_in_range(g3, tr("serving.slo_tpot"), 0.0, 600_000.0, first["slo_tpot"], "sv_slo_tpot", whole=False,
+    number_in_range(g3, tr("serving.slo_tpot"), 0.0, 600_000.0, first["slo_tpot"], "serving_slo_tpot", whole=False,
                     step=5.0, help=tr("serving.slo_help"))
     with st.expander(tr("serving.dataset")):
         _dataset_upload()
@@ -261,7 +263,7 @@ def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bo
     if points and state.final and on_screen("numbers"):
         if not lecture:  # nobody downloads from a projector (as widgets.table's CSV)
             st.download_button(tr("serving.download_json"), json.dumps(sweep.result_files()),
-                               file_name="serving_results.json", mime="application/json", key="sv_download")
+                               file_name="serving_results.json", mime="application/json", key="serving_download")
         with st.expander(tr("serving.per_request")):
             if prompts and lecture:
                 st.caption(prompts)
@@ -273,9 +275,10 @@ def prefix_settings(limits: Limits, first: dict[str, float], block_size: int | N
     st.write(tr("serving.prefix_intro"))
     p1, p2, p3 = st.columns(3)
     number_in_range(p1, tr("serving.prefix_words"), 8, limits.max_prompt_tokens, first["prefix_words"],
-                    "sv_prefix_words")
-    number_in_range(p2, tr("serving.prefix_repeats"), 1, 10, first["prefix_repeats"], "sv_prefix_repeats")
-    number_in_range(p3, tr("serving.block_size"), 1, 256, block_size or 16, "sv_block", help=tr("serving.block_help"))
+                    "serving_prefix_words")
+    number_in_range(p2, tr("serving.prefix_repeats"), 1, 10, first["prefix_repeats"], "serving_prefix_repeats")
+    number_in_range(p3, tr("serving.block_size"), 1, 256, block_size or 16, "serving_block",
+                    help=tr("serving.block_help"))
 
 
 def _rule_text(result: dict) -> str:
@@ -319,11 +322,11 @@ def prefix_results(state: WorkerState | None, lecture: bool) -> None:
     def saving(v: dict) -> str:
         if v["verdict"] is None:
             return tr("serving.saving_unknown")
-        return tr("serving.saving", median=fmt_ms(v["median_s"]), low=fmt_ms(v["low_s"]), high=fmt_ms(v["high_s"]),
-                  n=v["n"], verdict=tr(f"serving.verdict_{v['verdict']}"))
+        return tr("serving.saving", median=server_ms(v["median_s"]), low=server_ms(v["low_s"]),
+                  high=server_ms(v["high_s"]), n=v["n"], verdict=tr(f"serving.verdict_{v['verdict']}"))
 
-    st.markdown(tr("serving.prefix_result", cold=fmt_ms(s["ttft_cold_p50_s"]), warm=fmt_ms(s["ttft_warm_p50_s"]),
-                   control=fmt_ms(s["ttft_control_p50_s"]), saved=saving(s["saving"]),
+    st.markdown(tr("serving.prefix_result", cold=server_ms(s["ttft_cold_p50_s"]), warm=server_ms(s["ttft_warm_p50_s"]),
+                   control=server_ms(s["ttft_control_p50_s"]), saved=saving(s["saving"]),
                    server_saved=saving(s["server_saving"])))
     if not lecture:
         _trials_table(result)
@@ -341,12 +344,12 @@ def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool)
         s = SV.get(name)
         return None if s is None else {"kind": s.kind, "status": s.status, "result": s.result, "error": s.error}
 
-    return {"page": "serving", "shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("sv_model"),
+    return {"shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("serving_model"),
             "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
             "prefix": state("prefix_state")}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Serving Engine: the lecturer's load run and prefix experiment as their workers last
     wrote them, the idea on the lecturer's screen (all when the lecturer is not in lecture mode), in this session's
     language; no server is reached from here, no box of this session's is drawn."""

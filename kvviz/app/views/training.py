@@ -14,9 +14,11 @@ import streamlit as st
 from kvviz.app.language import show_error, tr
 from kvviz.app.lecture import idea_title, settings_box
 from kvviz.app.models import check_request, model_caption
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.share import share_button
+from kvviz.app.room.view import RoomView
 from kvviz.app.sidebar import Settings
 from kvviz.app.url_state import int_in, one_of, url_state
-from kvviz.app.views.room import explore_from, share_button
 from kvviz.app.widgets import chart, persisted, table
 from kvviz.charts import training as charts
 from kvviz.engine.tokenizer import chip_labels
@@ -379,10 +381,10 @@ def room_view(show: list[int], run: Run | None = None) -> dict:
     model's shape (None: nothing to run, a text refused or a model that is not kvviz's own), then per idea shown its
     numbers (native_sections adds them): the passes' differences, the K/V and attention rows on the lecturer's
     screen, the drift with and without the mask."""
-    return {"page": "training", "shown": list(show), "run": None if run is None else run.to_json()}
+    return {"shown": list(show), "run": None if run is None else run.to_json()}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Training · Prefill · Decode: the lecturer's numbers, the ideas on the lecturer's
     screen (all of them when the lecturer is not in lecture mode), in this session's language; no model runs here,
     no box of this session's is drawn."""

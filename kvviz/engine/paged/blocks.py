@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvviz.errors import InputError
-
-DEFAULT_BLOCK_SIZE = 16  # vLLM's default block size on GPU
+from kvviz.kv.capacity import BLOCK_SIZE  # vLLM's default block size (CacheConfig.block_size), defined once
 
 
 def block_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
@@ -64,7 +63,7 @@ class BlockPool:
     cached-but-free (ref_count 0 with a hash: reusable on a hit, evicted when taken) or free (ref_count 0, no
     hash)."""
 
-    def __init__(self, n_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    def __init__(self, n_blocks: int, block_size: int = BLOCK_SIZE) -> None:
         if n_blocks <= 0:
             raise InputError("positive_int", name="blocks", value=n_blocks)
         if block_size <= 0:

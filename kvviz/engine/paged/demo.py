@@ -12,11 +12,11 @@ import torch
 from kvviz.engine.device import synchronize
 from kvviz.engine.metrics import Spread, spread
 from kvviz.engine.model import Decoder
-from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE
 from kvviz.engine.paged.scheduler import PagedEngine, Request
 from kvviz.engine.timing import quiet
 from kvviz.engine.tokenizer import Tokenizer
 from kvviz.errors import InputError
+from kvviz.kv.capacity import BLOCK_SIZE
 
 FIRST_ID = 1  # id 0 is BOS/EOS in the shipped vocabulary; prompts draw from the rest
 
@@ -103,7 +103,7 @@ def run_arrivals(model: Decoder, prompts: Sequence[list[int]], *, new_tokens: in
 
 
 def prefix_demo(model: Decoder, tokenizer: Tokenizer, *, n_requests: int = 8, shared_prefix: int = 256,
-                suffix: int = 32, block_size: int = DEFAULT_BLOCK_SIZE, new_tokens: int = 16,
+                suffix: int = 32, block_size: int = BLOCK_SIZE, new_tokens: int = 16,
                 same_step: bool = False, repeats: int = 9) -> dict:
     """n requests sharing a system prompt, run with and without prefix caching on the same arrivals (one after
     another's prefill, or all in one step); TTFTs with their spread, and one hit's prefill saving measured alone."""

@@ -32,11 +32,12 @@ import torch
 
 from kvviz.engine.device import synchronize
 from kvviz.engine.model import Decoder
-from kvviz.engine.paged.blocks import DEFAULT_BLOCK_SIZE, BlockPool, block_hash
+from kvviz.engine.paged.blocks import BlockPool, block_hash
 from kvviz.engine.paged.kv import build_batch
 from kvviz.engine.spec import ngram, sampling
 from kvviz.engine.spec.decoding import SpecStats
 from kvviz.errors import InputError
+from kvviz.kv.capacity import BLOCK_SIZE
 
 ARRIVING, WAITING, RUNNING, FINISHED = "arriving", "waiting", "running", "finished"
 
@@ -113,7 +114,7 @@ class PoolSample:
 
 
 class PagedEngine:
-    def __init__(self, model: Decoder, n_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE, *,
+    def __init__(self, model: Decoder, n_blocks: int, block_size: int = BLOCK_SIZE, *,
                  prefix_caching: bool = True, record_logits: bool = False, num_speculative_tokens: int = 0,
                  ngram_config: ngram.NgramConfig | None = None, record_views: bool = False) -> None:
         self.model = model

@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from kvviz.app.decode_controls import CONTROL_KEYS
 from kvviz.app.language import tr
+from kvviz.app.room.explore import explore_button, model_settings
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
-from kvviz.app.views.room import explore_button, model_settings
 from kvviz.app.widgets import chart, run_download
 from kvviz.charts import decode as charts
 from kvviz.charts.run_html import decode_size
@@ -23,9 +25,8 @@ from kvviz.lessons.run_record import decode_record
 # The keys the page keeps besides its widgets': the generation and the settings it started with, Play's state (on,
 # its schedule, the times its steps ran, the timer), the stepper's last press applied, the check's result, the
 # prompt and speed (kept across a visit to another page), an error or a clamp to say once, the status line's slot.
-REUSE = page_state("reuse", gen=None, model_key=None, playing=False, play_times=[], play_next=None, play_late=-1e9,
-                   timer_on=False, served=0, checks={}, prompt=None, speed=4.0, chat=False, error=None, clamped=None,
-                   status_slot=None)
+REUSE = page_state("reuse", gen=None, model_key=None, checks={}, prompt=None, speed=4.0, chat=False, error=None,
+                   clamped=None, status_slot=None, **CONTROL_KEYS)
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
@@ -47,8 +48,8 @@ def draw(gen: Generation, *, lecture: bool) -> dict:
     with tabs[TABS.index(opened)]:
         if opened == "attention":
             attention_tab(spec.n_layers, view, labels, lecture, gen.events[-1].attention)
-        elif opened in FOLLOWED:
-            FOLLOWED[opened](view, labels, lecture)
+        elif opened in FOLLOWER_TABS:
+            FOLLOWER_TABS[opened](view, labels, lecture)
         else:
             {"values": values_tab, "work": work_tab, "check": check_tab}[opened](gen, labels, texts, lecture)
     return view
@@ -71,18 +72,18 @@ def run_settings(key: decode_view.ModelKey, prompt: str, chat: bool, max_new: in
     return {**model_settings(key), "reuse_prompt": prompt, "reuse_chat": chat, "_w_reuse_max_new": max_new}
 
 
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Reusing Past K/V: the lecturer's status and strip, and the tabs drawn from published
     data (cache grid, bytes, the attention row of the lecturer's layer), read-only; the follower picks the tab."""
-    if "run" in view:
-        explore_button(view["run"], view["n_steps"])
+    if view.explore is not None:
+        explore_button(view.explore, view["n_steps"])
     draw_head(view, lecture=lecture)
     labels = decode_view.position_labels(chip_labels(view["texts"]))
-    names = [name for name in FOLLOWED if name != "attention" or view.get("attention")]
+    names = [name for name in FOLLOWER_TABS if name != "attention" or view.get("attention")]
     tabs = st.tabs([tr(f"reuse.tab_{name}") for name in names], key="room_reuse_tab", on_change="rerun")
     opened = next((name for name, tab in zip(names, tabs, strict=True) if tab.open), names[0])
     with tabs[names.index(opened)]:
-        FOLLOWED[opened](view, labels, lecture)
+        FOLLOWER_TABS[opened](view, labels, lecture)
 
 
 def download(where, gen: Generation | None, *, compact: bool) -> None:  # noqa: ANN001 - a Streamlit container
@@ -238,4 +239,4 @@ def check_tab(gen: Generation, labels: list[str], texts: list[str], lecture: boo
 
 
 # The tabs drawn from a room view alone: a follower draws them too (values, work and the check need the model's run).
-FOLLOWED = {"growth": growth_tab, "bytes": bytes_tab, "attention": attention_chart}
+FOLLOWER_TABS = {"growth": growth_tab, "bytes": bytes_tab, "attention": attention_chart}

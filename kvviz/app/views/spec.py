@@ -11,10 +11,12 @@ from dataclasses import asdict, dataclass
 
 import streamlit as st
 
+from kvviz.app.decode_controls import CONTROL_KEYS
 from kvviz.app.language import tr
+from kvviz.app.room.explore import explore_from
+from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
-from kvviz.app.views.decode import grid_html
-from kvviz.app.views.room import explore_from
+from kvviz.app.views.reuse import grid_html
 from kvviz.app.widgets import chart, run_download, table
 from kvviz.charts import speculative as charts
 from kvviz.engine.spec.decoding import SpecEvent, SpecStats, SpeculativeGeneration
@@ -29,9 +31,8 @@ from kvviz.lessons.run_record import spec_record
 # Measure), the last measurement, an error to say once, whether Play's timer runs.
 # started: the settings the run was prefilled with, as JSON (what "Explore from here" replays a follower's run from);
 # seed: a follower's, taken from the lecturer's run by "Explore from here" (None: demo_seed's)
-SPEC = page_state("spec", gen=None, playing=False, served=0, prompt=None, method="ngram", temperature=0.0,
-                  draft_model="layers", measured=None, factory=None, prompt_used=None, error=None, timer_on=False,
-                  started=None, seed=None)
+SPEC = page_state("spec", gen=None, prompt=None, method="ngram", temperature=0.0, draft_model="layers", measured=None,
+                  factory=None, prompt_used=None, error=None, started=None, seed=None, **CONTROL_KEYS)
 # The page's own keys that are its settings (persisted boxes, the seed), which "Explore from here" takes; the preset
 # box is not (its options are in the UI's language).
 EXPLORED = {"keep": ("prompt", "method", "temperature", "draft_model", "seed"), "skip": ("spec_preset",)}
@@ -97,8 +98,7 @@ def draw(gen: SpeculativeGeneration, status, shown: set[str], *, lecture: bool, 
     run = Run.of(gen)
     show(run, status, shown, lecture=lecture)
     speed = speed_view(gen, measure=measure, device=device) if "speed" in shown else None
-    return {"page": "spec", "shown": sorted(shown), "n_steps": gen.events[-1].index, "run": run.to_json(),
-            "speed": speed, "explore": SPEC.get("started")}
+    return {"shown": sorted(shown), "n_steps": gen.events[-1].index, "run": run.to_json(), "speed": speed}
 
 
 def show(run: Run, status, shown: set[str], *, lecture: bool) -> None:  # noqa: ANN001 - where the status line goes
@@ -252,7 +252,7 @@ def speed_table(speed: dict, *, measured: bool) -> None:
 
 
 # ---- a lecture room --------------------------------------------------------------------------------------------
-def follow(view: dict, *, lecture: bool) -> None:
+def follow(view: RoomView, *, lecture: bool) -> None:
     """A lecture room follower's Speculative Decoding: the lecturer's run at its step, the ideas on the lecturer's
     screen (all of them when the lecturer is not in lecture mode), in this session's language; no model runs here,
     no button or box of this session's is drawn."""
