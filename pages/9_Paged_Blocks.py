@@ -14,6 +14,7 @@ from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
 from kvviz.app.widgets import number_in_range, run_download
 from kvviz.errors import InputError
+from kvviz.kv.capacity import BLOCK_SIZE
 
 TICK_S = 0.4  # one scheduler step per tick while playing
 BLOCK_SIZES = (4, 8, 16, 32)
@@ -57,8 +58,8 @@ with head[1]:
 with box:
     share_button(settings.lecture)  # behind the settings button, as on Reusing Past K/V
 c = box.columns(5)
-block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=2, key="paged_block", on_change=reset,
-                            help=tr("paged.block_size_help"))
+block_size = c[0].selectbox(tr("paged.block_size"), BLOCK_SIZES, index=BLOCK_SIZES.index(BLOCK_SIZE), key="paged_block",
+                            on_change=reset, help=tr("paged.block_size_help"))
 # (a new pool size or block size builds a new engine below: no on_change reset, which a refused value would trigger)
 n_blocks = number_in_range(c[1], tr("paged.pool_blocks"), 2, 1024, 20, "paged_blocks",
                            help=tr("paged.pool_blocks_help"))

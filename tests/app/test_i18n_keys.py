@@ -56,7 +56,7 @@ def built_keys() -> set[str]:
     from kvviz.app.views.reuse import TABS
     from kvviz.compression.quality import all_methods
     from kvviz.engine.spec.drafts import METHODS as DRAFTS
-    from kvviz.kv.formula import KV_DTYPES
+    from kvviz.kv.formats import KV_DTYPES
 
     keys = {p.title_key for p in PAGES} | {p.summary_key for p in PAGES[1:]} | {s.title_key for s in NAV_SECTIONS}
     keys |= {f"memory.scale_note_{name}" for name, fmt in KV_DTYPES.items() if fmt.group_size}  # views/memory.py
