@@ -16,16 +16,16 @@ from tests.guest import guest
 PAGES = {
     "": None,
     "Reusing_Past_KV": "reuse_btn_prefill",
-    "Prefill_and_Decode": "pd_run",
-    "Memory_Footprint": "mem_run_here",
-    "Latency_and_Capacity": "lc_start_prompt-length",
+    "Prefill_and_Decode": "prefill_run",
+    "Memory_Footprint": "memory_run_here",
+    "Latency_and_Capacity": "latency_start_prompt-length",
     "Training_Prefill_Decode": None,
     "Check": None,
-    "Serving_Engine": "sv_start",
-    "Compressing_the_Cache": "cc_run",
-    "Paged_Blocks": "pg_add4",
+    "Serving_Engine": "serving_start",
+    "Compressing_the_Cache": "compression_run",
+    "Paged_Blocks": "paged_add4",
     "Speculative_Decoding": "spec_btn_prefill",
-    "Moving_the_Cache": "mv_next",
+    "Moving_the_Cache": "moving_next",
     "Attention_Patterns": None,
 }
 BUSY = "document.querySelector('[data-testid=\"stStatusWidget\"]') !== null"
@@ -100,8 +100,8 @@ def test_every_page_as_another_user_without_apt(browser, hosted_as_guest, shots)
         if path == "Serving_Engine":  # no llama-server on this user's PATH or beside the checkout: said, in a line
             page.screenshot(path=shots / "guest_serving_engine.png", full_page=True)
     print(f"\npressed {pressed}; seconds per page as {user.user}: {took}")
-    assert {"reuse_btn_prefill", "pd_run", "mem_run_here", "lc_start_prompt-length", "cc_run", "pg_add4",
-            "spec_btn_prefill", "mv_next"} <= set(pressed)  # Serving Engine: no server allowed here, said in a line
+    assert {"reuse_btn_prefill", "prefill_run", "memory_run_here", "latency_start_prompt-length", "compression_run",
+            "paged_add4", "spec_btn_prefill", "moving_next"} <= set(pressed)  # Serving: no server allowed, said
     page.close()
     log.seek(0)
     server_log = log.read().decode()
