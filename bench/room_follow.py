@@ -92,7 +92,7 @@ def browser_run(tab_counts: list[int], clicks: int, idle_s: float) -> dict:
     """For each number of follower tabs (0: the lecturer alone), a fresh Prefill, then: the server's CPU while the
     room sits idle, and for each click, the lecturer's own Step -> redrawn and Step -> each follower redrawn."""
     out = {}
-    with app_server() as url, chromium() as browser:
+    with app_server(lecture=True) as url, chromium() as browser:
         lecture, lecturer = _tab(browser, f"{url}/Reusing_Past_KV?lecture=1", 1280, 720)
         lecturer.get_by_role("button", name="Prompt, length and speed").click()
         lecturer.get_by_role("button", name="Share with the room").click()
@@ -220,7 +220,7 @@ def lecturer_under_polls(followers: int, threads: int, clicks: int) -> dict:
     lecturer's step time with and without the room's polls, in one run."""
     from tests.room.conftest import redis_server  # the tests' own: a redis-server on a free port, no disk
 
-    with redis_server() as (store_url, _), app_server({"KVVIZ_ROOM_STORE": store_url}) as url, \
+    with redis_server() as (store_url, _), app_server({"KVVIZ_ROOM_STORE": store_url}, lecture=True) as url, \
             chromium() as browser:
         context, lecturer = _tab(browser, f"{url}/Reusing_Past_KV?lecture=1", 1280, 720)
         lecturer.get_by_role("button", name="Prompt, length and speed").click()

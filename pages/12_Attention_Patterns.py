@@ -84,7 +84,9 @@ if 0 in show:
             text = "\n\n".join(PROSE[source])
             st.caption(tr("heads.prose_caption"))
     ids = backend.tokenizer.encode(text)[:n_max]
-    if len(ids) < 16:
+    if source == "custom" and not text.strip():  # nothing typed yet: what to do, not an error
+        st.info(tr("heads.custom_hint", min_len=16), icon=":material/edit_note:")
+    elif len(ids) < 16:
         show_error(InputError("heads.too_short", n_tokens=len(ids), min_len=16))
     else:
         rows = scores(backend, model_key(), tuple(ids), tuple(heads.random_tokens(backend, 50, 0)))

@@ -8,6 +8,7 @@ from kvviz.app.room.questions import answer_question, ask_room
 from kvviz.app.room.session import follower_room
 from kvviz.app.room.share import share_box, sharing
 from kvviz.app.shell import page_setup
+from kvviz.app.views.check import labels_of
 from kvviz.app.widgets import number_in_range
 from kvviz.lessons import quiz
 
@@ -21,11 +22,6 @@ title_at.title(tr("check.title"))
 if not settings.lecture:  # on the projector the presenter says it: the question gets the screen
     st.write(tr("check.intro"))
 values = quiz.explain_values()
-
-
-def labels_of(q: quiz.Question) -> dict[str, str]:
-    prefix = "check.truth" if q.kind is quiz.Kind.TRUTH else f"check.{q.id}_opt"
-    return {o: tr(f"{prefix}_{o}") for o in q.options}
 
 
 def explain(q: quiz.Question) -> None:

@@ -42,10 +42,11 @@ MAX_TEXT_BYTES = 2_000_000
 
 @cache
 def held_out_text() -> str:
-    """The shipped model's held-out documents, read through the corpus module (never a fixed file)."""
+    """The shipped model's held-out documents, as the package ships them (kvviz/assets/held_out/, written by the
+    training run from the corpus it split): no download and no system tool at run time."""
     from kvviz.training import corpus
 
-    return "\n\n".join(d.text for d in corpus.build_corpus().held_out)
+    return "\n\n".join(d.text for d in corpus.shipped_held_out()[1])
 
 
 def read_text(path: str | Path) -> str:
@@ -335,6 +336,6 @@ def quality_report(backend: Backend, methods: list[Method], text: str | None = N
     common = {"model": spec.name, "kind": spec.attention_kind, "n_layers": spec.n_layers, "n_heads": spec.n_heads,
               "n_kv_heads": spec.n_kv_heads, "d_head": spec.d_head,
               "dtype": str(backend.dtype).removeprefix("torch."),
-              "text": text_name or "held-out split (kvviz.training.corpus)", "seq_len": seq_len, "n_prompt": n_prompt,
+              "text": text_name or "held-out split (kvviz/assets/held_out)", "seq_len": seq_len, "n_prompt": n_prompt,
               "n_chunks": rows[0].n_predicted // (seq_len - n_prompt)}
     return {"results": [{**common, **r.to_dict()} for r in rows]}

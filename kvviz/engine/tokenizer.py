@@ -198,8 +198,9 @@ def byte_run_chips(token_texts: Sequence[str]) -> list[Chip]:
     showing those characters ("<0xEC><0x98>" + "<0x9B>날" → one chip "옛날" over two tokens).
 
     Works on the texts every tokenizer here shows (`<0xNN>` for a byte of an incomplete character: the
-    shipped BPE, the byte tokenizer, and byte-fallback vocabularies of transformers models). A run that
-    never completes a character (the text so far ends inside one) keeps its tokens' own texts.
+    shipped BPE, the byte tokenizer, and byte-fallback vocabularies of transformers models). A run cut short at
+    the end (the text so far ends inside a character) shows its partial character as "�", as tokenizer viewers do;
+    bytes that are not UTF-8 at all keep their tokens' own texts.
     """
     chips: list[Chip] = []
     i, n = 0, len(token_texts)
@@ -214,10 +215,14 @@ def byte_run_chips(token_texts: Sequence[str]) -> list[Chip]:
             j += 1
         try:
             text = raw.decode("utf-8")
-        except UnicodeDecodeError:  # cut short at the end, or not UTF-8: each token as it is
-            chips.extend(Chip(k, k + 1, token_texts[k]) for k in range(i, j))
-            i = j
-            continue
+        except UnicodeDecodeError:
+            if not _incomplete(raw):  # not UTF-8 (a stray continuation byte): each token as it is
+                chips.extend(Chip(k, k + 1, token_texts[k]) for k in range(i, j))
+                i = j
+                continue
+            # Cut short at the end (a decode step stopped inside a character): the run so far, its partial
+            # character as one U+FFFD, as a tokenizer viewer shows it, never a bare <0xEC>.
+            text = raw.decode("utf-8", errors="replace")
         chips.append(Chip(i, j, "".join(c if c.isprintable() or c in _VISIBLE.values() else _codepoint(c)
                                         for c in text)))
         i = j

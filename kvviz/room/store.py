@@ -1,6 +1,7 @@
 """Lecture rooms: where a lecturer's run is published and the room's live answers are counted.
 
-Lives here: Room (an id for the link, a secret for the lecturer), Tally (a live question's counts), RoomStore (the one
+Lives here: Room (an id for the link, a secret for the lecturer), Tally (a live question's counts), Asked (a question's
+result, kept for the room's results until the room ends), RoomStore (the one
 interface, with a hosted demo's caps: rooms open at once, followers per room), MemoryStore (one app server:
 in-process), RedisStore (replicas behind a load balancer: Redis), store_from_env() (KVVIZ_ROOM_STORE picks one).
 Does not: import streamlit or torch, or keep anything about a follower but an opaque session id until the reveal.
@@ -10,6 +11,7 @@ follower gets a copy and a value JSON cannot carry fails on publish, the same wa
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -49,10 +51,38 @@ class Tally:
     question: str
     counts: dict[str, int]
     revealed: bool
+    # The lecturer's choice: the counts shown on followers' screens (and the projector's bars) while answers come in;
+    # False (the default): only how many answered, until the reveal, so the room does not follow the first answers.
+    show_tally: bool = False
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One question the room was asked: its counts per option (in the question's order), the answer the lecturer
+    gave it (None: none given), when it was opened and revealed (Unix seconds; None: never revealed, the counts as
+    they stood when the next question replaced it or when the results were read)."""
+
+    question: str
+    counts: dict[str, int]
+    answer: str | None
+    opened: float
+    revealed: float | None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Asked:
+        return cls(**json.loads(text))
+
+
+def _meta(answer: str | None, show_tally: bool, opened: float) -> str:
+    # What a question carries beside its options, one JSON field in both stores.
+    return json.dumps({"answer": answer, "show_tally": show_tally, "opened": opened})
 
 
 def _digest(secret: str) -> str:
@@ -118,12 +148,18 @@ class RoomStore(ABC):
         version, seen = self._status(room_id)
         return version, self.clock() - seen > LECTURER_GONE_S
 
-    def open_question(self, room_id: str, secret: str, question: str, options: Sequence[str]) -> None:
-        """Open a question to the room; the answers to the one before it are dropped."""
-        if not options or len(set(options)) != len(options):
+    def open_question(self, room_id: str, secret: str, question: str, options: Sequence[str],
+                      answer: str | None = None, show_tally: bool = False) -> None:
+        """Open a question to the room (`answer`: its right option, kept for the results; `show_tally`: the counts
+        shown while answers come in). The one before it, if never revealed, goes into the results as it stood; its
+        answers are dropped."""
+        if not options or len(set(options)) != len(options) or (answer is not None and answer not in options):
             raise InputError("room.bad_options")
         self._check(room_id, secret)
-        self._open(room_id, question, list(options))
+        before = self._asked_now(room_id)
+        if before is not None and before.revealed is None:
+            self._record(room_id, before)
+        self._open(room_id, question, list(options), _meta(answer, show_tally, self.clock()))
 
     def answer(self, room_id: str, question: str, follower_id: str, option: str) -> None:
         """A follower's answer: one per follower session (a later one replaces it), refused once revealed."""
@@ -141,11 +177,35 @@ class RoomStore(ABC):
         return self._tally(room_id)
 
     def reveal(self, room_id: str, secret: str) -> Tally:
-        """Close the answers: the counts stay, which follower picked what is forgotten."""
+        """Close the answers: the counts stay (and go into the room's results), which follower picked what is
+        forgotten."""
         self._check(room_id, secret)
-        if self._question(room_id) is None:
+        state = self._question(room_id)
+        if state is None:
             raise InputError("room.question_closed")
-        return self._reveal(room_id)
+        tally = self._reveal(room_id)
+        if not state[2]:  # revealed now, not before: one entry per question asked
+            meta = json.loads(self._meta(room_id) or "{}")
+            self._record(room_id, Asked(tally.question, tally.counts, meta.get("answer"),
+                                        meta.get("opened", self.clock()), self.clock()))
+        return tally
+
+    def results(self, room_id: str, secret: str) -> list[Asked]:
+        """Every question asked in this room, in order: revealed ones, replaced ones as they stood, and the open one
+        with its counts so far (the lecturer's, for the CSV and the summary when the room ends)."""
+        self._check(room_id, secret)
+        out = [Asked.from_json(text) for text in self._results(room_id)]
+        now = self._asked_now(room_id)
+        return out + ([now] if now is not None and now.revealed is None else [])
+
+    def _asked_now(self, room_id: str) -> Asked | None:
+        """The open question as a result (its revealed time None: it is not revealed)."""
+        tally = self._tally(room_id)
+        if tally is None:
+            return None
+        meta = json.loads(self._meta(room_id) or "{}")
+        return Asked(tally.question, tally.counts, meta.get("answer"), meta.get("opened", self.clock()),
+                     self.clock() if tally.revealed else None)
 
     def end(self, room_id: str, secret: str) -> None:
         """The lecturer ends the room: everything it held is deleted."""
@@ -169,7 +229,13 @@ class RoomStore(ABC):
     @abstractmethod
     def _read(self, room_id: str) -> tuple[int, str | None]: ...
     @abstractmethod
-    def _open(self, room_id: str, question: str, options: list[str]) -> None: ...
+    def _open(self, room_id: str, question: str, options: list[str], meta: str) -> None: ...
+    @abstractmethod
+    def _meta(self, room_id: str) -> str | None: ...  # the open question's _meta() JSON
+    @abstractmethod
+    def _record(self, room_id: str, asked: Asked) -> None: ...  # one question into the room's results
+    @abstractmethod
+    def _results(self, room_id: str) -> list[str]: ...  # the results so far, each Asked.to_json()
     @abstractmethod
     def _question(self, room_id: str) -> tuple[str, list[str], bool] | None: ...
     @abstractmethod
@@ -198,14 +264,17 @@ class _MemoryRoom:
     counts: dict[str, int] | None = None  # set at the reveal, when `answers` is dropped
     seen: float = 0.0  # the lecturer's last beat or publish
     followers: dict[str, float] = field(default_factory=dict)  # follower session id -> its last poll
+    meta: str | None = None  # the open question's answer, tally choice and opening time (_meta)
+    results: list[str] = field(default_factory=list)  # the questions asked, as Asked.to_json()
 
 
-def _tally_of(question: str, options: Sequence[str], answers: Mapping[str, str],
-              counts: Mapping[str, int] | None) -> Tally:
+def _tally_of(question: str, options: Sequence[str], answers: Mapping[str, str], counts: Mapping[str, int] | None,
+          meta: str | None = None) -> Tally:
+    show = bool(json.loads(meta).get("show_tally")) if meta else False
     if counts is not None:
-        return Tally(question, {o: int(counts.get(o, 0)) for o in options}, True)
+        return Tally(question, {o: int(counts.get(o, 0)) for o in options}, True, show)
     picked = list(answers.values())
-    return Tally(question, {o: picked.count(o) for o in options}, False)
+    return Tally(question, {o: picked.count(o) for o in options}, False, show)
 
 
 class MemoryStore(RoomStore):
@@ -266,10 +335,22 @@ class MemoryStore(RoomStore):
             room = self._get(room_id)
             return room.version, room.snapshot
 
-    def _open(self, room_id: str, question: str, options: list[str]) -> None:
+    def _open(self, room_id: str, question: str, options: list[str], meta: str) -> None:
         with self._lock:
             room = self._get(room_id, touch=True)
-            room.question, room.options, room.answers, room.counts = question, options, {}, None
+            room.question, room.options, room.answers, room.counts, room.meta = question, options, {}, None, meta
+
+    def _meta(self, room_id: str) -> str | None:
+        with self._lock:
+            return self._get(room_id).meta
+
+    def _record(self, room_id: str, asked: Asked) -> None:
+        with self._lock:
+            self._get(room_id, touch=True).results.append(asked.to_json())
+
+    def _results(self, room_id: str) -> list[str]:
+        with self._lock:
+            return list(self._get(room_id).results)
 
     def _question(self, room_id: str) -> tuple[str, list[str], bool] | None:
         with self._lock:
@@ -288,14 +369,14 @@ class MemoryStore(RoomStore):
             room = self._get(room_id)
             if room.question is None:
                 return None
-            return _tally_of(room.question, room.options, room.answers, room.counts)
+            return _tally_of(room.question, room.options, room.answers, room.counts, room.meta)
 
     def _reveal(self, room_id: str) -> Tally:
         with self._lock:
             room = self._get(room_id, touch=True)
-            tally = _tally_of(room.question or "", room.options, room.answers, room.counts)
+            tally = _tally_of(room.question or "", room.options, room.answers, room.counts, room.meta)
             room.counts, room.answers = tally.counts, {}
-            return Tally(tally.question, tally.counts, True)
+            return dataclasses.replace(tally, revealed=True)
 
     def _delete(self, room_id: str) -> None:
         with self._lock:
@@ -330,6 +411,9 @@ class RedisStore(RoomStore):
 
     def _keys(self, room_id: str) -> tuple[str, str]:
         return f"{self.PREFIX}{room_id}", f"{self.PREFIX}{room_id}:answers"
+
+    def _results_key(self, room_id: str) -> str:  # a list: the questions asked, as Asked.to_json()
+        return f"{self.PREFIX}{room_id}:results"
 
     def _followers_key(self, room_id: str) -> str:  # a sorted set: follower session id -> its last poll
         return f"{self.PREFIX}{room_id}:followers"
@@ -389,6 +473,7 @@ class RedisStore(RoomStore):
                     p.delete(answers)
                 p.expire(room, ROOM_TTL_S)
                 p.expire(answers, ROOM_TTL_S)
+                p.expire(self._results_key(room_id), ROOM_TTL_S)  # the results go with the room
                 p.zadd(self.ROOMS, {room_id: now})
                 out = p.execute()
             return int(out[1 + bool(drop)]) if bump else 0
@@ -442,10 +527,29 @@ class RedisStore(RoomStore):
         fields = self._fields(room_id)
         return int(fields.get("version", 0)), fields.get("snapshot")
 
-    def _open(self, room_id: str, question: str, options: list[str]) -> None:
+    def _open(self, room_id: str, question: str, options: list[str], meta: str) -> None:
         self._fields(room_id)
-        self._write(room_id, {"question": question, "options": json.dumps(options)}, drop_answers=True,
-                    drop=("counts",))
+        self._write(room_id, {"question": question, "options": json.dumps(options), "meta": meta},
+                    drop_answers=True, drop=("counts",))
+
+    def _meta(self, room_id: str) -> str | None:
+        return self._fields(room_id, "meta").get("meta")
+
+    def _record(self, room_id: str, asked: Asked) -> None:
+        self._fields(room_id, "version")
+        key = self._results_key(room_id)
+
+        def run() -> None:
+            with self._redis.pipeline(transaction=True) as p:
+                p.rpush(key, asked.to_json())
+                p.expire(key, ROOM_TTL_S)
+                p.execute()
+
+        self._call(run)
+
+    def _results(self, room_id: str) -> list[str]:
+        self._fields(room_id, "version")
+        return self._call(lambda: self._redis.lrange(self._results_key(room_id), 0, -1))
 
     def _question(self, room_id: str) -> tuple[str, list[str], bool] | None:
         fields = self._fields(room_id)
@@ -463,13 +567,13 @@ class RedisStore(RoomStore):
             return None
         counts = json.loads(fields["counts"]) if "counts" in fields else None
         answers = {} if counts is not None else self._call(lambda: self._redis.hgetall(self._keys(room_id)[1]))
-        return _tally_of(fields["question"], json.loads(fields["options"]), answers, counts)
+        return _tally_of(fields["question"], json.loads(fields["options"]), answers, counts, fields.get("meta"))
 
     def _reveal(self, room_id: str) -> Tally:
         fields = self._fields(room_id)
         options = json.loads(fields["options"])
         if "counts" in fields:
-            return _tally_of(fields["question"], options, {}, json.loads(fields["counts"]))
+            return _tally_of(fields["question"], options, {}, json.loads(fields["counts"]), fields.get("meta"))
         room, answers = self._keys(room_id)
 
         def run() -> Tally:
@@ -479,13 +583,13 @@ class RedisStore(RoomStore):
                 while True:
                     try:
                         p.watch(answers)
-                        tally = _tally_of(fields["question"], options, p.hgetall(answers), None)
+                        tally = _tally_of(fields["question"], options, p.hgetall(answers), None, fields.get("meta"))
                         p.multi()
                         p.hset(room, mapping={"counts": json.dumps(tally.counts), "touched": repr(self.clock())})
                         p.delete(answers)
                         p.expire(room, ROOM_TTL_S)
                         p.execute()
-                        return Tally(tally.question, tally.counts, True)
+                        return dataclasses.replace(tally, revealed=True)
                     except self._watch_error:
                         continue
 
@@ -494,7 +598,7 @@ class RedisStore(RoomStore):
     def _delete(self, room_id: str) -> None:
         def delete() -> None:
             with self._redis.pipeline(transaction=True) as p:
-                p.delete(*self._keys(room_id), self._followers_key(room_id))
+                p.delete(*self._keys(room_id), self._followers_key(room_id), self._results_key(room_id))
                 p.zrem(self.ROOMS, room_id)
                 p.execute()
 

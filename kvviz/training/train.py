@@ -22,7 +22,7 @@ from kvviz.engine.config import DecoderConfig
 from kvviz.engine.model import Decoder
 from kvviz.engine.shape import TINY_DIR
 from kvviz.engine.tokenizer import EOS_TOKEN, BPETokenizer
-from kvviz.training.corpus import Corpus, Document, build_corpus
+from kvviz.training.corpus import Corpus, Document, build_corpus, write_held_out
 
 EOS_ID = 0  # the first special token the BPE trainer adds
 
@@ -252,6 +252,8 @@ def train(
     result["held_out_loss"] = history[-1]["held_out_loss"]
     result["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (out_dir / "training.json").write_text(json.dumps(result, indent=2) + "\n")
+    if out_dir == TINY_DIR:  # the shipped model's held-out split ships beside it, for evaluations at run time
+        write_held_out(corpus)
     return result
 
 

@@ -21,6 +21,18 @@ def app_url():
 
 
 @pytest.fixture(scope="session")
+def lecture_url():
+    """The app started the lecture way (`serve --lecture`), for the rooms' tests: a room's link on the machine's
+    network address, which the followers' browsers open."""
+    from kvviz.room.network import network_address
+
+    if network_address() is None:
+        pytest.skip("this machine has no network address: a room's link has nowhere to point")
+    with app_server(lecture=True) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def browser():
     with chromium() as b:
         yield b

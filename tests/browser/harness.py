@@ -66,15 +66,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def app_server(env: dict[str, str] | None = None, timeout_s: float = 90, *, hosted: bool = False,
-               root: Path = ROOT) -> Iterator[str]:
+               root: Path = ROOT, lecture: bool = False) -> Iterator[str]:
     """Yield the base URL of a running app, started as a user or a host does (`python -m kvviz serve`, which execs
     `streamlit run app.py`, so the process is Streamlit's); stop it afterwards. `root`: another checkout's app
-    (bench/app_step_latency.py --compare)."""
+    (bench/app_step_latency.py --compare). `lecture`: started the lecture way (`serve --lecture`: every interface,
+    so a room's link carries the machine's network address); the URL yielded is still the loopback one."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="kvviz-server-", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvviz", "serve", "--port", str(port), "--address", "127.0.0.1",
-         *(["--hosted"] if hosted else [])],
+        [sys.executable, "-m", "kvviz", "serve", "--port", str(port),
+         *(["--lecture"] if lecture else ["--address", "127.0.0.1"]), *(["--hosted"] if hosted else [])],
         cwd=root, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )

@@ -57,9 +57,9 @@ def _same_as(follower, lecturer_seen: dict) -> dict:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def reuse_room(browser, app_url, shots):
+def reuse_room(browser, lecture_url, shots):
     """A lecturer on Reusing Past K/V at 1280×720 who shared the page, prefilled and stepped twice."""
-    context, projector = _open(browser, f"{app_url}/Reusing_Past_KV?lecture=1", 1280, 720)
+    context, projector = _open(browser, f"{lecture_url}/Reusing_Past_KV?lecture=1", 1280, 720)
     link = _share(projector, "Reusing_Past_KV", settings="Prompt, length and speed")
     _click(projector, "Prefill")
     _step(projector)
@@ -131,8 +131,8 @@ def test_the_lecturer_leaving_is_said_and_the_last_state_kept(browser, reuse_roo
     context.close()
 
 
-def test_a_live_question_answered_by_three_followers_then_the_room_ended(browser, app_url, shots):
-    lecture, projector = _open(browser, f"{app_url}/Check?lecture=1&idea=5", 1280, 720)
+def test_a_live_question_answered_by_three_followers_then_the_room_ended(browser, lecture_url, shots):
+    lecture, projector = _open(browser, f"{lecture_url}/Check?lecture=1&idea=5", 1280, 720)
     _share(projector, "Check")
     link = projector.locator("[data-testid='stCode'] code").inner_text().strip()
     settle(projector)
@@ -173,7 +173,7 @@ def test_redis_stopped_mid_lecture(browser, shots):
     stopped and why, steps on, and the follower is told the room cannot be reached. No traceback anywhere."""
     from tests.room.conftest import redis_server
 
-    with redis_server() as (redis_url, proc), app_server({"KVVIZ_ROOM_STORE": redis_url}) as url:
+    with redis_server() as (redis_url, proc), app_server({"KVVIZ_ROOM_STORE": redis_url}, lecture=True) as url:
         lecture, projector = _open(browser, f"{url}/Reusing_Past_KV?lecture=1", 1280, 720)
         link = _share(projector, "Reusing_Past_KV", settings="Prompt, length and speed")
         _click(projector, "Prefill")
@@ -199,7 +199,7 @@ def test_redis_stopped_mid_lecture(browser, shots):
         lecture.close()
 
 
-def test_a_korean_phone_follows_the_memory_scenario_as_the_lecturer_changes_it(browser, app_url, shots):
+def test_a_korean_phone_follows_the_memory_scenario_as_the_lecturer_changes_it(browser, lecture_url, shots):
     """Memory Footprint: the lecturer's scenario, computed and drawn on a Korean phone; the lecturer's change of the
     context length reaches it at its next poll; the phone has no box of its own to change it."""
     from kvviz.kv.formula import kv_footprint
@@ -208,8 +208,8 @@ def test_a_korean_phone_follows_the_memory_scenario_as_the_lecturer_changes_it(b
     def total(tokens: int) -> str:
         return f"{kv_footprint(PRESETS['Qwen2.5-7B'], tokens, 4, 'bfloat16').total:,} B"
 
-    lecture, projector = _open(browser, f"{app_url}/Memory_Footprint?lecture=1&preset=Qwen2.5-7B&tokens=8192&batch=4",
-                               1280, 720)
+    lecture, projector = _open(
+        browser, f"{lecture_url}/Memory_Footprint?lecture=1&preset=Qwen2.5-7B&tokens=8192&batch=4", 1280, 720)
     link = _share(projector, "Memory_Footprint", settings="Model and scenario")
     projector.keyboard.press("Escape")  # the settings closed: the formula and the room's code on the projector
     settle(projector)
@@ -239,10 +239,10 @@ def test_a_korean_phone_follows_the_memory_scenario_as_the_lecturer_changes_it(b
     lecture.close()
 
 
-def test_a_korean_phone_follows_compression_with_the_plot_across_its_width(browser, app_url, shots):
+def test_a_korean_phone_follows_compression_with_the_plot_across_its_width(browser, lecture_url, shots):
     """Compressing the Cache: the lecturer's measured methods on a Korean phone. Its legend of 13 methods stood right
     of the plot and squeezed it to ~150 of 390 px; on a phone it stands under the plot, which takes the width."""
-    lecture, projector = _open(browser, f"{app_url}/Compressing_the_Cache?lecture=1&tokens=256", 1280, 720)
+    lecture, projector = _open(browser, f"{lecture_url}/Compressing_the_Cache?lecture=1&tokens=256", 1280, 720)
     link = _share(projector, "Compressing_the_Cache", settings="Settings")
     projector.keyboard.press("Escape")
     projector.get_by_role("button", name="Measure all methods").click()
@@ -267,11 +267,11 @@ def test_a_korean_phone_follows_compression_with_the_plot_across_its_width(brows
 CHART_DATA = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => p.data.map(t => [t.x, t.y]))"""
 
 
-def test_a_sweep_with_a_room_open_shows_its_progress_then_the_korean_phone_its_chart(browser, app_url, shots):
+def test_a_sweep_with_a_room_open_shows_its_progress_then_the_korean_phone_its_chart(browser, lecture_url, shots):
     """Latency & Capacity with a room open: the lecturer's sweep shows its progress as it runs (a progress bar drawn
     after each tick's measuring never reached the browser), and a Korean phone draws the finished sweep's chart
     from the lecturer's rows: the same points."""
-    lecture, projector = _open(browser, f"{app_url}/Latency_and_Capacity?lecture=1", 1280, 720)
+    lecture, projector = _open(browser, f"{lecture_url}/Latency_and_Capacity?lecture=1", 1280, 720)
     link = _share(projector, "Latency_and_Capacity", settings="Settings")
     projector.keyboard.press("Escape")
     projector.get_by_role("button", name="Settings").click()

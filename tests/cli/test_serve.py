@@ -99,3 +99,25 @@ def test_compose_runs_the_image_with_its_rooms_in_redis():
     from kvviz.room.store import RedisStore, store_from_env
 
     assert isinstance(store_from_env({"KVVIZ_ROOM_STORE": url}), RedisStore)  # a URL the app takes (not dialled)
+
+
+def test_lecture_listens_on_the_network_and_prints_the_address_phones_open(capsys, monkeypatch):
+    """`serve --lecture`: every interface, the machine's network address (never loopback) and its QR code."""
+    from kvviz.cli.serve import show_serve
+    from kvviz.room.network import is_loopback, network_address
+
+    for name in ("PORT", "STREAMLIT_SERVER_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    r = _dry(capsys, "--lecture")
+    flags = dict(zip(r["command"][5::2], r["command"][6::2], strict=True))
+    assert flags["--server.address"] == "0.0.0.0" and r["lecture"] is True
+    found = network_address()
+    assert r["network_url"] == (None if found is None else f"http://{found}:8501")
+    if found is not None:
+        assert not is_loopback(found)
+        show_serve(r)
+        out = capsys.readouterr().out
+        assert f"Network URL (phones on the same network): http://{found}:8501" in out
+        assert "http://localhost:8501/?lecture=1" in out and "█" in out  # the QR code, drawn in the terminal
+    assert _dry(capsys, "--lecture", "--address", "127.0.0.1")["network_url"] is None  # loopback: no phone
+    assert _dry(capsys)["network_url"] is None and _dry(capsys)["lecture"] is False

@@ -112,8 +112,12 @@ def test_byte_runs_become_one_chip_per_character_run():
     # A BPE token can end inside one character and start the next: the run spans until the bytes complete.
     assert [(c.start, c.stop, c.text) for c in byte_run_chips(["␣<0xEC>", "<0x98><0x9B>날", "!"])] == [
         (0, 2, "␣옛날"), (2, 3, "!")]
-    # Generation cut inside a character, stray continuation bytes, control bytes: tokens keep their own texts.
-    assert [c.text for c in byte_run_chips(["a", "<0xEC>", "<0x98>"])] == ["a", "<0xEC>", "<0x98>"]
+    # Generation cut inside a character (a decode strip's newest tokens): the partial character as a tokenizer
+    # viewer shows it, one chip over the run so far; stray continuation bytes and control bytes keep their texts.
+    assert [(c.start, c.stop, c.text) for c in byte_run_chips(["a", "<0xEC>", "<0x98>"])] == [(0, 1, "a"),
+                                                                                            (1, 3, "\ufffd")]
+    assert [c.text for c in byte_run_chips(["␣날<0xEC>"])] == ["␣날\ufffd"]
+    assert chip_labels(["<0xEC>", "<0x98>"]) == ["\ufffd 1/2", "\ufffd 2/2"]
     assert [c.text for c in byte_run_chips(["<0x98>", "b"])] == ["<0x98>", "b"]
     assert [c.text for c in byte_run_chips(["<0x07>", "<0xED><0x95><0x9C><0x07>"])] == ["<0x07>", "한<0x07>"]
     # Every token lies in exactly one chip, in order.

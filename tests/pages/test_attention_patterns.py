@@ -13,7 +13,9 @@ def test_own_text_opens_without_a_traceback(lang):
     at = open_page(PAGE, lang)
     at.radio(key="_w_kv_url_text").set_value("custom").run()
     assert not at.exception
-    # an empty box: too short, said in words (the least number of tokens needed)
+    # an empty box, nothing typed yet: a hint (what to type and how much), not an error
+    assert not at.error and [i.value for i in at.info] == [t("heads.custom_hint", lang, min_len=16)]
+    at.text_area(key="_w_heads_custom_text").input("Too short.").run()  # typed, too short: said as an error
     assert any("16" in e.value for e in at.error)
     at.text_area(key="_w_heads_custom_text").input("The cache keeps the keys and values of every token. " * 6).run()
     assert not at.exception and not at.error

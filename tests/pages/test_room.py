@@ -49,20 +49,59 @@ def test_follower_answers_lecturer_tallies_and_reveals(store):
     assert not follower.exception
     assert store.tally(room_id).counts["rebuild"] == 1
 
+    assert "답변은 익명입니다: 강의자는 집계만 봅니다." in [c.value for c in follower.caption]
+    assert follower.get("progress") == []  # the tally hidden on the follower's screen until the reveal (the default)
+
     lecturer.run()
-    assert [p.proto.text for p in lecturer.get("progress")][1].endswith("— 1")  # rebuild: 1
+    captions = [c.value for c in lecturer.caption]
+    assert "1 answer from the room" in captions and t("room.tally_hidden", "en") in captions
+    assert lecturer.get("progress") == []  # and on the projector: only how many answered
     follower.radio(key="room_answer_cache_update").set_value("append").run()  # changed: still one answer
     assert store.tally(room_id).counts == {"append": 1, "rebuild": 0, "logits": 0, "last_layer": 0}
-    lecturer.run()
-    texts = [p.proto.text for p in lecturer.get("progress")]
-    assert texts[0].endswith("— 1") and texts[1].endswith("— 0")
 
     lecturer.button(key="room_reveal_cache_update").click().run()
     assert not lecturer.exception and store.tally(room_id).revealed
+    texts = [p.proto.text for p in lecturer.get("progress")]  # revealed: the counts per option
+    assert texts[0].endswith("✓ — 1") and texts[1].endswith("— 0")
     assert any("The answer:" in s.value for s in lecturer.success)
     follower.run()
     assert follower.radio(key="room_answer_cache_update").disabled
     assert any(s.value.startswith("정답:") for s in follower.success)  # the follower reads it in Korean
+    assert [p.proto.text for p in follower.get("progress")][0].endswith("✓ — 1")
+
+
+def test_the_lecturer_can_show_the_tally_while_answers_come_in(store):
+    lecturer, room_id, _ = _open_room(store)
+    lecturer.checkbox(key="room_show_tally_cache_update").check().run()
+    lecturer.button(key="room_ask_cache_update").click().run()
+    assert store.tally(room_id).show_tally
+    follower = open_page(CHECK, room=room_id)
+    follower.radio(key="room_answer_cache_update").set_value("rebuild").run()
+    assert [p.proto.text for p in follower.get("progress")][1].endswith("— 1")  # rebuild: 1, before any reveal
+    lecturer.run()
+    assert [p.proto.text for p in lecturer.get("progress")][1].endswith("— 1")
+
+
+def test_the_results_download_and_the_summary_when_the_room_ends(store):
+    lecturer, room_id, secret = _open_room(store)
+    assert lecturer.get("download_button") == []  # nothing asked yet: nothing to download
+    lecturer.button(key="room_ask_cache_update").click().run()
+    for i, option in enumerate(("append", "append", "logits")):
+        store.answer(room_id, "cache_update", f"f{i}", option)
+    lecturer.button(key="room_reveal_cache_update").click().run()
+    assert [b.proto.label for b in lecturer.get("download_button")] == ["Download the results (CSV)"]
+    asked = store.results(room_id, secret)
+    assert [(a.question, a.counts, a.answer) for a in asked] == [
+        ("cache_update", {"append": 2, "rebuild": 0, "logits": 1, "last_layer": 0}, "append")]
+    lecturer.button(key="room_end").click().run()
+    assert not lecturer.exception and lecturer.session_state["room_id"] is None
+    table = lecturer.get("table")[0].proto.arrow_data.data  # the summary, once: 3 answered, 2 right (67 %)
+    import pyarrow as pa
+
+    rows = pa.ipc.open_stream(table).read_all().to_pylist()
+    assert [(r["answered"], r["right"], r["right (%)"]) for r in rows] == [(3, 2, "67")]
+    lecturer.run()
+    assert lecturer.get("table") == []  # shown once
 
 
 def test_an_unknown_room_says_so_and_links_the_page_on_its_own(store):

@@ -246,3 +246,45 @@ def test_store_from_env(redis_url):
     with pytest.raises(InputError) as e:
         store_from_env({"KVVIZ_ROOM_STORE": "postgres://x"})
     assert e.value.locale_key == "room.bad_store" and "postgres://x" in str(e.value)
+
+
+def test_the_tally_is_hidden_unless_the_lecturer_shows_it(store):
+    room = store.create()
+    store.open_question(room.id, room.secret, "q", OPTIONS)
+    assert store.tally(room.id).show_tally is False  # the default: hidden until the reveal
+    store.answer(room.id, "q", "f1", "append")
+    assert store.reveal(room.id, room.secret).show_tally is False
+    store.open_question(room.id, room.secret, "q2", OPTIONS, show_tally=True)
+    assert store.tally(room.id).show_tally is True
+    assert _error(store.open_question, room.id, room.secret, "q3", OPTIONS, "no-such-option") == "room.bad_options"
+
+
+def test_results_keep_every_question_asked_until_the_room_ends(store, clock):
+    room = store.create()
+    assert store.results(room.id, room.secret) == []
+    store.open_question(room.id, room.secret, "q1", OPTIONS, answer="append")
+    opened = clock.now
+    for i, option in enumerate(("append", "append", "rebuild")):
+        store.answer(room.id, "q1", f"f{i}", option)
+    clock.now += 40
+    store.reveal(room.id, room.secret)
+    store.reveal(room.id, room.secret)  # a second reveal is not a second question
+    clock.now += 20
+    store.open_question(room.id, room.secret, "q2", ("true", "false"), answer="false")
+    store.answer(room.id, "q2", "f0", "true")
+    clock.now += 5
+    store.open_question(room.id, room.secret, "q3", ("true", "false"))  # q2 replaced before its reveal
+    store.answer(room.id, "q3", "f0", "false")
+    results = store.results(room.id, room.secret)
+    assert [(a.question, a.counts, a.answer) for a in results] == [
+        ("q1", {"append": 2, "rebuild": 1, "logits": 0, "last_layer": 0}, "append"),
+        ("q2", {"true": 1, "false": 0}, "false"),
+        ("q3", {"true": 0, "false": 1}, None),  # still open: its counts so far
+    ]
+    assert (results[0].opened, results[0].revealed) == (opened, opened + 40)
+    assert results[1].revealed is None and results[2].revealed is None
+    assert _error(store.results, room.id, "") == "room.not_lecturer"
+    store.end(room.id, room.secret)
+    assert _error(store.results, room.id, room.secret) == "room.gone"
+    if isinstance(store, RedisStore):  # nothing of the room is left in Redis
+        assert not store._redis.exists(store._results_key(room.id))

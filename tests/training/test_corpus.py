@@ -96,3 +96,41 @@ def test_documents_are_parsed_once_per_versions_and_read_back_equal(tmp_path, mo
     assert [p.name for p in tmp_path.iterdir()] == [next(tmp_path.glob("documents-*.json")).name]
     corpus.documents(tmp_path, {**versions, "konlpy": "0.6.1"})  # another package version: parsed again
     assert len(parsed) == 2
+
+
+def test_the_shipped_held_out_split_is_the_one_the_model_was_evaluated_on():
+    """The package's held-out file against the training record (kvviz/assets/tiny/training.json): the same package
+    versions, and per language the same documents, bytes and characters; every document is a held-out one."""
+    import json
+
+    from kvviz.engine.shape import TINY_DIR
+    from kvviz.training import corpus
+
+    record = json.loads((TINY_DIR / "training.json").read_text())["corpus"]
+    versions, docs = corpus.shipped_held_out()
+    assert versions == record["versions"]
+    assert all(d.held_out for d in docs) and len({d.name for d in docs}) == len(docs)
+    for lang in ("en", "ko"):
+        mine = [d for d in docs if d.lang == lang]
+        assert len(mine) == record[f"{lang}_held_out_documents"]
+        assert sum(len(d.text.encode()) for d in mine) == record[f"{lang}_held_out_bytes"]
+        assert sum(len(d.text) for d in mine) == record[f"{lang}_held_out_chars"]
+    licences = corpus.HELD_OUT_FILE.parent
+    for name in ("LICENSE-PSF-2.txt", "LICENSE-MPL-2.0.txt", "LICENSE-Apache-2.0.txt", "README.md"):
+        assert (licences / name).stat().st_size > 1000
+
+
+def test_evaluations_read_the_shipped_split_without_any_tool(monkeypatch):
+    """held_out_text() runs no process and fetches nothing (no apt-get, dpkg or pip at run time)."""
+    import subprocess
+
+    from kvviz.compression import quality
+
+    def refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    quality.held_out_text.cache_clear()
+    text = quality.held_out_text()
+    assert len(text.encode()) == 422_200  # the README's count: the documents joined by blank lines

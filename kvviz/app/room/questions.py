@@ -17,9 +17,13 @@ from kvviz.errors import InputError
 REDRAW_S = 1.0  # a live question (the projector's tally, a follower's answer box) is re-read and redrawn once a second
 
 
-def _counts(counts: Mapping[str, int], labels: Mapping[str, str], answer: str | None) -> None:
+def _counts(counts: Mapping[str, int], labels: Mapping[str, str], answer: str | None, shown: bool = True) -> None:
+    """The tally: how many answered and, when `shown` (the lecturer's choice, or revealed), the counts per option."""
     total = sum(counts.values())
     st.caption(tr("room.answers", n=total))
+    if not shown:
+        st.caption(tr("room.tally_hidden"))
+        return
     for option, n in counts.items():
         mark = " ✓" if option == answer else ""
         st.progress(n / total if total else 0.0, text=f"{labels[option]}{mark} — {n}")
@@ -32,9 +36,10 @@ def ask_room(room: Sharing, question: str, options: Sequence[str], labels: Mappi
     room_id, secret = room.room_id, room.secret
     tally = guarded(lambda: room_store().tally(room_id))
     if tally is None or tally.question != question:
+        show = st.checkbox(tr("room.show_tally"), key=f"room_show_tally_{question}", help=tr("room.show_tally_help"))
         if st.button(tr("room.open_question"), key=f"room_ask_{question}", help=tr("room.open_question_help"),
                      icon=":material/campaign:"):
-            guarded(lambda: room_store().open_question(room_id, secret, question, options))
+            guarded(lambda: room_store().open_question(room_id, secret, question, options, answer, show))
             st.rerun()
         return
 
@@ -44,7 +49,7 @@ def ask_room(room: Sharing, question: str, options: Sequence[str], labels: Mappi
         if tally is None or tally.question != question:
             return
         st.caption(tr("room.asked"))
-        _counts(tally.counts, labels, answer if tally.revealed else None)
+        _counts(tally.counts, labels, answer if tally.revealed else None, tally.revealed or tally.show_tally)
         if not tally.revealed:
             st.button(tr("room.reveal_room"), key=f"room_reveal_{question}", type="primary",
                       on_click=lambda: guarded(lambda: room_store().reveal(room_id, secret), callback=True))
@@ -87,6 +92,9 @@ def answer_question(labels: Callable[[str], Mapping[str, str]], answers: Callabl
 
         st.radio(tr("room.your_answer"), list(tally.counts), index=None, key=key, format_func=names.get,
                  on_change=send, disabled=tally.revealed)
+        st.caption(tr("room.anonymous"))
+        if not tally.revealed:  # the counts as they come in if the lecturer chose so, else only at the reveal
+            _counts(tally.counts, names, None, tally.show_tally)
         if tally.revealed:
             _counts(tally.counts, names, answers(tally.question))
             st.success(tr("room.correct_was", answer=names[answers(tally.question)]))

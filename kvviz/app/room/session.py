@@ -22,9 +22,10 @@ from kvviz.room.store import RoomStore, store_from_env
 # id, secret: the lecturer's open room; follower: this browser's seat; explore: a follower exploring on their own
 # (the room kept, to follow again); replay: the lecturer's step to reach; stopped: why this lecturer's sharing
 # stopped (an InputError), said at the top of every page until dismissed; at: the page the room was last told the
-# lecturer is on; sent: (room id, the view) last published, so a rerun that changes nothing is not a new version
+# lecturer is on; sent: (room id, the view) last published, so a rerun that changes nothing is not a new version;
+# results: an ended room's results (its questions asked), shown once by the next share box
 ROOM = page_state("room", id=None, secret=None, follower=None, explore=False, replay=None, stopped=None, at=None,
-                  sent=None)
+                  sent=None, results=None)
 
 
 @st.cache_resource(show_spinner=False)
