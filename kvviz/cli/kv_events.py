@@ -21,6 +21,7 @@ from kvviz.cli.common import (
     positive_float,
     positive_int,
 )
+from kvviz.kv.capacity import BLOCK_SIZE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("requests attributed to the cached blocks, at the end")
     g.add_argument("--prompts", default=None,
                    help="JSONL: one request's prompt token ids a line (a list, or {\"prompt_token_ids\": [...]})")
-    g.add_argument("--block-size", type=positive_int, default=16, help="the server's block size (vLLM's default 16)")
+    g.add_argument("--block-size", type=positive_int, default=BLOCK_SIZE,
+                   help="the server's block size (vLLM's default 16)")
     g.add_argument("--hash-algo", default="sha256", help="the server's --prefix-caching-hash-algo: sha256, sha256_cbor")
     g.add_argument("--hash-seed", default=None, help="the server's PYTHONHASHSEED, where it sets one")
     add_spec_source(p)
@@ -132,7 +134,9 @@ def kv_events(args: argparse.Namespace) -> dict:
         result["attribution"] = rows
         result["attribution_summary"] = summarize(rows)
     if state["frames"] == 0:
-        raise RunFailed(result, hint(state["status"], args.endpoint) or "no KV events arrived")
+        # the hint was said as it happened: the closing line only says how it ended
+        raise RunFailed(result, "no KV events arrived" if said else hint(state["status"], args.endpoint)
+                        or "no KV events arrived")
     return result
 
 

@@ -18,6 +18,7 @@ from kvviz.cli.common import (
     positive_float,
     positive_int,
 )
+from kvviz.kv.capacity import BLOCK_SIZE
 from kvviz.kv.formats import KV_DTYPES
 from kvviz.kv.formula import KVSpec
 from kvviz.units import format_binary
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_kv_dtype(c)
     add_weight_dtype(c)
     c.add_argument("--max-model-len", type=positive_int, help="tokens per request (default: the model's context)")
-    c.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block (vLLM's choices)")
+    c.add_argument("--block-size", type=positive_int, default=BLOCK_SIZE, help="tokens per KV block (vLLM's choices)")
     c.add_argument("--reserve-gib", type=non_negative_float,
                    help="activation peak + non-torch memory per GPU, as your vLLM log states them "
                         "(default: predicted from the flags below)")

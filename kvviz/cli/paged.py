@@ -24,6 +24,7 @@ from kvviz.cli.common import (
     positive_int,
     shape,
 )
+from kvviz.kv.capacity import BLOCK_SIZE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="admit every request in one scheduler step (later ones hit blocks hashed at allocation)")
     pd.add_argument("--shared-prefix", type=non_negative_int, default=256, help="tokens of the shared system prompt")
     pd.add_argument("--suffix", type=positive_int, default=32, help="tokens of each request's own part")
-    pd.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV block (vLLM: 16)")
+    pd.add_argument("--block-size", type=positive_int, default=BLOCK_SIZE, help="tokens per KV block (vLLM: 16)")
     pd.add_argument("--new-tokens", type=positive_int, default=16, help="tokens each request generates")
     add_model(pd)
     add_run_options(pd)

@@ -29,6 +29,8 @@ COMMANDS = {
     "export-gguf": ["--out", "{tmp}/kvviz-tiny.gguf"],
     "serve-bench": ["--url", "http://127.0.0.1:9", "--requests", "1"],
     "serve": ["--hosted", "--dry-run"],
+    # no publisher there: a JSON line a second, the summary, then one line on stderr
+    "kv-events": ["--endpoint", "tcp://127.0.0.1:9", "--seconds", "2", "--quiet-after", "1"],
 }
 
 
@@ -62,6 +64,11 @@ def test_every_command_prints_json_alone_as_another_user_without_apt(user):
         assert not any(w in out.stdout + out.stderr for w in ("apt-get", "dpkg")), f"{name}: {out.stderr[-500:]}"
         if name == "serve-bench":  # no server there: one line on stderr, nothing on stdout
             assert out.returncode != 0 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr
+            continue
+        if name == "kv-events":  # JSON Lines: each state, then the summary; the hint, then how it ended
+            rows = [json.loads(row) for row in out.stdout.splitlines()]  # every line one JSON document
+            assert out.returncode != 0 and len(rows) >= 2 and rows[-1]["status"] == "unreachable", out.stdout
+            assert out.stderr.splitlines()[-1] == "kvviz: error: no KV events arrived", out.stderr
             continue
         assert out.returncode == 0, f"{name}: exit {out.returncode}: {out.stderr[-2000:]}"
         json.loads(out.stdout)  # the whole of stdout is one JSON document
