@@ -45,7 +45,7 @@ def tradeoff_figure(rows: Sequence[dict], *, metric: str, family_names: dict[str
     # A legend taller than the plot scrolls inside a clipped box (entries hidden): the figure grows to hold every
     # entry and family title, at a legend font a little smaller than the axes'. A row is ~1.65 font sizes
     # (measured in Chromium: 16 rows at 13 px took 347 px).
-    legend_px = 13 if lecture else 12  # on a projector 15 px rows ran the figure below a 720 px screen
+    legend_px = 12  # on a projector 13 px rows ran the figure below a 720 px screen once KIVI-2 made 17 rows
     n_rows = len(rows) + len({r["family"] for r in rows})
     fig = style(fig, title=title, lecture=lecture, height=440)
     fig.update_layout(legend=dict(font=dict(size=legend_px), grouptitlefont=dict(size=legend_px), tracegroupgap=6))
