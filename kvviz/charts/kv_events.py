@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
+from kvviz.i18n import fill
 
 # a medium's colour (vLLM's MEDIUM_GPU, MEDIUM_CPU, MEDIUM_STORAGE); the medium is also written in each box
 MEDIA_COLORS = {"GPU": "#1f77b4", "CPU": "#ff7f0e", "STORAGE": "#2ca02c"}
@@ -42,9 +43,9 @@ def tree_chart(chains: Sequence[dict], groups: Sequence[object], labels: Mapping
                                           leaves=c["leaves"]))
         colors.append(MEDIA_COLORS.get(c["media"], MIXED))
         start = "?" if c["depth"] is None else c["depth"]
-        hovers.append(labels["hover"].format(hash=c["hash"], start=start, blocks=c["blocks"], tokens=c["tokens"],
-                                             media=c["media"], copies=c["copies"], leaves=c["leaves"],
-                                             group=c["group"], first=" ".join(map(str, c["first_tokens"]))))
+        hovers.append(fill(labels["hover"], hash=c["hash"], start=start, blocks=c["blocks"], tokens=c["tokens"],
+                           media=c["media"], copies=c["copies"], leaves=c["leaves"],
+                           group=c["group"], first=" ".join(map(str, c["first_tokens"]))))
     fig = go.Figure(go.Icicle(ids=ids, labels=ids, parents=parents, values=values, text=texts, branchvalues="total",
                               marker=dict(colors=colors, line=dict(color="white", width=1)),
                               tiling=dict(orientation="h"), textinfo="text", hovertext=hovers, hoverinfo="text",
