@@ -16,6 +16,10 @@ from kvviz.serving.kv_events import Batch, Subscriber
 from kvviz.serving.kv_tree import BlockTree
 
 QUIET_AFTER_S = 5.0  # seconds without a connection, or without an event once connected, before saying so
+# A watch nobody has read for this long ends itself: a page's reader is a browser tab that can close without a word
+# (Streamlit runs no code when a session ends), and its thread and sockets would otherwise live as long as the server.
+# Two minutes: Chromium reads a hidden tab's timers once a minute at most (its intensive throttling).
+UNREAD_AFTER_S = 120.0
 # What a vLLM server needs to publish its events (vLLM's KVEventsConfig; prefix caching on, its default)
 SERVER_FLAG = ('--kv-events-config \'{"enable_kv_cache_events": true, "publisher": "zmq", '
                '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'')
@@ -41,10 +45,13 @@ class Watch:
     """Subscribe on a thread; `state()` is what a reader draws. `close()` ends the thread and the sockets."""
 
     def __init__(self, endpoint: str, replay_endpoint: str | None = None, *, quiet_after_s: float = QUIET_AFTER_S,
-                 max_frames: int = 2_000) -> None:
+                 max_frames: int = 2_000, unread_after_s: float | None = None) -> None:
         self.endpoint = check_endpoint(endpoint)
         self.replay_endpoint = check_endpoint(replay_endpoint, "replay") if replay_endpoint else None
         self.quiet_after_s, self.max_frames = quiet_after_s, max_frames
+        self.unread_after_s = unread_after_s  # None: read by a loop that closes it (the CLI); a page passes one
+        self.read_at = time.monotonic()
+        self.ended_unread = False  # it ended itself, unread for unread_after_s
         self.tree = BlockTree()
         self.lock = threading.Lock()
         self.sub = Subscriber(self.endpoint, self.replay_endpoint)
@@ -58,6 +65,9 @@ class Watch:
     def _run(self) -> None:
         caught_up = False
         while not self._stop.is_set():
+            if self.unread_after_s is not None and time.monotonic() - self.read_at > self.unread_after_s:
+                self.ended_unread = True
+                break
             if not caught_up and self.sub.connected:  # what the server sent before: from its replay socket
                 caught_up = True
                 items = self.sub.catch_up()
@@ -70,6 +80,11 @@ class Watch:
                 self.folded += sum(1 for i in items if isinstance(i, Batch))
                 if self.first_event_at is None:
                     self.first_event_at = time.monotonic()
+        self.sub.close()  # on this thread: a ZMQ socket is used by one thread only
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Whether the subscriber's socket connected within `timeout_s` (read from this watch's thread: a ZMQ
@@ -91,6 +106,7 @@ class Watch:
     def state(self) -> dict:
         """The tree's numbers, its drawable chains and rates, this watch's status, and what was folded since the
         last call (at most `limit` chains drawn: kvviz.serving.kv_tree.BlockTree.chains)."""
+        self.read_at = time.monotonic()
         with self.lock:
             folded, self.folded = self.folded, 0
             return {"endpoint": self.endpoint, "replay_endpoint": self.replay_endpoint, "status": self.status(),
@@ -101,4 +117,3 @@ class Watch:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
-        self.sub.close()

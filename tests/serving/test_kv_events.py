@@ -228,6 +228,24 @@ def test_unreachable_and_silent_endpoints_say_so():
         pub.close()
 
 
+def test_a_watch_nobody_reads_ends_itself_and_frees_its_sockets():
+    """A page's reader is a browser tab that can close without a word: the watch's thread ends once unread for
+    `unread_after_s`, closing its sockets; a watch that is read keeps going."""
+    pub = FakePublisher()
+    unread, read = (Watch(pub.endpoint, unread_after_s=0.6) for _ in range(2))
+    try:
+        for _ in range(8):
+            time.sleep(0.2)
+            read.state()
+        unread._thread.join(timeout=5)
+        assert not unread.alive and unread.ended_unread and unread.sub._sub.closed
+        assert read.alive and not read.ended_unread
+    finally:
+        unread.close()
+        read.close()
+        pub.close()
+
+
 def test_cli_json_lines_then_the_summary(capsys):
     pub = FakePublisher()
     try:

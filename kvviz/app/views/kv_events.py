@@ -12,10 +12,10 @@ from kvviz.app.widgets import chart
 from kvviz.charts import kv_events as charts
 from kvviz.errors import InputError
 from kvviz.i18n import t
-from kvviz.serving.kv_watch import SERVER_FLAG, Watch
+from kvviz.serving.kv_watch import SERVER_FLAG, UNREAD_AFTER_S, Watch
 
 # The subscription (a Watch: its thread and sockets), the error of the last Subscribe, the last state drawn.
-KE = page_state("kv_events", watch=None, error=None, last=None)
+KE = page_state("kv_events", watch=None, error=None, last=None, ended_unread=False)
 TICK_S = 1.0  # drawn once a second: a flood of events is folded into the tree between two drawings
 LECTURE_TREE_PX = 330
 
@@ -23,13 +23,15 @@ LECTURE_TREE_PX = 330
 def _subscribe() -> None:
     ss = st.session_state
     try:
-        watch = Watch(ss.get("kv_events_endpoint", ""), ss.get("kv_events_replay") or None)
+        watch = Watch(ss.get("kv_events_endpoint", ""), ss.get("kv_events_replay") or None,
+                      unread_after_s=UNREAD_AFTER_S)
     except InputError as exc:
         KE.set("error", exc)
         return
     _stop()
     KE.set("watch", watch)
     KE.set("error", None)
+    KE.set("ended_unread", False)
 
 
 def _stop() -> None:
@@ -56,14 +58,21 @@ def panel(*, lecture: bool, per_token: int | None, on_draw=None) -> None:  # noq
     c1.text_input(tr("kv_events.endpoint"), "tcp://127.0.0.1:5557", key="kv_events_endpoint",
                   help=tr("kv_events.endpoint_help"))
     c2.text_input(tr("kv_events.replay"), "", key="kv_events_replay", help=tr("kv_events.replay_help"))
+    if KE.get("watch") is not None and not KE.get("watch").alive:  # it ended itself while this page was not read
+        KE.set("ended_unread", KE.get("watch").ended_unread)
+        _stop()
     watching = KE.get("watch") is not None
     c3.button(tr("kv_events.subscribe"), on_click=_subscribe, type="primary", key="kv_events_subscribe")
     c4.button(tr("kv_events.stop"), on_click=_stop, disabled=not watching, key="kv_events_stop")
     if KE.get("error") is not None:
         show_error(KE.get("error"))
+    if KE.get("ended_unread"):
+        st.info(tr("kv_events.ended_unread", s=int(UNREAD_AFTER_S)))
 
     def live() -> None:
         watch = KE.get("watch")
+        if watch is not None and not watch.alive:
+            st.rerun()  # the whole page: it says why the subscription ended and offers Subscribe again
         if watch is not None:
             state = watch.state()
             state["per_token"] = per_token
