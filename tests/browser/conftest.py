@@ -61,7 +61,7 @@ def page(browser, app_url):
 
     def goto_app(path: str = "", query: str = "") -> None:
         pg.goto(f"{app_url}/{path}{query}")
-        pg.wait_for_selector(IDLE, timeout=60_000)
+        pg.wait_for_selector(IDLE, timeout=120_000)
         settle(pg)  # lazily loaded widgets, fonts and charts drawn: screenshots show the real page
 
     pg.goto_app = goto_app

@@ -131,7 +131,9 @@ def wait_charts(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Pla
 
 def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
     """After a rerun: let lazily loaded widget code, fonts and Plotly finish drawing (before a screenshot)."""
-    page.wait_for_load_state("networkidle", timeout=timeout_ms)
+    # The page's own load, not "networkidle" (500 ms with no request, after every rerun): Streamlit talks over its
+    # websocket, which networkidle does not see, and the lazily loaded code is waited for below (its skeletons)
+    page.wait_for_load_state("load", timeout=timeout_ms)
     # Widgets' code loads lazily: until it runs, each shows a grey placeholder (stSkeleton).
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=timeout_ms)
     page.evaluate("document.fonts.ready.then(() => true)")

@@ -75,7 +75,7 @@ def test_tree_from_vllms_publisher(browser, app_url, shots, vllm_server, lang, s
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     query = f"?lang={lang}" + ("&lecture=1" if screen == "projector" else "")
     page.goto(f"{app_url}/Serving_Engine{query}")
-    page.wait_for_selector(IDLE, timeout=60_000)
+    page.wait_for_selector(IDLE, timeout=120_000)
     words = WORDS[lang]
     for label, value in ((words["endpoint"], vllm_server["endpoint"]), (words["replay"], vllm_server["replay"])):
         box = page.get_by_label(label, exact=True).and_(page.locator("input"))

@@ -21,7 +21,7 @@ def _open(browser, url: str, width: int, height: int):  # noqa: ANN001, ANN202 -
     page = context.new_page()
     page.set_default_timeout(90_000)  # a loaded machine: no time is asserted
     page.goto(url)
-    page.wait_for_selector(IDLE, timeout=60_000)
+    page.wait_for_selector(IDLE, timeout=120_000)
     settle(page)
     return context, page
 
