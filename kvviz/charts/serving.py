@@ -58,9 +58,10 @@ def load_chart(points: Sequence[dict], x: Sequence[str], labels: Mapping[str, st
 
 
 def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,
-                     lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
+                     lecture_height: int = LECTURE_MAX_HEIGHT, x_max_ms: float | None = None) -> go.Figure:
     """One row per request of a point, on its clock: waiting in the client for a free slot (grey, open loop with
-    a concurrency cap), waiting for its first token (red), then streaming (blue)."""
+    a concurrency cap), waiting for its first token (red), then streaming (blue). x_max_ms: the x axis fixed to
+    [0, x_max_ms], as a chart drawn under it on the same clock (kvviz.charts.kv_events.run_rates_chart)."""
     fig = go.Figure()
     ok = [r for r in requests if r.get("ttft_s") is not None]
     ys = [str(i + 1) for i in range(len(ok))]
@@ -75,6 +76,8 @@ def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lec
                 name=labels["decode"])
     fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=1.08))
     fig.update_xaxes(title_text=labels["x"])
+    if x_max_ms is not None:
+        fig.update_xaxes(range=[0, x_max_ms])
     fig.update_yaxes(title_text=labels["y"], autorange="reversed", showticklabels=len(ok) <= 40)
     return style(fig, title=labels["title"], lecture=lecture, height=max(300, min(700, 14 * len(ok) + 150)),
                  lecture_height=lecture_height)

@@ -6,14 +6,8 @@ keeping each prompt's ids as the server's /tokenize gives them; kvviz's Watch fo
 kvviz.serving.kv_run attributes every request at its send time. The attribution equals the hits vLLM's manager
 reported for every request, and the stream has sharing, evictions (a small pool) and a divergence."""
 import json
-import os
 import random
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from kvviz.engine.loading import shipped_tokenizer
@@ -22,15 +16,10 @@ from kvviz.serving.kv_run import run_rates
 from kvviz.serving.kv_watch import Watch
 from kvviz.serving.report import run_bench
 from kvviz.serving.workload import Workload
-
-ROOT = Path(__file__).resolve().parents[2]
-REF = ROOT / "build" / "vllm-ref"
-SERVER = Path(__file__).with_name("vllm_standin_server.py")
-VERSION = "0.34.0"  # scripts/install_vllm_ref.sh
+from tests.serving.standin import INSTALLED, caught_up, standin_server, wake
 
 pytestmark = pytest.mark.skipif(
-    not (REF / f".installed-{VERSION}").exists(),
-    reason="vLLM reference not installed here: run scripts/install_vllm_ref.sh (.ci/run does)")
+    not INSTALLED, reason="vLLM reference not installed here: run scripts/install_vllm_ref.sh (.ci/run does)")
 
 A = ("The keys and values of earlier tokens never change under a causal mask, so a serving engine keeps them in "
      "a paged cache and each new token only computes its own.")
@@ -38,14 +27,6 @@ B = ("A block of the cache holds a fixed number of tokens; a prompt that shares 
      "one finds them by the hash of their tokens and the hash of the block before.")
 C = ("When the pool is full the engine evicts the blocks nobody uses, the least recently freed first, and a later "
      "prompt that needed them computes them again.")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scripted_stream() -> list[str]:
@@ -66,59 +47,29 @@ def scripted(seed: int) -> list[str]:
     return lines
 
 
-@pytest.fixture
-def standin(tmp_path):
-    ports = {"port": free_port(), "events_port": free_port(), "replay_port": free_port()}
-    cfg = {**ports, "block_size": 4, "num_blocks": 24, "algo": "sha256"}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REF), str(ROOT)]), VLLM_LOGGING_LEVEL="ERROR")
-    env.pop("PYTHONHASHSEED", None)  # vLLM's own seed for sha256
-    proc = subprocess.Popen([sys.executable, str(SERVER), json.dumps(cfg)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{cfg['port']}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the stand-in server did not start"
-            time.sleep(0.3)
-        yield url, cfg
-    finally:
-        proc.terminate()
+def test_load_run_attribution_equals_vllm_managers_hits(tmp_path):
+    with standin_server(block_size=4, num_blocks=24) as (url, endpoint, replay):
+        watch = Watch(endpoint, replay)
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            wake(url, watch)
+            run, server, view = _run(url, watch, tmp_path)
+        finally:
+            watch.close()
+    _check(run, server, view, watch)
 
 
-def test_load_run_attribution_equals_vllm_managers_hits(standin, tmp_path):
-    url, cfg = standin
-    watch = Watch(f"tcp://127.0.0.1:{cfg['events_port']}", f"tcp://127.0.0.1:{cfg['replay_port']}")
-    try:
-        assert watch.wait_connected(10)
-        deadline = time.monotonic() + 10
-        while watch.sub.received == 0:  # a batch through: the subscription is live on the publisher's side
-            httpx.post(f"{url}/standin/wake")
-            time.sleep(0.1)
-            assert time.monotonic() < deadline
-        dataset = tmp_path / "prompts.jsonl"
-        dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in scripted(0)), encoding="utf-8")
-        plan = BenchPlan(url=url, points=closed_loop((1,)), num_prompts=7,
-                         workload=Workload(output_len=3, dataset_path=str(dataset), seed=0), keep_cache_ids=True)
-        run = run_bench(plan)
-        assert run["error"] is None and run["completed"] == 7
-        server = httpx.get(f"{url}/standin/hits").json()
-        deadline = time.monotonic() + 10
-        while watch.tree.batches < server["seq"] + 1:  # every batch published folded in
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        view = watch.run_view(run, algo="sha256", seed=None)
-    finally:
-        watch.close()
+def _run(url: str, watch: Watch, tmp_path) -> tuple[dict, dict, dict]:  # noqa: ANN001
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in scripted(0)), encoding="utf-8")
+    plan = BenchPlan(url=url, points=closed_loop((1,)), num_prompts=7,
+                     workload=Workload(output_len=3, dataset_path=str(dataset), seed=0), keep_cache_ids=True)
+    run = run_bench(plan)
+    assert run["error"] is None and run["completed"] == 7
+    server = caught_up(url, watch)
+    return run, server, watch.run_view(run, algo="sha256", seed=None)
+
+
+def _check(run: dict, server: dict, view: dict, watch: Watch) -> None:
     rows = view["rows"]
     hits = server["hits"]
     tok = shipped_tokenizer()
