@@ -1,0 +1,78 @@
+"""The Serving Engine page (AppTest) subscribed to a server's KV events runs a load run against that server and
+shows each request attributed to the cached blocks: the server is tests/serving/vllm_standin_server.py, whose prefix
+cache is vLLM's own KVCacheManager publishing with vLLM's ZmqEventPublisher. Every request shares a 16-token system
+prompt (4 blocks): the first finds nothing cached, the others hit its blocks and diverge after them; the page's
+table says so, equal to the hits vLLM's manager reported, in English and Korean; the view is plain data (what a lecture
+room's followers get)."""
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.serving.standin import INSTALLED, caught_up, standin_server, wake
+
+HOME, PAGE = str(Path(__file__).resolve().parents[2] / "app.py"), "pages/7_Serving_Engine.py"
+
+pytestmark = pytest.mark.skipif(not INSTALLED, reason="vLLM reference not installed here: run "
+                                "scripts/install_vllm_ref.sh (.ci/run does)")
+
+
+def test_load_run_attributed_on_the_page():
+    with standin_server(block_size=4, num_blocks=64) as (url, endpoint, replay):
+        at = AppTest.from_file(HOME, default_timeout=60)
+        at.run()
+        at = at.switch_page(PAGE)
+        at.run()
+        at.text_input(key="serving_url").set_value(url).run()
+        at.button[0].click().run()  # Connect
+        assert not at.exception and at.session_state["serving_conn"]["engine"] == "vllm"
+        at.text_input(key="kv_events_endpoint").set_value(endpoint).run()
+        at.text_input(key="kv_events_replay").set_value(replay).run()
+        at.button(key="kv_events_subscribe").click().run()
+        watch = at.session_state["kv_events_watch"]
+        wake(url, watch)
+        for key, value in (("serving_requests", 4), ("serving_prompt", 12), ("serving_max_tokens", 3),
+                           ("serving_prefix_len", 16)):
+            at.number_input(key=key).set_value(value).run()
+        at.text_input(key="serving_conc").set_value("1").run()
+        at.button(key="serving_start").click().run()
+        deadline = time.monotonic() + 120
+        while at.session_state["serving_worker"] is not None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            at.run()
+        assert not at.exception
+        server = caught_up(url, watch)
+        at.run()
+        hits = [h["hits"] for h in server["hits"]]
+        view = at.session_state["kv_events_run"]
+        at.button(key="kv_events_stop").click().run()
+    assert not at.exception
+    assert json.loads(json.dumps(view, allow_nan=False)) == view  # plain data: what room.publish sends
+    att = view["attribution"]
+    rows = att["rows"]
+    assert view["kept"] and [r["ids_from"] for r in rows] == ["sent"] * 4  # exact ids from the server's /tokenize
+    assert [r["hit_tokens"] for r in rows] == hits == [0, 16, 16, 16]  # vLLM's manager, request by request
+    assert [r["reason"] for r in rows] == ["never", "diverged", "diverged", "diverged"]
+    assert [r["first_miss"] for r in rows] == [0, 4, 4, 4]
+    # the table on the page: blocks hit per request and each first miss in words
+    table = next(df.value for df in at.dataframe if "blocks hit" in df.value.columns)
+    assert table["blocks hit"].tolist() == [h // 4 for h in hits]
+    assert table["first miss"].tolist() == ["block 0: never stored"] + ["block 4: diverged (the cached prefix ends "
+                                                                        "here)"] * 3
+    assert table["cached tokens (server's usage)"].tolist() == hits
+    text = " ".join(m.value for m in at.markdown)
+    assert "4 requests: 12 of " in text
+    # the blocks stored and removed per second under the timeline, on its clock
+    assert sum(r["stored"] for r in view["rates"]) == watch.tree.stored > 0
+    assert any(c.value.startswith("The requests' times are this machine's clock") for c in at.caption)
+    # in Korean: the table's headers and the reasons translated
+    at.radio(key="_w_kv_lang").set_value("ko").run()
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "적중한 블록" in df.value.columns)
+    assert table["첫 미스"].tolist()[0] == "블록 0: 저장된 적 없음"
+    headers = [c for df in at.dataframe for c in df.value.columns]
+    assert not [h for h in headers if re.fullmatch(r"[a-z0-9_]+", h) or h.startswith("kv_events.")], headers
+    assert any("요청 4개: 조회한 블록" in m.value for m in at.markdown)
