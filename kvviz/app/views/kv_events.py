@@ -10,7 +10,7 @@ import streamlit as st
 
 from kvviz.app.language import show_error, tr
 from kvviz.app.state import page_state
-from kvviz.app.widgets import chart
+from kvviz.app.widgets import chart, table
 from kvviz.charts import kv_events as charts
 from kvviz.errors import InputError
 from kvviz.i18n import t
@@ -259,9 +259,7 @@ def draw_attribution(view: dict | None, *, lecture: bool) -> None:
     st.markdown(tr("kv_events.run_summary", requests=len(att["rows"]), hit=s["hit_blocks"], lookup=s["lookup_blocks"],
                    pct=pct, unknown=sum(att["unknown"].values()), **{k: first[k] for k in REASON_KEYS}))
     rows = [{**r, "why": _why(r)} for r in att["rows"]]
-    from kvviz.app.views.serving import show_table
-
-    cols = {k: tr(f"kv_events.r_{k}") for k in ("point", "request", "sent_s", "tokens", "lookup", "hit_blocks",
-                                                  "why", "server_cached")}
+    keys = [k for k in ("point", "request", "sent_s", "tokens", "lookup", "hit_blocks", "why", "server_cached")
+            if any(r[k] is not None for r in rows)]  # a column nobody knows left out (a server without usage)
     with st.expander(tr("kv_events.run_rows"), expanded=not lecture):
-        show_table(rows, cols, "kv_events_attribution")
+        table([{tr(f"kv_events.r_{k}"): r[k] for k in keys} for r in rows], "kv_events_attribution")
