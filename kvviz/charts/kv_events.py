@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
+from kvviz.charts.base import LECTURE_MAX_HEIGHT, align_left, legend_below, style
 from kvviz.i18n import fill
 
 # a medium's colour (vLLM's MEDIUM_GPU, MEDIUM_CPU, MEDIUM_STORAGE); the medium is also written in each box
@@ -84,7 +84,7 @@ def run_rates_chart(rows: Sequence[dict], labels: Mapping[str, str], x_max_ms: f
     fig.add_bar(x=xs, y=[-r["removed"] for r in rows], width=width, name=labels["removed"], marker_color=REMOVED,
                 marker_pattern_shape="/")
     fig.update_layout(barmode="relative")
-    fig.update_xaxes(title_text=labels["x"], range=[0, x_max_ms])
+    fig.update_xaxes(title_text=labels["x"], range=[0, x_max_ms], tick0=0)
     fig.update_yaxes(title_text=labels["y"])
-    fig = style(fig, title=labels["title"], lecture=lecture, height=260, lecture_height=lecture_height)
-    return legend_below(fig, lecture=lecture)
+    fig = style(fig, title=labels["title"], lecture=lecture, height=320, lecture_height=lecture_height)
+    return align_left(legend_below(fig, lecture=lecture))  # its x axis under the request timeline's

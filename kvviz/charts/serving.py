@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
+from kvviz.charts.base import LECTURE_MAX_HEIGHT, align_left, legend_below, style
 
 # Okabe & Ito's colour-blind-safe hues (darkened where a line needs 3:1 on white): tests/charts/test_palettes.py
 TTFT, TPOT, THROUGHPUT, FIT = "#d55e00", "#0072b2", "#009e73", "#555555"
@@ -79,8 +79,9 @@ def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lec
     if x_max_ms is not None:
         fig.update_xaxes(range=[0, x_max_ms])
     fig.update_yaxes(title_text=labels["y"], autorange="reversed", showticklabels=len(ok) <= 40)
-    return style(fig, title=labels["title"], lecture=lecture, height=max(300, min(700, 14 * len(ok) + 150)),
-                 lecture_height=lecture_height)
+    fig = style(fig, title=labels["title"], lecture=lecture, height=max(300, min(700, 14 * len(ok) + 150)),
+                lecture_height=lecture_height)
+    return fig if x_max_ms is None else align_left(fig)
 
 
 def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,

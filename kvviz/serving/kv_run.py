@@ -23,7 +23,10 @@ from kvviz.serving.kv_attribution import attribute, summarize
 from kvviz.serving.kv_tree import BlockTree
 from kvviz.serving.results import x_label
 
-RATE_BIN_S = 1.0  # blocks per second: one-second bins from the point's start
+# the bins' widths (s) a point's rates are counted in: the narrowest that leaves at most MAX_BINS over the point,
+# so a point of a few milliseconds is not one bar and one of an hour not thousands; rates always per second
+BIN_WIDTHS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+MAX_BINS = 40
 
 
 def block_size_of(tree: BlockTree) -> tuple[int | None, str | None]:
@@ -77,8 +80,13 @@ def attribute_run(tree: BlockTree, run: dict, *, algo: str, seed: str | None, si
             "unknown": unknown, "incomplete": bool(tree.incomplete), "t0_unix": t0}
 
 
+def bin_width_s(end_s: float) -> float:
+    """The bins' width for a point lasting `end_s` seconds (BIN_WIDTHS_S, MAX_BINS)."""
+    return next((w for w in BIN_WIDTHS_S if end_s / w <= MAX_BINS), BIN_WIDTHS_S[-1])
+
+
 def run_rates(log: Sequence[tuple[float, int, int]], start_unix: float, end_s: float,
-              bin_s: float = RATE_BIN_S) -> list[dict]:
+              bin_s: float = 1.0) -> list[dict]:
     """Blocks stored and removed per second in each `bin_s` bin from a point's start to `end_s` after it (every bin,
     a quiet one as 0: the events are complete unless the tree says otherwise), from the tree's event log: x is the
     bin's middle in seconds from the start, as the request timeline counts them."""

@@ -109,11 +109,11 @@ class Watch:
 
     def run_rates(self, start_unix: float, end_s: float) -> list[dict]:
         """Blocks stored and removed per second on a load run's point's own clock (kvviz.serving.kv_run)."""
-        from kvviz.serving.kv_run import run_rates
+        from kvviz.serving.kv_run import bin_width_s, run_rates
 
         with self.lock:
             log = list(self.tree.log)
-        return run_rates(log, start_unix, end_s)
+        return run_rates(log, start_unix, end_s, bin_width_s(end_s))
 
     def close(self) -> None:
         self._stop.set()

@@ -11,7 +11,7 @@ import pytest
 from kvviz.serving import client as api
 from kvviz.serving.kv_attribution import block_hashes
 from kvviz.serving.kv_events import Batch, Removed, Stored
-from kvviz.serving.kv_run import attribute_run, point_end_s, run_rates
+from kvviz.serving.kv_run import MAX_BINS, attribute_run, bin_width_s, point_end_s, run_rates
 from kvviz.serving.kv_tree import BlockTree
 
 T0 = 1_000_000.25  # the point's start on the wall clock (inside a whole second, as a real start is)
@@ -75,6 +75,13 @@ def test_blocks_per_second_on_the_points_clock():
                                                                       (3.5, 0, 1)]
     assert point_end_s({"requests": [row(0, 0.0, A, e2e_s=1.0), row(1, 2.0, A, e2e_s=1.2)]}) == pytest.approx(3.2)
     assert point_end_s({"requests": []}) == 0.0
+    # a point of 25 ms in bins of 10 ms (rates still per second), one of 100 s in 5 s bins
+    assert [bin_width_s(s) for s in (0.025, 0.4, 3.2, 100.0, 10_000.0)] == [0.01, 0.01, 0.1, 5.0, 60.0]
+    assert all(s / bin_width_s(s) <= MAX_BINS for s in (0.01, 0.4, 0.41, 39.9, 2400.0))
+    fine = run_rates(log, T0, 0.5, bin_width_s(0.5))  # 0.02 s bins: 3 blocks in 20 ms are 150 blocks per second
+    assert len(fine) == 25 and max(b["stored"] for b in fine) == pytest.approx(150.0)
+    assert sum(b["stored"] for b in fine) * 0.02 == pytest.approx(3)
+    assert sum(b["removed"] for b in fine) == 0  # the removal at 0.9 s is after this point's end
 
 
 class _NoTokenize(BaseHTTPRequestHandler):

@@ -15,7 +15,7 @@ from kvviz.charts import kv_events as charts
 from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.serving.kv_attribution import DEFAULT_ALGO, HASH_ALGOS
-from kvviz.serving.kv_run import RATE_BIN_S, point_end_s
+from kvviz.serving.kv_run import point_end_s
 from kvviz.serving.kv_watch import SERVER_FLAG, Watch
 from kvviz.units import format_fixed
 
@@ -196,7 +196,7 @@ def run_view(result: dict | None, *, final: bool) -> dict | None:
     view = dict(kept or {}) if kept is not None and kept.get("run_start") == starts[:1] else {}
     view["run_start"] = starts[:1]
     if point and point.get("start_unix_s") is not None:
-        end_s = max(point_end_s(point), RATE_BIN_S)
+        end_s = max(point_end_s(point), 0.01)
         view.update(rates=watch.run_rates(point["start_unix_s"], end_s), x_max_ms=end_s * 1e3)
     ss = st.session_state
     algo, seed = ss.get("kv_events_algo", DEFAULT_ALGO), (ss.get("kv_events_seed") or "").strip() or None
@@ -219,7 +219,9 @@ def run_shown() -> dict | None:
 
 def draw_run_rates(view: dict, *, lecture: bool) -> None:
     """Under the request timeline: blocks stored and removed per second on the same clock, and what the times mean."""
-    labels = {"title": "" if lecture else tr("kv_events.run_rates_title"), "stored": tr("kv_events.stored"),
+    bin_ms = 2e3 * view["rates"][0]["t_s"] if view["rates"] else 0  # a bin's middle is half its width
+    title = "" if lecture else tr("kv_events.run_rates_title", bin=format_fixed(bin_ms, 0))
+    labels = {"title": title, "stored": tr("kv_events.stored"),
               "removed": tr("kv_events.removed"), "x": tr("kv_events.run_rates_x"), "y": tr("kv_events.rates_y")}
     chart(charts.run_rates_chart(view["rates"], labels, view["x_max_ms"], lecture=lecture), "kv_events_run_rates")
     st.caption(tr("kv_events.run_clock"))
