@@ -248,8 +248,16 @@ with tab_prefix:
             prefix_details(finished.result)
 
 # ---- the server's cache, from its KV events ---------------------------------------------------------------
+def detokenize(ids: list[int]) -> str | None:
+    """The tree's first tokens as text, by the connected server's own tokenizer (None: it cannot say)."""
+    try:
+        return api.detokenize(server(), ss.get("serving_model", ""), ids)
+    except InputError:
+        return None
+
+
 with tab_kv:
-    kv_events_panel(lecture=lecture, per_token=per_token, on_draw=share)
+    kv_events_panel(lecture=lecture, per_token=per_token, on_draw=share, detokenize=detokenize)
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

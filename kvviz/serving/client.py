@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -224,6 +224,23 @@ def tokenize_chat(server: Server, model: str, text: str, client: httpx.Client | 
         ok = isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens)
         return tokens if ok else None
     except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    finally:
+        if own:
+            client.close()
+
+
+def detokenize(server: Server, model: str, ids: Sequence[int], client: httpx.Client | None = None) -> str | None:
+    """Token ids as text by the server's own tokenizer: POST /detokenize with `tokens` (vLLM 0.34.0's
+    DetokenizeRequest answers `prompt`, llama-server `content`); None where the server has none."""
+    own = client is None
+    client = client or server.client()
+    try:
+        response = client.post(server.url("/detokenize"), json={"model": model, "tokens": list(ids)})
+        body = response.json() if response.status_code == 200 else {}
+        text = body.get("prompt", body.get("content")) if isinstance(body, dict) else None
+        return text if isinstance(text, str) else None
+    except (httpx.HTTPError, ValueError):
         return None
     finally:
         if own:

@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from kvviz.errors import InputError
 from kvviz.serving.kv_events import Batch, Subscriber
@@ -35,6 +36,25 @@ def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
     except (socket.gaierror, UnicodeError):
         raise InputError("kv_events.unknown_host", host=m["host"], endpoint=endpoint) from None
     return endpoint
+
+
+TEXTS_PER_LOOK = 20  # chains' first tokens detokenized per look at most (each is a request to the server)
+
+
+def name_chains(chains: list[dict], texts: dict[tuple, str | None],
+                fetch: Callable[[list[int]], str | None] | None, limit: int = TEXTS_PER_LOOK) -> None:
+    """Each chain's first tokens as text (`first_text`: the server's own detokenization, None while unknown), from
+    `texts` (ids -> text, or None where the server could not say), asking `fetch` (the server's /detokenize) for at
+    most `limit` ids not asked before and keeping its answers in `texts`."""
+    if len(texts) > 10_000:  # a long run's distinct chains: forgotten, asked again when drawn
+        texts.clear()
+    asked = 0
+    for c in chains:
+        ids = tuple(c["first_tokens"])
+        if ids not in texts and fetch is not None and asked < limit:
+            texts[ids] = fetch(list(ids))
+            asked += 1
+        c["first_text"] = texts.get(ids)
 
 
 class Watch:

@@ -3,7 +3,7 @@ shows each request attributed to the cached blocks: the server is tests/serving/
 cache is vLLM's own KVCacheManager publishing with vLLM's ZmqEventPublisher. Every request shares a 16-token system
 prompt (4 blocks): the first finds nothing cached, the others hit its blocks and diverge after them; the page's
 table says so, equal to the hits vLLM's manager reported, in English and Korean; the view is plain data (what a lecture
-room's followers get)."""
+room's followers get); the tree's hover names each chain's first tokens by the server's own /detokenize."""
 import json
 import re
 import time
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kvviz.engine.loading import shipped_tokenizer
 from tests.serving.standin import INSTALLED, caught_up, standin_server, wake
 
 HOME, PAGE = str(Path(__file__).resolve().parents[2] / "app.py"), "pages/7_Serving_Engine.py"
@@ -48,6 +49,7 @@ def test_load_run_attributed_on_the_page():
         at.run()
         hits = [h["hits"] for h in server["hits"]]
         view = at.session_state["kv_events_run"]
+        chains = at.session_state["kv_events_last"]["chains"]["chains"]
         at.button(key="kv_events_stop").click().run()
     assert not at.exception
     assert json.loads(json.dumps(view, allow_nan=False)) == view  # plain data: what room.publish sends
@@ -66,8 +68,12 @@ def test_load_run_attributed_on_the_page():
     text = " ".join(m.value for m in at.markdown)
     assert "4 requests: 12 of " in text
     # the blocks stored and removed per second under the timeline, on its clock
-    assert sum(r["stored"] for r in view["rates"]) == watch.tree.stored > 0
+    width = 2 * view["rates"][0]["t_s"]  # a bin's width: its middle is half of it
+    assert sum(r["stored"] for r in view["rates"]) * width == pytest.approx(watch.tree.stored) and watch.tree.stored
     assert any(c.value.startswith("The requests' times are this machine's clock") for c in at.caption)
+    # the tree's hover names each chain's first tokens as the server's /detokenize wrote them
+    tok = shipped_tokenizer()
+    assert chains and all(c["first_text"] == tok.decode(c["first_tokens"]) for c in chains)
     # in Korean: the table's headers and the reasons translated
     at.radio(key="_w_kv_lang").set_value("ko").run()
     assert not at.exception

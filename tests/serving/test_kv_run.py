@@ -1,18 +1,20 @@
 """kvviz.serving.kv_run on trees built from events kvviz computes the hashes of (kv_attribution.block_hashes): a load
 run's requests looked up at their send times (a hit, an eviction before the send, a block stored after it), what
 cannot be known said per request, and the blocks per second binned on the point's own clock. The same against vLLM's
-own manager is tests/serving/test_kv_run_vllm.py. Also kvviz.serving.client.cache_ids against a server without
-/tokenize."""
+own manager is tests/serving/test_kv_run_vllm.py. Also kvviz.serving.client.cache_ids and detokenize against a
+server without /tokenize nor /detokenize, and the tree's chains named by a detokenizer (kv_watch.name_chains)."""
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from kvviz.charts.kv_events import first_tokens
 from kvviz.serving import client as api
 from kvviz.serving.kv_attribution import block_hashes
 from kvviz.serving.kv_events import Batch, Removed, Stored
 from kvviz.serving.kv_run import MAX_BINS, attribute_run, bin_width_s, point_end_s, run_rates
 from kvviz.serving.kv_tree import BlockTree
+from kvviz.serving.kv_watch import name_chains
 
 T0 = 1_000_000.25  # the point's start on the wall clock (inside a whole second, as a real start is)
 A = list(range(100, 112))  # 3 blocks of 4
@@ -101,5 +103,26 @@ def test_cache_ids_from_the_prompt_or_the_server_and_never_guessed():
         assert api.cache_ids(server, "m", "completions", [5, 6, 7]) == ([5, 6, 7], "sent")  # as vLLM takes ids
         assert api.cache_ids(server, "m", "completions", "some text") == (None, "no_tokenize")
         assert api.cache_ids(server, "m", "chat", "some text") == (None, "no_tokenize")
+        assert api.detokenize(server, "m", [1, 2]) is None
     finally:
         httpd.shutdown()
+
+
+def test_chains_named_by_the_servers_detokenizer_ids_where_it_cannot():
+    chains = [{"first_tokens": [1, 2]}, {"first_tokens": [3]}, {"first_tokens": [1, 2]}, {"first_tokens": [9]}]
+    asked = []
+
+    def fetch(ids: list[int]) -> str | None:
+        asked.append(ids)
+        return None if ids == [9] else "<b>" + "ab" * ids[0] + "\n"
+
+    texts: dict = {}
+    name_chains(chains, texts, fetch, limit=2)  # two asked this look, the rest the next
+    assert asked == [[1, 2], [3]] and [c["first_text"] for c in chains] == ["<b>ab\n", "<b>ababab\n", "<b>ab\n", None]
+    name_chains(chains, texts, fetch, limit=2)
+    assert asked[2:] == [[9]] and chains[3]["first_text"] is None  # asked once: the server could not say
+    name_chains(chains, texts, fetch)
+    assert len(asked) == 3
+    # the hover: text quoted, escaped (Plotly reads tags), line breaks shown; ids where unknown
+    assert first_tokens(chains[0]) == "“&lt;b&gt;ab↵”" and first_tokens(chains[3]) == "9"
+    assert first_tokens({"first_tokens": [1], "first_text": "x" * 70}) == "“" + "x" * 60 + "…”"

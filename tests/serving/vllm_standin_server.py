@@ -8,11 +8,12 @@ Run by tests/serving/test_kv_run_vllm.py in a subprocess with PYTHONPATH=build/v
 `python vllm_standin_server.py CONFIG_JSON` (port, events_port, replay_port, block_size, num_blocks, algo). Serves
 GET /v1/models, POST /v1/completions (streamed as vLLM streams it: token messages, a usage message with
 prompt_tokens_details.cached_tokens, [DONE]), POST /tokenize (vLLM's TokenizeCompletionRequest: `prompt`, returns
-`tokens`; `messages` refused: no chat template here), and for the test GET /standin/hits (each request's prompt
-ids and the hits vLLM's manager reported, in the order they were looked up; the last sequence number published)
-and POST /standin/wake (an empty batch: ZMQ's PUB reads a new subscription only as it sends). Requests are served
-one at a time (a lock): each one's lookup and allocation in the manager, then its decode steps, each step's
-events published as one KVEventBatch (as Scheduler.update_from_output publishes a step's), then freed.
+`tokens`; `messages` refused: no chat template here), POST /detokenize (`tokens` -> `prompt`), and for the test
+GET /standin/hits (each request's prompt ids and the hits vLLM's manager reported, in the order they were looked up;
+the last sequence number published) and POST /standin/wake (an empty batch: ZMQ's PUB reads a new subscription only
+as it sends). Requests are served one at a time (a lock): each one's lookup and allocation in the manager, then its
+decode steps, each step's events published as one KVEventBatch (as Scheduler.update_from_output publishes a step's),
+then freed.
 """
 import importlib
 import json
@@ -104,6 +105,11 @@ def tokenize(body: dict) -> JSONResponse:
         return JSONResponse({"error": {"message": "no chat template", "code": 400}}, status_code=400)
     ids = TOK.encode(body["prompt"])
     return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": MAX_LEN})
+
+
+@app.post("/detokenize")
+def detokenize(body: dict) -> dict:
+    return {"prompt": TOK.decode(list(body["tokens"]))}  # vLLM's DetokenizeResponse
 
 
 @app.post("/v1/completions")

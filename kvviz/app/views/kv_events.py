@@ -6,6 +6,8 @@ server is drawn beside it (`run_view`, `draw_run_rates`, `draw_attribution`): th
 run's clock, and each request attributed to the cached blocks (kvviz.serving.kv_run)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from kvviz.app.language import show_error, tr
@@ -16,12 +18,13 @@ from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.serving.kv_attribution import DEFAULT_ALGO, HASH_ALGOS
 from kvviz.serving.kv_run import point_end_s
-from kvviz.serving.kv_watch import SERVER_FLAG, Watch
+from kvviz.serving.kv_watch import SERVER_FLAG, Watch, name_chains
 from kvviz.units import format_fixed
 
 # The subscription (a Watch: its thread and sockets), the error of the last Subscribe, the last state drawn; a load
 # run's view on it (`run`) and what it was computed for (`run_key`: the run's points, hash and seed).
-KE = page_state("kv_events", watch=None, error=None, last=None, run=None, run_key=None)
+# `texts`: chains' first tokens as the connected server detokenized them (kv_watch.name_chains).
+KE = page_state("kv_events", watch=None, error=None, last=None, run=None, run_key=None, texts={})
 TICK_S = 1.0  # drawn once a second: a flood of events is folded into the tree between two drawings
 LECTURE_TREE_PX = 330
 
@@ -50,9 +53,11 @@ def shown() -> dict | None:
     return KE.get("last")
 
 
-def panel(*, lecture: bool, per_token: int | None, on_draw=None) -> None:  # noqa: ANN001 - on_draw() -> None
+def panel(*, lecture: bool, per_token: int | None, on_draw=None,  # noqa: ANN001 - on_draw() -> None
+          detokenize: Callable[[list[int]], str | None] | None = None) -> None:
     """The endpoints, Subscribe and Stop, then the live picture (`per_token`: the served model's KV bytes per token,
-    None while unknown); `on_draw` runs after each drawing (the page shares the view with a room)."""
+    None while unknown); `on_draw` runs after each drawing (the page shares the view with a room); `detokenize`:
+    the connected server's /detokenize, which names each chain's first tokens in the tree's hover (ids without)."""
     if lecture:  # on a projector the screen is the tree's
         with st.expander(tr("kv_events.header")):
             st.write(tr("kv_events.intro"))
@@ -77,6 +82,9 @@ def panel(*, lecture: bool, per_token: int | None, on_draw=None) -> None:  # noq
         if watch is not None:
             state = watch.state()
             state["per_token"] = per_token
+            texts = KE.get("texts")
+            name_chains(state["chains"]["chains"], texts, detokenize)
+            KE.set("texts", texts)
             KE.set("last", _plain(state))
         last = KE.get("last")
         if last is None:
