@@ -82,3 +82,56 @@ def test_load_run_attributed_on_the_page():
     headers = [c for df in at.dataframe for c in df.value.columns]
     assert not [h for h in headers if re.fullmatch(r"[a-z0-9_]+", h) or h.startswith("kv_events.")], headers
     assert any("요청 4개: 조회한 블록" in m.value for m in at.markdown)
+
+
+@pytest.fixture
+def store():
+    from kvviz.app.room.session import room_store
+    from kvviz.room.store import MemoryStore
+
+    room_store.clear()
+    store = room_store()
+    assert isinstance(store, MemoryStore)  # KVVIZ_ROOM_STORE unset: the in-process store both sessions share
+    return store
+
+
+def test_a_follower_sees_the_lecturers_attribution(store):
+    """In lecture mode the lecturer subscribes on the cache events' screen, then runs the load from the numbers'
+    screen; a follower in Korean draws the attribution the lecturer's page published, and subscribes to nothing."""
+    from tests.pages.pagetest import open_page
+
+    with standin_server(block_size=4, num_blocks=64) as (url, endpoint, replay):
+        lecturer = open_page(PAGE, lecture="1", idea="6")  # the cache events' screen
+        lecturer.button(key="room_share").click().run()
+        room_id = lecturer.session_state["room_id"]
+        lecturer.text_input(key="serving_url").set_value(url).run()
+        next(b for b in lecturer.button if b.label == "Connect").click().run()
+        lecturer.text_input(key="kv_events_endpoint").set_value(endpoint).run()
+        lecturer.text_input(key="kv_events_replay").set_value(replay).run()
+        lecturer.button(key="kv_events_subscribe").click().run()
+        wake(url, lecturer.session_state["kv_events_watch"])
+        lecturer.session_state["kv_idea_serving"] = 4  # the numbers' screen
+        lecturer.run()
+        for key, value in (("serving_requests", 3), ("serving_prompt", 12), ("serving_max_tokens", 3),
+                           ("serving_prefix_len", 8)):
+            lecturer.number_input(key=key).set_value(value).run()
+        lecturer.text_input(key="serving_conc").set_value("1").run()
+        lecturer.button(key="serving_start").click().run()
+        deadline = time.monotonic() + 120
+        while lecturer.session_state["serving_worker"] is not None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            lecturer.run()
+        assert not lecturer.exception
+        hits = [h["hits"] for h in caught_up(url, lecturer.session_state["kv_events_watch"])["hits"]]
+        lecturer.run()
+        lecturer.session_state["kv_events_watch"].close()  # its Stop is on the cache events' screen
+    assert hits == [0, 8, 8]
+    shared = store.read(room_id)[1]["kv_run"]
+    assert [r["hit_tokens"] for r in shared["attribution"]["rows"]] == hits
+    follower = open_page(PAGE, lang="ko", room=room_id)
+    assert not follower.exception
+    table = next(df.value for df in follower.dataframe if "적중한 블록" in df.value.columns)
+    assert table["적중한 블록"].tolist() == [h // 4 for h in hits]
+    assert table["첫 미스"].tolist() == ["블록 0: 저장된 적 없음"] + ["블록 2: 분기 (캐시된 접두사가 여기서 끝남)"] * 2
+    assert not [b for b in follower.main.button if b.key and b.key.startswith("kv_events_")]  # no Subscribe here
+    assert "kv_events_watch" not in follower.session_state or follower.session_state["kv_events_watch"] is None
