@@ -11,15 +11,16 @@ KVEventBatch.ts, time.time() where its scheduler publishes): the two compare onl
 or clocks kept in step to well under the gap between requests). The server looks a request up after it is sent, so
 blocks another request stored in between (requests in flight together) are not counted as hits: exact for requests
 sent one after another. What cannot be known is said per request, never guessed: the server has no /tokenize, the
-run kept no prompts (started before subscribing), no block stored yet (block size unknown), or the request was sent
-before the subscription began (the cache's content then is unknown).
+run kept no prompts (started before subscribing), no block stored yet (block size unknown), the request was sent
+before the subscription began (the cache's content then is unknown), or the events hash the prompt's first block
+otherwise than the hash and seed given (`other_seed`).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from kvviz.serving.kv_attribution import attribute, summarize
+from kvviz.serving.kv_attribution import attribute, block_hashes, external, summarize
 from kvviz.serving.kv_tree import BlockTree
 from kvviz.serving.results import x_label
 
@@ -65,6 +66,10 @@ def attribute_run(tree: BlockTree, run: dict, *, algo: str, seed: str | None, si
                 row["unknown"] = why
                 rows.append(row)
                 continue
+            if _other_seed(tree, ids, size, algo, seed):
+                row["unknown"] = "other_seed"
+                rows.append(row)
+                continue
             d = attribute(tree, ids, size, algo=algo, seed=seed, at=sent).as_dict()
             removed = d["removed_ts"]
             row.update(tokens=d["tokens"], lookup=d["lookup"], hit_blocks=d["hit_blocks"], hit_tokens=d["hit_tokens"],
@@ -83,6 +88,17 @@ def attribute_run(tree: BlockTree, run: dict, *, algo: str, seed: str | None, si
 def bin_width_s(end_s: float) -> float:
     """The bins' width for a point lasting `end_s` seconds (BIN_WIDTHS_S, MAX_BINS)."""
     return next((w for w in BIN_WIDTHS_S if end_s / w <= MAX_BINS), BIN_WIDTHS_S[-1])
+
+
+def _other_seed(tree: BlockTree, ids: list[int], size: int, algo: str, seed: str | None) -> bool:
+    """Whether the events carried this prompt's first block under another hash than the one computed here (the
+    server hashes with another function or seed) while they carry only 64 bits of each hash: the chain cannot be
+    followed from the events' hash then (kv_attribution.attribute does, where they carry whole hashes), and a lookup
+    in the past cannot walk the tree by tokens, so every miss would be misread as "never stored"."""
+    if not tree.int_hashes or len(ids) < size:
+        return False
+    theirs = tree.first_blocks.get(tuple(ids[:size]))
+    return theirs is not None and theirs != external(block_hashes(ids[:size], size, algo, seed)[0], True)
 
 
 def run_rates(log: Sequence[tuple[float, int, int]], start_unix: float, end_s: float,

@@ -10,7 +10,7 @@ import pytest
 
 from kvviz.charts.kv_events import first_tokens
 from kvviz.serving import client as api
-from kvviz.serving.kv_attribution import block_hashes
+from kvviz.serving.kv_attribution import block_hashes, external
 from kvviz.serving.kv_events import Batch, Removed, Stored
 from kvviz.serving.kv_run import MAX_BINS, attribute_run, bin_width_s, point_end_s, run_rates
 from kvviz.serving.kv_tree import BlockTree
@@ -67,6 +67,20 @@ def test_what_cannot_be_known_is_said_per_request():
     assert view["summary"]["requests"] == 0 and view["rows"][0]["hit_blocks"] is None
     never = attribute_run(tree, run, algo="sha256", seed=None, since_unix=None)  # not subscribed
     assert never["rows"][0]["unknown"] == "before_events"
+
+
+def test_another_seed_is_said_not_misread_as_never_stored():
+    """64-bit hashes (vLLM 0.34.0's default) of a server under PYTHONHASHSEED=1234: told the seed, kvviz finds A's
+    blocks; not told, it says the request's attribution is unknown rather than "never stored"."""
+    tree = BlockTree()
+    hashes = tuple(external(h, True) for h in block_hashes(A, 4, seed="1234"))
+    tree.apply(Batch(0, T0 + 0.1, [Stored(hashes, None, tuple(A), 4, "GPU", 0)], "map"))
+    run = run_of([row(0, 1.0, A + [1]), row(1, 1.0, B + [1])])
+    told = attribute_run(tree, run, algo="sha256", seed="1234", since_unix=T0)["rows"]
+    assert [(r["hit_blocks"], r["unknown"]) for r in told] == [(3, None), (0, None)]
+    untold = attribute_run(tree, run, algo="sha256", seed=None, since_unix=T0)["rows"]
+    assert [(r["hit_blocks"], r["unknown"]) for r in untold] == [(None, "other_seed"), (0, None)]
+    assert untold[1]["reason"] == "never"  # B's first block's tokens were never stored, whatever the seed
 
 
 def test_blocks_per_second_on_the_points_clock():
