@@ -81,8 +81,13 @@ def attribute_run(tree: BlockTree, run: dict, *, algo: str, seed: str | None, si
     for r in rows:
         if r["unknown"] is not None:
             unknown[r["unknown"]] = unknown.get(r["unknown"], 0) + 1
+    # the server's own count where its usage reports one (vLLM's prompt_tokens_details.cached_tokens): the same
+    # lookup seen from inside, equal when the attribution is right (requests in flight together may differ)
+    compared = [r for r in known if r["server_cached"] is not None]
+    agree = sum(1 for r in compared if r["server_cached"] == r["hit_tokens"])
     return {"block_size": size, "algo": algo, "seed": seed, "rows": rows, "summary": summarize(known),
-            "unknown": unknown, "incomplete": bool(tree.incomplete), "t0_unix": t0}
+            "unknown": unknown, "incomplete": bool(tree.incomplete), "t0_unix": t0,
+            "server_agree": {"agree": agree, "compared": len(compared)}}
 
 
 def bin_width_s(end_s: float) -> float:

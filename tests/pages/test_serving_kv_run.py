@@ -65,6 +65,8 @@ def test_load_run_attributed_on_the_page():
     assert table["first miss"].tolist() == ["block 0: never stored"] + ["block 4: diverged (the cached prefix ends "
                                                                         "here)"] * 3
     assert table["cached tokens (server's usage)"].tolist() == hits
+    assert any(c.value.startswith("The server's own count of each request's cached tokens (its usage) equals this "
+                                  "attribution for 4 of 4 requests") for c in at.caption)
     text = " ".join(m.value for m in at.markdown)
     assert "4 requests: 12 of " in text
     # the blocks stored and removed per second under the timeline, on its clock

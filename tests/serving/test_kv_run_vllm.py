@@ -91,6 +91,7 @@ def _check(run: dict, server: dict, view: dict, watch: Watch) -> None:
     assert view["summary"]["hit_blocks"] * 4 == sum(h["hits"] for h in hits)
     # the server's own count of cached tokens, in its usage, says the same
     assert [r["server_cached"] for r in rows] == [h["hits"] for h in hits]
+    assert view["server_agree"] == {"agree": 7, "compared": 7}
     # blocks stored and removed per second on the point's clock: every block the run stored and evicted
     point = run["points"][0]
     rates = run_rates(list(watch.tree.log), point["start_unix_s"], 60.0)

@@ -268,6 +268,9 @@ def draw_attribution(view: dict | None, *, lecture: bool) -> None:
     pct = "—" if not s["lookup_blocks"] else f"{100 * s['hit_blocks'] / s['lookup_blocks']:.0f}%"
     st.markdown(tr("kv_events.run_summary", requests=len(att["rows"]), hit=s["hit_blocks"], lookup=s["lookup_blocks"],
                    pct=pct, unknown=sum(att["unknown"].values()), **{k: first[k] for k in REASON_KEYS}))
+    check = att.get("server_agree") or {"compared": 0}
+    if check["compared"]:
+        st.caption(tr("kv_events.run_server_agree", agree=check["agree"], n=check["compared"]))
     rows = [{**r, "why": _why(r)} for r in att["rows"]]
     keys = [k for k in ("point", "request", "sent_s", "tokens", "lookup", "hit_blocks", "why", "server_cached")
             if any(r[k] is not None for r in rows)]  # a column nobody knows left out (a server without usage)
