@@ -27,6 +27,7 @@ from kvviz.units import format_fixed
 KE = page_state("kv_events", watch=None, error=None, last=None, run=None, run_key=None, texts={})
 TICK_S = 1.0  # drawn once a second: a flood of events is folded into the tree between two drawings
 LECTURE_TREE_PX = 330
+LECTURE_RUN_RATES_PX = 220  # under the request timeline on its screen (views.serving.LECTURE_TIMELINE_WITH_RATES_PX)
 
 
 def _subscribe() -> None:
@@ -231,7 +232,8 @@ def draw_run_rates(view: dict, *, lecture: bool) -> None:
     title = "" if lecture else tr("kv_events.run_rates_title", bin=format_fixed(bin_ms, 0))
     labels = {"title": title, "stored": tr("kv_events.stored"),
               "removed": tr("kv_events.removed"), "x": tr("kv_events.run_rates_x"), "y": tr("kv_events.rates_y")}
-    chart(charts.run_rates_chart(view["rates"], labels, view["x_max_ms"], lecture=lecture), "kv_events_run_rates")
+    chart(charts.run_rates_chart(view["rates"], labels, view["x_max_ms"], lecture=lecture,
+                                 lecture_height=LECTURE_RUN_RATES_PX), "kv_events_run_rates")
     st.caption(tr("kv_events.run_clock"))
 
 

@@ -53,6 +53,8 @@ SV = page_state("serving", conn=None, conn_error=None, worker=None, state=None, 
 LECTURE_LOAD_PX = 330
 LECTURE_METRICS_PX = 260
 LECTURE_PREFIX_PX = 300
+# the timeline's screen with the server's blocks per second under it (kvviz.app.views.kv_events.draw_run_rates)
+LECTURE_TIMELINE_WITH_RATES_PX = 300
 
 
 # tenths of a millisecond: a server's TTFT over HTTP varies by more than that from one request to the next
@@ -263,7 +265,8 @@ def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bo
     if shown and shown.get("requests") and on_screen("timeline"):
         chart(charts.request_timeline(shown["requests"], {k: tr(f"serving.tl_{k}") for k in (
             "title", "queue", "ttft", "decode", "x", "y")} | {"title": tr("serving.tl_title", x=x_label(shown))},
-            lecture=lecture, x_max_ms=kv_run["x_max_ms"] if rates else None), "serving_timeline")
+            lecture=lecture, x_max_ms=kv_run["x_max_ms"] if rates else None,
+            **({"lecture_height": LECTURE_TIMELINE_WITH_RATES_PX} if rates else {})), "serving_timeline")
         if rates:
             draw_run_rates(kv_run, lecture=lecture)
     samples = sweep.gauge_samples()
