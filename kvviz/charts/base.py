@@ -22,9 +22,6 @@ def _template() -> go.layout.Template:
 # is drawn in Noto Sans CJK KR where it is installed, not in whichever CJK variant the system picks first.
 FONT_FAMILY = '"Open Sans", verdana, arial, "Noto Sans CJK KR", "Noto Sans KR", "Malgun Gothic", sans-serif'
 
-# px left of the plot in two charts drawn one under the other on the same x axis (the y axes' labels kept inside it,
-# not widening it), so their x axes line up
-ALIGNED_LEFT_PX = 90
 LECTURE_MAX_HEIGHT = 360  # px: with the page's title row and idea stepper, one chart per screen at 1280×720
 
 
@@ -44,13 +41,6 @@ def wrap_title(text: str, width: int = LECTURE_TITLE_WIDTH) -> str:
         else:
             lines.append(word)
     return "<br>".join(lines)
-
-
-def align_left(fig: go.Figure) -> go.Figure:
-    """The plot starts ALIGNED_LEFT_PX from the left whatever its y labels (see ALIGNED_LEFT_PX)."""
-    fig.update_layout(margin_l=ALIGNED_LEFT_PX)
-    fig.update_yaxes(automargin=False)
-    return fig
 
 
 def style(fig: go.Figure, *, title: str | None = None, lecture: bool = False, height: int = 360,

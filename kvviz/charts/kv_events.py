@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from kvviz.charts.base import LECTURE_MAX_HEIGHT, align_left, legend_below, style
+from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
 from kvviz.i18n import fill
 
 # a medium's colour (vLLM's MEDIUM_GPU, MEDIUM_CPU, MEDIUM_STORAGE); the medium is also written in each box
@@ -84,19 +84,3 @@ def rates_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
     fig = style(fig, title=labels["title"], lecture=lecture, height=300, lecture_height=lecture_height)
     return legend_below(fig, lecture=lecture)
 
-
-def run_rates_chart(rows: Sequence[dict], labels: Mapping[str, str], x_max_ms: float, *, lecture: bool = False,
-                    lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
-    """Blocks stored (up) and removed (down, hatched) per second during a load run's point, on the point's own clock
-    in ms (the request timeline's axis, [0, x_max_ms]): rows from kvviz.serving.kv_run.run_rates."""
-    xs = [r["t_s"] * 1e3 for r in rows]
-    width = [1e3 * 2 * rows[0]["t_s"]] * len(rows) if rows else []  # a bin's width: its middle is half of it
-    fig = go.Figure()
-    fig.add_bar(x=xs, y=[r["stored"] for r in rows], width=width, name=labels["stored"], marker_color=STORED)
-    fig.add_bar(x=xs, y=[-r["removed"] for r in rows], width=width, name=labels["removed"], marker_color=REMOVED,
-                marker_pattern_shape="/")
-    fig.update_layout(barmode="relative")
-    fig.update_xaxes(title_text=labels["x"], range=[0, x_max_ms], tick0=0)
-    fig.update_yaxes(title_text=labels["y"])
-    fig = style(fig, title=labels["title"], lecture=lecture, height=320, lecture_height=lecture_height)
-    return align_left(legend_below(fig, lecture=lecture))  # its x axis under the request timeline's

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from kvviz.i18n import t
-from tests.browser.harness import IDLE, settle, wait_idle
+from tests.browser.harness import IDLE, LOWEST, settle, wait_idle
 from tests.serving.standin import INSTALLED, standin_server
 
 pytestmark = pytest.mark.skipif(not INSTALLED, reason="vLLM reference not installed here: run "
@@ -62,11 +62,22 @@ def test_load_run_attributed_in_the_browser(browser, app_url, shots, lang):
                                                       unseeded=0, unknown=0))))
     expect(summary).to_be_visible()
     assert page.locator("[data-testid='stException']").count() == 0 and not errors
-    rates = page.locator("[data-testid='stPlotlyChart']").filter(
-        has_text=t("kv_events.run_rates_title", lang, bin=10).split("10")[0]).first
-    rates.scroll_into_view_if_needed()
+    timeline = page.locator("[data-testid='stPlotlyChart']").filter(has_text=t("kv_events.run_rates_y", lang)).first
+    timeline.scroll_into_view_if_needed()
     page.screenshot(path=shots / f"kv_run_timeline_{lang}.png")
     table = page.locator("[data-testid='stDataFrame']").last
     table.scroll_into_view_if_needed()
     page.screenshot(path=shots / f"kv_run_attribution_{lang}.png")
+    # on a projector (lecture mode, 1280×720): the timeline's screen, the blocks per second under the requests
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.get_by_text(t("lecture.toggle", lang), exact=True).click()
+    wait_idle(page)
+    page.locator(".st-key-kv_idea_next_serving button").first.click()  # the load's screen, then the timeline's
+    wait_idle(page)
+    settle(page)
+    page.evaluate("window.scrollTo(0, 0)")
+    lowest = page.evaluate(LOWEST)
+    page.screenshot(path=shots / f"kv_run_lecture_{lang}.png")
+    print(f"\n{lang}: the timeline's screen in lecture mode ends at {lowest:.0f} px")
+    assert lowest <= 720 and page.locator("[data-testid='stException']").count() == 0
     context.close()

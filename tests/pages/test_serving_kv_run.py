@@ -72,7 +72,11 @@ def test_load_run_attributed_on_the_page():
     # the blocks stored and removed per second under the timeline, on its clock
     width = 2 * view["rates"][0]["t_s"]  # a bin's width: its middle is half of it
     assert sum(r["stored"] for r in view["rates"]) * width == pytest.approx(watch.tree.stored) and watch.tree.stored
-    assert any(c.value.startswith("The requests' times are this machine's clock") for c in at.caption)
+    assert any(c.value.startswith("Under the requests: the server's blocks stored") for c in at.caption)
+    timeline = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                    if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Every request of the point"))
+    stored_bars = next(d for d in timeline["data"] if d.get("name") == "stored")
+    assert stored_bars["xaxis"] == "x2" and timeline["layout"]["xaxis"]["matches"] == "x2"  # the requests' x axis
     # the tree's hover names each chain's first tokens as the server's /detokenize wrote them
     tok = shipped_tokenizer()
     assert chains and all(c["first_text"] == tok.decode(c["first_tokens"]) for c in chains)

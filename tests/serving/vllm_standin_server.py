@@ -4,16 +4,16 @@ on loopback ports. No model runs: the "forward" is vLLM's scheduling loop for on
 tests/engine/paged/vllm_kv_reference.py transcribes Scheduler.schedule / update_from_output), so the cache's hits,
 stores and evictions are vLLM's own; the text is the shipped model's tokenizer's.
 
-Run by tests/serving/test_kv_run_vllm.py in a subprocess with PYTHONPATH=build/vllm-ref and the checkout:
-`python vllm_standin_server.py CONFIG_JSON` (port, events_port, replay_port, block_size, num_blocks, algo). Serves
-GET /v1/models, POST /v1/completions (streamed as vLLM streams it: token messages, a usage message with
-prompt_tokens_details.cached_tokens, [DONE]), POST /tokenize (vLLM's TokenizeCompletionRequest: `prompt`, returns
-`tokens`; `messages` refused: no chat template here), POST /detokenize (`tokens` -> `prompt`), and for the test
-GET /standin/hits (each request's prompt ids and the hits vLLM's manager reported, in the order they were looked up;
-the last sequence number published) and POST /standin/wake (an empty batch: ZMQ's PUB reads a new subscription only
-as it sends). Requests are served one at a time (a lock): each one's lookup and allocation in the manager, then its
-decode steps, each step's events published as one KVEventBatch (as Scheduler.update_from_output publishes a step's),
-then freed.
+Run by tests/serving/standin.py in a subprocess with PYTHONPATH=build/vllm-ref and the checkout:
+`python vllm_standin_server.py CONFIG_JSON` (port, events_port, replay_port, block_size, num_blocks, algo).
+Serves GET /v1/models; GET /metrics (vLLM's names, from the manager's state and counts); POST /v1/completions
+(streamed as vLLM streams it: token messages, a usage message with prompt_tokens_details.cached_tokens, [DONE]);
+POST /tokenize (vLLM's TokenizeCompletionRequest: `prompt`, returns `tokens`; `messages` refused: no chat template
+here); POST /detokenize (`tokens` -> `prompt`); and for the tests GET /standin/hits (each request's prompt ids and
+the hits vLLM's manager reported, in the order they were looked up; the last sequence number published) and POST
+/standin/wake (an empty batch: ZMQ's PUB reads a new subscription only as it sends). Requests are served one at a
+time (a lock): each one's lookup and allocation in the manager, then its decode steps, each step's events published
+as one KVEventBatch (as Scheduler.update_from_output publishes a step's), then freed.
 """
 import importlib
 import json
@@ -28,7 +28,7 @@ importlib.import_module("vllm_kv_reference")  # stubs xgrammar and llguidance, t
 import torch  # noqa: E402
 import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
-from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse  # noqa: E402
 from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
@@ -54,7 +54,7 @@ hasher = get_request_block_hasher(SIZE, hash_fn)
 publisher = ZmqEventPublisher(0, endpoint=f"tcp://*:{CFG['events_port']}",
                               replay_endpoint=f"tcp://*:{CFG['replay_port']}")
 LOCK = threading.Lock()
-STATE = {"seq": -1, "hits": [], "n": 0}
+STATE = {"seq": -1, "hits": [], "n": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0, "queries": 0}
 app = FastAPI()
 
 
@@ -75,6 +75,9 @@ def serve(ids: list[int], max_tokens: int) -> tuple[int, list[int]] | None:
         publish()
         return None
     STATE["hits"].append({"tokens": ids, "hits": n_hit, "ts": time.time()})
+    STATE["queries"] += req.num_tokens  # vLLM's PrefixCacheStats: the prompt's tokens queried, the hit ones
+    STATE["prompt_tokens"] += len(ids)
+    STATE["generation_tokens"] += max_tokens
     req.status, req.num_computed_tokens = RequestStatus.RUNNING, n_hit
     out: list[int] = []
     while True:  # update_from_output: one new token per step; the next step's slots; freed when done
@@ -99,6 +102,22 @@ def models() -> dict:
                                         "max_model_len": MAX_LEN}]}
 
 
+@app.get("/metrics")
+def metrics() -> PlainTextResponse:
+    """vLLM's Prometheus names (vllm/v1/metrics/loggers.py), from this manager's own state and counts."""
+    with LOCK:
+        hits = sum(h["hits"] for h in STATE["hits"])
+        lines = [f'vllm:cache_config_info{{block_size="{SIZE}",cache_dtype="auto"}} 1.0',
+                 f'vllm:kv_cache_usage_perc{{model_name="{MODEL}"}} {kvm.usage}',
+                 f'vllm:num_requests_running{{model_name="{MODEL}"}} {STATE["running"]}',
+                 f'vllm:num_requests_waiting{{model_name="{MODEL}"}} 0',
+                 f'vllm:prefix_cache_queries_total{{model_name="{MODEL}"}} {STATE["queries"]}',
+                 f'vllm:prefix_cache_hits_total{{model_name="{MODEL}"}} {hits}',
+                 f'vllm:prompt_tokens_total{{model_name="{MODEL}"}} {STATE["prompt_tokens"]}',
+                 f'vllm:generation_tokens_total{{model_name="{MODEL}"}} {STATE["generation_tokens"]}']
+    return PlainTextResponse("\n".join(lines) + "\n")
+
+
 @app.post("/tokenize")
 def tokenize(body: dict) -> JSONResponse:
     if "messages" in body or not isinstance(body.get("prompt"), str):
@@ -117,7 +136,9 @@ def completions(body: dict):  # noqa: ANN201 - a streamed or a JSON response
     prompt = body.get("prompt")
     ids = list(prompt) if isinstance(prompt, list) else TOK.encode(str(prompt))
     with LOCK:
+        STATE["running"] = 1
         done = serve(ids, int(body.get("max_tokens") or 16))
+        STATE["running"] = 0
     if done is None:
         return JSONResponse({"error": {"message": "the KV cache cannot hold this request", "code": 400}},
                             status_code=400)

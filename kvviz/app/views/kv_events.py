@@ -2,7 +2,7 @@
 session) and draw the tree of its cached blocks, its size in blocks, tokens and bytes, and the blocks stored and
 removed per second, once a second whatever the rate of events (`panel`). What is drawn is plain data (`shown()`),
 which a lecture room's followers draw with `draw` and never subscribe. A load run of the page against the same
-server is drawn beside it (`run_view`, `draw_run_rates`, `draw_attribution`): the blocks stored and removed on the
+server is drawn beside it (`run_view`, `draw_run_clock`, `draw_attribution`): the blocks stored and removed on the
 run's clock, and each request attributed to the cached blocks (kvviz.serving.kv_run)."""
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from kvviz.units import format_fixed
 KE = page_state("kv_events", watch=None, error=None, last=None, run=None, run_key=None, texts={})
 TICK_S = 1.0  # drawn once a second: a flood of events is folded into the tree between two drawings
 LECTURE_TREE_PX = 330
-LECTURE_RUN_RATES_PX = 220  # under the request timeline on its screen (views.serving.LECTURE_TIMELINE_WITH_RATES_PX)
 
 
 def _subscribe() -> None:
@@ -226,15 +225,11 @@ def run_shown() -> dict | None:
     return KE.get("run")
 
 
-def draw_run_rates(view: dict, *, lecture: bool) -> None:
-    """Under the request timeline: blocks stored and removed per second on the same clock, and what the times mean."""
+def draw_run_clock(view: dict) -> None:
+    """Under the request timeline and the server's blocks per second (kvviz.charts.serving.request_timeline): what
+    their times mean, and the bins' width."""
     bin_ms = 2e3 * view["rates"][0]["t_s"] if view["rates"] else 0  # a bin's middle is half its width
-    title = "" if lecture else tr("kv_events.run_rates_title", bin=format_fixed(bin_ms, 0))
-    labels = {"title": title, "stored": tr("kv_events.stored"),
-              "removed": tr("kv_events.removed"), "x": tr("kv_events.run_rates_x"), "y": tr("kv_events.rates_y")}
-    chart(charts.run_rates_chart(view["rates"], labels, view["x_max_ms"], lecture=lecture,
-                                 lecture_height=LECTURE_RUN_RATES_PX), "kv_events_run_rates")
-    st.caption(tr("kv_events.run_clock"))
+    st.caption(tr("kv_events.run_clock", bin=format_fixed(bin_ms, 0)))
 
 
 REASON_KEYS = ("never", "evicted", "diverged", "reset", "unseeded")

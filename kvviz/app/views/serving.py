@@ -15,7 +15,7 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
-from kvviz.app.views.kv_events import draw_attribution, draw_run_rates
+from kvviz.app.views.kv_events import draw_attribution, draw_run_clock
 from kvviz.app.views.kv_events import follow as follow_kv_events
 from kvviz.app.views.kv_events import run_shown as kv_run_shown
 from kvviz.app.views.kv_events import shown as kv_events_shown
@@ -53,8 +53,6 @@ SV = page_state("serving", conn=None, conn_error=None, worker=None, state=None, 
 LECTURE_LOAD_PX = 330
 LECTURE_METRICS_PX = 260
 LECTURE_PREFIX_PX = 300
-# the timeline's screen with the server's blocks per second under it (kvviz.app.views.kv_events.draw_run_rates)
-LECTURE_TIMELINE_WITH_RATES_PX = 300
 
 
 # tenths of a millisecond: a server's TTFT over HTTP varies by more than that from one request to the next
@@ -261,14 +259,14 @@ def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bo
         show_table(sweep.crosscheck_rows(), {k: tr(f"serving.xc_{k}") for k in CROSSCHECK_COLUMNS},
                    "serving_crosscheck")
     shown = sweep.timeline_point()
-    rates = (kv_run or {}).get("rates")
+    rates = (kv_run or {}).get("rates")  # the server's blocks per second under the requests, on their clock
     if shown and shown.get("requests") and on_screen("timeline"):
         chart(charts.request_timeline(shown["requests"], {k: tr(f"serving.tl_{k}") for k in (
-            "title", "queue", "ttft", "decode", "x", "y")} | {"title": tr("serving.tl_title", x=x_label(shown))},
-            lecture=lecture, x_max_ms=kv_run["x_max_ms"] if rates else None,
-            **({"lecture_height": LECTURE_TIMELINE_WITH_RATES_PX} if rates else {})), "serving_timeline")
+            "title", "queue", "ttft", "decode", "x", "y")} | {"title": tr("serving.tl_title", x=x_label(shown))}
+            | {k: tr(f"kv_events.{k}") for k in ("stored", "removed")} | {"rates_y": tr("kv_events.run_rates_y")},
+            lecture=lecture, rates=rates, x_max_ms=kv_run["x_max_ms"] if rates else None), "serving_timeline")
         if rates:
-            draw_run_rates(kv_run, lecture=lecture)
+            draw_run_clock(kv_run)
     samples = sweep.gauge_samples()
     if samples and on_screen("counters"):
         chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
