@@ -58,15 +58,36 @@ def test_load_run_attribution_equals_vllm_managers_hits(tmp_path):
     _check(run, server, view, watch)
 
 
-def _run(url: str, watch: Watch, tmp_path) -> tuple[dict, dict, dict]:  # noqa: ANN001
+def _run(url: str, watch: Watch, tmp_path, endpoint: str = "completions") -> tuple[dict, dict, dict]:  # noqa: ANN001
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in scripted(0)), encoding="utf-8")
-    plan = BenchPlan(url=url, points=closed_loop((1,)), num_prompts=7,
+    plan = BenchPlan(url=url, points=closed_loop((1,)), num_prompts=7, endpoint=endpoint,
                      workload=Workload(output_len=3, dataset_path=str(dataset), seed=0), keep_cache_ids=True)
     run = run_bench(plan)
     assert run["error"] is None and run["completed"] == 7
     server = caught_up(url, watch)
     return run, server, watch.run_view(run, algo="sha256", seed=None)
+
+
+def test_chat_prompts_attributed_through_the_servers_chat_template(tmp_path):
+    """The chat endpoint: each prompt's ids are the server's own rendering of the one-message chat (its /tokenize
+    with `messages`, TokenizeChatRequest's add_generation_prompt), the ids its manager looked up; the attribution
+    equals the manager's hits, the template's own first tokens shared by every request."""
+    with standin_server(block_size=4, num_blocks=24) as (url, endpoint, replay):
+        watch = Watch(endpoint, replay)
+        try:
+            wake(url, watch)
+            run, server, view = _run(url, watch, tmp_path, endpoint="chat")
+        finally:
+            watch.close()
+    rows, hits = view["rows"], server["hits"]
+    assert [r["ids_from"] for r in rows] == ["chat"] * 7 and view["unknown"] == {}
+    assert [r["tokens"] for r in rows] == [len(h["tokens"]) for h in hits]
+    assert [r["hit_tokens"] for r in rows] == [h["hits"] for h in hits]
+    print(f"\nchat: hit tokens {[h['hits'] for h in hits]} (vLLM) = {[r['hit_tokens'] for r in rows]} (kvviz); "
+          f"first misses {[r['reason'] for r in rows]}")
+    assert rows[0]["reason"] == "never" and rows[1]["reason"] is None and rows[1]["hit_blocks"] > 3
+    assert all(r["hit_blocks"] >= 1 for r in rows[1:] if r["reason"] != "evicted")  # "<|im_start|>user\n" shared
 
 
 def _check(run: dict, server: dict, view: dict, watch: Watch) -> None:

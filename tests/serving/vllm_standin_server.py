@@ -6,11 +6,12 @@ stores and evictions are vLLM's own; the text is the shipped model's tokenizer's
 
 Run by tests/serving/standin.py in a subprocess with PYTHONPATH=build/vllm-ref and the checkout:
 `python vllm_standin_server.py CONFIG_JSON` (port, events_port, replay_port, block_size, num_blocks, algo).
-Serves GET /v1/models; GET /metrics (vLLM's names, from the manager's state and counts); POST /v1/completions
-(streamed as vLLM streams it: token messages, a usage message with prompt_tokens_details.cached_tokens, [DONE]);
-POST /tokenize (vLLM's TokenizeCompletionRequest: `prompt`, returns `tokens`; `messages` refused: no chat template
-here); POST /detokenize (`tokens` -> `prompt`); and for the tests GET /standin/hits (each request's prompt ids and
-the hits vLLM's manager reported, in the order they were looked up; the last sequence number published) and POST
+Serves GET /v1/models; GET /metrics (vLLM's names, from the manager's state and counts); POST /v1/completions and
+/v1/chat/completions (streamed as vLLM streams them: token messages, a usage message with
+prompt_tokens_details.cached_tokens, [DONE]; chat through TEMPLATE); POST /tokenize (vLLM's
+TokenizeCompletionRequest, `prompt`, and TokenizeChatRequest, `messages` through TEMPLATE; returns `tokens`); POST
+/detokenize (`tokens` -> `prompt`); and for the tests GET /standin/hits (each request's prompt ids and the hits
+vLLM's manager reported, in the order they were looked up; the last sequence number published) and POST
 /standin/wake (an empty batch: ZMQ's PUB reads a new subscription only as it sends). Requests are served one at a
 time (a lock): each one's lookup and allocation in the manager, then its decode steps, each step's events published
 as one KVEventBatch (as Scheduler.update_from_output publishes a step's), then freed.
@@ -37,10 +38,15 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 
+from kvviz.engine.chat import render_chat  # noqa: E402
 from kvviz.engine.loading import shipped_tokenizer  # noqa: E402
 
 CFG = json.loads(sys.argv[1])
 MODEL, MAX_LEN = "kvviz-standin", 2048
+# the chat template (ChatML's layout; the shipped tokenizer has none), applied as vLLM's chat endpoint and its
+# TokenizeChatRequest apply a model's: add_generation_prompt default True
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SIZE = CFG["block_size"]
 TOK = shipped_tokenizer()
 spec = FullAttentionSpec(block_size=SIZE, num_kv_heads=1, head_size=8, dtype=torch.float32)
@@ -118,11 +124,19 @@ def metrics() -> PlainTextResponse:
     return PlainTextResponse("\n".join(lines) + "\n")
 
 
+def chat_ids(body: dict) -> list[int]:
+    return TOK.encode(render_chat(TEMPLATE, body["messages"],
+                                  add_generation_prompt=body.get("add_generation_prompt", True)))
+
+
 @app.post("/tokenize")
 def tokenize(body: dict) -> JSONResponse:
-    if "messages" in body or not isinstance(body.get("prompt"), str):
-        return JSONResponse({"error": {"message": "no chat template", "code": 400}}, status_code=400)
-    ids = TOK.encode(body["prompt"])
+    if isinstance(body.get("messages"), list):
+        ids = chat_ids(body)
+    elif isinstance(body.get("prompt"), str):
+        ids = TOK.encode(body["prompt"])
+    else:
+        return JSONResponse({"error": {"message": "prompt or messages", "code": 400}}, status_code=400)
     return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": MAX_LEN})
 
 
@@ -134,7 +148,15 @@ def detokenize(body: dict) -> dict:
 @app.post("/v1/completions")
 def completions(body: dict):  # noqa: ANN201 - a streamed or a JSON response
     prompt = body.get("prompt")
-    ids = list(prompt) if isinstance(prompt, list) else TOK.encode(str(prompt))
+    return complete(body, list(prompt) if isinstance(prompt, list) else TOK.encode(str(prompt)), chat=False)
+
+
+@app.post("/v1/chat/completions")
+def chat_completions(body: dict):  # noqa: ANN201 - a streamed or a JSON response
+    return complete(body, chat_ids(body), chat=True)
+
+
+def complete(body: dict, ids: list[int], *, chat: bool):  # noqa: ANN201 - a streamed or a JSON response
     with LOCK:
         STATE["running"] = 1
         done = serve(ids, int(body.get("max_tokens") or 16))
@@ -143,17 +165,18 @@ def completions(body: dict):  # noqa: ANN201 - a streamed or a JSON response
         return JSONResponse({"error": {"message": "the KV cache cannot hold this request", "code": 400}},
                             status_code=400)
     n_hit, out = done
+    kind = "chat.completion.chunk" if chat else "text_completion"
 
     def stream():
         for k, t in enumerate(out):
-            chunk = {"id": "cmpl-standin", "object": "text_completion", "model": MODEL,
-                     "choices": [{"index": 0, "text": TOK.decode([t]) or " ",
-                                  "finish_reason": "length" if k == len(out) - 1 else None}]}
-            yield f"data: {json.dumps(chunk)}\n\n"
+            text = TOK.decode([t]) or " "
+            choice = {"index": 0, "finish_reason": "length" if k == len(out) - 1 else None,
+                      **({"delta": {"content": text}} if chat else {"text": text})}
+            yield f"data: {json.dumps({'id': 'standin', 'object': kind, 'model': MODEL, 'choices': [choice]})}\n\n"
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": len(ids), "completion_tokens": len(out), "total_tokens": len(ids) + len(out),
                      "prompt_tokens_details": {"cached_tokens": n_hit}}
-            yield f"data: {json.dumps({'id': 'cmpl-standin', 'choices': [], 'usage': usage})}\n\n"
+            yield f"data: {json.dumps({'id': 'standin', 'choices': [], 'usage': usage})}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(stream(), media_type="text/event-stream")
