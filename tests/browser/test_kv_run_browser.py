@@ -80,4 +80,15 @@ def test_load_run_attributed_in_the_browser(browser, app_url, shots, lang):
     page.screenshot(path=shots / f"kv_run_lecture_{lang}.png")
     print(f"\n{lang}: the timeline's screen in lecture mode ends at {lowest:.0f} px")
     assert lowest <= 720 and page.locator("[data-testid='stException']").count() == 0
+    for _ in range(2):  # the numbers' screen: the attribution's summary under the points' table
+        page.locator(".st-key-kv_idea_next_serving button").first.click()
+        page.wait_for_timeout(500)
+        wait_idle(page)
+        settle(page)
+    expect(page.get_by_text(t("kv_events.run_header", lang).strip("*"))).to_be_visible()
+    page.evaluate("window.scrollTo(0, 0)")
+    numbers = page.evaluate(LOWEST)
+    page.screenshot(path=shots / f"kv_run_lecture_numbers_{lang}.png")
+    print(f"{lang}: the numbers' screen in lecture mode ends at {numbers:.0f} px")
+    assert numbers <= 720 and page.locator("[data-testid='stException']").count() == 0
     context.close()
