@@ -2,7 +2,8 @@
 prefix cache is vLLM's own KVCacheManager (tests/serving/vllm_standin_server.py), runs a load run against it: the
 blocks stored per second under the request timeline, and each request's lookup in a table, in English and Korean.
 Six requests share a 16-token system prompt (4 blocks of 4): the first stores it, the five others hit it; a pool of
-15 blocks evicts earlier requests' own blocks."""
+15 blocks evicts earlier requests' own blocks. Then on a projector (lecture mode, 1280×720): the timeline's screen and
+the numbers' screen, with the attribution, each fit the screen."""
 import re
 import time
 
