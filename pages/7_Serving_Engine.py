@@ -15,7 +15,9 @@ from kvviz.app.navigation import link_to, page_of
 from kvviz.app.room.follow import room_part
 from kvviz.app.room.share import share_button
 from kvviz.app.shell import page_setup
+from kvviz.app.views.kv_events import following as kv_events_following
 from kvviz.app.views.kv_events import panel as kv_events_panel
+from kvviz.app.views.kv_events import run_view as kv_run_view
 from kvviz.app.views.kv_events import shown as kv_events_shown
 from kvviz.app.views.serving import (
     SV,
@@ -170,7 +172,8 @@ with tab_load:
                              prompt_tokens=int(num("prompt")), max_tokens=int(num("max_tokens")),
                              range_ratio=float(num("range")), prefix_len=int(num("prefix_len")),
                              warmups=int(num("warmups")), slo_ttft_ms=float(num("slo_ttft")),
-                             slo_tpot_ms=float(num("slo_tpot")), dataset_path=dataset["path"] if dataset else None)
+                             slo_tpot_ms=float(num("slo_tpot")), dataset_path=dataset["path"] if dataset else None,
+                             keep_cache_ids=kv_events_following())  # attributed to the followed cache's blocks
             check_plan(plan, limits)
             if SV.get("worker") is not None:
                 SV.get("worker").close()
@@ -196,8 +199,10 @@ with tab_load:
 
     def live() -> None:
         read_worker("")
-        sweep_results(SV.get("state"), n_requests=int(num("requests")), live_charts=bool(ss.get("serving_live_charts")),
-                      lecture=lecture, on_screen=on_screen)
+        state = SV.get("state")
+        kv_run = kv_run_view(None if state is None else state.result, final=state is not None and state.final)
+        sweep_results(state, n_requests=int(num("requests")), live_charts=bool(ss.get("serving_live_charts")),
+                      lecture=lecture, on_screen=on_screen, kv_run=kv_run)
         share()
 
     st.fragment(live, run_every=TICK_S[bool(ss.get("serving_live_charts"))] if running else None)()
@@ -243,8 +248,16 @@ with tab_prefix:
             prefix_details(finished.result)
 
 # ---- the server's cache, from its KV events ---------------------------------------------------------------
+def detokenize(ids: list[int]) -> str | None:
+    """The tree's first tokens as text, by the connected server's own tokenizer (None: it cannot say)."""
+    try:
+        return api.detokenize(server(), ss.get("serving_model", ""), ids)
+    except InputError:
+        return None
+
+
 with tab_kv:
-    kv_events_panel(lecture=lecture, per_token=per_token, on_draw=share)
+    kv_events_panel(lecture=lecture, per_token=per_token, on_draw=share, detokenize=detokenize)
 
 # ---- definitions ---------------------------------------------------------------------------------------
 with tab_defs:

@@ -3,6 +3,7 @@ blocks stored and removed per second. Data in (kvviz.serving.kv_tree's chains an
 every visible word arrives in `labels`."""
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -14,6 +15,17 @@ from kvviz.i18n import fill
 MEDIA_COLORS = {"GPU": "#1f77b4", "CPU": "#ff7f0e", "STORAGE": "#2ca02c"}
 MIXED, ROOT, UNKNOWN = "#9467bd", "#e8e8e8", "#cfcfcf"
 STORED, REMOVED = "#2ca02c", "#d62728"
+
+
+def first_tokens(chain: dict, max_chars: int = 60) -> str:
+    """A chain's first tokens for its hover: as text where the server detokenized them (`first_text`, quoted,
+    line breaks shown as ↵, HTML escaped: Plotly's hover reads tags), else their ids."""
+    text = chain.get("first_text")
+    if text is None:
+        return " ".join(map(str, chain["first_tokens"]))
+    text = text.replace("\n", "↵")
+    text = text if len(text) <= max_chars else text[:max_chars] + "…"
+    return "“" + html.escape(text) + "”"
 
 
 def tree_chart(chains: Sequence[dict], groups: Sequence[object], labels: Mapping[str, str], *,
@@ -45,7 +57,7 @@ def tree_chart(chains: Sequence[dict], groups: Sequence[object], labels: Mapping
         start = "?" if c["depth"] is None else c["depth"]
         hovers.append(fill(labels["hover"], hash=c["hash"], start=start, blocks=c["blocks"], tokens=c["tokens"],
                            media=c["media"], copies=c["copies"], leaves=c["leaves"],
-                           group=c["group"], first=" ".join(map(str, c["first_tokens"]))))
+                           group=c["group"], first=first_tokens(c)))
     fig = go.Figure(go.Icicle(ids=ids, labels=ids, parents=parents, values=values, text=texts, branchvalues="total",
                               marker=dict(colors=colors, line=dict(color="white", width=1)),
                               tiling=dict(orientation="h"), textinfo="text", hovertext=hovers, hoverinfo="text",
@@ -71,3 +83,4 @@ def rates_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
     fig.update_yaxes(title_text=labels["y"])
     fig = style(fig, title=labels["title"], lecture=lecture, height=300, lecture_height=lecture_height)
     return legend_below(fig, lecture=lecture)
+

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvviz.charts.base import LECTURE_MAX_HEIGHT, legend_below, style
+from kvviz.charts.kv_events import REMOVED, STORED
 
 # Okabe & Ito's colour-blind-safe hues (darkened where a line needs 3:1 on white): tests/charts/test_palettes.py
 TTFT, TPOT, THROUGHPUT, FIT = "#d55e00", "#0072b2", "#009e73", "#555555"
@@ -58,26 +59,46 @@ def load_chart(points: Sequence[dict], x: Sequence[str], labels: Mapping[str, st
 
 
 def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,
-                     lecture_height: int = LECTURE_MAX_HEIGHT) -> go.Figure:
+                     lecture_height: int = LECTURE_MAX_HEIGHT, rates: Sequence[dict] | None = None,
+                     x_max_ms: float | None = None) -> go.Figure:
     """One row per request of a point, on its clock: waiting in the client for a free slot (grey, open loop with
-    a concurrency cap), waiting for its first token (red), then streaming (blue)."""
-    fig = go.Figure()
+    a concurrency cap), waiting for its first token (red), then streaming (blue). `rates`: the server's blocks
+    stored (up) and removed (down, hatched) per second on the same clock (kvviz.serving.kv_run.run_rates, bins by
+    their middles), drawn under it on the same x axis, [0, x_max_ms]; their words in labels "stored", "removed",
+    "rates_y"."""
+    below = rates is not None
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.08) \
+        if below else go.Figure()
+    at = {"row": 1, "col": 1} if below else {}
     ok = [r for r in requests if r.get("ttft_s") is not None]
     ys = [str(i + 1) for i in range(len(ok))]
     queued = [r.get("queue_s") or 0.0 for r in ok]
     if any(q > 0.001 for q in queued):
         fig.add_bar(y=ys, x=[q * MS for q in queued], base=[r["arrival_s"] * MS for r in ok], orientation="h",
-                    marker_color="#bbbbbb", name=labels["queue"])
+                    marker_color="#bbbbbb", name=labels["queue"], **at)
     fig.add_bar(y=ys, x=[r["ttft_s"] * MS for r in ok], base=[r["start_s"] * MS for r in ok], orientation="h",
-                marker_color=TTFT, name=labels["ttft"])
+                marker_color=TTFT, name=labels["ttft"], **at)
     fig.add_bar(y=ys, x=[(r["e2e_s"] - r["ttft_s"]) * MS for r in ok],
                 base=[(r["start_s"] + r["ttft_s"]) * MS for r in ok], orientation="h", marker_color=TPOT,
-                name=labels["decode"])
+                name=labels["decode"], **at)
     fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=1.08))
-    fig.update_xaxes(title_text=labels["x"])
-    fig.update_yaxes(title_text=labels["y"], autorange="reversed", showticklabels=len(ok) <= 40)
-    return style(fig, title=labels["title"], lecture=lecture, height=max(300, min(700, 14 * len(ok) + 150)),
-                 lecture_height=lecture_height)
+    fig.update_yaxes(title_text=labels["y"], autorange="reversed", showticklabels=len(ok) <= 40, **at)
+    height = max(300, min(700, 14 * len(ok) + 150))
+    if below:
+        xs = [r["t_s"] * MS for r in rates]
+        width = [2 * rates[0]["t_s"] * MS] * len(rates) if rates else []  # a bin's middle is half its width
+        fig.add_bar(x=xs, y=[r["stored"] for r in rates], width=width, name=labels["stored"],
+                    marker_color=STORED, row=2, col=1)
+        fig.add_bar(x=xs, y=[-r["removed"] for r in rates], width=width, name=labels["removed"],
+                    marker_color=REMOVED, marker_pattern_shape="/", row=2, col=1)  # hatched, and below 0
+        fig.update_yaxes(title_text=labels["rates_y"], row=2, col=1)
+        fig.update_xaxes(title_text=labels["x"], row=2, col=1)
+        height += 160
+    else:
+        fig.update_xaxes(title_text=labels["x"])
+    if x_max_ms is not None:
+        fig.update_xaxes(range=[0, x_max_ms])
+    return style(fig, title=labels["title"], lecture=lecture, height=height, lecture_height=lecture_height)
 
 
 def metrics_chart(samples: Sequence[dict], labels: Mapping[str, str], *, lecture: bool = False,

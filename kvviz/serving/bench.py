@@ -129,6 +129,9 @@ class BenchPlan:
     percentiles: tuple[float, ...] = PERCENTILES
     ignore_eos: bool = True
     scrape_every_s: float = 0.5
+    # each request's prompt as the server's cache sees it (token ids), kept for its attribution to cached blocks
+    # (kvviz.serving.kv_run); only when asked: a long run's ids would weigh on every state the worker writes
+    keep_cache_ids: bool = False
 
     def to_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "points": [p.to_dict() for p in self.points],
@@ -136,7 +139,7 @@ class BenchPlan:
                 "timeout_s": self.timeout_s, "burstiness": "inf" if math.isinf(self.burstiness) else self.burstiness,
                 "num_warmups": self.num_warmups, "goodput": dict(self.goodput),
                 "percentiles": list(self.percentiles), "ignore_eos": self.ignore_eos,
-                "scrape_every_s": self.scrape_every_s}
+                "scrape_every_s": self.scrape_every_s, "keep_cache_ids": self.keep_cache_ids}
 
     @classmethod
     def from_dict(cls, d: dict) -> BenchPlan:
@@ -146,7 +149,8 @@ class BenchPlan:
                    burstiness=float(d.get("burstiness", 1.0)), num_warmups=int(d.get("num_warmups", 0)),
                    goodput=tuple((k, float(v)) for k, v in (d.get("goodput") or {}).items()),
                    percentiles=tuple(float(p) for p in d.get("percentiles", PERCENTILES)),
-                   ignore_eos=bool(d.get("ignore_eos", True)), scrape_every_s=float(d.get("scrape_every_s", 0.5)))
+                   ignore_eos=bool(d.get("ignore_eos", True)), scrape_every_s=float(d.get("scrape_every_s", 0.5)),
+                   keep_cache_ids=bool(d.get("keep_cache_ids", False)))
 
 
 def check_plan(plan: BenchPlan, limits: Limits) -> None:
@@ -390,15 +394,18 @@ class BenchRun:
             self.current["phase"] = "measuring"  # type: ignore[index]
         poller.start()
         start = time.perf_counter()
+        start_unix = time.time()  # the same instant on the wall clock, which a server's KV events carry
+        with self._lock:
+            self.current["start_unix_s"] = start_unix  # type: ignore[index]
         with ThreadPoolExecutor(max_workers=point.max_concurrency or n) as pool:
             futures = []
-            for req, at in zip(measured, arrivals, strict=True):
+            for i, (req, at) in enumerate(zip(measured, arrivals, strict=True)):
                 wait = start + at - time.perf_counter()
                 if wait > 0 and self.cancel_event.wait(wait):
                     break
                 if self.cancel_event.is_set() or self._stop_point:
                     break
-                futures.append(pool.submit(self._one, http, req, start + at, start, results))
+                futures.append(pool.submit(self._one, http, req, start + at, start, results, i))
             for f in futures:
                 f.result()
         duration = time.perf_counter() - start  # until every request, failed ones too, has finished
@@ -414,12 +421,15 @@ class BenchRun:
             gauges = list(self.current["gauges"])  # type: ignore[index]
             # rows were appended with their results, in the same order; N may have been counted since
             rows = [{**row, **r.to_dict()} for row, r in zip(self.current["requests"], results, strict=True)]  # type: ignore[index]
+        if plan.keep_cache_ids:
+            self._cache_ids(http, measured, rows)
         result = {**point.to_dict(), "burstiness": plan.to_dict()["burstiness"], "num_prompts": n,
                   "sent": len(sent), **metrics, "server": server_window,
                   "server_timings": server_crosscheck(ok, metrics, server_window),
                   "tokens_from_usage": all(r.tokens_from_usage for r in ok) if ok else None,
                   "tokens_from": sorted({r.tokens_from for r in ok}),
                   "start_perf_counter_s": start,  # the point's clock zero: vLLM's start_times are perf_counter()
+                  "start_unix_s": start_unix,  # and on the wall clock
                   "cancelled": self.cancel_event.is_set(), "requests": rows, "gauges": gauges}
         with self._lock:
             self.points.append(result)
@@ -442,7 +452,7 @@ class BenchRun:
         return r
 
     def _one(self, http: httpx.Client, req: SampleRequest, arrival: float, start: float,
-             results: list[api.RequestResult]) -> None:
+             results: list[api.RequestResult], index: int = 0) -> None:
         if self.cancel_event.is_set() or self._stop_point:
             return
         sent_at = time.perf_counter()
@@ -455,7 +465,7 @@ class BenchRun:
             self._note(r.error)
             if r.error.key in ("serving.unreachable", "serving.auth", "serving.unknown_model"):
                 self._stop_point = True  # the server is gone, or will refuse every request alike
-        row = {**r.to_dict(), "arrival_s": arrival - start, "queue_s": sent_at - arrival,
+        row = {**r.to_dict(), "request": index, "arrival_s": arrival - start, "queue_s": sent_at - arrival,
                "expected_output_len": req.expected_output_len, "expected_prompt_len": req.prompt_len}
         with self._lock:
             results.append(r)
@@ -470,6 +480,14 @@ class BenchRun:
             if r.ok and not r.completion_tokens and r.text_tokens is None:
                 ids = api.tokenize(self.server, self.model, r.text, http)
                 r.text_tokens = None if ids is None else len(ids)
+
+    def _cache_ids(self, http: httpx.Client, measured: Sequence[SampleRequest], rows: list[dict]) -> None:
+        """Each request's prompt as the server's cache sees it (api.cache_ids), after the point as
+        _count_text_tokens asks, so no tokenizing competes with the measured requests."""
+        for row in rows:
+            ids, source = api.cache_ids(self.server, self.model, self.plan.endpoint, measured[row["request"]].prompt,
+                                        http)
+            row["cache_ids"], row["cache_ids_from"] = ids, source
 
     def _scrape(self, http: httpx.Client) -> MetricsSnapshot | None:
         if not self._metrics_ok:
@@ -503,7 +521,7 @@ def vllm_result(run: dict, point: dict, date: str) -> dict:
     plan = run["plan"]
     backend = "openai-chat" if plan["endpoint"] == "chat" else "openai"
     skip = {"requests", "gauges", "server", "server_timings", "sent", "cancelled", "tokens_from_usage", "tokens_from",
-            "start_perf_counter_s"}
+            "start_perf_counter_s", "start_unix_s"}
     zero = point.get("start_perf_counter_s", 0.0)
     return {"date": date, "endpoint_type": backend, "backend": backend, "label": None, "model_id": run["model"],
             "tokenizer_id": None, "num_prompts": point["num_prompts"], "request_rate": point["request_rate"],

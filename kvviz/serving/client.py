@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -207,6 +207,60 @@ def tokenize(server: Server, model: str, text: str, client: httpx.Client | None 
     finally:
         if own:
             client.close()
+
+
+def tokenize_chat(server: Server, model: str, text: str, client: httpx.Client | None = None) -> list[int] | None:
+    """The ids of a one-message chat as the server's chat endpoint builds them: its chat template applied, with the
+    generation prompt (vLLM 0.34.0's TokenizeChatRequest, vllm/entrypoints/serve/tokenize/protocol.py:
+    `messages`, add_generation_prompt default True and add_special_tokens default False, as ChatCompletionRequest's
+    own defaults); None where the server cannot (llama-server's /tokenize reads `content` only, and answers an
+    empty list)."""
+    own = client is None
+    client = client or server.client()
+    try:
+        response = client.post(server.url("/tokenize"), json={
+            "model": model, "messages": [{"role": "user", "content": text}], "add_generation_prompt": True})
+        tokens = response.json().get("tokens") if response.status_code == 200 else None
+        ok = isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens)
+        return tokens if ok else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    finally:
+        if own:
+            client.close()
+
+
+def detokenize(server: Server, model: str, ids: Sequence[int], client: httpx.Client | None = None) -> str | None:
+    """Token ids as text by the server's own tokenizer: POST /detokenize with `tokens` (vLLM 0.34.0's
+    DetokenizeRequest answers `prompt`, llama-server `content`); None where the server has none."""
+    own = client is None
+    client = client or server.client()
+    try:
+        response = client.post(server.url("/detokenize"), json={"model": model, "tokens": list(ids)})
+        body = response.json() if response.status_code == 200 else {}
+        text = body.get("prompt", body.get("content")) if isinstance(body, dict) else None
+        return text if isinstance(text, str) else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    finally:
+        if own:
+            client.close()
+
+
+def cache_ids(server: Server, model: str, endpoint: str, prompt: str | list[int],
+              client: httpx.Client | None = None) -> tuple[list[int] | None, str]:
+    """A prompt's token ids as the server's prefix cache sees them, and where they came from: "sent" (a completion
+    sent as token ids: vLLM takes them as they are), "tokenize" (text, by the server's /tokenize with the special
+    tokens it adds itself: TokenizeCompletionRequest's add_special_tokens default True, as a completion's), "chat"
+    (the chat template applied, tokenize_chat); (None, "no_tokenize") where the server cannot say: never guessed."""
+    if endpoint == "chat":
+        text = prompt if isinstance(prompt, str) else str(prompt)  # as _payload sends it
+        ids = tokenize_chat(server, model, text, client)
+        return (ids, "chat") if ids is not None else (None, "no_tokenize")
+    if isinstance(prompt, list):
+        return list(prompt), "sent"
+    ids = tokenize(server, model, prompt, client, add_special=True)
+    return (ids, "tokenize") if ids else (None, "no_tokenize")
 
 
 @dataclass

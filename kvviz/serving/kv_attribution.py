@@ -28,6 +28,7 @@ from kvviz.serving.kv_tree import BlockTree
 
 HASH_ALGOS = ("sha256", "sha256_cbor")  # of vLLM's --prefix-caching-hash-algo choices, those computed here
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"  # kv_cache_utils.DEFAULT_NONE_HASH_SEED
+DEFAULT_ALGO = "sha256"  # vLLM 0.34.0's CacheConfig.prefix_caching_hash_algo default (vllm/config/cache.py)
 
 
 def sha256(value: object) -> bytes:

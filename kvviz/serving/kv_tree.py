@@ -9,7 +9,7 @@ cached at time t, and when was it removed" for the attribution of requests (kvvi
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
 from kvviz.serving.kv_events import MEDIUM_GPU, Batch, Cleared, Fault, Removed, Stored
@@ -105,6 +105,9 @@ class BlockTree:
         self.media: Counter = Counter()  # medium -> copies held now
         self.last_ts: float | None = None
         self.rates: dict[int, list[int]] = {}  # whole second of the publisher's clock -> [stored, removed]
+        # (publisher's time, 0 stored / 1 removed, blocks) per event, the last 100,000: binned on a load run's own
+        # clock (kvviz.serving.kv_run), whose start falls anywhere inside a whole second
+        self.log: deque[tuple[float, int, int]] = deque(maxlen=100_000)
         self.first_ts: float | None = None
         self.int_hashes = False  # the server sends 64-bit integers (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
         # a prompt's first block's tokens -> its hash, as the events carried it: the start of a chain whose seed
@@ -145,6 +148,7 @@ class BlockTree:
                 self.clear(batch.ts)
 
     def _rate(self, ts: float, i: int, n: int) -> None:
+        self.log.append((ts, i, n))
         second = int(ts)
         self.rates.setdefault(second, [0, 0])[i] += n
         if len(self.rates) > 3600:  # an hour of seconds at most

@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from kvviz.errors import InputError
 from kvviz.serving.kv_events import Batch, Subscriber
@@ -41,6 +42,25 @@ def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
     return endpoint
 
 
+TEXTS_PER_LOOK = 20  # chains' first tokens detokenized per look at most (each is a request to the server)
+
+
+def name_chains(chains: list[dict], texts: dict[tuple, str | None],
+                fetch: Callable[[list[int]], str | None] | None, limit: int = TEXTS_PER_LOOK) -> None:
+    """Each chain's first tokens as text (`first_text`: the server's own detokenization, None while unknown), from
+    `texts` (ids -> text, or None where the server could not say), asking `fetch` (the server's /detokenize) for at
+    most `limit` ids not asked before and keeping its answers in `texts`."""
+    if len(texts) > 10_000:  # a long run's distinct chains: forgotten, asked again when drawn
+        texts.clear()
+    asked = 0
+    for c in chains:
+        ids = tuple(c["first_tokens"])
+        if ids not in texts and fetch is not None and asked < limit:
+            texts[ids] = fetch(list(ids))
+            asked += 1
+        c["first_text"] = texts.get(ids)
+
+
 class Watch:
     """Subscribe on a thread; `state()` is what a reader draws. `close()` ends the thread and the sockets."""
 
@@ -57,6 +77,7 @@ class Watch:
         self.sub = Subscriber(self.endpoint, self.replay_endpoint)
         self.started = time.monotonic()
         self.first_event_at: float | None = None
+        self.connected_unix: float | None = None  # when the subscription began, on this machine's wall clock
         self.folded = 0  # batches folded in since the last state()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="kvviz-kv-events")
@@ -70,6 +91,7 @@ class Watch:
                 break
             if not caught_up and self.sub.connected:  # what the server sent before: from its replay socket
                 caught_up = True
+                self.connected_unix = time.time()
                 items = self.sub.catch_up()
             else:
                 items = self.sub.poll(0.1, self.max_frames)
@@ -113,6 +135,21 @@ class Watch:
                     "retries": self.sub.retries, "summary": self.tree.summary(), "chains": self.tree.chains(),
                     "rates": self.tree.rate_rows(), "folded": folded, "frames": self.sub.received,
                     "elapsed_s": time.monotonic() - self.started}
+
+    def run_view(self, run: dict, *, algo: str, seed: str | None) -> dict:
+        """A load run's requests attributed to this tree's blocks (kvviz.serving.kv_run.attribute_run)."""
+        from kvviz.serving.kv_run import attribute_run
+
+        with self.lock:
+            return attribute_run(self.tree, run, algo=algo, seed=seed, since_unix=self.connected_unix)
+
+    def run_rates(self, start_unix: float, end_s: float) -> list[dict]:
+        """Blocks stored and removed per second on a load run's point's own clock (kvviz.serving.kv_run)."""
+        from kvviz.serving.kv_run import bin_width_s, run_rates
+
+        with self.lock:
+            log = list(self.tree.log)
+        return run_rates(log, start_unix, end_s, bin_width_s(end_s))
 
     def close(self) -> None:
         self._stop.set()

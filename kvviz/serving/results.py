@@ -19,9 +19,10 @@ def parse_list(text: str, kind: type) -> list:
 def load_plan(*, url: str, model: str, endpoint: str, timeout_s: float, mode: str, concurrency: str, rates: str,
               max_concurrency: int, burstiness: float, requests: int, prompt_tokens: int, max_tokens: int,
               range_ratio: float, prefix_len: int, warmups: int, slo_ttft_ms: float, slo_tpot_ms: float,
-              dataset_path: str | None = None) -> BenchPlan:
+              dataset_path: str | None = None, keep_cache_ids: bool = False) -> BenchPlan:
     """The plan the load boxes describe. mode "closed": one point per concurrency in `concurrency`; "open": one per
-    request rate in `rates`, each capped at `max_concurrency` (0: no cap) with `burstiness`. An SLO of 0 is none."""
+    request rate in `rates`, each capped at `max_concurrency` (0: no cap) with `burstiness`. An SLO of 0 is none.
+    keep_cache_ids: keep each prompt's ids for its attribution to the server's cached blocks (kvviz.serving.kv_run)."""
     try:
         if mode == "closed":
             points = closed_loop(parse_list(concurrency, int))
@@ -34,7 +35,7 @@ def load_plan(*, url: str, model: str, endpoint: str, timeout_s: float, mode: st
                         prefix_len=prefix_len, dataset_path=dataset_path)
     return BenchPlan(url=url, model=model, points=points, num_prompts=requests, workload=workload,
                      endpoint=endpoint, timeout_s=timeout_s, burstiness=burstiness if mode == "open" else 1.0,
-                     num_warmups=warmups, goodput=goodput)
+                     num_warmups=warmups, goodput=goodput, keep_cache_ids=keep_cache_ids)
 
 
 def n_source(tokens_from: list[str]) -> str:

@@ -15,7 +15,9 @@ import streamlit as st
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
+from kvviz.app.views.kv_events import draw_attribution, draw_run_clock
 from kvviz.app.views.kv_events import follow as follow_kv_events
+from kvviz.app.views.kv_events import run_shown as kv_run_shown
 from kvviz.app.views.kv_events import shown as kv_events_shown
 from kvviz.app.widgets import chart, current_number, number_in_range, table
 from kvviz.charts import serving as charts
@@ -195,10 +197,12 @@ def _point_columns(points: list[dict]) -> dict[str, str]:
 
 
 def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bool, lecture: bool,
-                  on_screen) -> None:  # noqa: ANN001 - on_screen(idea name) -> bool
+                  on_screen, kv_run: dict | None = None) -> None:  # noqa: ANN001 - on_screen(idea name) -> bool
     """A load run as its worker last wrote it: progress, errors and notes, then (once it ends, or while it runs
     when live charts are on) the load chart, the points table, the server's counters and clock, the request
-    timeline, the gauges, the download and every request."""
+    timeline, the gauges, the download and every request. kv_run: the run beside the server's KV events
+    (kvviz.app.views.kv_events.run_view): blocks stored and removed under the timeline, on its clock, and each
+    request attributed to the cached blocks."""
     if state is None:
         st.info(tr("serving.idle"))
         return
@@ -255,10 +259,14 @@ def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bo
         show_table(sweep.crosscheck_rows(), {k: tr(f"serving.xc_{k}") for k in CROSSCHECK_COLUMNS},
                    "serving_crosscheck")
     shown = sweep.timeline_point()
+    rates = (kv_run or {}).get("rates")  # the server's blocks per second under the requests, on their clock
     if shown and shown.get("requests") and on_screen("timeline"):
         chart(charts.request_timeline(shown["requests"], {k: tr(f"serving.tl_{k}") for k in (
-            "title", "queue", "ttft", "decode", "x", "y")} | {"title": tr("serving.tl_title", x=x_label(shown))},
-            lecture=lecture), "serving_timeline")
+            "title", "queue", "ttft", "decode", "x", "y")} | {"title": tr("serving.tl_title", x=x_label(shown))}
+            | {k: tr(f"kv_events.{k}") for k in ("stored", "removed")} | {"rates_y": tr("kv_events.run_rates_y")},
+            lecture=lecture, rates=rates, x_max_ms=kv_run["x_max_ms"] if rates else None), "serving_timeline")
+        if rates:
+            draw_run_clock(kv_run)
     samples = sweep.gauge_samples()
     if samples and on_screen("counters"):
         chart(charts.metrics_chart(samples, {k: tr(f"serving.mc_{k}") for k in (
@@ -273,6 +281,8 @@ def sweep_results(state: WorkerState | None, *, n_requests: int, live_charts: bo
                 st.caption(prompts)
             show_table(sweep.request_rows(), {k: tr(f"serving.req_{k}") for k in REQUEST_COLUMNS},
                        "serving_requests")
+    if state.final and on_screen("numbers"):
+        draw_attribution(kv_run, lecture=lecture)
 
 
 def prefix_settings(limits: Limits, first: dict[str, float], block_size: int | None) -> None:
@@ -350,7 +360,7 @@ def room_view(shown: str | None, conn: dict, n_requests: int, live_charts: bool)
 
     return {"shown": shown, "engine": conn.get("engine"), "model": st.session_state.get("serving_model"),
             "n_requests": n_requests, "live_charts": live_charts, "load": state("state"),
-            "prefix": state("prefix_state"), "kv_events": kv_events_shown()}
+            "prefix": state("prefix_state"), "kv_events": kv_events_shown(), "kv_run": kv_run_shown()}
 
 
 def follow(view: RoomView, *, lecture: bool) -> None:
@@ -371,7 +381,8 @@ def follow(view: RoomView, *, lecture: bool) -> None:
             st.subheader(tr("serving.tab_sweep"))
         load = view["load"]
         sweep_results(None if load is None else WorkerState.from_dict(load), n_requests=view["n_requests"],
-                      live_charts=view["live_charts"], lecture=lecture, on_screen=on_screen)
+                      live_charts=view["live_charts"], lecture=lecture, on_screen=on_screen,
+                      kv_run=view.get("kv_run"))
     if on_screen("prefix"):
         st.subheader(tr("serving.tab_prefix"))
         prefix = None if view["prefix"] is None else WorkerState.from_dict(view["prefix"])
