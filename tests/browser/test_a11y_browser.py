@@ -1,24 +1,22 @@
 """Issue 51, in the system Chromium: WCAG 2.1 A/AA on every page by axe-core (pinned from npm, tests/browser/axe.py)
-in English and Korean, in lecture mode here (each page in normal mode is checked where test_pages_browser.py already
-loads it, at 1280×720), Reusing Past K/V after its main action (Prefill, three Steps) in both modes; the
+in English and Korean, in both modes, where the other browser tests already open each page (normal mode:
+test_pages_browser.py at 1280×720; lecture mode: test_tour_browser.py's lecture screens, Reusing Past K/V after
+Prefill and ten Steps), and here Reusing Past K/V after its main action (Prefill, three Steps); the
 document's language is the session's; every chart a visible tab draws has an accessible name and a text alternative
 from its data, the cache grid and token strip are said in order, each Step is announced in a polite live region;
 the single-key shortcuts can be turned off. axe's findings are printed with the page (pytest -s)."""
-import time
 
 import pytest
 from playwright.sync_api import expect
 
-from kvviz.app.navigation import PAGES
 from kvviz.i18n import t
-from tests.browser.axe import AXE, count, cut_labels, violations
-from tests.browser.harness import IDLE, ROOT, TOKENS_JS, settle, url_path, wait_idle
+from tests.browser.axe import AXE, cut_labels, violations
+from tests.browser.harness import TOKENS_JS, settle, wait_idle
 
 if not AXE.exists():
     pytest.skip("axe-core is not installed: npm install --prefix build/axe axe-core (.ci/run does)",
                 allow_module_level=True)
 
-BUILT = [p for p in PAGES if (ROOT / p.path).exists()]
 PROJECTOR = {"width": 1280, "height": 720}  # the size the layout is made for: no label may be cut there either
 # Every Plotly chart on the page: its accessible name and description, read through aria-labelledby/-describedby,
 # and the rows of the data table beside it.
@@ -45,34 +43,6 @@ def _prefill_and_step(page, steps: int = 3) -> None:  # noqa: ANN001 - a Playwri
         page.wait_for_function(f"({TOKENS_JS}) > {before}", timeout=60_000)
     wait_idle(page)
     settle(page)
-
-
-@pytest.mark.parametrize("lang", ["en", "ko"])
-def test_every_page_in_lecture_mode_has_no_wcag21_aa_violations(browser, app_url, lang):
-    """One context and one server for all pages of a language in lecture mode: axe's WCAG 2.1 A/AA rules, 0
-    violations; and at 1280×720 no label cut short."""
-    context = browser.new_context(viewport=PROJECTOR)
-    page = context.new_page()
-    page.set_default_timeout(90_000)
-    found, cut, start = {}, {}, time.monotonic()
-    try:
-        for p in BUILT:
-            page.goto(f"{app_url}/{url_path(p.path)}?lang={lang}&lecture=1")
-            page.wait_for_selector(IDLE, timeout=120_000)
-            settle(page, 60_000)
-            if p.name == "reuse":
-                _prefill_and_step(page)
-            assert page.evaluate("document.documentElement.lang") == lang, p.name
-            found[p.name] = violations(page)
-            if labels := cut_labels(page):
-                cut[p.name] = labels
-            print(f"{p.name} {lang} lecture: {count(found[p.name])} "
-                  + ", ".join(f"{v['id']}×{v['count']} {v['nodes'][:2]}" for v in found[p.name]))
-    finally:
-        context.close()
-    print(f"{len(BUILT)} pages ({lang}, lecture) in {time.monotonic() - start:.0f} s")
-    assert {name: [v["id"] for v in vs] for name, vs in found.items() if vs} == {}
-    assert cut == {}, f"labels cut short at 1280×720: {cut}"
 
 
 def test_document_language_follows_the_session(page):
