@@ -7,20 +7,12 @@ import pytest
 
 from kvviz.app.room.session import room_store
 from kvviz.i18n import t
-from kvviz.room.store import LECTURER_GONE_S, MemoryStore
+from kvviz.room.store import LECTURER_GONE_S
 from tests.pages.pagetest import open_page
 
 CHECK = "pages/6_Check.py"
 SERVING = "pages/7_Serving_Engine.py"
 CACHE_UPDATE_IDEA = "5"  # the fifth idea: "cache_update" (append / rebuild / logits / last_layer), answer "append"
-
-
-@pytest.fixture
-def store():
-    room_store.clear()
-    store = room_store()
-    assert isinstance(store, MemoryStore)  # KVVIZ_ROOM_STORE unset: the in-process store both sessions share
-    return store
 
 
 def _open_room(store):

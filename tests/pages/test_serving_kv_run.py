@@ -21,6 +21,24 @@ pytestmark = pytest.mark.skipif(not INSTALLED, reason="vLLM reference not instal
                                 "scripts/install_vllm_ref.sh (.ci/run does)")
 
 
+def _load_run(at, url: str, requests: int, prefix_len: int) -> list[int]:  # noqa: ANN001 - an AppTest
+    """The page's load run (concurrency 1, prompts of 12 tokens after a shared prefix, 3 new tokens each) against
+    the stand-in, waited for; the hits vLLM's manager reported per request."""
+    for key, value in (("serving_requests", requests), ("serving_prompt", 12), ("serving_max_tokens", 3),
+                       ("serving_prefix_len", prefix_len)):
+        at.number_input(key=key).set_value(value).run()
+    at.text_input(key="serving_conc").set_value("1").run()
+    at.button(key="serving_start").click().run()
+    deadline = time.monotonic() + 120
+    while at.session_state["serving_worker"] is not None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        at.run()
+    assert not at.exception
+    hits = [h["hits"] for h in caught_up(url, at.session_state["kv_events_watch"])["hits"]]
+    at.run()
+    return hits
+
+
 def test_load_run_attributed_on_the_page():
     with standin_server(block_size=4, num_blocks=64) as (url, endpoint, replay):
         at = AppTest.from_file(HOME, default_timeout=60)
@@ -35,19 +53,7 @@ def test_load_run_attributed_on_the_page():
         at.button(key="kv_events_subscribe").click().run()
         watch = at.session_state["kv_events_watch"]
         wake(url, watch)
-        for key, value in (("serving_requests", 4), ("serving_prompt", 12), ("serving_max_tokens", 3),
-                           ("serving_prefix_len", 16)):
-            at.number_input(key=key).set_value(value).run()
-        at.text_input(key="serving_conc").set_value("1").run()
-        at.button(key="serving_start").click().run()
-        deadline = time.monotonic() + 120
-        while at.session_state["serving_worker"] is not None and time.monotonic() < deadline:
-            time.sleep(1.0)
-            at.run()
-        assert not at.exception
-        server = caught_up(url, watch)
-        at.run()
-        hits = [h["hits"] for h in server["hits"]]
+        hits = _load_run(at, url, requests=4, prefix_len=16)
         view = at.session_state["kv_events_run"]
         chains = at.session_state["kv_events_last"]["chains"]["chains"]
         at.button(key="kv_events_stop").click().run()
@@ -90,17 +96,6 @@ def test_load_run_attributed_on_the_page():
     assert any("요청 4개: 조회한 블록" in m.value for m in at.markdown)
 
 
-@pytest.fixture
-def store():
-    from kvviz.app.room.session import room_store
-    from kvviz.room.store import MemoryStore
-
-    room_store.clear()
-    store = room_store()
-    assert isinstance(store, MemoryStore)  # KVVIZ_ROOM_STORE unset: the in-process store both sessions share
-    return store
-
-
 def test_a_follower_sees_the_lecturers_attribution(store):
     """In lecture mode the lecturer subscribes on the cache events' screen, then runs the load from the numbers'
     screen; a follower in Korean draws the attribution the lecturer's page published, and subscribes to nothing."""
@@ -118,18 +113,7 @@ def test_a_follower_sees_the_lecturers_attribution(store):
         wake(url, lecturer.session_state["kv_events_watch"])
         lecturer.session_state["kv_idea_serving"] = 4  # the numbers' screen
         lecturer.run()
-        for key, value in (("serving_requests", 3), ("serving_prompt", 12), ("serving_max_tokens", 3),
-                           ("serving_prefix_len", 8)):
-            lecturer.number_input(key=key).set_value(value).run()
-        lecturer.text_input(key="serving_conc").set_value("1").run()
-        lecturer.button(key="serving_start").click().run()
-        deadline = time.monotonic() + 120
-        while lecturer.session_state["serving_worker"] is not None and time.monotonic() < deadline:
-            time.sleep(1.0)
-            lecturer.run()
-        assert not lecturer.exception
-        hits = [h["hits"] for h in caught_up(url, lecturer.session_state["kv_events_watch"])["hits"]]
-        lecturer.run()
+        hits = _load_run(lecturer, url, requests=3, prefix_len=8)
         lecturer.session_state["kv_events_watch"].close()  # its Stop is on the cache events' screen
     assert hits == [0, 8, 8]
     shared = store.read(room_id)[1]["kv_run"]
