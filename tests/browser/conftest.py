@@ -5,7 +5,7 @@ import re
 import pytest
 from playwright.sync_api import expect  # noqa: E402
 
-from tests.browser.harness import BASE_PATH_PROBE, IDLE, app_server, chromium, screenshot_dir, settle  # noqa: E402
+from tests.browser.harness import BASE_PATH_PROBE, app_server, chromium, goto_idle, screenshot_dir, settle  # noqa: E402
 
 MEDIA_RACE = re.compile(r"Download Button source error - 404")
 expect.set_options(timeout=30_000)  # a loaded CI machine can take seconds per rerun; 5 s flakes
@@ -60,8 +60,7 @@ def page(browser, app_url):
     pg.on("pageerror", lambda exc: pg.console_errors.append(f"uncaught: {exc}"))
 
     def goto_app(path: str = "", query: str = "") -> None:
-        pg.goto(f"{app_url}/{path}{query}")
-        pg.wait_for_selector(IDLE, timeout=120_000)
+        goto_idle(pg, f"{app_url}/{path}{query}")
         settle(pg)  # lazily loaded widgets, fonts and charts drawn: screenshots show the real page
 
     pg.goto_app = goto_app

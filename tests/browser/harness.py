@@ -156,3 +156,48 @@ def lowest_on_screen(page, path: Path, what: str, height: int = 720) -> float:  
     assert lowest <= height, f"{what} ends at {lowest:.0f} px, below the {height} px screen"
     assert page.locator("[data-testid='stException']").count() == 0
     return lowest
+
+
+def download_text(page, button, timeout_ms: float = 60_000, tries: int = 3) -> str:  # noqa: ANN001 - Playwright
+    """Click a download button and read the file. A page that reruns on its own (a lecture room's tally, redrawn
+    every few seconds) can replace the button's file while the browser fetches it, and the browser then cancels
+    that download (Streamlit's media race, as MEDIA_RACE in conftest.py): clicked again, up to `tries` times."""
+    for attempt in range(tries):
+        with page.expect_download(timeout=timeout_ms) as download:
+            button.click()
+        try:
+            return Path(download.value.path()).read_text(encoding="utf-8-sig")
+        except Exception as exc:  # noqa: BLE001 - Playwright's Error "canceled"
+            if "canceled" not in str(exc) or attempt == tries - 1:
+                raise
+            wait_idle(page)
+    raise AssertionError("unreachable")
+
+
+def goto_idle(page, url: str, timeout_ms: float = 120_000, tries: int = 3) -> None:  # noqa: ANN001 - a Page
+    """Open `url` and wait until its script is idle. A network interface that appears on this host (the lecture
+    tests' namespace, made by a test on another worker) makes every Chromium here abort the requests it has in
+    flight (net::ERR_NETWORK_CHANGED), and a page caught loading stays blank: it is loaded again, as a user would."""
+    changed: list[str] = []
+
+    def on_failed(request) -> None:  # noqa: ANN001 - a Playwright Request
+        if "ERR_NETWORK_CHANGED" in (request.failure or ""):
+            changed.append(request.url)
+
+    page.on("requestfailed", on_failed)
+    try:
+        for attempt in range(tries):
+            changed.clear()
+            page.goto(url)
+            deadline = time.monotonic() + timeout_ms / 1000
+            while not changed:
+                try:
+                    page.wait_for_selector(IDLE, timeout=1_000)
+                    return
+                except Exception:  # noqa: BLE001 - Playwright's TimeoutError: not idle yet
+                    if time.monotonic() > deadline:
+                        raise
+            print(f"\n{url}: the network changed while it loaded ({len(changed)} requests aborted), load {attempt + 2}")
+        page.wait_for_selector(IDLE, timeout=timeout_ms)
+    finally:
+        page.remove_listener("requestfailed", on_failed)

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.parse
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,10 +21,11 @@ from playwright.sync_api import expect
 
 from kvviz.app.room.share import qr_svg
 from kvviz.room.network import is_loopback, network_address
-from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, settle
+from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, download_text, settle
 from tests.browser.test_reuse_browser import _click, _step
 from tests.browser.test_room_browser import _open, _same_as, _seen, _share
 
+NETWORK_SETTLE_S = 2.0  # Chromium reports an address's change after a delay of its own (about a second)
 NS_NET = "10.213.{}.{}"  # the test's own /30 between the namespace and this host (nothing else routes there)
 
 
@@ -55,6 +57,9 @@ def _namespace() -> "contextlib.AbstractContextManager[tuple[str, str] | str]":
         _ip("-n", ns, "link", "set", ns_end, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
         _ip("-n", ns, "route", "add", "default", "via", NS_NET.format(tag, 1))  # to this host, and only to it
+        # Every running Chromium watches this host's interfaces and aborts the requests it has in flight when one
+        # appears (net::ERR_NETWORK_CHANGED: a page then loads blank, half its code missing): past the veth's news
+        time.sleep(NETWORK_SETTLE_S)
         wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {ns} {CHROMIUM} "$@"\n')
         wrapper.chmod(0o755)
         yield ns, str(wrapper)
@@ -175,9 +180,7 @@ def test_a_live_question_hidden_then_revealed_and_its_results_csv(browser, lectu
     settle(en)
     en.screenshot(path=shots / "room_tally_revealed_follower_390x844.png", full_page=True)
 
-    with projector.expect_download() as download:
-        projector.get_by_role("button", name="Download the results (CSV)").click()
-    text = Path(download.value.path()).read_text(encoding="utf-8-sig")
+    text = download_text(projector, projector.get_by_role("button", name="Download the results (CSV)"))
     (shots / "room_results.csv").write_text(text, encoding="utf-8")
     print("\nroom_results.csv:\n" + text)
     rows = list(csv.reader(io.StringIO(text)))

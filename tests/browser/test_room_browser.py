@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from kvviz.room.store import LECTURER_GONE_S
-from tests.browser.harness import IDLE, PHONE_UA, PLOT_BOXES, TOKENS_JS, app_server, settle, wait_idle
+from tests.browser.harness import PHONE_UA, PLOT_BOXES, TOKENS_JS, app_server, goto_idle, settle, wait_idle
 from tests.browser.test_reuse_browser import _click, _grid, _step
 
 STATUS = re.compile(r"(\d+(?:\.\d+)?)")  # the numbers of the status line, in its order in both languages
@@ -20,8 +20,7 @@ def _open(browser, url: str, width: int, height: int):  # noqa: ANN001, ANN202 -
                                   **({"user_agent": PHONE_UA, "is_mobile": True} if width <= 480 else {}))
     page = context.new_page()
     page.set_default_timeout(90_000)  # a loaded machine: no time is asserted
-    page.goto(url)
-    page.wait_for_selector(IDLE, timeout=120_000)
+    goto_idle(page, url)
     settle(page)
     return context, page
 

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.axe import AXE, violations
-from tests.browser.harness import LOWEST, TOKENS_JS, app_server, settle, wait_idle
+from tests.browser.harness import LOWEST, TOKENS_JS, app_server, goto_idle, settle, wait_idle
 
 HOSTED = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "2000"}  # about one token of the shipped model
 BUDGET = "hosted demo: this request's KV cache needs"
@@ -389,8 +389,7 @@ def _lecture_page(browser, app_url, path: str, lang: str):  # noqa: ANN001, ANN2
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     pg = context.new_page()
     page, _, query = path.partition("?")  # a page's own settings may come with it ("Page?seq=128")
-    pg.goto(f"{app_url}/{page}?{query + '&' if query else ''}lecture=1&lang={lang}")
-    wait_idle(pg, 90_000)
+    goto_idle(pg, f"{app_url}/{page}?{query + '&' if query else ''}lecture=1&lang={lang}")
     settle(pg)
     no_violations(pg, f"{page or 'Home'} {lang} lecture")
     return pg
