@@ -2,7 +2,6 @@
 KVCacheManager, publishing with vLLM's ZmqEventPublisher), and wait until a subscriber's first batch is through."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,17 +10,13 @@ from pathlib import Path
 
 import httpx
 
+from kvviz.serving.llamacpp import free_port, stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 REF = ROOT / "build" / "vllm-ref"
 SERVER = Path(__file__).with_name("vllm_standin_server.py")
 VERSION = "0.34.0"  # scripts/install_vllm_ref.sh
 INSTALLED = (REF / f".installed-{VERSION}").exists()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -47,12 +42,7 @@ def standin_server(block_size: int = 4, num_blocks: int = 24, algo: str = "sha25
             time.sleep(0.3)
         yield url, f"tcp://127.0.0.1:{cfg['events_port']}", f"tcp://127.0.0.1:{cfg['replay_port']}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def wake(url: str, watch) -> None:  # noqa: ANN001 - a kvviz.serving.kv_watch.Watch

@@ -16,7 +16,7 @@ from kvviz.engine.export import export_hf
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend
 from kvviz.serving import client as api
-from kvviz.serving.llamacpp import free_port
+from kvviz.serving.llamacpp import free_port, stop_process
 
 pytestmark = pytest.mark.skipif(not is_serve_available() or shutil.which("transformers") is None,
                                 reason="transformers[serving] (fastapi, uvicorn, openai) is not installed")
@@ -50,11 +50,7 @@ def server(backend, tmp_path_factory):
             time.sleep(0.5)
         yield url, str(out)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 
