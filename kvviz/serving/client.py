@@ -183,6 +183,28 @@ def check_model(models: list[dict], model: str) -> str:
     return model
 
 
+def _post_json(server: Server, path: str, body: dict, client: httpx.Client | None = None) -> object | None:
+    """POST a JSON body to a path of the server, on the client given or a short-lived one: the answer's JSON, or
+    None where the server has no such path, refuses it, cannot be reached or answers no JSON (an optional
+    endpoint: /tokenize, /detokenize)."""
+    own = client is None
+    client = client or server.client()
+    try:
+        response = client.post(server.url(path), json=body)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    finally:
+        if own:
+            client.close()
+
+
+def _token_ids(answer: object) -> list[int] | None:
+    """The `tokens` of a /tokenize answer, if it is a list of ids."""
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    return tokens if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None
+
+
 def tokenize(server: Server, model: str, text: str, client: httpx.Client | None = None, *,
              add_special: bool = False) -> list[int] | None:
     """Token ids from the server's own tokenizer (llama.cpp, vLLM and SGLang serve POST /tokenize); None if absent.
@@ -190,23 +212,9 @@ def tokenize(server: Server, model: str, text: str, client: httpx.Client | None 
     add_special: with the tokens the server adds to a prompt itself (a BOS for Llama-family models), i.e. the
     ids its cache sees; without them, the ids to send as a prompt.
     """
-    own = client is None
-    client = client or server.client()
-    try:
-        response = client.post(server.url("/tokenize"), json={"content": text, "prompt": text, "model": model,
-                                                              "add_special": add_special,
-                                                              "add_special_tokens": add_special})
-        if response.status_code != 200:
-            return None
-        tokens = response.json().get("tokens")
-        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
-            return tokens
-        return None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    finally:
-        if own:
-            client.close()
+    return _token_ids(_post_json(server, "/tokenize", {"content": text, "prompt": text, "model": model,
+                                                       "add_special": add_special,
+                                                       "add_special_tokens": add_special}, client))
 
 
 def tokenize_chat(server: Server, model: str, text: str, client: httpx.Client | None = None) -> list[int] | None:
@@ -215,36 +223,17 @@ def tokenize_chat(server: Server, model: str, text: str, client: httpx.Client | 
     `messages`, add_generation_prompt default True and add_special_tokens default False, as ChatCompletionRequest's
     own defaults); None where the server cannot (llama-server's /tokenize reads `content` only, and answers an
     empty list)."""
-    own = client is None
-    client = client or server.client()
-    try:
-        response = client.post(server.url("/tokenize"), json={
-            "model": model, "messages": [{"role": "user", "content": text}], "add_generation_prompt": True})
-        tokens = response.json().get("tokens") if response.status_code == 200 else None
-        ok = isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens)
-        return tokens if ok else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    finally:
-        if own:
-            client.close()
+    tokens = _token_ids(_post_json(server, "/tokenize", {
+        "model": model, "messages": [{"role": "user", "content": text}], "add_generation_prompt": True}, client))
+    return tokens or None
 
 
 def detokenize(server: Server, model: str, ids: Sequence[int], client: httpx.Client | None = None) -> str | None:
     """Token ids as text by the server's own tokenizer: POST /detokenize with `tokens` (vLLM 0.34.0's
     DetokenizeRequest answers `prompt`, llama-server `content`); None where the server has none."""
-    own = client is None
-    client = client or server.client()
-    try:
-        response = client.post(server.url("/detokenize"), json={"model": model, "tokens": list(ids)})
-        body = response.json() if response.status_code == 200 else {}
-        text = body.get("prompt", body.get("content")) if isinstance(body, dict) else None
-        return text if isinstance(text, str) else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    finally:
-        if own:
-            client.close()
+    answer = _post_json(server, "/detokenize", {"model": model, "tokens": list(ids)}, client)
+    text = answer.get("prompt", answer.get("content")) if isinstance(answer, dict) else None
+    return text if isinstance(text, str) else None
 
 
 def cache_ids(server: Server, model: str, endpoint: str, prompt: str | list[int],
