@@ -83,4 +83,3 @@ def rates_chart(rows: Sequence[dict], labels: Mapping[str, str], *, lecture: boo
     fig.update_yaxes(title_text=labels["y"])
     fig = style(fig, title=labels["title"], lecture=lecture, height=300, lecture_height=lecture_height)
     return legend_below(fig, lecture=lecture)
-

@@ -64,8 +64,8 @@ def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lec
     """One row per request of a point, on its clock: waiting in the client for a free slot (grey, open loop with
     a concurrency cap), waiting for its first token (red), then streaming (blue). `rates`: the server's blocks
     stored (up) and removed (down, hatched) per second on the same clock (kvviz.serving.kv_run.run_rates, bins by
-    their middles), drawn under it on the same x axis, [0, x_max_ms]; their words in labels "stored", "removed",
-    "rates_y"."""
+    their middles and widths), drawn under it on the same x axis, [0, x_max_ms]; their words in labels "stored",
+    "removed", "rates_y"."""
     below = rates is not None
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.08) \
         if below else go.Figure()
@@ -86,7 +86,7 @@ def request_timeline(requests: Sequence[dict], labels: Mapping[str, str], *, lec
     height = max(300, min(700, 14 * len(ok) + 150))
     if below:
         xs = [r["t_s"] * MS for r in rates]
-        width = [2 * rates[0]["t_s"] * MS] * len(rates) if rates else []  # a bin's middle is half its width
+        width = [r["width_s"] * MS for r in rates]
         fig.add_bar(x=xs, y=[r["stored"] for r in rates], width=width, name=labels["stored"],
                     marker_color=STORED, row=2, col=1)
         fig.add_bar(x=xs, y=[-r["removed"] for r in rates], width=width, name=labels["removed"],

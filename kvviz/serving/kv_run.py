@@ -110,14 +110,15 @@ def run_rates(log: Sequence[tuple[float, int, int]], start_unix: float, end_s: f
               bin_s: float = 1.0) -> list[dict]:
     """Blocks stored and removed per second in each `bin_s` bin from a point's start to `end_s` after it (every bin,
     a quiet one as 0: the events are complete unless the tree says otherwise), from the tree's event log: x is the
-    bin's middle in seconds from the start, as the request timeline counts them."""
+    bin's middle in seconds from the start, as the request timeline counts them; `width_s` the bin's width."""
     n = max(1, math.ceil(end_s / bin_s))
     bins = [[0, 0] for _ in range(n)]
     for ts, kind, blocks in log:
         k = math.floor((ts - start_unix) / bin_s)
         if 0 <= k < n:
             bins[k][kind] += blocks
-    return [{"t_s": (k + 0.5) * bin_s, "stored": s / bin_s, "removed": r / bin_s} for k, (s, r) in enumerate(bins)]
+    return [{"t_s": (k + 0.5) * bin_s, "width_s": bin_s, "stored": s / bin_s, "removed": r / bin_s}
+            for k, (s, r) in enumerate(bins)]
 
 
 def point_end_s(point: dict) -> float:

@@ -239,7 +239,7 @@ def run_shown() -> dict | None:
 def draw_run_clock(view: dict) -> None:
     """Under the request timeline and the server's blocks per second (kvviz.charts.serving.request_timeline): what
     their times mean, and the bins' width."""
-    bin_ms = 2e3 * view["rates"][0]["t_s"] if view["rates"] else 0  # a bin's middle is half its width
+    bin_ms = 1e3 * view["rates"][0]["width_s"] if view["rates"] else 0
     st.caption(tr("kv_events.run_clock", bin=format_fixed(bin_ms, 0)))
 
 
