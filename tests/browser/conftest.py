@@ -5,7 +5,7 @@ import re
 import pytest
 from playwright.sync_api import expect  # noqa: E402
 
-from tests.browser.harness import BASE_PATH_PROBE, app_server, chromium, goto_idle, screenshot_dir, settle  # noqa: E402
+from tests.browser.harness import BASE_PATH_PROBE, Tabs, app_server, chromium, goto_idle, screenshot_dir, settle  # noqa: E402
 
 MEDIA_RACE = re.compile(r"Download Button source error - 404")
 expect.set_options(timeout=30_000)  # a loaded CI machine can take seconds per rerun; 5 s flakes
@@ -38,11 +38,26 @@ def browser():
         yield b
 
 
+@pytest.fixture(scope="session")
+def tabs(browser):
+    """Tabs reused from test to test (harness.Tabs): each test opens its URL in one no other test holds."""
+    pool = Tabs(browser)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(autouse=True)
+def _release_tabs(request):
+    """After each browser test, the tabs it opened end their sessions and go back to the pool."""
+    yield
+    if "tabs" in request.fixturenames:
+        request.getfixturevalue("tabs").release()
+
+
 @pytest.fixture
-def page(browser, app_url):
-    """A fresh browser context (its own Streamlit session) on the app; console errors collected."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
+def page(tabs, app_url):
+    """A tab on the app, a fresh Streamlit session once it opens a URL (goto_app); console errors collected."""
+    pg = tabs.open(1400, 1000)
     pg.console_errors = []
 
     def on_console(message) -> None:  # noqa: ANN001 - a Playwright ConsoleMessage
@@ -53,11 +68,16 @@ def page(browser, app_url):
         url = message.location.get("url", "")
         if MEDIA_RACE.search(message.text) or ("Failed to load resource" in message.text and "/media/" in url):
             return  # a rerun replaced a download button's file while the browser fetched the old one (Streamlit)
+        if "ERR_NETWORK_CHANGED" in message.text:
+            return  # this host's network changed (the lecture test's namespace, on another worker): see goto_idle
         pg.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
     pg.on("console", on_console)
     # An uncaught exception in the frontend (React's "Cannot set a node at a delta path" blanks the page) is an error.
-    pg.on("pageerror", lambda exc: pg.console_errors.append(f"uncaught: {exc}"))
+    def on_error(exc) -> None:  # noqa: ANN001 - a Playwright Error
+        pg.console_errors.append(f"uncaught: {exc}")
+
+    pg.on("pageerror", on_error)
 
     def goto_app(path: str = "", query: str = "") -> None:
         goto_idle(pg, f"{app_url}/{path}{query}")
@@ -65,7 +85,9 @@ def page(browser, app_url):
 
     pg.goto_app = goto_app
     yield pg
-    context.close()
+    if not pg.is_closed():  # the tab goes on to the next test: its listeners do not
+        pg.remove_listener("console", on_console)
+        pg.remove_listener("pageerror", on_error)
     if pg.console_errors:
         print("\nconsole errors:", *pg.console_errors, sep="\n  ")  # shown with a failing test's output
     uncaught = [e for e in pg.console_errors if e.startswith("uncaught: ")]

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -112,6 +113,50 @@ def chromium() -> Iterator[object]:
             yield browser
         finally:
             browser.close()
+
+
+class Tabs:
+    """Browser tabs reused from test to test, one context per screen (its size, and a phone's user agent at 480 px
+    and less). A new context parses and compiles Streamlit's and Plotly's code again (~3 s of CPU per page opened on
+    a 2-core machine; the same tab, opening its next URL, keeps what Chromium compiled: bench/browser_tab_reuse.py).
+    Opening a URL in a tab is a fresh Streamlit session (a new websocket; session state is per connection), so a
+    test still starts from a new session. `open` gives a tab no test holds; `release` ends the sessions of the tabs
+    handed out (each tab shown a page of no script, its socket closed) and hands them back."""
+
+    def __init__(self, browser) -> None:  # noqa: ANN001 - a Playwright Browser
+        self.browser, self.contexts, self.held = browser, {}, []
+
+    def open(self, width: int, height: int, timeout_ms: float = 30_000):  # noqa: ANN201 - a Playwright Page
+        phone = width <= 480
+        context = self.contexts.get((width, height))
+        if context is None:
+            context = self.contexts[(width, height)] = self.browser.new_context(
+                viewport={"width": width, "height": height},
+                **({"user_agent": PHONE_UA, "is_mobile": True} if phone else {}))
+        free = [p for p in context.pages if not p.is_closed() and p not in self.held]
+        page = free[0] if free else context.new_page()
+        page.set_viewport_size({"width": width, "height": height})  # a test before may have resized it
+        page.set_default_timeout(timeout_ms)
+        self.held.append(page)
+        return page
+
+    def release(self) -> None:
+        """End the held tabs' sessions: each shows its server's health check (the same site: the tab keeps its
+        compiled code) until a test opens it again."""
+        for page in self.held:
+            if page.is_closed():
+                continue
+            parts = urlsplit(page.url)
+            try:
+                if parts.scheme.startswith("http"):
+                    page.goto(f"{parts.scheme}://{parts.netloc}/_stcore/health")
+            except Exception:  # noqa: BLE001 - a tab that cannot navigate (its server gone) is closed instead
+                page.close()
+        self.held.clear()
+
+    def close(self) -> None:
+        for context in self.contexts.values():
+            context.close()
 
 
 def wait_idle(page, timeout_ms: int = 60_000) -> None:  # noqa: ANN001 - a Playwright Page

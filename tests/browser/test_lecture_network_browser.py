@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from kvviz.app.room.share import qr_svg
 from kvviz.room.network import is_loopback, network_address
-from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, download_text, settle
+from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, PHONE_UA, download_text, goto_idle, settle
 from tests.browser.test_reuse_browser import _click, _step
 from tests.browser.test_room_browser import _open, _same_as, _seen, _share
 
@@ -97,8 +97,8 @@ def _image(page, src: str, base: str) -> str:  # noqa: ANN001 - a Playwright Pag
     return page.request.get(src if src.startswith("http") else base + src).text()
 
 
-def test_the_lecture_way_link_reaches_a_follower_in_its_own_network(browser, follower_browser, lecture_url, shots):
-    projector_context, projector = _open(browser, f"{lecture_url}/Reusing_Past_KV?lecture=1", 1280, 720)
+def test_the_lecture_way_link_reaches_a_follower_in_its_own_network(tabs, follower_browser, lecture_url, shots):
+    projector = _open(tabs, f"{lecture_url}/Reusing_Past_KV?lecture=1", 1280, 720)
     assert urlsplit(lecture_url).hostname == "127.0.0.1"  # the lecturer's own browser, on loopback
     link = _share(projector, "Reusing_Past_KV", settings="Prompt, length and speed")
     parts = urlsplit(link)
@@ -115,7 +115,11 @@ def test_the_lecture_way_link_reaches_a_follower_in_its_own_network(browser, fol
     _step(projector)
     ours = _seen(projector)
     follower, ns = follower_browser
-    context, phone = _open(follower, link, 390, 844)
+    context = follower.new_context(viewport={"width": 390, "height": 844}, user_agent=PHONE_UA, is_mobile=True)
+    phone = context.new_page()  # a browser of its own (in the namespace): not one of the session's tabs
+    phone.set_default_timeout(90_000)
+    goto_idle(phone, link)
+    settle(phone)
     if ns is not None:  # the follower's browser really is elsewhere: its only way here is the veth pair
         out = subprocess.run(["ip", "netns", "exec", ns, "ip", "-4", "-o", "addr"], capture_output=True, text=True)
         assert "127.0.0.1" in out.stdout and "10.213." in out.stdout and parts.hostname not in out.stdout
@@ -128,15 +132,14 @@ def test_the_lecture_way_link_reaches_a_follower_in_its_own_network(browser, fol
     settle(phone)
     phone.screenshot(path=shots / "room_follower_netns_390x844.png")
     context.close()
-    projector_context.close()
 
 
-def test_a_loopback_only_server_says_why_phones_cannot_follow(browser, app_url, shots):
+def test_a_loopback_only_server_says_why_phones_cannot_follow(tabs, app_url, shots):
     """app_url listens on 127.0.0.1 only (`python -m kvviz serve`): no link a phone cannot open, but why and the fix."""
     for lang, share, why, box in (("en", "Share with the room", "this server listens on this machine only (127.0.0.1)",
                                    "The room's link"),
                                   ("ko", "청중과 공유", "이 서버는 이 컴퓨터 안(127.0.0.1)에서만", "방 링크")):
-        context, projector = _open(browser, f"{app_url}/Check?lecture=1&idea=5&lang={lang}", 1280, 720)
+        projector = _open(tabs, f"{app_url}/Check?lecture=1&idea=5&lang={lang}", 1280, 720)
         projector.get_by_role("button", name=share).click()
         expect(projector.get_by_text(why, exact=False)).to_be_visible()
         expect(projector.get_by_text("python -m kvviz serve --lecture", exact=False).first).to_be_visible()
@@ -146,24 +149,23 @@ def test_a_loopback_only_server_says_why_phones_cannot_follow(browser, app_url, 
         projector.locator("[data-testid='stExpander']").filter(has_text=box).screenshot(
             path=shots / f"room_share_box_loopback_{lang}.png")
         assert projector.locator("[data-testid='stException']").count() == 0
-        context.close()
 
 
-def test_a_live_question_hidden_then_revealed_and_its_results_csv(browser, lecture_url, shots):
-    lecture, projector = _open(browser, f"{lecture_url}/Check?lecture=1&idea=5", 1280, 720)
+def test_a_live_question_hidden_then_revealed_and_its_results_csv(tabs, lecture_url, shots):
+    projector = _open(tabs, f"{lecture_url}/Check?lecture=1&idea=5", 1280, 720)
     link = _share(projector, "Check")
     projector.get_by_role("button", name="Ask the room").click()  # "Show the tally" left off: the default
     expect(projector.get_by_text("0 answers from the room")).to_be_visible()
     phones = []
     for lang, option in (("en", 0), ("ko", 0), ("en", 2)):
-        context, phone = _open(browser, link + f"&lang={lang}", 390, 844)
-        phones.append((context, phone))
+        phone = _open(tabs, link + f"&lang={lang}", 390, 844)
+        phones.append(phone)
         phone.locator("[data-testid='stMain'] [data-testid='stRadioOption'] p").nth(option).click()
         anonymous = "Answers are anonymous" if lang == "en" else "답변은 익명입니다"
         expect(phone.get_by_text(anonymous, exact=False)).to_be_visible()
     expect(projector.get_by_text("3 answers from the room")).to_be_visible(timeout=15_000)
     expect(projector.get_by_text("The counts are shown when the lecturer reveals", exact=False)).to_be_visible()
-    en = phones[0][1]
+    en = phones[0]
     for screen in (projector, en):  # hidden: no bar per option anywhere
         assert screen.locator("[data-testid='stProgress']").count() == 0
     settle(projector)
@@ -193,6 +195,3 @@ def test_a_live_question_hidden_then_revealed_and_its_results_csv(browser, lectu
     expect(dialog.get_by_text("The room's results")).to_be_visible()
     expect(dialog.locator("td").filter(has_text="67")).to_have_count(1)  # 2 of 3 right
     dialog.screenshot(path=shots / "room_results_when_ended.png")
-    for context, _ in phones:
-        context.close()
-    lecture.close()

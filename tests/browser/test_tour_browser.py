@@ -385,9 +385,8 @@ def test_cancel_stops_the_sweep_and_draws_the_kept_rows(page, shots):
     no_exception(page)
 
 
-def _lecture_page(browser, app_url, path: str, lang: str):  # noqa: ANN001, ANN202
-    context = browser.new_context(viewport={"width": 1280, "height": 720})
-    pg = context.new_page()
+def _lecture_page(tabs, app_url, path: str, lang: str):  # noqa: ANN001, ANN202
+    pg = tabs.open(1280, 720)
     page, _, query = path.partition("?")  # a page's own settings may come with it ("Page?seq=128")
     goto_idle(pg, f"{app_url}/{page}?{query + '&' if query else ''}lecture=1&lang={lang}")
     settle(pg)
@@ -399,7 +398,8 @@ def no_violations(pg, what: str) -> None:  # noqa: ANN001
     """Issue 51 in lecture mode, where each page is opened here (normal mode: test_pages_browser.py): the document's
     language is the link's, and axe-core finds no WCAG 2.1 A/AA violation (printed per page, pytest -s)."""
     lang = what.split()[1]
-    assert pg.evaluate("document.documentElement.lang") == lang, what
+    # set by the page's a11y component once its code has loaded, which can be after the script run ends
+    pg.wait_for_function("lang => document.documentElement.lang === lang", arg=lang, timeout=15_000)
     if AXE.exists():  # .ci/run installs it (test_a11y_browser.py says so where it is missing)
         found = violations(pg)
         print(f"{what}: axe " + (", ".join(f"{v['id']}×{v['count']} {v['nodes'][:2]}" for v in found) or "0"))
@@ -456,19 +456,18 @@ LECTURE_PAGES = {
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 @pytest.mark.parametrize("path", list(LECTURE_PAGES))
-def test_latency_pages_lecture_one_idea_per_screen(browser, app_url, shots, path, lang):
+def test_latency_pages_lecture_one_idea_per_screen(tabs, app_url, shots, path, lang):
     """Issue 29.7: in lecture mode all of Prefill & Decode's results sat below the fold, and Latency & Capacity had
     no one-idea-per-screen stepper. Each idea (Prefill & Decode: the timeline, the figures, the formula, the phases;
     Latency: four sweeps, the bounds, the bound against batch, the cache against the weights) is whole on one
     1280×720 screen, measured results included."""
     labels, value, button, stepper, n = LECTURE_PAGES[path]
-    pg = _lecture_page(browser, app_url, path, lang)
+    pg = _lecture_page(tabs, app_url, path, lang)
     _fill_setting(pg, labels[lang == "ko"], value)
     pg.locator(f"{key(button)} button").first.click()
     _wait_measured(pg, button)
     expect(pg.locator("[data-testid='stPlotlyChart']")).to_have_count(1)
     _each_idea_fits(pg, stepper, n, f"{path.lower()}_lecture_{lang}", shots)
-    pg.context.close()
 
 
 def _reveal(pg) -> None:  # noqa: ANN001
@@ -563,34 +562,32 @@ def _serve(pg, url: str, lang: str) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
-def test_serving_ideas_fit_a_lecture_screen(browser, app_url, shots, llama, lang):
+def test_serving_ideas_fit_a_lecture_screen(tabs, app_url, shots, llama, lang):
     """Issue 29.7 on the Serving Engine: after it has measured a real llama-server, each of its seven ideas (the load
     chart, every request, the server's counters, the numbers, the prefix experiment run on its screen, the cache
     events before subscribing, the definitions) is whole on one 1280×720 screen, in English and Korean."""
-    pg = _lecture_page(browser, app_url, "Serving_Engine", lang)
+    pg = _lecture_page(tabs, app_url, "Serving_Engine", lang)
     _serve(pg, llama.base_url, lang)
     _each_idea_fits(pg, "serving", 7, f"serving_engine_lecture_{lang}", shots, _press_and_wait("serving_prefix_run"))
-    pg.context.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 @pytest.mark.parametrize("path", list(LECTURE_IDEAS), ids=lambda p: p.partition("?")[0] or "Home")
-def test_every_idea_fits_a_lecture_screen(browser, app_url, shots, path, lang):
+def test_every_idea_fits_a_lecture_screen(tabs, app_url, shots, path, lang):
     """Issue 29.7: on every page, in lecture mode, the idea on screen is whole on one 1280×720 screen, in English and
     Korean, with what a lecture clicks there done (Check: a question answered and revealed)."""
     stepper, n, each, *first = LECTURE_IDEAS[path]
-    pg = _lecture_page(browser, app_url, path, lang)
+    pg = _lecture_page(tabs, app_url, path, lang)
     for action in first:
         action(pg)
     _each_idea_fits(pg, stepper, n, f"{(path.partition('?')[0] or 'home').lower()}_lecture_{lang}", shots, each)
-    pg.context.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
-def test_decode_page_tabs_fit_a_lecture_screen(browser, app_url, shots, lang):
+def test_decode_page_tabs_fit_a_lecture_screen(tabs, app_url, shots, lang):
     """Issue 29.7 on the decode page, whose lessons are tabs (one demo, no idea stepper): after Prefill and ten
     steps, each tab is whole on one 1280×720 screen with nothing cut short."""
-    pg = _lecture_page(browser, app_url, "Reusing_Past_KV", lang)
+    pg = _lecture_page(tabs, app_url, "Reusing_Past_KV", lang)
     _press("reuse_btn_prefill")(pg)
     for _ in range(10):
         pg.locator("button.kv-step").click()
@@ -598,10 +595,10 @@ def test_decode_page_tabs_fit_a_lecture_screen(browser, app_url, shots, lang):
         wait_idle(pg)
     settle(pg)
     no_violations(pg, f"Reusing_Past_KV {lang} lecture, after Prefill and ten Steps")
-    tabs = pg.get_by_role("tab")
-    expect(tabs).to_have_count(6)
+    tab_list = pg.get_by_role("tab")
+    expect(tab_list).to_have_count(6)
     for i in range(6):
-        tabs.nth(i).click()
+        tab_list.nth(i).click()
         pg.wait_for_timeout(500)
         wait_idle(pg)
         settle(pg)
@@ -610,4 +607,3 @@ def test_decode_page_tabs_fit_a_lecture_screen(browser, app_url, shots, lang):
         assert lowest <= 720, f"tab {i + 1} ends at {lowest:.0f} px, below the 720 px screen"
         assert not cut, f"tab {i + 1} cuts short {cut}"
     expect(pg.locator("[data-testid='stException']")).to_have_count(0)
-    pg.context.close()
