@@ -237,6 +237,7 @@ export default function(component) {
   btn.title = data.title;
   btn.disabled = !!data.disabled;
   btn.dataset.served = String(data.base);
+  btn.dataset.shortcuts = Object.keys(data.keys).length ? 'on' : 'off';  // what the keys do now (WCAG 2.1.4)
   // Numbers only grow: after a remount (another page and back) they restart from what the server served.
   const st = parentElement.__kv || (parentElement.__kv = { seq: 0, log: [] });
   if (data.base > st.seq) st.seq = data.base;

@@ -105,7 +105,10 @@ def test_single_key_shortcuts_can_be_turned_off(page):
     page.locator(".st-key-reuse_btn_prefill button").click()
     page.wait_for_function(f"({TOKENS_JS}) > 0")
     wait_idle(page)
-    page.get_by_test_id("stSidebarUserContent").get_by_text(t("a11y.shortcuts", "en")).click()
+    switch = page.get_by_test_id("stSidebarUserContent").get_by_text(t("a11y.shortcuts", "en"))
+    switch.click()
+    # the stepper's code given the rerun's settings (a loaded browser can apply them after the script is idle)
+    page.wait_for_selector("button.kv-step[data-shortcuts='off']")
     wait_idle(page)
     before = page.evaluate(TOKENS_JS)
     page.locator("h1").first.click()  # focus outside any text field
@@ -113,7 +116,8 @@ def test_single_key_shortcuts_can_be_turned_off(page):
     page.wait_for_timeout(1500)
     wait_idle(page)
     assert page.evaluate(TOKENS_JS) == before
-    page.get_by_test_id("stSidebarUserContent").get_by_text(t("a11y.shortcuts", "en")).click()
+    switch.click()
+    page.wait_for_selector("button.kv-step[data-shortcuts='on']")
     wait_idle(page)
     page.locator("h1").first.click()  # focus outside any text field
     page.keyboard.press("ArrowRight")
