@@ -18,7 +18,7 @@ def likely_devices() -> list[str]:
     answer; before that, what the installed build and the machine say: a CUDA build of torch (its version has
     no "+cpu") with an NVIDIA driver loaded, or Apple silicon. A wrong guess is caught when a model loads
     (resolve_device says the device is missing), and the next page draw uses torch's answer."""
-    if "torch" in sys.modules:
+    if imported("torch"):
         return available_devices()
     found = ["cpu"]
     try:
@@ -30,6 +30,15 @@ def likely_devices() -> list[str]:
     if sys.platform == "darwin" and platform.machine() == "arm64":
         found.append("mps")
     return found
+
+
+def imported(name: str) -> bool:
+    """Whether module `name` has finished importing. A module is in sys.modules from the moment its import begins:
+    while the app's background preload imports torch (~2 s), `import torch` elsewhere waits on the import lock, so a
+    page drawn then (its sidebar, before its title) would wait with it. `__spec__._initializing` is the flag
+    importlib itself keeps on a module until its code has run (importlib._bootstrap._find_and_load checks it)."""
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 
 def available_devices() -> list[str]:

@@ -53,6 +53,47 @@ def test_likely_devices_is_torchs_answer_once_torch_is_imported():
     assert out.stdout.split() == ["False", "cpu"], out.stderr[-2000:]
 
 
+# A page drawn while the background preload is importing torch: "torch" is in sys.modules from the import's start,
+# and `import torch` there waits on the import lock until the import ends. A module whose import waits to be released
+# stands in for torch.
+MID_IMPORT = """
+import importlib.abc, importlib.util, sys, threading, time
+release = threading.Event()
+
+
+class Slow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "torch" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        release.wait(30)
+
+
+sys.meta_path.insert(0, Slow())
+from kvviz.engine import device_names
+device_names.available_devices = lambda: ["torch-answer"]
+threading.Thread(target=lambda: __import__("torch"), daemon=True).start()  # the preload's import
+while "torch" not in sys.modules:
+    time.sleep(0.01)
+mid = device_names.likely_devices()
+release.set()
+while not device_names.imported("torch"):
+    time.sleep(0.01)
+print(mid[0], device_names.likely_devices()[0])
+"""
+
+
+def test_a_page_drawn_while_torch_is_still_importing_does_not_wait_for_it():
+    out = subprocess.run([sys.executable, "-c", MID_IMPORT], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # mid-import: the guess from the installed build (torch's answer would have waited on the lock); once
+    # imported: torch's own answer
+    assert out.stdout.split() == ["cpu", "torch-answer"], out.stderr[-2000:]
+
+
 # torch cannot be imported here: whatever a page draws before it needs the engine is its first screen.
 BEFORE_TORCH = """
 import json, sys, threading
