@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from kvviz.serving.llamacpp import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -59,12 +60,6 @@ def url_path(page_file: str) -> str:
     return re.sub(r"^\d+_", "", Path(page_file).stem)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def app_server(env: dict[str, str] | None = None, timeout_s: float = 90, *, hosted: bool = False,
                root: Path = ROOT, lecture: bool = False) -> Iterator[str]:
@@ -95,11 +90,7 @@ def app_server(env: dict[str, str] | None = None, timeout_s: float = 90, *, host
             time.sleep(0.3)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 @contextlib.contextmanager

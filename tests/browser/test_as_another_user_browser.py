@@ -8,7 +8,8 @@ import urllib.request
 
 import pytest
 
-from tests.browser.harness import free_port, settle, wait_idle
+from kvviz.serving.llamacpp import free_port
+from tests.browser.harness import settle, wait_idle
 from tests.guest import guest
 
 # Each page (its URL path) and its main button's key (None: the page computes on opening). In the order of the

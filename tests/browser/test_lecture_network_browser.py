@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from kvviz.app.room.share import qr_svg
 from kvviz.room.network import is_loopback, network_address
-from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, PHONE_UA, download_text, goto_idle, settle
+from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, Tabs, download_text, settle
 from tests.browser.test_reuse_browser import _click, _step
 from tests.browser.test_room_browser import _open, _same_as, _seen, _share
 
@@ -73,18 +73,20 @@ def _namespace() -> "contextlib.AbstractContextManager[tuple[str, str] | str]":
 
 @pytest.fixture(scope="module")
 def follower_browser(browser):
-    """A Chromium in a network namespace of its own (a phone on another host); the test session's own Chromium,
-    said so, where a namespace cannot be made here."""
+    """Tabs (harness.Tabs) of a Chromium in a network namespace of its own (a phone on another host); of the test
+    session's own Chromium, said so, where a namespace cannot be made here. With the namespace's name, or None."""
     with _namespace() as made:
         if isinstance(made, str):
             print(f"\nfollower: in this host's network (no namespace: {made})")
-            yield browser, None
+            tabs = Tabs(browser)
+            yield tabs, None
+            tabs.close()
             return
         ns, wrapper = made
         # the same Playwright as the session's browser (one per thread), a second Chromium run through the wrapper
         b = browser.browser_type.launch(executable_path=wrapper, args=CHROMIUM_ARGS)
         try:
-            yield b, ns
+            yield Tabs(b), ns
         finally:
             b.close()
 
@@ -115,11 +117,7 @@ def test_the_lecture_way_link_reaches_a_follower_in_its_own_network(tabs, follow
     _step(projector)
     ours = _seen(projector)
     follower, ns = follower_browser
-    context = follower.new_context(viewport={"width": 390, "height": 844}, user_agent=PHONE_UA, is_mobile=True)
-    phone = context.new_page()  # a browser of its own (in the namespace): not one of the session's tabs
-    phone.set_default_timeout(90_000)
-    goto_idle(phone, link)
-    settle(phone)
+    phone = _open(follower, link, 390, 844)  # a tab of the follower's own browser, not of the session's
     if ns is not None:  # the follower's browser really is elsewhere: its only way here is the veth pair
         out = subprocess.run(["ip", "netns", "exec", ns, "ip", "-4", "-o", "addr"], capture_output=True, text=True)
         assert "127.0.0.1" in out.stdout and "10.213." in out.stdout and parts.hostname not in out.stdout
@@ -131,7 +129,7 @@ def test_the_lecture_way_link_reaches_a_follower_in_its_own_network(tabs, follow
     assert ours["status"][1] == "2" and _same_as(phone, ours) == ours
     settle(phone)
     phone.screenshot(path=shots / "room_follower_netns_390x844.png")
-    context.close()
+    follower.release()  # its session ends here
 
 
 def test_a_loopback_only_server_says_why_phones_cannot_follow(tabs, app_url, shots):
