@@ -1,12 +1,17 @@
 """Which matrix kernel a decode step should call on this CPU: one-row products at a model's real weight shapes,
 GB/s of weights each path streams, against a plain read of the same bytes, all in one run.
 
-    python bench/gemv_paths.py [--model smollm2] [--threads 1] [--repeats 7] [--attention]
+    python bench/gemv_paths.py [--model smollm2] [--threads 1] [--repeats 7] [--attention] [--int8]
 
 Per dtype (float32, bfloat16) and per matrix shape of a decode step (fused Q/K/V, O, fused gate/up, down, the LM
-head; as many matrices as the model has layers, so no cache holds them): F.linear on the plain matrix, and
-kvviz's linear() on the matrix prepack()ed for oneDNN (what Decoder.fuse does on CPU); a torch.sum over the same
-tensors is the plain read. The paths take turns in each repeat and the fastest repeat counts. --attention also
+head; as many matrices as the model has layers, so no cache holds them): F.linear on the plain matrix, kvviz's
+linear() on the matrix prepack()ed (what Decoder.fuse does on CPU), and in float32 both packed kernels prepack
+chooses between (oneDNN's blocked layout, MKL's packed sgemm); a torch.sum over the same tensors is the plain read.
+--int8 times the int8 kernels torch offers a one-row product on this CPU, on the same int8 matrices (per output
+channel): the weight-only kernel kvviz calls (_weight_int8pack_mm, bfloat16 activations), FBGEMM's dynamic
+quantized linear (activations quantized per row to uint8: deprecated quantized tensors), oneDNN's qlinear (the
+same, the PT2E path) and _int_mm (int8 × int8 → int32); the plain read is a torch.sum over the same bytes.
+The paths take turns in each repeat and the fastest repeat counts. --attention also
 times one decode query's attention (9 query heads over 3 KV heads of 64, as SmolLM2) with its products in the
 model's dtype against cast to float32 (what attend() does on CPU).
 """
@@ -39,24 +44,36 @@ def fastest(paths: dict, repeats: int) -> dict[str, float]:
     return best
 
 
-def matrices(args: argparse.Namespace) -> None:
+def shapes(args: argparse.Namespace) -> list[tuple[str, tuple[int, int], int]]:
+    """A decode step's matrix shapes [N, K] and how many of each (one per layer; one LM head)."""
     cfg = load_backend(args.model, device="cpu").model.cfg
     qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.d_head
-    shapes = {"qkv": (qkv, cfg.d_model), "o": (cfg.d_model, cfg.n_heads * cfg.d_head),
-              "gate_up": (2 * cfg.d_ff, cfg.d_model), "down": (cfg.d_model, cfg.d_ff), "lm_head": (cfg.vocab_size,
-                                                                                                  cfg.d_model)}
+    named = {"qkv": (qkv, cfg.d_model), "o": (cfg.d_model, cfg.n_heads * cfg.d_head),
+             "gate_up": (2 * cfg.d_ff, cfg.d_model), "down": (cfg.d_model, cfg.d_ff),
+             "lm_head": (cfg.vocab_size, cfg.d_model)}
+    return [(name, nk, 1 if name == "lm_head" else cfg.n_layers) for name, nk in named.items()]
+
+
+def matrices(args: argparse.Namespace) -> None:
     total: dict[tuple[str, str], float] = {}
     for dtype in (torch.float32, torch.bfloat16):
-        for name, (n, k) in shapes.items():
-            count = 1 if name == "lm_head" else cfg.n_layers
+        for name, (n, k), count in shapes(args):
             ws = [torch.randn(n, k).to(dtype) for _ in range(count)]
             packed = [prepack(w) for w in ws]
             x = torch.randn(1, 1, k).to(dtype)
-            best = fastest({
+            paths = {
                 "F.linear": lambda ws=ws, x=x: [F.linear(x, w) for w in ws],
                 "prepacked (kvviz)": lambda ps=packed, x=x: [linear(x, p) for p in ps],
-                "plain read": lambda ws=ws: [w.sum() for w in ws],
-            }, args.repeats)
+            }
+            if dtype == torch.float32 and torch.backends.mkldnn.is_available() and torch.backends.mkl.is_available():
+                onednn = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws]
+                mkl = [torch.ops.mkl._mkl_reorder_linear_weight(w, 1) for w in ws]
+                paths["oneDNN"] = lambda ps=onednn, x=x: [
+                    torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "") for p in ps]
+                paths["MKL"] = lambda ps=mkl, ws=ws, x=x: [
+                    torch.ops.mkl._mkl_linear(x, p, w, None, 1) for p, w in zip(ps, ws, strict=True)]
+            paths["plain read"] = lambda ws=ws: [w.sum() for w in ws]
+            best = fastest(paths, args.repeats)
             nbytes = sum(w.nbytes for w in ws)
             print(f"{str(dtype)[6:]:8s} {name:8s} {count:2d} × {n:>6,} × {k:<5,} "
                   + "  ".join(f"{p} {nbytes / s / 1e9:5.1f} GB/s ({s / count * 1e6:6.0f} µs)" for p, s in best.items()))
@@ -64,6 +81,46 @@ def matrices(args: argparse.Namespace) -> None:
                 total[str(dtype)[6:], p] = total.get((str(dtype)[6:], p), 0.0) + s
     for (dtype, path), s in total.items():
         print(f"a step's matrices, {dtype}, {path}: {s * 1e3:.1f} ms")
+
+
+def int8(args: argparse.Namespace) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")  # said in the docstring
+    total: dict[str, float] = {}
+    for name, (n, k), count in shapes(args):
+        q = [torch.randint(-127, 128, (n, k), dtype=torch.int8) for _ in range(count)]
+        scale = [torch.rand(n) / 127 + 1e-4 for _ in range(count)]
+        x = torch.randn(1, k)
+        x_bf16 = x.to(torch.bfloat16)
+        int8pack = [(w, s.to(torch.bfloat16)) for w, s in zip(q, scale, strict=True)]
+        fbgemm = [torch.ops.quantized.linear_prepack(torch._make_per_channel_quantized_tensor(
+            w, s.double(), torch.zeros(n, dtype=torch.long), 0), None) for w, s in zip(q, scale, strict=True)]
+        onednn = [torch.ops.onednn.qlinear_prepack(w, [1, k]) for w in q]
+        zero = torch.zeros(n, dtype=torch.int32)
+
+        def qlinear(x=x, onednn=onednn, scale=scale, zero=zero) -> None:
+            x_scale = float(x.abs().amax()) / 127  # per row, as FBGEMM's dynamic path does it
+            xq = (torch.round(x / x_scale) + 128).clamp(0, 255).to(torch.uint8)
+            for w, s in zip(onednn, scale, strict=True):
+                torch.ops.onednn.qlinear_pointwise(xq, x_scale, 128, w, s, zero, None, 1.0, 0, torch.float32,
+                                                   "none", [], "")
+
+        xq8 = torch.randint(-127, 128, (1, k), dtype=torch.int8)
+        best = fastest({
+            "int8pack (kvviz)": lambda x=x_bf16, ws=int8pack: [torch._weight_int8pack_mm(x, w, s) for w, s in ws],
+            "FBGEMM dynamic": lambda x=x, ps=fbgemm: [torch.ops.quantized.linear_dynamic(x, p) for p in ps],
+            "oneDNN qlinear": qlinear,
+            "_int_mm": lambda x=xq8, q=q: [torch._int_mm(x, w.t()) for w in q],
+            "plain read": lambda q=q: [w.view(torch.float32).sum() for w in q],
+        }, args.repeats)
+        nbytes = sum(w.nbytes for w in q)
+        print(f"int8     {name:8s} {count:2d} × {n:>6,} × {k:<5,} "
+              + "  ".join(f"{p} {nbytes / s / 1e9:5.1f} GB/s" for p, s in best.items()))
+        for p, s in best.items():
+            total[p] = total.get(p, 0.0) + s
+    for path, s in total.items():
+        print(f"a step's matrices, int8, {path}: {s * 1e3:.1f} ms")
 
 
 def attention(args: argparse.Namespace) -> None:
@@ -89,11 +146,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--attention", action="store_true")
+    ap.add_argument("--int8", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     load = cpu_load()
     print(f"{args.threads} thread(s)" + (f", load average {load[0]:.2f} on {load[1]} cores" if load else ""))
     matrices(args)
+    if args.int8:
+        int8(args)
     if args.attention:
         attention(args)
 

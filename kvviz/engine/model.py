@@ -53,50 +53,69 @@ class Int8Weight:
 
 @dataclass(frozen=True)
 class PackedWeight:
-    """A matrix prepack()ed into oneDNN's opaque layout, named as such: inside a compiled step a traced tensor no
-    longer says it is opaque (is_mkldnn reads False there), so linear() tells it by this type."""
+    """A matrix prepack()ed for the CPU's one-row product, named as such: inside a compiled step a traced tensor no
+    longer says it is opaque (is_mkldnn reads False there), so linear() tells it by this type. `w` is the packed
+    matrix; `plain` is kept only beside MKL's packed one, which holds one input row's layout and multiplies any
+    other number of rows by the matrix itself (aten's mkl_linear does so), as inductor keeps it."""
 
-    w: torch.Tensor  # opaque, [N, K]
+    w: torch.Tensor  # opaque, in oneDNN's or MKL's layout
+    plain: torch.Tensor | None = None  # [N, K], MKL's packed matrix only
+
+    @property
+    def kernel(self) -> str:
+        return "onednn" if self.plain is None else "mkl"
 
     @property
     def shape(self) -> torch.Size:
-        return self.w.shape
+        return self.w.shape if self.plain is None else self.plain.shape
 
 
-def prepack(w: torch.Tensor) -> torch.Tensor:
-    """A float matrix [N, K] as the decode step reads it: on a CPU with oneDNN, float32 and bfloat16 matrices are
-    reordered once into oneDNN's blocked layout for one-row inputs (torch.ops.mkldnn._reorder_linear_weight, which
-    inductor's weight-prepack pass calls for bfloat16 weights under freezing, mkldnn_fusion.py pack_linear_weight),
-    an opaque tensor that linear() hands to oneDNN's matmul;
-    on SmolLM2's shapes on one thread it streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second
-    F.linear does (bench/gemv_paths.py).
-    Elsewhere (CUDA, MPS, float16) the matrix itself, detached (a Parameter set on a module would join state_dict)."""
+def prepack(w: torch.Tensor) -> torch.Tensor | PackedWeight:
+    """A float matrix [N, K] as the decode step reads it on a CPU, packed once into the layout of the kernel that
+    multiplies one row by it fastest; inductor's weight-prepack pass makes the same two choices under freezing
+    (mkldnn_fusion.py pack_linear_weight: MKL's packed sgemm for float32 at a fixed row count, oneDNN for bfloat16):
+    - float32 with more outputs than inputs (N > K: fused Q/K/V, fused gate/up, the LM head): MKL's packed sgemm
+      (torch.ops.mkl._mkl_reorder_linear_weight for one row); it streams SmolLM2's such matrices 1.1-1.7× as fast as
+      oneDNN's on one thread here, and 1.1-1.5× slower where N ≤ K (O, down), which stay with oneDNN
+      (bench/gemv_paths.py);
+    - other float32 and bfloat16 matrices: oneDNN's blocked layout (torch.ops.mkldnn._reorder_linear_weight), which
+      streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second F.linear does on SmolLM2's shapes.
+    Elsewhere (CUDA, MPS, float16, no oneDNN) the matrix itself, detached (a Parameter set on a module would join
+    state_dict)."""
     w = w.detach()
     if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return w
+    n, k = w.shape
+    if (w.dtype == torch.float32 and n > k and torch.backends.mkl.is_available()
+            and not torch.ops.mkldnn._is_mkldnn_acl_supported()):
+        return PackedWeight(torch.ops.mkl._mkl_reorder_linear_weight(w, 1), w)
     if w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        return torch.ops.mkldnn._reorder_linear_weight(w, 1)
+        return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(w, 1))
     return w
 
 
-# oneDNN's product with a prepacked matrix as one operator of kvviz's own, so that a compiled step calls it as it is:
-# inductor lowers aten's mkldnn linear only for matrices it froze itself, and would turn a traced one into a plain
-# mm that cannot read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph
-# calls it ~120 times a step, and custom_op's Python wrapper cost more than SmolLM2's smaller products themselves.
-def _packed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+def _packed_product(x: torch.Tensor, w: torch.Tensor, plain: torch.Tensor | None,
+                    bias: torch.Tensor | None) -> torch.Tensor:
+    if plain is None:
+        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+    return torch.ops.mkl._mkl_linear(x, w, plain, bias, 1)  # one row: the packed matrix; more: the plain one
 
 
-def _packed_linear_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return x.new_empty(*x.shape[:-1], w.shape[0])
+# The packed product as one operator of kvviz's own, so that a compiled step calls it as it is: inductor lowers
+# aten's packed linears only for matrices it froze itself, and would turn a traced one into a plain mm that cannot
+# read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph calls it ~120
+# times a step, and custom_op's Python wrapper cost more than SmolLM2's smaller products themselves.
+def _packed_product_fake(x: torch.Tensor, w: torch.Tensor, plain: torch.Tensor | None,
+                         bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], (w if plain is None else plain).shape[0])
 
 
 _LIB = None  # kept referenced: a Library's operators go when it is freed
 if not hasattr(torch.ops.kvviz, "packed_linear"):  # once a process (another copy of this file reuses it)
     _LIB = torch.library.Library("kvviz", "DEF")  # noqa: TOR901 - a low-overhead operator, see above
-    _LIB.define("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor")
-    _LIB.impl("packed_linear", _packed_linear, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
-    torch.library.register_fake("kvviz::packed_linear", _packed_linear_fake, lib=_LIB)
+    _LIB.define("packed_linear(Tensor x, Tensor w, Tensor? plain, Tensor? bias) -> Tensor")
+    _LIB.impl("packed_linear", _packed_product, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
+    torch.library.register_fake("kvviz::packed_linear", _packed_product_fake, lib=_LIB)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
@@ -111,17 +130,12 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
         y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
     if isinstance(w, PackedWeight):
+        if w.plain is not None and x.requires_grad:  # MKL's packed product has no gradient: the plain one has
+            return F.linear(x, w.plain, bias)
         if torch.compiler.is_compiling():
-            return torch.ops.kvviz.packed_linear(x, w.w, bias)
-        return torch.ops.mkldnn._linear_pointwise(x, w.w, bias, "none", [], "")
-    if w.is_mkldnn:
-        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+            return torch.ops.kvviz.packed_linear(x, w.w, w.plain, bias)
+        return _packed_product(x, w.w, w.plain, bias)
     return F.linear(x, w, bias)
-
-
-def _packed(w: torch.Tensor) -> torch.Tensor | PackedWeight:
-    w = prepack(w)
-    return PackedWeight(w) if w.is_mkldnn else w
 
 
 @dataclass
@@ -373,14 +387,14 @@ class Decoder(nn.Module):
     def fuse(self, weights: str = "float", *, prepacked: bool = True) -> Decoder:
         """Concatenate Q/K/V and gate/up weights for inference (one matmul each); every matrix a step multiplies by
         (those two, O, down and the LM head) is then prepacked for the CPU's kernel (prepack(): a second copy of
-        the matrices beside the parameters), or with weights="int8" quantized to int8 per output channel (Int8Weight,
+        the matrices beside the parameters, and a third of the fused ones where MKL's packed matrix keeps them), or with weights="int8" quantized to int8 per output channel (Int8Weight,
         a tied embedding too). Any later .to() or train() drops them, back to the float parameters.
         prepacked=False keeps the float matrices plain (concatenated only), as a compiled step needs them: torch.compile
         cannot read oneDNN's opaque tensors, and inductor prepacks the matrices itself (kvviz.engine.compiled)."""
         if weights not in WEIGHTS:
             raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
         int8 = weights == "int8"
-        pack = Int8Weight.quantize if int8 else _packed if prepacked else torch.Tensor.detach
+        pack = Int8Weight.quantize if int8 else prepack if prepacked else torch.Tensor.detach
         with torch.no_grad():
             for layer in self.model.layers:
                 a, m = layer.self_attn, layer.mlp
@@ -398,7 +412,8 @@ class Decoder(nn.Module):
 
     @property
     def prepacked(self) -> bool:
-        """Whether the step's matrices are oneDNN's opaque prepacked tensors (fuse()), which no compiler can trace."""
+        """Whether the step's matrices are oneDNN's or MKL's opaque prepacked tensors (fuse()), which no compiler can
+        trace."""
         return isinstance(self.head_weight, PackedWeight)
 
     def __deepcopy__(self, memo: dict) -> Decoder:

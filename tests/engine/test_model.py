@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvviz.engine.config import DecoderConfig
-from kvviz.engine.model import Decoder, linear, prepack
+from kvviz.engine.model import Decoder, PackedWeight, linear, prepack
 from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
 
@@ -124,21 +124,27 @@ def test_hf_weights_load_into_ours():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prepacked_matrix_gives_f_linear_to_rounding(dtype):
-    """On a CPU with oneDNN the step's matrices are reordered once (prepack) and multiplied there: the products of
-    F.linear on the plain matrix, to the rounding of another summation order, for one row (decode) and many."""
+@pytest.mark.parametrize("n, k", [(96, 64), (64, 96)])
+def test_prepacked_matrix_gives_f_linear_to_rounding(dtype, n, k):
+    """On a CPU with oneDNN the step's matrices are packed once (prepack) and multiplied there: float32 matrices with
+    more outputs than inputs by MKL's packed sgemm, the others by oneDNN. The products of F.linear on the plain
+    matrix, to the rounding of another summation order, for one row (decode, the packed layout) and many (MKL's
+    plain matrix)."""
     gen = torch.Generator().manual_seed(0)
-    w, bias = torch.randn(96, 64, generator=gen).to(dtype), torch.randn(96, generator=gen).to(dtype)
+    w, bias = torch.randn(n, k, generator=gen).to(dtype), torch.randn(n, generator=gen).to(dtype)
     packed = prepack(w)
     # bfloat16 is prepacked only where oneDNN runs it natively (AVX-512 BF16 or AMX; not on an AVX2-only CPU)
     packs = torch.backends.mkldnn.is_available() and (
         dtype == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    assert packed.is_mkldnn == packs
+    assert isinstance(packed, PackedWeight) == packs
+    if packs:
+        mkl = dtype == torch.float32 and n > k and torch.backends.mkl.is_available()
+        assert packed.kernel == ("mkl" if mkl else "onednn") and packed.shape == (n, k) and packed.w.is_mkldnn
     for rows in (1, 7):
-        x = torch.randn(1, rows, 64, generator=gen).to(dtype)
+        x = torch.randn(1, rows, k, generator=gen).to(dtype)
         ours, ref = linear(x, packed, bias), F.linear(x, w, bias)
-        assert ours.shape == ref.shape == (1, rows, 96) and ours.dtype == dtype
-        verdict = agreement((ours.float() - ref.float()).abs().max(), dtype, magnitude(ours.float(), ref.float()), 64)
+        assert ours.shape == ref.shape == (1, rows, n) and ours.dtype == dtype
+        verdict = agreement((ours.float() - ref.float()).abs().max(), dtype, magnitude(ours.float(), ref.float()), k)
         assert verdict.within, verdict
 
 
