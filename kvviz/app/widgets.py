@@ -83,8 +83,10 @@ def number_in_range(where: Any, label: str, low: float, high: float, default: fl
     elif key not in st.session_state:
         kwargs["value"] = None  # an optional number starts empty
     # A float box even for whole numbers: Streamlit reads an integer box with parseInt, so "1e3" became 1 and
-    # "2.5" became 2 without a word; as a float each reaches the checks below and is refused or taken whole.
-    kwargs.setdefault("step", 1.0 if whole else None)
+    # "2.5" became 2 without a word; as a float each reaches the checks below and is refused or taken whole. The
+    # step too: an int step made Streamlit warn, with a stack in the server's log, on every run.
+    step = kwargs.get("step", 1.0 if whole else None)
+    kwargs["step"] = None if step is None else float(step)
     if whole:
         kwargs.setdefault("format", "%.0f")
     value = where.number_input(label, key=key, **kwargs)

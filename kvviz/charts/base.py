@@ -102,10 +102,21 @@ def phone_layout(fig: go.Figure) -> go.Figure:
                           height=(fig.layout.height or 450) + 26 * lines.count("<br>"))
     axes = [fig.layout[k] for k in fig.layout.to_plotly_json() if k.startswith("xaxis")]
     column = wide / max(1, len({tuple(a.domain or (0, 1)) for a in axes}))  # subplots side by side share the width
+    # Plotly's default margins where a figure sets none (its layout attributes: l = r = 80)
+    left = fig.layout.margin.l if fig.layout.margin.l is not None else 80
+    right = fig.layout.margin.r if fig.layout.margin.r is not None else 80
     for axis in axes:
         text = axis.title.text if axis.title else None
         if text and "<br>" not in text:
-            axis.title.text = wrap_title(text, max(12, int(column / (0.55 * font))))
+            # An x title stands centred under its plot, which the y axis's margin pushes right: it holds twice the
+            # room from that centre to the nearer edge of the figure. Its type is 1.2× the figure's (plotly.js's
+            # axis title default, Math.round(font.size * 1.2)): a Korean title wrapped at the figure's width and
+            # size ran past a phone's right edge.
+            d0, d1 = axis.domain or (0, 1)
+            centre = left + (wide - left - right) * (d0 + d1) / 2
+            room = min(column, 2 * min(centre, wide - centre))
+            size = axis.title.font.size or round(1.2 * font)
+            axis.title.text = wrap_title(text, max(12, int(room / (0.55 * size))))
     for note in fig.layout.annotations:  # make_subplots' titles: standing on a plot's top edge, one per column
         if note.text and "<br>" not in note.text and note.yanchor == "bottom" and (note.y or 0) >= 0.99:
             note.text = wrap_title(note.text, max(8, int(column / (0.55 * (note.font.size or font)))))

@@ -55,25 +55,28 @@ class Int8Weight:
 class PackedWeight:
     """A matrix prepack()ed for the CPU's one-row product, named as such: inside a compiled step a traced tensor no
     longer says it is opaque (is_mkldnn reads False there), so linear() tells it by this type. `w` is the packed
-    matrix; `plain` is kept only beside MKL's packed one, which holds one input row's layout and multiplies any
-    other number of rows by the matrix itself (aten's mkl_linear does so), as inductor keeps it."""
+    matrix. MKL's packed matrix holds one input row's layout only: `parts` are the plain matrices (the model's own
+    parameters, no copy) whose rows, stacked, are the matrix, and multiply any other number of rows."""
 
     w: torch.Tensor  # opaque, in oneDNN's or MKL's layout
-    plain: torch.Tensor | None = None  # [N, K], MKL's packed matrix only
+    parts: tuple[torch.Tensor, ...] = ()  # MKL's packed matrix only: [N_i, K] each, ΣN_i = N
 
     @property
     def kernel(self) -> str:
-        return "onednn" if self.plain is None else "mkl"
+        return "mkl" if self.parts else "onednn"
 
     @property
     def shape(self) -> torch.Size:
-        return self.w.shape if self.plain is None else self.plain.shape
+        if not self.parts:
+            return self.w.shape
+        return torch.Size((sum(p.shape[0] for p in self.parts), self.parts[0].shape[1]))
 
 
-def prepack(w: torch.Tensor) -> torch.Tensor | PackedWeight:
-    """A float matrix [N, K] as the decode step reads it on a CPU, packed once into the layout of the kernel that
-    multiplies one row by it fastest; inductor's weight-prepack pass makes the same two choices under freezing
-    (mkldnn_fusion.py pack_linear_weight: MKL's packed sgemm for float32 at a fixed row count, oneDNN for bfloat16):
+def prepack(*parts: torch.Tensor) -> torch.Tensor | PackedWeight:
+    """A float matrix [N, K], given as the matrices whose rows stacked make it (fused Q/K/V: q, k and v), as the
+    decode step reads it on a CPU: packed once into the layout of the kernel that multiplies one row by it fastest;
+    inductor's weight-prepack pass makes the same two choices under freezing (mkldnn_fusion.py pack_linear_weight:
+    MKL's packed sgemm for float32 at a fixed row count, oneDNN for bfloat16):
     - float32 with more outputs than inputs (N > K: fused Q/K/V, fused gate/up, the LM head): MKL's packed sgemm
       (torch.ops.mkl._mkl_reorder_linear_weight for one row); it streams SmolLM2's such matrices 1.1-1.7× as fast as
       oneDNN's on one thread here, and 1.1-1.5× slower where N ≤ K (O, down), which stay with oneDNN
@@ -82,38 +85,43 @@ def prepack(w: torch.Tensor) -> torch.Tensor | PackedWeight:
       streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second F.linear does on SmolLM2's shapes.
     Elsewhere (CUDA, MPS, float16, no oneDNN) the matrix itself, detached (a Parameter set on a module would join
     state_dict)."""
-    w = w.detach()
+    parts = tuple(p.detach() for p in parts)
+    w = parts[0] if len(parts) == 1 else torch.cat(parts)
     if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return w
     n, k = w.shape
     if (w.dtype == torch.float32 and n > k and torch.backends.mkl.is_available()
             and not torch.ops.mkldnn._is_mkldnn_acl_supported()):
-        return PackedWeight(torch.ops.mkl._mkl_reorder_linear_weight(w, 1), w)
+        return PackedWeight(torch.ops.mkl._mkl_reorder_linear_weight(w, 1), parts)
     if w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
         return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(w, 1))
     return w
 
 
-def _packed_product(x: torch.Tensor, w: torch.Tensor, plain: torch.Tensor | None,
+def _packed_product(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
                     bias: torch.Tensor | None) -> torch.Tensor:
-    if plain is None:
+    if not parts:
         return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
-    return torch.ops.mkl._mkl_linear(x, w, plain, bias, 1)  # one row: the packed matrix; more: the plain one
+    n, k = sum(p.shape[0] for p in parts), parts[0].shape[1]
+    if x.numel() == k:  # one row: the packed matrix (mkl_linear reads only the shape of its plain-matrix argument)
+        return torch.ops.mkl._mkl_linear(x, w, parts[0].new_zeros(1, 1).expand(n, k), bias, 1)
+    y = torch.cat([F.linear(x, p) for p in parts], dim=-1)  # more rows (prefill, a batch): the parts themselves
+    return y if bias is None else y + bias
 
 
 # The packed product as one operator of kvviz's own, so that a compiled step calls it as it is: inductor lowers
 # aten's packed linears only for matrices it froze itself, and would turn a traced one into a plain mm that cannot
 # read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph calls it ~120
 # times a step, and custom_op's Python wrapper cost more than SmolLM2's smaller products themselves.
-def _packed_product_fake(x: torch.Tensor, w: torch.Tensor, plain: torch.Tensor | None,
+def _packed_product_fake(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
                          bias: torch.Tensor | None) -> torch.Tensor:
-    return x.new_empty(*x.shape[:-1], (w if plain is None else plain).shape[0])
+    return x.new_empty(*x.shape[:-1], sum(p.shape[0] for p in parts) if parts else w.shape[0])
 
 
 _LIB = None  # kept referenced: a Library's operators go when it is freed
 if not hasattr(torch.ops.kvviz, "packed_linear"):  # once a process (another copy of this file reuses it)
     _LIB = torch.library.Library("kvviz", "DEF")  # noqa: TOR901 - a low-overhead operator, see above
-    _LIB.define("packed_linear(Tensor x, Tensor w, Tensor? plain, Tensor? bias) -> Tensor")
+    _LIB.define("packed_linear(Tensor x, Tensor w, Tensor[] parts, Tensor? bias) -> Tensor")
     _LIB.impl("packed_linear", _packed_product, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
     torch.library.register_fake("kvviz::packed_linear", _packed_product_fake, lib=_LIB)
 
@@ -130,11 +138,12 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
         y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
         return y if bias is None else y + bias
     if isinstance(w, PackedWeight):
-        if w.plain is not None and x.requires_grad:  # MKL's packed product has no gradient: the plain one has
-            return F.linear(x, w.plain, bias)
+        if w.parts and x.requires_grad:  # MKL's packed product has no gradient: the parts' products have
+            y = torch.cat([F.linear(x, p) for p in w.parts], dim=-1)
+            return y if bias is None else y + bias
         if torch.compiler.is_compiling():
-            return torch.ops.kvviz.packed_linear(x, w.w, w.plain, bias)
-        return _packed_product(x, w.w, w.plain, bias)
+            return torch.ops.kvviz.packed_linear(x, w.w, list(w.parts), bias)
+        return _packed_product(x, w.w, list(w.parts), bias)
     return F.linear(x, w, bias)
 
 
@@ -387,21 +396,27 @@ class Decoder(nn.Module):
     def fuse(self, weights: str = "float", *, prepacked: bool = True) -> Decoder:
         """Concatenate Q/K/V and gate/up weights for inference (one matmul each); every matrix a step multiplies by
         (those two, O, down and the LM head) is then prepacked for the CPU's kernel (prepack(): a second copy of
-        the matrices beside the parameters, and a third of the fused ones where MKL's packed matrix keeps them), or with weights="int8" quantized to int8 per output channel (Int8Weight,
+        the matrices beside the parameters), or with weights="int8" quantized to int8 per output channel (Int8Weight,
         a tied embedding too). Any later .to() or train() drops them, back to the float parameters.
         prepacked=False keeps the float matrices plain (concatenated only), as a compiled step needs them: torch.compile
         cannot read oneDNN's opaque tensors, and inductor prepacks the matrices itself (kvviz.engine.compiled)."""
         if weights not in WEIGHTS:
             raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
         int8 = weights == "int8"
-        pack = Int8Weight.quantize if int8 else prepack if prepacked else torch.Tensor.detach
+
+        def pack(*parts: torch.Tensor) -> torch.Tensor | Int8Weight | PackedWeight:
+            if prepacked and not int8:
+                return prepack(*parts)
+            w = torch.cat(parts) if len(parts) > 1 else parts[0].detach()
+            return Int8Weight.quantize(w) if int8 else w
+
         with torch.no_grad():
             for layer in self.model.layers:
                 a, m = layer.self_attn, layer.mlp
-                a.qkv_weight = pack(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+                a.qkv_weight = pack(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)
                 if a.q_proj.bias is not None:
                     a.qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-                m.gate_up_weight = pack(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
+                m.gate_up_weight = pack(m.gate_proj.weight, m.up_proj.weight)
                 a.o_weight = pack(a.o_proj.weight)
                 m.down_weight = pack(m.down_proj.weight)
             self.head_weight = pack(self.lm_head.weight)

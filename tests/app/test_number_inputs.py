@@ -150,3 +150,33 @@ def test_serving_page_refuses_a_timeout():
     at = _open("pages/7_Serving_Engine.py")
     at.number_input(key="serving_timeout").set_value(0.0).run()
     assert f"{OUT} 1 … 600" in at.error[0].value and "30" in at.error[0].value
+
+
+def test_a_whole_number_box_with_an_int_step_logs_no_type_warning():
+    """Memory Footprint's token box has step=1024: Streamlit warned, with a stack, on every run that an int value
+    is 'displayed as int despite format string %.0f'. number_in_range passes its step as a float."""
+    import logging
+
+    def page() -> None:
+        import streamlit as st
+
+        from kvviz.app.widgets import number_in_range
+
+        st.session_state["tokens"] = number_in_range(st, "Tokens", 1, 10_000_000, 4096, "tokens_box", step=1024)
+
+    class Records(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    logger, records = logging.getLogger("streamlit.elements.widgets.number_input"), Records()
+    logger.addHandler(records)  # Streamlit's loggers do not propagate to the root's (pytest's caplog)
+    try:
+        at = AppTest.from_function(page).run()
+    finally:
+        logger.removeHandler(records)
+    assert not at.exception and at.session_state["tokens"] == 4096
+    assert records.messages == []

@@ -2,13 +2,13 @@
 free loopback port (no disk: `--save '' --appendonly no`) and stops after."""
 import contextlib
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
 
 from kvviz.room.store import MemoryStore, RedisStore
+from kvviz.serving.llamacpp import free_port
 
 
 class Clock:
@@ -21,19 +21,13 @@ class Clock:
         return self.now
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def redis_server():
     """A real redis-server on a free loopback port, no disk; yields (its URL, its process) and stops it after."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.fail("redis-server is missing: .ci/run installs it (apt-get install redis-server)")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -12,7 +12,7 @@ from kvviz.room.store import (
     RedisStore,
     store_from_env,
 )
-from tests.room.conftest import _free_port
+from kvviz.serving.llamacpp import free_port
 
 OPTIONS = ("append", "rebuild", "logits", "last_layer")
 
@@ -233,7 +233,7 @@ def test_redis_keys_carry_the_ttl(redis_url, clock):
 
 
 def test_redis_unreachable_is_a_clear_error(clock):
-    store = RedisStore(f"redis://127.0.0.1:{_free_port()}/0", clock)  # nothing listens there
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", clock)  # nothing listens there
     with pytest.raises(InputError) as e:
         store.create()
     assert e.value.locale_key == "room.store_down" and "sharing with the room stopped" in str(e.value).lower()

@@ -5,19 +5,13 @@ ROUTER answering a start sequence number with the batches it holds, then -1 and 
 with vLLM's own publisher is tests/serving/test_kv_events_vllm.py's; tests, the bench and the screenshots use this."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import zmq
 
 from kvviz.serving.kv_events import encode_batch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kvviz.serving.llamacpp import free_port
 
 
 class FakePublisher:

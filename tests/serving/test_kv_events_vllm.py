@@ -9,7 +9,6 @@ events); a restarted publisher."""
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 from kvviz.serving.kv_attribution import attribute, block_hashes, external
 from kvviz.serving.kv_events import Batch, Subscriber
 from kvviz.serving.kv_tree import BlockTree
+from kvviz.serving.llamacpp import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 REF = ROOT / "build" / "vllm-ref"
@@ -31,12 +31,6 @@ VOCAB, MAX_LEN = 300, 256
 pytestmark = pytest.mark.skipif(
     not (REF / f".installed-{VERSION}").exists(),
     reason="vLLM reference not installed here: run scripts/install_vllm_ref.sh (.ci/run does)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def segment(size: int, n_blocks: int, requests: list[tuple[list[int], int, int]], reset: bool = False) -> dict:
