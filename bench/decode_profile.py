@@ -4,8 +4,8 @@
                                    [--threads 1] [--steps 20] [--prompt-tokens 128]
 
 Prints the op table (self CPU time, calls) and the share of the matrix products (aten::mm;
-mkldnn::_linear_pointwise, the prepacked weights' GEMVs; aten::_weight_int8pack_mm) against everything else: the part
-a faster memory system would not speed up.
+mkldnn::_linear_pointwise and mkl::_mkl_linear, the prepacked weights' GEMVs; aten::_weight_int8pack_mm) against
+everything else: the part a faster memory system would not speed up.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
 
-GEMV_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "aten::_weight_int8pack_mm")
+GEMV_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "mkl::_mkl_linear", "aten::_weight_int8pack_mm")
 
 
 def main() -> None:
