@@ -8,11 +8,12 @@ round differently. Their results differ by
   least float32 (CPU and GPU kernels accumulate bfloat16/float16 products in float32),
 with |x| the largest magnitude of the values compared and eps = torch.finfo(dtype).eps (2⁻²³ for float32,
 2⁻⁷ for bfloat16, 2⁻¹⁰ for float16). Measured on the shipped and random models
-(tests/engine/test_tolerance.py), rounding alone stays under 0.8 of it (0.73 at most: float32 logits of the shipped
-model); a bidirectional model's drift is more than 100 times above it in float32. The result's own rounding is
-counted as 6 ULPs: a one-row product through MKL's packed sgemm (model.prepack) lands 2-3× as far from the float64
-product as oneDNN's or F.linear's (still well under √n·eps·|x|), and a random two-layer Qwen2 with large biases
-(tests/engine/test_real_model.py) decoded through it reached 1.04 of the tolerance at 4 ULPs, 0.92 at 6.
+(tests/engine/test_tolerance.py), rounding alone stays under 0.8 of it (0.54 at most: the shipped model's float32
+cached logits against a recomputation; 0.35 in bfloat16); a bidirectional model's drift is more than 100 times above
+it in float32. The result's own rounding is counted as 6 ULPs: a one-row product through MKL's packed sgemm
+(model.prepack) lands 2-3× as far from the float64 product as oneDNN's or F.linear's (still well under
+√n·eps·|x|), and a random two-layer Qwen2 with large biases (tests/engine/test_real_model.py) decoded through it
+reached 1.04 of the tolerance at 4 ULPs, 0.92 at 6.
 """
 from __future__ import annotations
 
