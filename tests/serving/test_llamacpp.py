@@ -109,8 +109,10 @@ def test_serve_bench_cli(server, capsys):
         w = p["server"]
         assert (w["prompt_tokens"], w["generation_tokens"]) == (4 * 32, 4 * 8)
         # The warm-ups sent the first request twice, as vLLM's do: its prompt (less the token llama.cpp always
-        # computes again) is cached when it is measured; no other two prompts share a prefix.
-        assert 0 < w["cached_tokens"] <= 31 and w["prefix_cache_hit_rate"] > 0
+        # computes again) is cached when it is measured. No two prompts of a point share a first token, but one
+        # drawn afresh may begin as the prompt a slot held from the point before did (a chance of about one in the
+        # lead tokens' pool; CI met it once): at most one such token for each of the other three, never a prompt.
+        assert 0 < w["cached_tokens"] <= 31 + 3 and w["prefix_cache_hit_rate"] > 0
         # Its own clock beside the client's: prefill alone is part of TTFT (which adds queue and HTTP).
         x = p["server_timings"]
         assert x["n_with_server_timings"] == 4 and 0 < x["server_mean_prefill_ms"] <= x["client_mean_ttft_ms"]
