@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kvviz.engine.config import DecoderConfig  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
 from kvviz.engine.model import attend, linear, prepack  # noqa: E402
@@ -44,9 +45,8 @@ def fastest(paths: dict, repeats: int) -> dict[str, float]:
     return best
 
 
-def shapes(args: argparse.Namespace) -> list[tuple[str, tuple[int, int], int]]:
+def shapes(cfg: DecoderConfig) -> list[tuple[str, tuple[int, int], int]]:
     """A decode step's matrix shapes [N, K] and how many of each (one per layer; one LM head)."""
-    cfg = load_backend(args.model, device="cpu").model.cfg
     qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.d_head
     named = {"qkv": (qkv, cfg.d_model), "o": (cfg.d_model, cfg.n_heads * cfg.d_head),
              "gate_up": (2 * cfg.d_ff, cfg.d_model), "down": (cfg.d_model, cfg.d_ff),
@@ -54,10 +54,10 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, tuple[int, int], int]]:
     return [(name, nk, 1 if name == "lm_head" else cfg.n_layers) for name, nk in named.items()]
 
 
-def matrices(args: argparse.Namespace) -> None:
+def matrices(args: argparse.Namespace, cfg: DecoderConfig) -> None:
     total: dict[tuple[str, str], float] = {}
     for dtype in (torch.float32, torch.bfloat16):
-        for name, (n, k), count in shapes(args):
+        for name, (n, k), count in shapes(cfg):
             ws = [torch.randn(n, k).to(dtype) for _ in range(count)]
             packed = [prepack(w) for w in ws]
             x = torch.randn(1, 1, k).to(dtype)
@@ -83,12 +83,12 @@ def matrices(args: argparse.Namespace) -> None:
         print(f"a step's matrices, {dtype}, {path}: {s * 1e3:.1f} ms")
 
 
-def int8(args: argparse.Namespace) -> None:
+def int8(args: argparse.Namespace, cfg: DecoderConfig) -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")  # said in the docstring
     total: dict[str, float] = {}
-    for name, (n, k), count in shapes(args):
+    for name, (n, k), count in shapes(cfg):
         q = [torch.randint(-127, 128, (n, k), dtype=torch.int8) for _ in range(count)]
         scale = [torch.rand(n) / 127 + 1e-4 for _ in range(count)]
         x = torch.randn(1, k)
@@ -151,9 +151,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     load = cpu_load()
     print(f"{args.threads} thread(s)" + (f", load average {load[0]:.2f} on {load[1]} cores" if load else ""))
-    matrices(args)
+    cfg = load_backend(args.model, device="cpu").model.cfg  # the shapes only, read once
+    matrices(args, cfg)
     if args.int8:
-        int8(args)
+        int8(args, cfg)
     if args.attention:
         attention(args)
 

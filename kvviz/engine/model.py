@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -98,6 +98,12 @@ def prepack(*parts: torch.Tensor) -> torch.Tensor | PackedWeight:
     return w
 
 
+def _parts_product(x: torch.Tensor, parts: Sequence[torch.Tensor], bias: torch.Tensor | None) -> torch.Tensor:
+    """x times the matrix that `parts` stack into, part by part: what MKL's packed matrix leaves to the plain ones."""
+    y = torch.cat([F.linear(x, p) for p in parts], dim=-1)
+    return y if bias is None else y + bias
+
+
 def _packed_product(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
                     bias: torch.Tensor | None) -> torch.Tensor:
     if not parts:
@@ -105,8 +111,7 @@ def _packed_product(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
     n, k = sum(p.shape[0] for p in parts), parts[0].shape[1]
     if x.numel() == k:  # one row: the packed matrix (mkl_linear reads only the shape of its plain-matrix argument)
         return torch.ops.mkl._mkl_linear(x, w, parts[0].new_zeros(1, 1).expand(n, k), bias, 1)
-    y = torch.cat([F.linear(x, p) for p in parts], dim=-1)  # more rows (prefill, a batch): the parts themselves
-    return y if bias is None else y + bias
+    return _parts_product(x, parts, bias)  # more rows (prefill, a batch)
 
 
 # The packed product as one operator of kvviz's own, so that a compiled step calls it as it is: inductor lowers
@@ -139,8 +144,7 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
         return y if bias is None else y + bias
     if isinstance(w, PackedWeight):
         if w.parts and x.requires_grad:  # MKL's packed product has no gradient: the parts' products have
-            y = torch.cat([F.linear(x, p) for p in w.parts], dim=-1)
-            return y if bias is None else y + bias
+            return _parts_product(x, w.parts, bias)
         if torch.compiler.is_compiling():
             return torch.ops.kvviz.packed_linear(x, w.w, list(w.parts), bias)
         return _packed_product(x, w.w, list(w.parts), bias)
