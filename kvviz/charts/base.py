@@ -110,8 +110,8 @@ def phone_layout(fig: go.Figure) -> go.Figure:
         if text and "<br>" not in text:
             # An x title stands centred under its plot, which the y axis's margin pushes right: it holds twice the
             # room from that centre to the nearer edge of the figure. Its type is 1.2× the figure's (plotly.js's
-            # axis title default, Math.round(font.size * 1.2)): a Korean title wrapped at the figure's width and
-            # size ran past a phone's right edge.
+            # axis defaults size title.font as Lib.bigFont(font.size) = Math.round(1.2 * size)): a Korean title
+            # wrapped at the figure's width and size ran past a phone's right edge.
             d0, d1 = axis.domain or (0, 1)
             centre = left + (wide - left - right) * (d0 + d1) / 2
             room = min(column, 2 * min(centre, wide - centre))
