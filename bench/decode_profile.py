@@ -1,7 +1,7 @@
 """Where one decode step of kvviz's decoder spends its time: torch.profiler over N steps, ops by self CPU time.
 
     python bench/decode_profile.py [--model smollm2] [--dtype float32|bfloat16] [--weights float|int8]
-                                   [--threads 1] [--steps 20] [--prompt-tokens 128]
+                                   [--threads 1] [--steps 20] [--prompt-tokens 128] [--compile]
 
 Prints the op table (self CPU time, calls) and the share of the matrix products (aten::mm;
 mkldnn::_linear_pointwise and mkl::_mkl_linear, the prepacked weights' GEMVs; aten::_weight_int8pack_mm) against
@@ -22,7 +22,10 @@ from kvviz.engine.generation import Generation  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
 
-GEMV_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "mkl::_mkl_linear", "aten::_weight_int8pack_mm")
+# the weight products: aten's and MKL's, and kvviz's own operators (kvviz::int8_linear calls the int8 kernel, whose
+# ctypes call the profiler does not see inside)
+GEMV_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "mkl::_mkl_linear", "aten::_weight_int8pack_mm",
+            "kvviz::int8_linear")
 
 
 def main() -> None:
@@ -33,11 +36,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--compile", action="store_true", help="the decode step compiled first (kvviz.engine.compiled)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     backend = load_backend(args.model, device="cpu", dtype=args.dtype, weights=args.weights)
     prompt = torch.randint(0, backend.model.cfg.vocab_size, (args.prompt_tokens,),
                            generator=torch.Generator().manual_seed(0)).tolist()
+    if args.compile and backend.compile().warm_up() is None:
+        sys.exit(f"decode_profile: not compiled ({backend.compiled.why_not})")
     gen = Generation(backend, max_new_tokens=args.steps + 6, stop_at_eos=False)
     gen.prefill(prompt)
     for _ in range(5):  # warm-up, unprofiled
@@ -51,7 +57,8 @@ def main() -> None:
     gemv = sum(e.self_cpu_time_total for e in averages if e.key in GEMV_OPS)
     load = cpu_load()
     step_ms = statistics.median(e.seconds for e in gen.events[6:]) * 1e3
-    print(f"{backend.spec.name}, {args.dtype}, {args.weights} weights, {args.threads} threads, {args.steps} steps"
+    print(f"{backend.spec.name}, {args.dtype}, {args.weights} weights{', compiled' if args.compile else ''}, "
+          f"{args.threads} threads, {args.steps} steps"
           + (f", load average {load[0]:.2f} on {load[1]} cores" if load else "")
           + f": step median {step_ms:.1f} ms (profiled); weight GEMVs {gemv / total:.1%} of self CPU time, "
             f"everything else {1 - gemv / total:.1%} ({(total - gemv) / args.steps / 1e3:.1f} ms a step)")

@@ -7,8 +7,9 @@ Per dtype (float32, bfloat16) and per matrix shape of a decode step (fused Q/K/V
 head; as many matrices as the model has layers, so no cache holds them): F.linear on the plain matrix, kvviz's
 linear() on the matrix prepack()ed (what Decoder.fuse does on CPU), and in float32 both packed kernels prepack
 chooses between (oneDNN's blocked layout, MKL's packed sgemm); a torch.sum over the same tensors is the plain read.
---int8 times the int8 kernels torch offers a one-row product on this CPU, on the same int8 matrices (per output
-channel): the weight-only kernel kvviz calls (_weight_int8pack_mm, bfloat16 activations), FBGEMM's dynamic
+--int8 times kvviz's int8 kernel (kvviz.engine.kernels.int8: activations int16 per block of 256, integer products)
+and the int8 kernels torch offers a one-row product on this CPU, on the same int8 matrices (per output
+channel): the weight-only kernel kvviz falls back on (_weight_int8pack_mm, bfloat16 activations), FBGEMM's dynamic
 quantized linear (activations quantized per row to uint8: deprecated quantized tensors), oneDNN's qlinear (the
 same, the PT2E path) and _int_mm (int8 × int8 → int32); the plain read is a torch.sum over the same bytes.
 The paths take turns in each repeat and the fastest repeat counts. --attention also
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvviz.engine.config import DecoderConfig  # noqa: E402
+from kvviz.engine.kernels import int8 as int8_kernel  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
 from kvviz.engine.model import attend, linear, prepack  # noqa: E402
@@ -107,8 +109,12 @@ def int8(args: argparse.Namespace, cfg: DecoderConfig) -> None:
                                                    "none", [], "")
 
         xq8 = torch.randint(-127, 128, (1, k), dtype=torch.int8)
-        best = fastest({
-            "int8pack (kvviz)": lambda x=x_bf16, ws=int8pack: [torch._weight_int8pack_mm(x, w, s) for w, s in ws],
+        paths = {"kvviz kernel": lambda x=x, ws=int8pack: [int8_kernel.product(x, w, s) for w, s in ws]}
+        if int8_kernel.why_not() is not None:  # not built here: said once, the others still timed
+            print(f"kvviz's int8 kernel: {int8_kernel.why_not()}")
+            paths = {}
+        best = fastest(paths | {
+            "int8pack": lambda x=x_bf16, ws=int8pack: [torch._weight_int8pack_mm(x, w, s) for w, s in ws],
             "FBGEMM dynamic": lambda x=x, ps=fbgemm: [torch.ops.quantized.linear_dynamic(x, p) for p in ps],
             "oneDNN qlinear": qlinear,
             "_int_mm": lambda x=xq8, q=q: [torch._int_mm(x, w.t()) for w in q],

@@ -113,6 +113,9 @@ def main() -> None:
                  "q4_1": q4_1}
         for threads in thread_counts:
             torch.set_num_threads(threads)
+            for backend in kvviz.values():  # packed again for this thread count (model.prepack chooses by it)
+                if backend.model.weights == "float":
+                    backend.model.fuse()
             print(f"{f32.spec.name}: prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; {threads} "
                   f"threads each; best of {args.repeats} repeats")
             torch._dynamo.reset()  # graphs built for another thread count are not reused

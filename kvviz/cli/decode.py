@@ -38,8 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run_options(g)
     g.add_argument("--weights", default="float", choices=list(WEIGHTS),
                    help="float: the matrices in --dtype; int8: kvviz's decoder with every matrix quantized to int8 per "
-                        "output channel (a bfloat16 scale per row; activations enter the int8 kernel in bfloat16, "
-                        "results return in --dtype): about a quarter of float32's weight bytes per token")
+                        "output channel (a bfloat16 scale per row; on a CPU kvviz's int8 kernel, built once with the "
+                        "machine's C compiler, multiplies them by activations as int16 per block of 256, else "
+                        "torch's kernel by activations in bfloat16; results return in --dtype): about a quarter of "
+                        "float32's weight bytes per token")
     g.add_argument("--compile", action="store_true",
                    help="kvviz's decoder: the decode step compiled once before the run (torch.compile: inductor on "
                         "CPU, CUDA graphs on CUDA) over a static cache written at a position tensor; the compile's "
@@ -135,10 +137,19 @@ def generate(args: argparse.Namespace) -> dict:
         "cache_allocated_bytes": last.allocated_bytes,
         "formula_bytes": last.formula_bytes,
         "compiled": compiled,
+        "int8_kernel": int8_kernel_record(backend) if args.weights == "int8" else None,
     }
     if args.html:
         write_html(gen, args, prompt, result)
     return result
+
+
+def int8_kernel_record(backend: object) -> dict:
+    """Which kernel multiplied the int8 matrices, and why torch's where it was not kvviz's."""
+    from kvviz.engine.kernels import int8
+
+    why_not = int8.why_not() if backend.device.type == "cpu" else f"kvviz's int8 kernel runs on CPUs ({backend.device})"
+    return {"name": int8.name() if why_not is None else "torch _weight_int8pack_mm", "why_not": why_not}
 
 
 def compile_step(backend: object, args: argparse.Namespace) -> dict:
@@ -197,6 +208,8 @@ def show_generate(r: dict) -> None:
     )
     if r["engine_note"]:
         print(f"note: transformers runs it because {r['engine_note']}")
+    if k := r.get("int8_kernel"):
+        print(f"int8 matrices: {k['name']}" + (f" ({k['why_not']})" if k["why_not"] else ""))
     if c := r.get("compiled"):
         print(f"compiled step ({c['mode']}): first step {c['first_step_s']:.1f} s (tracing, compiling, one run), "
               "once; every step above reused it" if c["why_not"] is None

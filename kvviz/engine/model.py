@@ -18,6 +18,7 @@ from torch import nn
 from kvviz.engine.cache import DecodeCache, KVCache, write_at
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import WEIGHTS
+from kvviz.engine.kernels import int8 as int8_kernel
 from kvviz.errors import InputError
 
 if TYPE_CHECKING:
@@ -77,10 +78,13 @@ def prepack(*parts: torch.Tensor) -> torch.Tensor | PackedWeight:
     decode step reads it on a CPU: packed once into the layout of the kernel that multiplies one row by it fastest;
     inductor's weight-prepack pass makes the same two choices under freezing (mkldnn_fusion.py pack_linear_weight:
     MKL's packed sgemm for float32 at a fixed row count, oneDNN for bfloat16):
-    - float32 with more outputs than inputs (N > K: fused Q/K/V, fused gate/up, the LM head): MKL's packed sgemm
-      (torch.ops.mkl._mkl_reorder_linear_weight for one row); it streams SmolLM2's such matrices 1.1-1.7× as fast as
-      oneDNN's on one thread here, and 1.1-1.5× slower where N ≤ K (O, down), which stay with oneDNN
-      (bench/gemv_paths.py);
+    - float32 with more outputs than inputs (N > K: fused Q/K/V, fused gate/up, the LM head) on one thread: MKL's
+      packed sgemm (torch.ops.mkl._mkl_reorder_linear_weight for one row); it streams SmolLM2's such matrices
+      1.1-1.7× as fast as oneDNN's on one thread here, and 1.1-1.5× slower where N ≤ K (O, down), which stay with
+      oneDNN (bench/gemv_paths.py). On more threads oneDNN's: MKL keeps a one-row product on one thread, and at two
+      oneDNN's split streams Q/K/V and gate/up 1.15-1.2× as fast (bench/gemv_paths.py --threads 2). The thread count
+      is read here, when Decoder.fuse packs: a later torch.set_num_threads leaves the choice as it was (still right,
+      maybe slower);
     - other float32 and bfloat16 matrices: oneDNN's blocked layout (torch.ops.mkldnn._reorder_linear_weight), which
       streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second F.linear does on SmolLM2's shapes.
     Elsewhere (CUDA, MPS, float16, no oneDNN) the matrix itself, detached (a Parameter set on a module would join
@@ -90,7 +94,7 @@ def prepack(*parts: torch.Tensor) -> torch.Tensor | PackedWeight:
     if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return w
     n, k = w.shape
-    if (w.dtype == torch.float32 and n > k and torch.backends.mkl.is_available()
+    if (w.dtype == torch.float32 and n > k and torch.get_num_threads() == 1 and torch.backends.mkl.is_available()
             and not torch.ops.mkldnn._is_mkldnn_acl_supported()):
         return PackedWeight(torch.ops.mkl._mkl_reorder_linear_weight(w, 1), parts)
     if w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
@@ -114,6 +118,22 @@ def _packed_product(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
     return _parts_product(x, parts, bias)  # more rows (prefill, a batch)
 
 
+def _int8_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [..., K] times an int8 matrix, in x's dtype: kvviz's int8 kernel on a CPU where it built (kernels.int8:
+    activations as int16 per block of 256, integer products), else torch's weight-only int8 kernel (aten
+    _weight_int8pack_mm, the one gpt-fast and torchao call; activations in bfloat16, its fast path on CPU). Neither
+    makes a float copy of the matrix."""
+    if q.is_cpu and int8_kernel.why_not() is None:
+        y = int8_kernel.product(x, q, scale)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), q, scale)
+    return y.to(x.dtype).view(*x.shape[:-1], -1)
+
+
+def _int8_product_fake(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], q.shape[0])
+
+
 # The packed product as one operator of kvviz's own, so that a compiled step calls it as it is: inductor lowers
 # aten's packed linears only for matrices it froze itself, and would turn a traced one into a plain mm that cannot
 # read an opaque tensor. Defined through torch.library.Library, not custom_op: the compiled graph calls it ~120
@@ -129,18 +149,18 @@ if not hasattr(torch.ops.kvviz, "packed_linear"):  # once a process (another cop
     _LIB.define("packed_linear(Tensor x, Tensor w, Tensor[] parts, Tensor? bias) -> Tensor")
     _LIB.impl("packed_linear", _packed_product, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
     torch.library.register_fake("kvviz::packed_linear", _packed_product_fake, lib=_LIB)
+    # the int8 product likewise: the compiled graph cannot trace into a ctypes call
+    _LIB.define("int8_linear(Tensor x, Tensor q, Tensor scale) -> Tensor")
+    _LIB.impl("int8_linear", _int8_product, "CompositeExplicitAutograd")
+    torch.library.register_fake("kvviz::int8_linear", _int8_product_fake, lib=_LIB)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
            bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear over a float, a prepacked (prepack()) or an int8 weight. An int8 weight goes to torch's weight-only
-    int8 kernel (aten _weight_int8pack_mm, the one gpt-fast and torchao call): it reads the int8 rows and scales them
-    inside the kernel, no float copy of the matrix is made. Activations enter it in bfloat16, its fast path on CPU
-    (float32 input takes a ~20× slower one here, bench/quantized_vs_llamacpp.py), and the result returns in x's
-    dtype."""
+    """F.linear over a float, a prepacked (prepack()) or an int8 weight (_int8_product)."""
     if isinstance(w, Int8Weight):
-        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        y = torch._weight_int8pack_mm(x2, w.q, w.scale).to(x.dtype).view(*x.shape[:-1], -1)
+        product = torch.ops.kvviz.int8_linear if torch.compiler.is_compiling() else _int8_product
+        y = product(x, w.q, w.scale)
         return y if bias is None else y + bias
     if isinstance(w, PackedWeight):
         if w.parts and x.requires_grad:  # MKL's packed product has no gradient: the parts' products have
@@ -426,6 +446,8 @@ class Decoder(nn.Module):
             self.head_weight = pack(self.lm_head.weight)
             # A tied table is read from its one quantized copy, as llama.cpp reads token_embd for both.
             self.embed_weight = self.head_weight if int8 and self.cfg.tie_embeddings else None
+        if int8 and self.lm_head.weight.is_cpu:
+            int8_kernel.why_not()  # built (or found) now, at load, rather than inside a first timed pass
         self.weights = weights
         return self
 

@@ -14,7 +14,8 @@ from tests.guest import guest
 # Each command with arguments small enough for a CI machine (the shipped model, a few tokens); {tmp}: the user's
 # temp directory. serve-bench needs a live server: refused in one line, with nothing on stdout.
 COMMANDS = {
-    "generate": ["--prompt", "The cache keeps", "--max-new-tokens", "4"],
+    # int8: kvviz's int8 kernel is built with the C compiler into HOME's cache, nowhere else
+    "generate": ["--prompt", "The cache keeps", "--max-new-tokens", "4", "--weights", "int8"],
     "sweep": ["prompt-length", "--lengths", "8,16", "--new-tokens", "2", "--repeats", "1"],
     "memory": ["--preset", "Llama-3.1-8B", "--tokens", "4096"],
     "capacity": ["--preset", "Llama-3.1-8B", "--gpu", "H100 SXM"],
@@ -71,7 +72,10 @@ def test_every_command_prints_json_alone_as_another_user_without_apt(user):
             assert out.stderr.splitlines()[-1] == "kvviz: error: no KV events arrived", out.stderr
             continue
         assert out.returncode == 0, f"{name}: exit {out.returncode}: {out.stderr[-2000:]}"
-        json.loads(out.stdout)  # the whole of stdout is one JSON document
+        doc = json.loads(out.stdout)  # the whole of stdout is one JSON document
+        if name == "generate":
+            assert doc["int8_kernel"]["why_not"] is None, doc["int8_kernel"]
+            assert list((user.home / ".cache" / "kvviz" / "kernels").glob("int8_gemv-*.so")), "built elsewhere"
     print(f"\nseconds per command, as {user.user}: {took}")
     user.end_processes()
     assert user.written() == [str(probe)]  # nothing but the probe outside HOME's cache and the temp directory

@@ -148,3 +148,31 @@ def test_failed_compile_falls_back_and_says_why(monkeypatch):
     ref = Generation(load_backend("tiny", device="cpu"), max_new_tokens=3, stop_at_eos=False)
     ref.run(PROMPTS[1])
     assert gen.generated == ref.generated
+
+
+def test_int8_compiled_step_calls_kvviz_int8_kernel_and_equals_uncompiled(monkeypatch):
+    from kvviz.engine.kernels import int8 as int8_kernel
+
+    if (why := int8_kernel.why_not()) is not None:
+        pytest.skip(why)
+    eager8, compiled8 = (load_backend("tiny", device="cpu", weights="int8") for _ in range(2))
+    step = compiled8.compile()
+    if step.why_not is not None:
+        pytest.skip(f"cannot compile here: {step.why_not}")
+    assert step.warm_up() is not None, step.why_not
+    calls = []
+    product = int8_kernel.product
+    monkeypatch.setattr(int8_kernel, "product", lambda *a: calls.append(1) or product(*a))
+    a, b = run(eager8, PROMPTS[0]), run(compiled8, PROMPTS[0])
+    while not b.done:
+        a.step()
+        calls.clear()
+        b.step()
+        # the four matrices of every layer inside the graph (kvviz::int8_linear), the LM head after it
+        assert len(calls) == 4 * compiled8.spec.n_layers + 1
+        # The graph's fused norms round in another order, and an activation on the edge of an int16 step then rounds
+        # the other way: a step of 2⁻¹⁵ of its block's largest, held (as tests/engine/test_quantized.py holds int8's
+        # cached and recomputed logits) to bfloat16's precision
+        diff = float((a.last_logits - b.last_logits).abs().max())
+        assert agreement(diff, torch.bfloat16, magnitude(a.last_logits), compiled8.spec.d_model).within
+    assert a.generated == b.generated and step.why_not is None

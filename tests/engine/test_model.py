@@ -125,20 +125,26 @@ def test_hf_weights_load_into_ours():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n, k", [(96, 64), (64, 96)])
-def test_prepacked_matrix_gives_f_linear_to_rounding(dtype, n, k):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_prepacked_matrix_gives_f_linear_to_rounding(dtype, n, k, threads):
     """On a CPU with oneDNN the step's matrices are packed once (prepack, given in two parts as fused Q/K/V is given
-    in three) and multiplied there: float32 matrices with more outputs than inputs by MKL's packed sgemm, the others
-    by oneDNN. The products of F.linear on the whole matrix, to the rounding of another summation order, for one row
-    (decode, the packed layout) and many (for MKL, the parts' own products)."""
+    in three) and multiplied there: float32 matrices with more outputs than inputs by MKL's packed sgemm when packed
+    on one thread, the others by oneDNN. The products of F.linear on the whole matrix, to the rounding of another
+    summation order, for one row (decode, the packed layout) and many (for MKL, the parts' own products)."""
     gen = torch.Generator().manual_seed(0)
     w, bias = torch.randn(n, k, generator=gen).to(dtype), torch.randn(n, generator=gen).to(dtype)
-    packed = prepack(w[: n // 3], w[n // 3:])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        packed = prepack(w[: n // 3], w[n // 3:])
+    finally:
+        torch.set_num_threads(before)
     # bfloat16 is prepacked only where oneDNN runs it natively (AVX-512 BF16 or AMX; not on an AVX2-only CPU)
     packs = torch.backends.mkldnn.is_available() and (
         dtype == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert isinstance(packed, PackedWeight) == packs
     if packs:
-        mkl = dtype == torch.float32 and n > k and torch.backends.mkl.is_available()
+        mkl = dtype == torch.float32 and n > k and threads == 1 and torch.backends.mkl.is_available()
         assert packed.kernel == ("mkl" if mkl else "onednn") and packed.shape == (n, k) and packed.w.is_mkldnn
         assert all(p.data_ptr() == w.data_ptr() + i * (n // 3) * k * w.element_size()  # the parts, not a copy
                    for i, p in enumerate(packed.parts))
