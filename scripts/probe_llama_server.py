@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def probe_model(tmp: Path) -> tuple[Path, str]:
-    from kvviz.engine.fetch import GGUF_NAME, MODELS, cache_root
+    from kvviz.engine.fetch import GGUF_NAME, MODELS
+    from kvviz.engine.user_cache import cache_root
 
     smol = cache_root() / "models" / MODELS["smollm2"].title / GGUF_NAME
     if smol.is_file():

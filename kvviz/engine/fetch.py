@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvviz.engine.user_cache import cache_root
 from kvviz.errors import InputError
 
 CONVERTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "source.json")
@@ -52,11 +52,6 @@ MODELS: dict[str, FetchableModel] = {
         homepage="https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
-
-
-def cache_root() -> Path:
-    """~/.cache/kvviz, or KVVIZ_CACHE_DIR (a hosted deployment points it at its own volume)."""
-    return Path(os.environ.get("KVVIZ_CACHE_DIR") or Path.home() / ".cache" / "kvviz")
 
 
 def model_info(name: str) -> FetchableModel:

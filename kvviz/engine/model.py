@@ -123,7 +123,7 @@ def _int8_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torc
     activations as int16 per block of 256, integer products), else torch's weight-only int8 kernel (aten
     _weight_int8pack_mm, the one gpt-fast and torchao call; activations in bfloat16, its fast path on CPU). Neither
     makes a float copy of the matrix."""
-    if q.is_cpu and int8_kernel.why_not() is None:
+    if q.is_cpu and scale.dtype == torch.bfloat16 and int8_kernel.why_not() is None:  # the kernel reads bf16 scales
         y = int8_kernel.product(x, q, scale)
         return y if y.dtype == x.dtype else y.to(x.dtype)
     y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), q, scale)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
+from kvviz.engine.user_cache import cache_root
+
 HELD_OUT_EVERY = 10
 DEBS = ("python3.11-doc", "libreoffice-help-ko")
 WHEEL = "konlpy==0.6.0"
@@ -41,7 +43,7 @@ LICENSES = {
 # Python docs folders that are prose; c-api, distutils, extending and whatsnew are mostly API lists and changelogs.
 ENGLISH_DIRS = ("tutorial", "howto", "faq", "reference", "using", "library")
 ENGLISH_BYTES = 4_000_000  # a cap in sorted order; the 3.11 docs give 2.3 MB of prose, about the Korean side's tokens
-DEFAULT_SOURCES = Path(os.environ.get("KVVIZ_CORPUS_SOURCES", Path.home() / ".cache" / "kvviz" / "corpus-sources"))
+DEFAULT_SOURCES = Path(os.environ.get("KVVIZ_CORPUS_SOURCES", cache_root() / "corpus-sources"))
 # The held-out split as the package ships it (xz-compressed JSON), written by the training run that uses it.
 HELD_OUT_FILE = Path(__file__).resolve().parents[1] / "assets" / "held_out" / "documents.json.xz"
 HANGUL = re.compile(r"[\uac00-\ud7a3]")

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kvviz.cli import build_parser
-from kvviz.engine.fetch import cache_root
+from kvviz.engine.user_cache import cache_root
 from tests.guest import guest
 
 # Each command with arguments small enough for a CI machine (the shipped model, a few tokens); {tmp}: the user's

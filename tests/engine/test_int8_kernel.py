@@ -105,3 +105,23 @@ def test_the_built_kernel_is_kept_in_the_cache_and_reused(monkeypatch, tmp_path)
         assert list((tmp_path / "kernels").iterdir()) == built and len(built) == 1  # loaded, not built again
     finally:
         int8_kernel._library.cache_clear()
+
+
+def test_the_plain_loop_other_cpus_build_gives_the_vector_loops_products(monkeypatch, tmp_path):
+    """Built without -mavx2 (what an ARM laptop or an older x86 builds): the plain C loop, the same rounding, the same
+    integer sums; only the float32 sums of the blocks run in another order."""
+    gen = torch.Generator().manual_seed(3)
+    q = Int8Weight.quantize(torch.randn(37, 576, generator=gen))
+    x = torch.randn(2, 576, generator=gen)
+    if int8_kernel.why_not() is not None:
+        pytest.skip(int8_kernel.why_not())
+    vector = int8_kernel.product(x, q.q, q.scale)
+    monkeypatch.setattr(int8_kernel, "vector_flags", lambda: [])
+    monkeypatch.setenv("KVVIZ_CACHE_DIR", str(tmp_path))
+    int8_kernel._library.cache_clear()
+    try:
+        assert int8_kernel.why_not() is None
+        plain = int8_kernel.product(x, q.q, q.scale)
+    finally:
+        int8_kernel._library.cache_clear()
+    assert agreement((plain - vector).abs().max(), torch.float32, magnitude(vector), 576).within

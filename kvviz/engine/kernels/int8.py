@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from kvviz.engine.fetch import cache_root
+from kvviz.engine.user_cache import cache_root
 
 SOURCE = "int8_gemv.c"
 BLOCK = 256  # activations per int16 scale (int8_gemv.c's BLOCK)
