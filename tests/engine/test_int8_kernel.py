@@ -125,3 +125,11 @@ def test_the_plain_loop_other_cpus_build_gives_the_vector_loops_products(monkeyp
     finally:
         int8_kernel._library.cache_clear()
     assert agreement((plain - vector).abs().max(), torch.float32, magnitude(vector), 576).within
+
+
+def test_a_nan_or_an_infinity_in_the_activations_gives_nan_not_a_number_that_looks_right(built):
+    q = Int8Weight.quantize(torch.randn(9, 576, generator=torch.Generator().manual_seed(5)))
+    x = torch.randn(3, 576, generator=torch.Generator().manual_seed(6))
+    x[0, 300], x[1, 5] = float("nan"), float("inf")  # row 0's second block, row 1's first
+    y = int8_kernel.product(x, q.q, q.scale)
+    assert bool(y[:2].isnan().all()) and bool(y[2].isfinite().all())

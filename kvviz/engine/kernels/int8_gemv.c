@@ -13,6 +13,7 @@
  * Four rows share each activation load, and the rows 32 ahead are prefetched: four rows of ~600 bytes are too
  * short for the hardware's stream prefetcher (without it a 28 MB LM head streamed at 9 GB/s, with it 19 GB/s).
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,12 +35,23 @@ static inline float bf16_to_f32(uint16_t b) {
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* One row of activations to int16 per block: xq = round(x / d), d = max|x| / 32767 per block. */
+/* One row of activations to int16 per block: xq = round(x / d), d = max|x| / 32767 per block. A block holding a NaN
+ * or an infinity gets d = NaN, so that every output it reaches is NaN, as a float product's would not be a number. */
 static void quantize_row(const float *x, int64_t k, int16_t *xq, float *d) {
     for (int64_t i0 = 0, b = 0; i0 < k; i0 += BLOCK, b++) {
         int64_t i1 = min64(i0 + BLOCK, k);
         float amax = 0.0f;
-        for (int64_t i = i0; i < i1; i++) amax = fmaxf(amax, fabsf(x[i]));
+        int finite = 1;
+        for (int64_t i = i0; i < i1; i++) {
+            float a = fabsf(x[i]);
+            finite &= a <= FLT_MAX; /* false for NaN too */
+            amax = fmaxf(amax, a);
+        }
+        if (!finite) {
+            d[b] = NAN;
+            for (int64_t i = i0; i < i1; i++) xq[i] = 0;
+            continue;
+        }
         float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
         d[b] = amax / 32767.0f;
         for (int64_t i = i0; i < i1; i++) xq[i] = (int16_t)lrintf(x[i] * inv);
