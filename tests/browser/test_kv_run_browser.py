@@ -44,7 +44,15 @@ def test_load_run_attributed_in_the_browser(browser, app_url, shots, lang):
         _fill(page, t("kv_events.replay", lang), replay)
         page.get_by_role("button", name=t("kv_events.subscribe", lang), exact=True).click()
         wait_idle(page)
-        for _ in range(10):  # empty batches: ZMQ's PUB reads the new subscription only as it sends
+        # Empty batches until the page says it receives (its numbers drawn, no waiting, silent or unreachable box):
+        # ZMQ's PUB reads a new subscription only as it sends, and a run published before that is lost to the page
+        # (CI met it once after a fixed ten wakes: "0 of 0 blocks looked up", every request "unknown").
+        numbers = page.get_by_text(t("kv_events.m_blocks", lang), exact=True)
+        quiet = [page.get_by_text(t(f"kv_events.{k}", lang, endpoint=endpoint)) for k in
+                 ("waiting", "silent_page", "unreachable")]
+        deadline = time.monotonic() + 60
+        while not numbers.count() or any(q.count() for q in quiet):
+            assert time.monotonic() < deadline, "no batch reached the page's subscriber"
             httpx.post(f"{url}/standin/wake")
             time.sleep(0.2)
         page.get_by_role("tab", name=t("serving.tab_sweep", lang)).click()
