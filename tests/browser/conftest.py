@@ -8,6 +8,7 @@ from playwright.sync_api import expect  # noqa: E402
 from tests.browser.harness import BASE_PATH_PROBE, Tabs, app_server, chromium, goto_idle, screenshot_dir, settle  # noqa: E402
 
 MEDIA_RACE = re.compile(r"Download Button source error - 404")
+DYNAMIC_IMPORT = re.compile(r"Failed to fetch dynamically imported module: (\S+)")
 expect.set_options(timeout=30_000)  # a loaded CI machine can take seconds per rerun; 5 s flakes
 
 if not os.path.exists("/usr/bin/chromium"):
@@ -59,6 +60,13 @@ def page(tabs, app_url):
     """A tab on the app, a fresh Streamlit session once it opens a URL (goto_app); console errors collected."""
     pg = tabs.open(1400, 1000)
     pg.console_errors = []
+    aborted: set[str] = set()  # what this host's network change aborted in flight (see goto_idle)
+
+    def on_failed(request) -> None:  # noqa: ANN001 - a Playwright Request
+        if "ERR_NETWORK_CHANGED" in (request.failure or ""):
+            aborted.add(request.url)
+
+    pg.on("requestfailed", on_failed)
 
     def on_console(message) -> None:  # noqa: ANN001 - a Playwright ConsoleMessage
         if message.type != "error":
@@ -70,6 +78,8 @@ def page(tabs, app_url):
             return  # a rerun replaced a download button's file while the browser fetched the old one (Streamlit)
         if "ERR_NETWORK_CHANGED" in message.text:
             return  # this host's network changed (the lecture test's namespace, on another worker): see goto_idle
+        if (chunk := DYNAMIC_IMPORT.search(message.text)) and chunk.group(1) in aborted:
+            return  # a lazily loaded widget's code the same change aborted: the test's own checks say if it is missed
         pg.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
     pg.on("console", on_console)
@@ -88,6 +98,7 @@ def page(tabs, app_url):
     if not pg.is_closed():  # the tab goes on to the next test: its listeners do not
         pg.remove_listener("console", on_console)
         pg.remove_listener("pageerror", on_error)
+        pg.remove_listener("requestfailed", on_failed)
     if pg.console_errors:
         print("\nconsole errors:", *pg.console_errors, sep="\n  ")  # shown with a failing test's output
     uncaught = [e for e in pg.console_errors if e.startswith("uncaught: ")]
