@@ -148,8 +148,7 @@ def int8_kernel_record(backend: object) -> dict:
     """Which kernel multiplied the int8 matrices, and why torch's where it was not kvviz's."""
     from kvviz.engine.kernels import int8
 
-    why_not = int8.why_not() if backend.device.type == "cpu" else f"kvviz's int8 kernel runs on CPUs ({backend.device})"
-    return {"name": int8.name() if why_not is None else "torch _weight_int8pack_mm", "why_not": why_not}
+    return {"name": int8.name(backend.device), "why_not": int8.why_not(backend.device)}
 
 
 def compile_step(backend: object, args: argparse.Namespace) -> dict:

@@ -2,7 +2,6 @@
 next-token distribution, and top-1 agreement, over chunks of the shipped model's held-out split or a file."""
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -70,19 +69,6 @@ def chunks(backend: Backend, text: str, seq_len: int, n_tokens: int) -> list[lis
     if not out:
         raise InputError("compression.text_too_short", n_tokens=len(ids), seq_len=seq_len)
     return out
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run with n CPU threads (None: unchanged). Hundreds of one-token passes through a small model are bound
-    by op count: one thread beats two on a shared CPU by an order of magnitude (measured on the tiny model)."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass

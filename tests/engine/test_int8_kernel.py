@@ -7,6 +7,7 @@ import torch
 
 from kvviz.engine.kernels import int8 as int8_kernel
 from kvviz.engine.model import Int8Weight, linear
+from kvviz.engine.timing import torch_threads
 from kvviz.engine.tolerance import agreement, magnitude
 
 
@@ -34,12 +35,8 @@ def test_the_kernel_multiplies_the_activations_it_states_exactly_to_float32_roun
     gen = torch.Generator().manual_seed(n + k)
     q = Int8Weight.quantize(torch.randn(n, k, generator=gen))
     x = torch.randn(3, k, generator=gen) * torch.linspace(0.1, 10, k)  # blocks of unequal scale
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         ours = int8_kernel.product(x, q.q, q.scale)
-    finally:
-        torch.set_num_threads(before)
     xq, d = rounded_activations(x)
     # integer products, exact in float64, each block scaled by its d, the row by its scale
     ref = torch.zeros(3, n, dtype=torch.float64)
@@ -79,6 +76,11 @@ def test_without_the_kernel_linear_runs_torchs_and_says_why(monkeypatch):
     ours, ref = linear(x, q), x.bfloat16().float() @ q.dequantize().T
     assert ours.dtype == torch.float32 and ours.shape == (3, 5, 96)
     assert agreement((ours - ref).abs().max(), torch.bfloat16, magnitude(ours, ref), 64).within
+
+
+def test_on_another_device_torchs_kernel_runs_and_the_record_says_why():
+    assert int8_kernel.why_not("cuda:0") == "kvviz's int8 kernel runs on CPUs, not cuda:0"
+    assert int8_kernel.name("cuda:0") == "torch _weight_int8pack_mm"
 
 
 def test_a_compiler_that_fails_leaves_one_line_and_no_file(monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.model import Decoder, PackedWeight, linear, prepack
+from kvviz.engine.timing import torch_threads
 from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
 
@@ -133,12 +134,8 @@ def test_prepacked_matrix_gives_f_linear_to_rounding(dtype, n, k, threads):
     summation order, for one row (decode, the packed layout) and many (for MKL, the parts' own products)."""
     gen = torch.Generator().manual_seed(0)
     w, bias = torch.randn(n, k, generator=gen).to(dtype), torch.randn(n, generator=gen).to(dtype)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         packed = prepack(w[: n // 3], w[n // 3:])
-    finally:
-        torch.set_num_threads(before)
     # bfloat16 is prepacked only where oneDNN runs it natively (AVX-512 BF16 or AMX; not on an AVX2-only CPU)
     packs = torch.backends.mkldnn.is_available() and (
         dtype == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported())

@@ -129,7 +129,7 @@ def run_buttons(controls: Any, backend: Any, c: Choices, *, lecture: bool) -> bo
 def _live(backend: Any) -> None:
     """Draws the progress and the time left, then runs the methods a second per tick; once done or cancelled the
     whole page redraws with what was measured."""
-    from kvviz.compression import quality
+    from kvviz.engine.timing import torch_threads
 
     if CC.get("sweep") is None:
         return
@@ -142,7 +142,7 @@ def _live(backend: Any) -> None:
                                           else tr("compression.time_left_unknown")))
 
     def measure() -> None:
-        with quality.torch_threads(1 if backend.device.type == "cpu" else None):
+        with torch_threads(1 if backend.device.type == "cpu" else None):
             run.advance(BUDGET_S)
 
     if not run.finished:

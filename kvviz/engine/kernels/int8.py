@@ -84,14 +84,17 @@ def _library() -> tuple[ctypes.CDLL | None, str | None]:
     return lib, None
 
 
-def why_not() -> str | None:
-    """None where kvviz's int8 kernel runs on CPU tensors, else why torch's weight-only kernel runs instead."""
+def why_not(device: torch.device | str | None = None) -> str | None:
+    """None where kvviz's int8 kernel multiplies the int8 matrices (a CPU; `device` None: this machine's CPU), else
+    why torch's weight-only kernel does."""
+    if device is not None and torch.device(device).type != "cpu":
+        return f"kvviz's int8 kernel runs on CPUs, not {device}"
     return _library()[1]
 
 
-def name() -> str:
-    """Which kernel an int8 matrix on a CPU goes through, for a run's record."""
-    return "kvviz int8 kernel (activations int16 per block of 256)" if why_not() is None \
+def name(device: torch.device | str | None = None) -> str:
+    """Which kernel multiplies the int8 matrices on `device`, for a run's record."""
+    return "kvviz int8 kernel (activations int16 per block of 256)" if why_not(device) is None \
         else "torch _weight_int8pack_mm"
 
 
