@@ -176,6 +176,19 @@ def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwrig
     wait_charts(page, timeout_ms)
 
 
+def next_idea(page, stepper: str, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
+    """In lecture mode, click the stepper's → and wait until its number shows the next idea, then until it is drawn.
+    A fixed pause was not enough: on a page that reruns on its own (a live run's fragment) a second click sent before
+    the first one's rerun began was merged into it, and the test looked for a screen it never reached."""
+    active = f".st-key-_w_kv_idea_{stepper} button[role='radio'][aria-checked='true']"
+    before = int(page.locator(active).inner_text())
+    page.locator(f".st-key-kv_idea_next_{stepper} button").first.click()
+    page.wait_for_function(f"""() => {{ const b = document.querySelector("{active}");
+        return b !== null && b.innerText.trim() === "{before + 1}"; }}""", timeout=timeout_ms)
+    wait_idle(page, timeout_ms)
+    settle(page, timeout_ms)
+
+
 def screenshot_dir() -> Path:
     out = Path(os.environ.get("KVVIZ_SCREENSHOTS", ROOT / "screenshots"))
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from kvviz.i18n import t
-from tests.browser.harness import IDLE, LOWEST, settle, wait_idle
+from tests.browser.harness import IDLE, LOWEST, next_idea, settle, wait_idle
 from tests.serving.standin import INSTALLED, standin_server
 
 pytestmark = pytest.mark.skipif(not INSTALLED, reason="vLLM reference not installed here: run "
@@ -81,19 +81,14 @@ def test_load_run_attributed_in_the_browser(browser, app_url, shots, lang):
     page.set_viewport_size({"width": 1280, "height": 720})
     page.get_by_text(t("lecture.toggle", lang), exact=True).click()
     wait_idle(page)
-    page.locator(".st-key-kv_idea_next_serving button").first.click()  # the load's screen, then the timeline's
-    wait_idle(page)
-    settle(page)
+    next_idea(page, "serving")  # the load's screen, then the timeline's
     page.evaluate("window.scrollTo(0, 0)")
     lowest = page.evaluate(LOWEST)
     page.screenshot(path=shots / f"kv_run_lecture_{lang}.png")
     print(f"\n{lang}: the timeline's screen in lecture mode ends at {lowest:.0f} px")
     assert lowest <= 720 and page.locator("[data-testid='stException']").count() == 0
     for _ in range(2):  # the numbers' screen: the attribution's summary under the points' table
-        page.locator(".st-key-kv_idea_next_serving button").first.click()
-        page.wait_for_timeout(500)
-        wait_idle(page)
-        settle(page)
+        next_idea(page, "serving")
     expect(page.get_by_text(t("kv_events.run_header", lang).strip("*"))).to_be_visible()
     page.evaluate("window.scrollTo(0, 0)")
     numbers = page.evaluate(LOWEST)

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.axe import AXE, violations
-from tests.browser.harness import LOWEST, TOKENS_JS, app_server, goto_idle, settle, wait_idle
+from tests.browser.harness import LOWEST, TOKENS_JS, app_server, goto_idle, next_idea, settle, wait_idle
 
 HOSTED = {"KVVIZ_HOSTED": "1", "KVVIZ_KV_BUDGET_BYTES": "2000"}  # about one token of the shipped model
 BUDGET = "hosted demo: this request's KV cache needs"
@@ -440,9 +440,7 @@ def _each_idea_fits(pg, stepper: str, n: int, name: str, shots, each=None) -> No
         assert lowest <= 720, f"{name}: idea {i} ends at {lowest:.0f} px, below the 720 px screen"
         assert not cut, f"{name}: idea {i} cuts short {cut}"
         if i < n:
-            pg.locator(f"{key(f'kv_idea_next_{stepper}')} button").first.click()
-            pg.wait_for_timeout(500)
-            settle(pg)
+            next_idea(pg, stepper)
             expect(pg.locator("[data-testid='stException']")).to_have_count(0)
 
 
