@@ -10,6 +10,7 @@ from kvviz.engine.loading import load_backend
 from kvviz.engine.spec.decoding import SpeculativeGeneration
 from kvviz.engine.spec.drafts import EarlyExitDraft, NgramDraft
 from kvviz.engine.spec.ngram import NgramConfig
+from kvviz.engine.timing import torch_threads
 from kvviz.engine.tolerance import agreement, magnitude
 
 PROMPTS = ("Once upon a time there was a little", "The cat sat on the mat. The cat sat on the")
@@ -18,10 +19,8 @@ REPETITIVE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a -
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the graph is built for the thread count it runs with
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):  # the graph is built for the thread count it runs with
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.config import DecoderConfig
+from kvviz.engine.timing import torch_threads
 from kvviz.i18n import t
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -21,10 +21,8 @@ TEXT = "The cache keeps the keys and values of every past token, so each decode 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 def measured(lang: str) -> AppTest:

@@ -1,6 +1,6 @@
 """Every page on the shipped model, headless, through every option of every radio, select box, segmented control
-and toggle, one widget at a time from the defaults: no option may end in a traceback. A failure names the page, the widget
-and the option."""
+and toggle, one widget at a time from the defaults: no option may end in a traceback. A failure names the page, the
+widget and the option."""
 from pathlib import Path
 
 import pytest

@@ -18,6 +18,7 @@ from kvviz.engine.spec import ngram, sampling
 from kvviz.engine.spec.decoding import SpecStats, SpeculativeGeneration
 from kvviz.engine.spec.drafts import EarlyExitDraft, ModelDraft, NgramDraft, first_layers_draft, load_draft
 from kvviz.engine.spec.measure import gpu_prediction
+from kvviz.engine.timing import torch_threads
 from kvviz.engine.tolerance import agreement, magnitude
 from kvviz.errors import InputError
 from kvviz.kv.formula import kv_footprint
@@ -34,10 +35,8 @@ PLAIN = "The history of the city began"
 def _one_thread():
     """Small passes on one thread: on a loaded 2-core machine two OpenMP threads spin-wait on each other (the app
     server runs one thread for the same reason, kvviz/app/models.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")
