@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from kvviz.serving.llamacpp import free_port
-from tests.browser.harness import settle, wait_idle
+from tests.browser.harness import goto_idle, settle, wait_idle
 from tests.guest import guest
 
 # Each page (its URL path) and its main button's key (None: the page computes on opening). In the order of the
@@ -88,8 +88,7 @@ def test_every_page_as_another_user_without_apt(browser, hosted_as_guest, shots)
     pressed, took = [], {}
     for path, key in PAGES.items():
         start = time.monotonic()
-        page.goto(f"{url}/{path}")
-        wait_idle(page, timeout_ms=180_000)
+        goto_idle(page, f"{url}/{path}", 180_000)
         settle(page, timeout_ms=120_000)
         if key is not None and _press(page, key):
             pressed.append(key)

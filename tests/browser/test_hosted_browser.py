@@ -8,7 +8,7 @@ from kvviz.app.hosted import HostedCaps
 from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.units import format_binary
-from tests.browser.harness import app_server, wait_idle
+from tests.browser.harness import app_server, goto_idle, wait_idle
 
 ALLOW = "http://127.0.0.1:8080, http://127.0.0.1:9000/v1"
 ALLOWED = ["http://127.0.0.1:8080", "http://127.0.0.1:9000"]  # normalized: the /v1 suffix is the client's
@@ -18,8 +18,7 @@ def test_hosted_caps_and_allow_lists_are_in_force_in_the_started_app(browser, sh
     caps = replace(HostedCaps(), max_layers=3)
     with app_server({"KVVIZ_MAX_LAYERS": "3", "KVVIZ_SERVE_ALLOW": ALLOW}, hosted=True) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(url)
-        wait_idle(page)
+        goto_idle(page, url)
         sidebar = page.get_by_test_id("stSidebar")
         limits = t("hosted.sidebar_caption", max_layers=3, max_d_model=caps.max_d_model,
                    max_params=f"{caps.max_params:,}", max_new_tokens=caps.max_new_tokens, max_batch=caps.max_batch,
@@ -37,8 +36,7 @@ def test_hosted_caps_and_allow_lists_are_in_force_in_the_started_app(browser, sh
         wait_idle(page)
         expect(page.get_by_text(InputError("hosted.layers", limit=3, value=4).message("en"))).to_be_visible()
         # the Serving page offers the allow-listed servers only: a choice, not a box to type a URL into
-        page.goto(f"{url}/Serving_Engine")
-        wait_idle(page)
+        goto_idle(page, f"{url}/Serving_Engine")
         page.locator("[data-testid='stSelectbox']").filter(has_text=t("serving.url")).click()
         assert [o.inner_text().strip() for o in page.get_by_role("option").all()] == ALLOWED
         assert page.get_by_role("textbox", name=t("serving.url"), exact=True).count() == 0

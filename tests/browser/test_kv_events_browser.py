@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import IDLE, PHONE_UA, settle, wait_idle
+from tests.browser.harness import PHONE_UA, goto_idle, settle, wait_idle
 from tests.serving.kv_fake_publisher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +74,7 @@ def test_tree_from_vllms_publisher(browser, app_url, shots, vllm_server, lang, s
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     query = f"?lang={lang}" + ("&lecture=1" if screen == "projector" else "")
-    page.goto(f"{app_url}/Serving_Engine{query}")
-    page.wait_for_selector(IDLE, timeout=120_000)
+    goto_idle(page, f"{app_url}/Serving_Engine{query}", 120_000)
     words = WORDS[lang]
     for label, value in ((words["endpoint"], vllm_server["endpoint"]), (words["replay"], vllm_server["replay"])):
         box = page.get_by_label(label, exact=True).and_(page.locator("input"))

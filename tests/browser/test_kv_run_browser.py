@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from kvviz.i18n import t
-from tests.browser.harness import IDLE, LOWEST, next_idea, settle, wait_idle
+from tests.browser.harness import LOWEST, goto_idle, next_idea, settle, wait_idle
 from tests.serving.standin import INSTALLED, standin_server
 
 pytestmark = pytest.mark.skipif(not INSTALLED, reason="vLLM reference not installed here: run "
@@ -34,8 +34,7 @@ def test_load_run_attributed_in_the_browser(browser, app_url, shots, lang):
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     with standin_server(block_size=4, num_blocks=16) as (url, endpoint, replay):
-        page.goto(f"{app_url}/Serving_Engine?lang={lang}")
-        page.wait_for_selector(IDLE, timeout=60_000)
+        goto_idle(page, f"{app_url}/Serving_Engine?lang={lang}", 60_000)
         _fill(page, t("serving.url", lang), url)
         page.get_by_role("button", name=t("serving.connect", lang), exact=True).click()
         wait_idle(page)

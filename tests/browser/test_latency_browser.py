@@ -4,7 +4,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import app_server, wait_idle
+from tests.browser.harness import app_server, goto_idle, wait_idle
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +162,7 @@ def test_roofline_in_lecture_mode(browser, app_url, shots):
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
     # the sidebar is collapsed in lecture mode; idea 6 of the stepper is the bound against the batch
-    page.goto(f"{app_url}/Latency_and_Capacity?lecture=1&idea=6")
-    wait_idle(page, 90_000)
+    goto_idle(page, f"{app_url}/Latency_and_Capacity?lecture=1&idea=6", 90_000)
     page.wait_for_timeout(1000)
     _chart_shot(page, 0, shots / "latency_roofline_chart_lecture.png")
     context.close()

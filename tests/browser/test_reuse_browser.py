@@ -4,7 +4,7 @@ from playwright.sync_api import expect
 
 from kvviz.engine.loading import shipped_tokenizer
 from kvviz.i18n import t
-from tests.browser.harness import IDLE, TOKENS_JS, app_server, lowest_on_screen, wait_idle
+from tests.browser.harness import IDLE, TOKENS_JS, app_server, goto_idle, lowest_on_screen, wait_idle
 
 PROMPT = t("reuse.preset_1", "en")  # the first English preset
 N_PROMPT = len(shipped_tokenizer().encode(PROMPT))  # on the default model, the shipped tiny
@@ -221,7 +221,7 @@ def test_two_sessions_keep_separate_generations(browser, app_url):
     a, b = (c.new_page() for c in contexts)
     try:
         for pg in (a, b):
-            pg.goto_app = lambda path="", query="", pg=pg: (pg.goto(f"{app_url}/{path}{query}"), wait_idle(pg))
+            pg.goto_app = lambda path="", query="", pg=pg: goto_idle(pg, f"{app_url}/{path}{query}")
             _open(pg)
             _click(pg, "Prefill")
         for _ in range(3):

@@ -256,8 +256,7 @@ def hosted(browser):
         pg = context.new_page()
 
         def goto(path: str = "", query: str = "") -> None:
-            pg.goto(f"{url}/{path}{query}")
-            wait_idle(pg)
+            goto_idle(pg, f"{url}/{path}{query}")
             settle(pg)
 
         pg.goto_app = goto
