@@ -178,8 +178,8 @@ def settle(page, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwrig
 
 def next_idea(page, stepper: str, timeout_ms: int = 30_000) -> None:  # noqa: ANN001 - a Playwright Page
     """In lecture mode, click the stepper's → and wait until its number shows the next idea, then until it is drawn.
-    A fixed pause was not enough: on a page that reruns on its own (a live run's fragment) a second click sent before
-    the first one's rerun began was merged into it, and the test looked for a screen it never reached."""
+    A fixed 500 ms pause was not enough: on a page that reruns on its own (a live run's fragment) a test once clicked
+    twice and never found the screen two ideas on; now each click's screen is there before the next click."""
     active = f".st-key-_w_kv_idea_{stepper} button[role='radio'][aria-checked='true']"
     before = int(page.locator(active).inner_text())
     page.locator(f".st-key-kv_idea_next_{stepper} button").first.click()

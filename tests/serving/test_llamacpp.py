@@ -268,8 +268,8 @@ def test_cancel_keeps_measured_requests(server):
 def test_a_server_killed_mid_run_stops_the_run(backend, gguf_file):
     with LlamaServer(gguf_file, n_parallel=1, ctx_size=512) as srv:
         plan = BenchPlan(srv.base_url, "kvviz-tiny", closed_loop((1, 1)), 30, Workload(8, 16), num_warmups=0)
-        # killed, not asked to stop: a SIGTERM'd llama-server may finish the request in flight first, and on a
-        # loaded machine the client's 10 s timeout then ended the run instead of the dead connection
+        # killed, not asked to stop (stop(): SIGTERM, SIGKILL 10 s later): on a loaded machine the client's own 10 s
+        # timeout once ended the run first, and the run said "timeout", not the dead connection
         run = _run_until(srv.base_url, plan, 3, lambda r: (srv.proc.kill(), srv.proc.wait()))
     assert len(run.points) == 1  # the next point was never sent to a dead server
     p = run.points[0]
