@@ -66,8 +66,11 @@ def test_every_option_of_the_page(page):
         at = fresh(page)
         for option in options:
             w = next((x for x in at.main.get(kind) if x.key == key), None)
-            if w is None or getattr(w.proto, "disabled", False):  # an earlier option hid or disabled it
-                break
+            if w is None or getattr(w.proto, "disabled", False):  # an earlier option hid or disabled it: from fresh
+                at = fresh(page)
+                w = next((x for x in at.main.get(kind) if x.key == key), None)
+                if w is None:
+                    continue
             if kind == "toggle":
                 w.set_value(option)
             else:
