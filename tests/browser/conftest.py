@@ -5,7 +5,16 @@ import re
 import pytest
 from playwright.sync_api import expect  # noqa: E402
 
-from tests.browser.harness import BASE_PATH_PROBE, Tabs, app_server, chromium, goto_idle, screenshot_dir, settle  # noqa: E402
+from tests.browser.harness import (  # noqa: E402
+    BASE_PATH_PROBE,
+    Tabs,
+    app_server,
+    chromium,
+    goto_idle,
+    network_changed,
+    screenshot_dir,
+    settle,
+)
 
 MEDIA_RACE = re.compile(r"Download Button source error - 404")
 DYNAMIC_IMPORT = re.compile(r"Failed to fetch dynamically imported module: (\S+)")
@@ -63,7 +72,7 @@ def page(tabs, app_url):
     aborted: set[str] = set()  # what this host's network change aborted in flight (see goto_idle)
 
     def on_failed(request) -> None:  # noqa: ANN001 - a Playwright Request
-        if "ERR_NETWORK_CHANGED" in (request.failure or ""):
+        if network_changed(request):
             aborted.add(request.url)
 
     pg.on("requestfailed", on_failed)

@@ -223,6 +223,11 @@ def download_text(page, button, timeout_ms: float = 60_000, tries: int = 3) -> s
     raise AssertionError("unreachable")
 
 
+def network_changed(request) -> bool:  # noqa: ANN001 - a Playwright Request
+    """Whether a failed request was aborted by a network change on this host (see goto_idle)."""
+    return "ERR_NETWORK_CHANGED" in (request.failure or "")
+
+
 def goto_idle(page, url: str, timeout_ms: float = 120_000, tries: int = 3) -> None:  # noqa: ANN001 - a Page
     """Open `url` and wait until its script is idle. A network interface that appears on this host (the lecture
     tests' namespace, made by a test on another worker) makes every Chromium here abort the requests it has in
@@ -230,7 +235,7 @@ def goto_idle(page, url: str, timeout_ms: float = 120_000, tries: int = 3) -> No
     changed: list[str] = []
 
     def on_failed(request) -> None:  # noqa: ANN001 - a Playwright Request
-        if "ERR_NETWORK_CHANGED" in (request.failure or ""):
+        if network_changed(request):
             changed.append(request.url)
 
     page.on("requestfailed", on_failed)
