@@ -162,7 +162,8 @@ def main() -> None:
 
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
-        backend.model.fuse()  # packed again for this thread count (model.prepack chooses by it; `fast` shares it)
+        backend.model.fuse()  # packed again for this thread count (`fast` shares it): where kvviz's float32
+        # kernel is not built, model.prepack chooses torch's kernel by it
         if args.compiled:
             torch._dynamo.reset()  # kernels built for another thread count are not reused
             done = fast.compile().warm_up()

@@ -5,8 +5,9 @@ GB/s of weights each path streams, against a plain read of the same bytes, all i
 
 Per dtype (float32, bfloat16) and per matrix shape of a decode step (fused Q/K/V, O, fused gate/up, down, the LM
 head; as many matrices as the model has layers, so no cache holds them): F.linear on the plain matrix, kvviz's
-linear() on the matrix prepack()ed (what Decoder.fuse does on CPU), and in float32 both packed kernels prepack
-chooses between (oneDNN's blocked layout, MKL's packed sgemm); a torch.sum over the same tensors is the plain read.
+linear() on the matrix prepack()ed (what Decoder.fuse does on CPU), and in float32 each kernel prepack chooses
+between (kvviz's float32 kernel, kernels.f32, where it built; oneDNN's blocked layout; MKL's packed sgemm); a
+torch.sum over the same tensors is the plain read.
 --int8 times kvviz's int8 kernel (kvviz.engine.kernels.int8: activations int16 per block of 256, integer products)
 and the int8 kernels torch offers a one-row product on this CPU, on the same int8 matrices (per output
 channel): the weight-only kernel kvviz falls back on (_weight_int8pack_mm, bfloat16 activations), FBGEMM's dynamic
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvviz.engine.config import DecoderConfig  # noqa: E402
+from kvviz.engine.kernels import f32 as f32_kernel  # noqa: E402
 from kvviz.engine.kernels import int8 as int8_kernel  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
@@ -65,8 +67,11 @@ def matrices(args: argparse.Namespace, cfg: DecoderConfig) -> None:
             x = torch.randn(1, 1, k).to(dtype)
             paths = {
                 "F.linear": lambda ws=ws, x=x: [F.linear(x, w) for w in ws],
-                "prepacked (kvviz)": lambda ps=packed, x=x: [linear(x, p) for p in ps],
+                "linear() (prepack's choice)": lambda ps=packed, x=x: [linear(x, p) for p in ps],
             }
+            if dtype == torch.float32 and f32_kernel.why_not() is None:
+                ours = [f32_kernel.pack(w) for w in ws]
+                paths["kvviz kernel"] = lambda ps=ours, x=x, n=n: [f32_kernel.product(x, p, n) for p in ps]
             if dtype == torch.float32 and torch.backends.mkldnn.is_available() and torch.backends.mkl.is_available():
                 onednn = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws]
                 mkl = [torch.ops.mkl._mkl_reorder_linear_weight(w, 1) for w in ws]
@@ -157,6 +162,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     load = cpu_load()
     print(f"{args.threads} thread(s)" + (f", load average {load[0]:.2f} on {load[1]} cores" if load else ""))
+    if f32_kernel.why_not() is not None:
+        print(f"kvviz's float32 kernel: {f32_kernel.why_not()}")
     cfg = load_backend(args.model, device="cpu").model.cfg  # the shapes only, read once
     matrices(args, cfg)
     if args.int8:

@@ -1,9 +1,10 @@
 """kvviz beside llama.cpp on the same bytes: float32 beside f32, int8 beside Q8_0, time per output token and the share
 of a plain read's rate each engine draws, one run.
 
-kvviz: the native decoder in float32, then with every matrix quantized to int8 per output channel
-(Decoder.fuse(weights="int8"): torch's weight-only int8 kernel), each uncompiled and with its decode step compiled
-(kvviz.engine.compiled: the static cache written at a position tensor, one inductor graph). llama.cpp: llama-server
+kvviz: the native decoder in float32 (kvviz's float32 kernel, kernels.f32, where it builds), then with every matrix
+quantized to int8 per output channel (Decoder.fuse(weights="int8"): kvviz's int8 kernel where it builds), each
+uncompiled and with its decode step compiled (kvviz.engine.compiled: the static cache written at a position tensor,
+one inductor graph). llama.cpp: llama-server
 on the same float32 weights exported as an f32 GGUF and as a Q8_0 GGUF (blocks of 32 int8 and an fp16 scale,
 kvviz.engine.export), and on the model's own Q4_1 GGUF for reference. Every engine gets the same prompt token ids and
 decodes greedily; the engines take turns within each repeat and the fastest repeat counts (noise on a shared machine
@@ -113,7 +114,8 @@ def main() -> None:
                  "q4_1": q4_1}
         for threads in thread_counts:
             torch.set_num_threads(threads)
-            for backend in kvviz.values():  # packed again for this thread count (model.prepack chooses by it)
+            for backend in kvviz.values():  # packed again for this thread count: where kvviz's float32
+                # kernel is not built, model.prepack chooses torch's kernel by it
                 if backend.model.weights == "float":
                     backend.model.fuse()
             print(f"{f32.spec.name}: prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; {threads} "

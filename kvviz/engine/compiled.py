@@ -3,8 +3,9 @@ one token per row written into the static cache at a position tensor (Decoder.st
 Python number in the step depends on the position and one graph serves every step. The graph is one layer
 (model.static_layer), which every layer runs with its own weights and buffers, so compiling a 30-layer model costs
 what one layer does (torch.compile's regional compilation). On CPU inductor fuses the small operations between the
-matrix products (the products stay oneDNN's or MKL's prepacked calls, model.packed_linear); on CUDA the graph is also
-replayed as a CUDA graph (torch.compile's mode="reduce-overhead"), one launch per layer instead of one per operation.
+matrix products (the products stay the calls prepack() chose, kvviz's float32 or int8 kernel or torch's packed
+product, each one of kvviz's own operators in model.py); on CUDA the graph is also replayed as a CUDA graph
+(torch.compile's mode="reduce-overhead"), one launch per layer instead of one per operation.
 
 Where compiling is not possible (no C++ compiler, no Triton on a GPU, an operation the compiler refuses) the step
 runs as before, uncompiled, and `why_not` says why in one line.

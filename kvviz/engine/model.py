@@ -18,6 +18,7 @@ from torch import nn
 from kvviz.engine.cache import DecodeCache, KVCache, write_at
 from kvviz.engine.config import DecoderConfig
 from kvviz.engine.device_names import WEIGHTS
+from kvviz.engine.kernels import f32 as f32_kernel
 from kvviz.engine.kernels import int8 as int8_kernel
 from kvviz.errors import InputError
 
@@ -55,16 +56,14 @@ class Int8Weight:
 @dataclass(frozen=True)
 class PackedWeight:
     """A matrix prepack()ed for the CPU's one-row product, named as such: inside a compiled step a traced tensor no
-    longer says it is opaque (is_mkldnn reads False there), so linear() tells it by this type. `w` is the packed
-    matrix. MKL's packed matrix holds one input row's layout only: `parts` are the plain matrices (the model's own
+    longer says it is opaque (is_mkldnn reads False there), so linear() tells it by this type. `kernel` says whose
+    product multiplies one row by it ("kvviz": kernels.f32; "mkl"; "onednn") and `w` is the matrix in its layout.
+    kvviz's and MKL's packed matrices multiply one input row only: `parts` are the plain matrices (the model's own
     parameters, no copy) whose rows, stacked, are the matrix, and multiply any other number of rows."""
 
-    w: torch.Tensor  # opaque, in oneDNN's or MKL's layout
-    parts: tuple[torch.Tensor, ...] = ()  # MKL's packed matrix only: [N_i, K] each, ΣN_i = N
-
-    @property
-    def kernel(self) -> str:
-        return "mkl" if self.parts else "onednn"
+    w: torch.Tensor
+    parts: tuple[torch.Tensor, ...] = ()  # kvviz's and MKL's packed matrices only: [N_i, K] each, ΣN_i = N
+    kernel: str = "onednn"
 
     @property
     def shape(self) -> torch.Size:
@@ -75,28 +74,33 @@ class PackedWeight:
 
 def prepack(*parts: torch.Tensor) -> torch.Tensor | PackedWeight:
     """A float matrix [N, K], given as the matrices whose rows stacked make it (fused Q/K/V: q, k and v), as the
-    decode step reads it on a CPU: packed once into the layout of the kernel that multiplies one row by it fastest;
-    inductor's weight-prepack pass makes the same two choices under freezing (mkldnn_fusion.py pack_linear_weight:
-    MKL's packed sgemm for float32 at a fixed row count, oneDNN for bfloat16):
-    - float32 with more outputs than inputs (N > K: fused Q/K/V, fused gate/up, the LM head) on one thread: MKL's
-      packed sgemm (torch.ops.mkl._mkl_reorder_linear_weight for one row); it streams SmolLM2's such matrices
-      1.1-1.7× as fast as oneDNN's on one thread here, and 1.1-1.5× slower where N ≤ K (O, down), which stay with
-      oneDNN (bench/gemv_paths.py). On more threads oneDNN's: MKL keeps a one-row product on one thread, and at two
-      oneDNN's split streams Q/K/V and gate/up 1.15-1.2× as fast (bench/gemv_paths.py --threads 2). The thread count
-      is read here, when Decoder.fuse packs: a later torch.set_num_threads leaves the choice as it was (still right,
-      maybe slower);
-    - other float32 and bfloat16 matrices: oneDNN's blocked layout (torch.ops.mkldnn._reorder_linear_weight), which
-      streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes per second F.linear does on SmolLM2's shapes.
+    decode step reads it on a CPU, for the kernel that multiplies one row by it fastest:
+    - float32 where kvviz's float32 kernel built (kernels.f32: AVX2 and FMA) and K is a multiple of 8: its packed
+      layout, which it streams at about a plain read's rate, 1.1× (one thread) and 1.5× (two) as fast as torch's
+      best packed kernel on SmolLM2's step (bench/gemv_paths.py, --threads 2);
+    - elsewhere packed once into the layout of torch's faster kernel; inductor's weight-prepack pass makes the same
+      two choices under freezing (mkldnn_fusion.py pack_linear_weight: MKL's packed sgemm for float32 at a fixed row
+      count, oneDNN for bfloat16): float32 with more outputs than inputs (N > K: fused Q/K/V, fused gate/up, the LM
+      head) on one thread MKL's packed sgemm (torch.ops.mkl._mkl_reorder_linear_weight for one row), which streams
+      SmolLM2's such matrices 1.1-1.7× as fast as oneDNN's on one thread here and 1.1-1.5× slower where N ≤ K (O,
+      down); on more threads oneDNN's, as MKL keeps a one-row product on one thread (the thread count is read here,
+      when Decoder.fuse packs); other float32 and bfloat16 matrices oneDNN's blocked layout
+      (torch.ops.mkldnn._reorder_linear_weight), which streams 1.0-1.6× (float32) and 1.5-2.2× (bfloat16) the bytes
+      per second F.linear does on SmolLM2's shapes.
     Elsewhere (CUDA, MPS, float16, no oneDNN) the matrix itself, detached (a Parameter set on a module would join
     state_dict)."""
     parts = tuple(p.detach() for p in parts)
     w = parts[0] if len(parts) == 1 else torch.cat(parts)
-    if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    if w.device.type != "cpu":
+        return w
+    if w.dtype == torch.float32 and w.shape[1] % 8 == 0 and f32_kernel.why_not() is None:
+        return PackedWeight(f32_kernel.pack(w), parts, kernel="kvviz")
+    if not torch.backends.mkldnn.is_available():
         return w
     n, k = w.shape
     if (w.dtype == torch.float32 and n > k and torch.get_num_threads() == 1 and torch.backends.mkl.is_available()
             and not torch.ops.mkldnn._is_mkldnn_acl_supported()):
-        return PackedWeight(torch.ops.mkl._mkl_reorder_linear_weight(w, 1), parts)
+        return PackedWeight(torch.ops.mkl._mkl_reorder_linear_weight(w, 1), parts, kernel="mkl")
     if w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
         return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(w, 1))
     return w
@@ -116,6 +120,16 @@ def _packed_product(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
     if x.numel() == k:  # one row: the packed matrix (mkl_linear reads only the shape of its plain-matrix argument)
         return torch.ops.mkl._mkl_linear(x, w, parts[0].new_zeros(1, 1).expand(n, k), bias, 1)
     return _parts_product(x, parts, bias)  # more rows (prefill, a batch)
+
+
+def _f32_product(x: torch.Tensor, w: torch.Tensor, parts: list[torch.Tensor],
+                 bias: torch.Tensor | None) -> torch.Tensor:
+    """x times a float32 matrix prepack()ed for kvviz's float32 kernel: one row (decode at batch 1) by the kernel,
+    more rows (prefill, a batch) or a row that needs a gradient by the parts' own products."""
+    if x.numel() != x.shape[-1] or x.requires_grad:
+        return _parts_product(x, parts, bias)
+    y = f32_kernel.product(x.contiguous(), w, sum(p.shape[0] for p in parts))
+    return y if bias is None else y + bias
 
 
 def _int8_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -149,7 +163,10 @@ if not hasattr(torch.ops.kvviz, "packed_linear"):  # once a process (another cop
     _LIB.define("packed_linear(Tensor x, Tensor w, Tensor[] parts, Tensor? bias) -> Tensor")
     _LIB.impl("packed_linear", _packed_product, "CompositeExplicitAutograd")  # any key: the matrix is MkldnnCPU
     torch.library.register_fake("kvviz::packed_linear", _packed_product_fake, lib=_LIB)
-    # the int8 product likewise: the compiled graph cannot trace into a ctypes call
+    # kvviz's float32 and int8 products likewise: the compiled graph cannot trace into a ctypes call
+    _LIB.define("f32_linear(Tensor x, Tensor w, Tensor[] parts, Tensor? bias) -> Tensor")
+    _LIB.impl("f32_linear", _f32_product, "CompositeExplicitAutograd")
+    torch.library.register_fake("kvviz::f32_linear", _packed_product_fake, lib=_LIB)
     _LIB.define("int8_linear(Tensor x, Tensor q, Tensor scale) -> Tensor")
     _LIB.impl("int8_linear", _int8_product, "CompositeExplicitAutograd")
     torch.library.register_fake("kvviz::int8_linear", _int8_product_fake, lib=_LIB)
@@ -163,6 +180,9 @@ def linear(x: torch.Tensor, w: torch.Tensor | Int8Weight | PackedWeight,
         y = product(x, w.q, w.scale)
         return y if bias is None else y + bias
     if isinstance(w, PackedWeight):
+        if w.kernel == "kvviz":
+            product = torch.ops.kvviz.f32_linear if torch.compiler.is_compiling() else _f32_product
+            return product(x, w.w, list(w.parts), bias)
         if w.parts and x.requires_grad:  # MKL's packed product has no gradient: the parts' products have
             return _parts_product(x, w.parts, bias)
         if torch.compiler.is_compiling():
@@ -417,22 +437,20 @@ class Decoder(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
         return self
 
-    def fuse(self, weights: str = "float", *, prepacked: bool = True) -> Decoder:
+    def fuse(self, weights: str = "float") -> Decoder:
         """Concatenate Q/K/V and gate/up weights for inference (one matmul each); every matrix a step multiplies by
-        (those two, O, down and the LM head) is then prepacked for the CPU's kernel (prepack(): a second copy of
-        the matrices beside the parameters), or with weights="int8" quantized to int8 per output channel (Int8Weight,
-        a tied embedding too). Any later .to() or train() drops them, back to the float parameters.
-        prepacked=False keeps the float matrices plain (concatenated only), as a compiled step needs them: torch.compile
-        cannot read oneDNN's opaque tensors, and inductor prepacks the matrices itself (kvviz.engine.compiled)."""
+        (those two, O, down and the LM head) is then prepacked for the CPU's kernel (prepack(): on CPU a second copy
+        of the fused matrices beside the parameters), or with weights="int8" quantized to int8 per output channel
+        (Int8Weight, a tied embedding too). Any later .to() or train() drops them, back to the float parameters. A
+        compiled step reads them as they are (kvviz.engine.compiled)."""
         if weights not in WEIGHTS:
             raise InputError("model.bad_weights", weights=weights, choices=", ".join(WEIGHTS))
         int8 = weights == "int8"
 
         def pack(*parts: torch.Tensor) -> torch.Tensor | Int8Weight | PackedWeight:
-            if prepacked and not int8:
+            if not int8:
                 return prepack(*parts)
-            w = torch.cat(parts) if len(parts) > 1 else parts[0].detach()
-            return Int8Weight.quantize(w) if int8 else w
+            return Int8Weight.quantize(torch.cat(parts) if len(parts) > 1 else parts[0].detach())
 
         with torch.no_grad():
             for layer in self.model.layers:
@@ -450,12 +468,6 @@ class Decoder(nn.Module):
             int8_kernel.why_not()  # built (or found) now, at load, rather than inside a first timed pass
         self.weights = weights
         return self
-
-    @property
-    def prepacked(self) -> bool:
-        """Whether the step's matrices are oneDNN's or MKL's opaque prepacked tensors (fuse()), which no compiler can
-        trace."""
-        return isinstance(self.head_weight, PackedWeight)
 
     def __deepcopy__(self, memo: dict) -> Decoder:
         """A copy of the parameters, unfused (fuse() it again): oneDNN's prepacked matrices are opaque tensors with no

@@ -74,6 +74,24 @@ def test_compiled_steps_equal_uncompiled_and_recomputed(eager, compiled):
     assert step.compiles[True].first_step_s > 0  # on CPU the graph returns the attention rows too
 
 
+def test_compiled_step_calls_kvviz_float32_kernel(compiled, monkeypatch):
+    """Where kvviz's float32 kernel built, the compiled graph keeps it (kvviz::f32_linear) for every matrix: four a
+    layer inside the graph and the LM head after it; prefill's many rows go to F.linear, all but its last position's
+    LM head."""
+    from kvviz.engine.kernels import f32 as f32_kernel
+
+    if (why := f32_kernel.why_not()) is not None:
+        pytest.skip(why)
+    calls = []
+    product = f32_kernel.product
+    monkeypatch.setattr(f32_kernel, "product", lambda *a: calls.append(1) or product(*a))
+    gen = run(compiled, PROMPTS[0], n=2)
+    assert len(calls) == 1
+    calls.clear()
+    gen.step()
+    assert len(calls) == 4 * compiled.spec.n_layers + 1
+
+
 def test_attention_rows_equal_uncompiled(eager, compiled):
     a, b = run(eager, PROMPTS[0], 6, capture_attention=True), run(compiled, PROMPTS[0], 6, capture_attention=True)
     while not b.done:
