@@ -5,6 +5,8 @@ says why."""
 import pytest
 import torch
 
+from kvviz.engine.kernels import build
+from kvviz.engine.kernels import f32 as f32_kernel
 from kvviz.engine.kernels import int8 as int8_kernel
 from kvviz.engine.model import Int8Weight, linear
 from kvviz.engine.timing import torch_threads
@@ -83,15 +85,19 @@ def test_on_another_device_torchs_kernel_runs_and_the_record_says_why():
     assert int8_kernel.name("cuda:0") == "torch _weight_int8pack_mm"
 
 
-def test_a_compiler_that_fails_leaves_one_line_and_no_file(monkeypatch, tmp_path):
+@pytest.mark.parametrize("kernel,what", [(int8_kernel, "int8"), (f32_kernel, "float32")])
+def test_a_compiler_that_fails_leaves_one_line_and_no_file(monkeypatch, tmp_path, kernel, what):
+    """Either kernel's build (kernels.build)."""
+    if kernel is f32_kernel and not build.vector_flags():
+        pytest.skip("no AVX2: the float32 kernel is not built here")
     monkeypatch.setenv("CC", "false")  # a compiler that exits 1 with no message
     monkeypatch.setenv("KVVIZ_CACHE_DIR", str(tmp_path))
-    int8_kernel._library.cache_clear()
+    kernel._library.cache_clear()
     try:
-        why = int8_kernel.why_not()
+        why = kernel.why_not()
     finally:
-        int8_kernel._library.cache_clear()
-    assert why == "kvviz's int8 kernel did not build or load: no message", why
+        kernel._library.cache_clear()
+    assert why == f"kvviz's {what} kernel did not build or load: no message", why
     assert list((tmp_path / "kernels").iterdir()) == []  # the build's temporary folder went with it
 
 
