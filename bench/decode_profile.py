@@ -4,8 +4,9 @@
                                    [--threads 1] [--steps 20] [--prompt-tokens 128] [--compile]
 
 Prints the op table (self CPU time, calls) and the share of the matrix products (aten::mm;
-mkldnn::_linear_pointwise and mkl::_mkl_linear, the prepacked weights' GEMVs; aten::_weight_int8pack_mm) against
-everything else: the part a faster memory system would not speed up.
+mkldnn::_linear_pointwise and mkl::_mkl_linear, torch's prepacked weights' GEMVs; aten::_weight_int8pack_mm; kvviz's
+float32 and int8 kernels, named for the profiler here) against everything else: the part a faster memory system would
+not speed up.
 """
 from __future__ import annotations
 
@@ -15,17 +16,29 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvviz.engine.generation import Generation  # noqa: E402
+from kvviz.engine.kernels import f32 as f32_kernel  # noqa: E402
+from kvviz.engine.kernels import int8 as int8_kernel  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
 
-# the weight products: aten's and MKL's, and kvviz's own operators (kvviz::int8_linear calls the int8 kernel, whose
-# ctypes call the profiler does not see inside)
+# the weight products: aten's, oneDNN's and MKL's ops, kvviz's own operators (a compiled step calls them) and kvviz's
+# kernels' ctypes calls, which the profiler sees only as named below (an uncompiled step calls them without an op)
+KERNELS = {f32_kernel: "kvviz f32 kernel", int8_kernel: "kvviz int8 kernel"}
 GEMV_OPS = ("aten::mm", "mkldnn::_linear_pointwise", "mkl::_mkl_linear", "aten::_weight_int8pack_mm",
-            "kvviz::int8_linear")
+            "kvviz::f32_linear", "kvviz::int8_linear", *KERNELS.values())
+
+
+def name_kernels_for_the_profiler() -> None:
+    """Each kernel's product() inside a record_function of its name (KERNELS)."""
+    for module, name in KERNELS.items():
+        def product(*args, inner=module.product, name=name):  # noqa: ANN002, ANN202
+            with record_function(name):
+                return inner(*args)
+        module.product = product
 
 
 def main() -> None:
@@ -48,6 +61,7 @@ def main() -> None:
     gen.prefill(prompt)
     for _ in range(5):  # warm-up, unprofiled
         gen.step()
+    name_kernels_for_the_profiler()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(args.steps):
             gen.step()
