@@ -34,6 +34,8 @@ from engine_vs_hf import READ_BYTES, plain_read  # noqa: E402 - this folder's fl
 from kvviz.engine import fetch  # noqa: E402
 from kvviz.engine.export import export_gguf  # noqa: E402
 from kvviz.engine.generation import Generation  # noqa: E402
+from kvviz.engine.kernels import f32 as f32_kernel  # noqa: E402
+from kvviz.engine.kernels import int8 as int8_kernel  # noqa: E402
 from kvviz.engine.loading import load_backend  # noqa: E402
 from kvviz.engine.machine import cpu_load  # noqa: E402
 from kvviz.errors import InputError  # noqa: E402
@@ -120,6 +122,11 @@ def main() -> None:
                     backend.model.fuse()
             print(f"{f32.spec.name}: prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy; {threads} "
                   f"threads each; best of {args.repeats} repeats")
+            # which kernels multiply (prepack's choice and the int8 kernel's), so that a run says what it timed
+            kernel = {"kvviz": "kvviz float32 kernel", "mkl": "MKL packed sgemm", "onednn": "oneDNN packed"}.get(
+                getattr(f32.model.head_weight, "kernel", None), "F.linear")
+            why = f32_kernel.why_not()
+            print(f"  kernels: float32 {kernel}{f' ({why})' if why else ''}; int8 {int8_kernel.name()}")
             torch._dynamo.reset()  # graphs built for another thread count are not reused
             for name, backend in kvviz.items():
                 if name.endswith("compiled"):
