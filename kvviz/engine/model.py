@@ -107,8 +107,9 @@ def prepack(*parts: torch.Tensor) -> torch.Tensor | PackedWeight:
 
 
 def _parts_product(x: torch.Tensor, parts: Sequence[torch.Tensor], bias: torch.Tensor | None) -> torch.Tensor:
-    """x times the matrix that `parts` stack into, part by part: what MKL's packed matrix leaves to the plain ones."""
-    y = torch.cat([F.linear(x, p) for p in parts], dim=-1)
+    """x times the matrix that `parts` stack into, part by part: what kvviz's and MKL's packed matrices leave to the
+    plain ones. One part (O, down, the LM head) is its own product: no copy through cat."""
+    y = F.linear(x, parts[0]) if len(parts) == 1 else torch.cat([F.linear(x, p) for p in parts], dim=-1)
     return y if bias is None else y + bias
 
 

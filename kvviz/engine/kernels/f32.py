@@ -16,6 +16,7 @@ import torch
 from kvviz.engine.kernels import build
 
 SOURCE = "f32_gemv.c"
+ROWS = 8  # rows per group of the packed layout (f32_gemv.c's ROWS)
 
 
 @functools.cache
@@ -31,9 +32,6 @@ def _library() -> tuple[ctypes.CDLL | None, str | None]:
         lib.kvviz_f32_pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         lib.kvviz_f32_linear.restype = lib.kvviz_f32_pack.restype = None
     return lib, why
-
-
-ROWS = 8  # rows per group of the packed layout (f32_gemv.c's ROWS)
 
 
 def why_not(device: torch.device | str | None = None) -> str | None:
