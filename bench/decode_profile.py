@@ -49,13 +49,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--prompt-tokens", type=int, default=128)
-    ap.add_argument("--compile", action="store_true", help="the decode step compiled first (kvviz.engine.compiled)")
+    ap.add_argument("--compile", action="store_true",
+                    help="the decode step compiled first by inductor (kvviz.engine.compiled; its other CPU mode, "
+                         "kvviz's C step, is one call the profiler cannot split)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     backend = load_backend(args.model, device="cpu", dtype=args.dtype, weights=args.weights)
     prompt = torch.randint(0, backend.model.cfg.vocab_size, (args.prompt_tokens,),
                            generator=torch.Generator().manual_seed(0)).tolist()
-    if args.compile and backend.compile().warm_up() is None:
+    if args.compile and backend.compile("inductor").warm_up() is None:
         sys.exit(f"decode_profile: not compiled ({backend.compiled.why_not})")
     gen = Generation(backend, max_new_tokens=args.steps + 6, stop_at_eos=False)
     gen.prefill(prompt)

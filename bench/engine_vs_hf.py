@@ -10,8 +10,9 @@ each engine gets an untimed warm-up run, the engines take turns in every repeat,
 counts. --threads 1,2 measures each thread layout in turn in the same run (the floor too, at each count).
 --baseline: another version of kvviz/engine/model.py (e.g. `git show REV:kvviz/engine/model.py > old.py`) runs the
 same weights as one more engine in the same turns, so a change is measured before → after under the same load.
---compiled: the same weights with the decode step compiled (kvviz.engine.compiled) as one more engine, compiled again
-at each thread count (a graph's kernels are built for one), the compile's first step printed.
+--compiled: the same weights with the decode step compiled (kvviz.engine.compiled: on a CPU kvviz's C step where it
+runs the model, else inductor's graph) as one more engine, compiled again at each thread count (a graph's kernels are
+built for one), the compile's first step printed.
 The floor: the bytes of weights a step reads over the rate a plain streaming read (torch.sum) draws from memory
 in the same run (or our products', were they faster), whatever kernel an engine multiplies with; beside it, the
 step's matrix products alone through our kernel (the ceiling of a step that did nothing else).
@@ -167,8 +168,9 @@ def main() -> None:
         if args.compiled:
             torch._dynamo.reset()  # kernels built for another thread count are not reused
             done = fast.compile().warm_up()
-            print(f"compiled step at {threads} threads: " + (f"first step {done.first_step_s:.1f} s (tracing, "
-                  "compiling, one run)" if done else f"not compiled ({fast.compiled.why_not}): runs uncompiled"))
+            print(f"compiled step ({fast.compiled.mode}) at {threads} threads: " + (
+                f"first step {done.first_step_s:.2f} s" if done else
+                f"not compiled ({fast.compiled.why_not}): runs uncompiled"))
         rows, prefill, passes = per_token(engines, n, args.repeats, floor_passes(backend.model))
         if not args.skip_no_cache:
             rows.update(per_token({"HF generate(), no cache": lambda k: hf(hf_model, prompt, k, False)}, n, 1)[0])

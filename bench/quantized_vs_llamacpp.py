@@ -3,8 +3,9 @@ of a plain read's rate each engine draws, one run.
 
 kvviz: the native decoder in float32 (kvviz's float32 kernel, kernels.f32, where it builds), then with every matrix
 quantized to int8 per output channel (Decoder.fuse(weights="int8"): kvviz's int8 kernel where it builds), each
-uncompiled and with its decode step compiled (kvviz.engine.compiled: the static cache written at a position tensor,
-one inductor graph). llama.cpp: llama-server
+uncompiled, with its decode step compiled (kvviz.engine.compiled: the static cache written at a position tensor,
+one inductor graph) and as kvviz's C step (the "kernels" mode: kernels/step.c, the whole step in one call, the CPU's
+default where it builds). llama.cpp: llama-server
 on the same float32 weights exported as an f32 GGUF and as a Q8_0 GGUF (blocks of 32 int8 and an fp16 scale,
 kvviz.engine.export), and on the model's own Q4_1 GGUF for reference. Every engine gets the same prompt token ids and
 decodes greedily; the engines take turns within each repeat and the fastest repeat counts (noise on a shared machine
@@ -70,14 +71,20 @@ def rss_bytes() -> int | None:
     return None
 
 
-def compile_step(backend, threads: int) -> str:  # noqa: ANN001 - a NativeBackend
-    """The backend's step compiled for `threads` threads now: what the first step cost, or why it runs uncompiled."""
+COMPILED = ("inductor", "kernels")  # the compiled steps' modes on a CPU (kvviz.engine.compiled), each a row
+
+
+def compile_step(backend, mode: str) -> str:  # noqa: ANN001 - a NativeBackend
+    """The backend's step compiled in `mode` for torch's thread count now: what the first step cost, or why it runs
+    uncompiled."""
     before = rss_bytes()
-    done = backend.compile().warm_up()
+    done = backend.compile(mode).warm_up()
     if done is None:
         return f"not compiled ({backend.compiled.why_not}): runs uncompiled"
     kept = rss_bytes()
     mem = f", {(kept - before) / 2**20:+.0f} MiB resident" if before and kept else ""
+    if mode == "kernels":  # nothing traced: kvviz's C step, built once a machine
+        return f"first step {done.first_step_s * 1e3:.1f} ms (one call of the C step){mem}"
     return f"first step {done.first_step_s:.1f} s (tracing, compiling, one run){mem}"
 
 
@@ -102,10 +109,11 @@ def main() -> None:
         sys.exit(f"quantized_vs_llamacpp: {exc}")
     f32 = load_backend(args.model, device="cpu")
     int8 = load_backend(args.model, device="cpu", weights="int8")
-    kvviz = {"kvviz float32": f32, "kvviz int8 (per channel)": int8}
+    kvviz = {"kvviz float32": f32, "kvviz int8": int8}
     if not args.no_compiled:
-        kvviz["kvviz float32, compiled"] = load_backend(args.model, device="cpu")
-        kvviz["kvviz int8, compiled"] = load_backend(args.model, device="cpu", weights="int8")
+        for weights, name in (("float", "kvviz float32"), ("int8", "kvviz int8")):
+            for mode in COMPILED:
+                kvviz[f"{name}, {mode}"] = load_backend(args.model, device="cpu", weights=weights)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, f32.model.cfg.vocab_size, (args.prompt_tokens,), generator=gen).tolist()
     ctx = args.prompt_tokens + args.new_tokens + 8
@@ -129,8 +137,8 @@ def main() -> None:
             print(f"  kernels: float32 {kernel}{f' ({why})' if why else ''}; int8 {int8_kernel.name()}")
             torch._dynamo.reset()  # graphs built for another thread count are not reused
             for name, backend in kvviz.items():
-                if name.endswith("compiled"):
-                    print(f"  {name}: {compile_step(backend, threads)}; {load_line()}")
+                if name.endswith(COMPILED):
+                    print(f"  {name}: {compile_step(backend, name.rsplit(' ', 1)[1])}; {load_line()}")
             try:
                 servers = {alias: LlamaServer(path, alias=alias, n_parallel=1, ctx_size=ctx, threads=threads)
                            for alias, path in ggufs.items()}
@@ -164,8 +172,7 @@ def measure(kvviz: dict, servers: dict, ggufs: dict, prompt: list[int], args: ar
     print(f"  the floor: a plain read at {floor_rate / 1e9:.2f} GB/s; {load_line()} after the turns")
     print(f"  {'engine':34s} {'MiB/token':>9} {'ms/token':>9} {'GB/s':>6} {'of floor':>8} "
           f"{'÷ llama.cpp same bytes':>22}")
-    same = {"kvviz float32": labels["f32"], "kvviz float32, compiled": labels["f32"],
-            "kvviz int8 (per channel)": labels["q8_0"], "kvviz int8, compiled": labels["q8_0"]}
+    same = {name: labels["q8_0" if "int8" in name else "f32"] for name in kvviz}
     for name, s in best.items():
         n_bytes = runs[name][0]
         ratio = f"{s / best[same[name]]:22.2f}" if same.get(name) in best else ""

@@ -142,7 +142,10 @@ def _compiled_step(backend: Backend) -> None:
         st.sidebar.caption(tr("common.compile_failed", why=step.why_not))
     elif step.compiles:
         first = next(iter(step.compiles.values())).first_step_s
-        st.sidebar.caption(tr("common.compiled_caption", mode=step.mode, seconds=f"{first:.1f}"))
+        if step.mode == "kernels":  # nothing compiled but the C file, once a machine: milliseconds
+            st.sidebar.caption(tr("common.kernel_step_caption", ms=f"{first * 1e3:.0f}"))
+        else:
+            st.sidebar.caption(tr("common.compiled_caption", mode=step.mode, seconds=f"{first:.1f}"))
 
 
 def _engine_caption(backend: Backend) -> None:

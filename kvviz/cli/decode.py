@@ -43,9 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "torch's kernel by activations in bfloat16; results return in --dtype): about a quarter of "
                         "float32's weight bytes per token")
     g.add_argument("--compile", action="store_true",
-                   help="kvviz's decoder: the decode step compiled once before the run (torch.compile: inductor on "
-                        "CPU, CUDA graphs on CUDA) over a static cache written at a position tensor; the compile's "
-                        "time is printed, and where it cannot compile the steps run uncompiled and say why")
+                   help="kvviz's decoder: the decode step compiled once before the run over a static cache "
+                        "written at a position tensor: on a CPU kvviz's C step where it runs the model (batch 1, "
+                        "float32 activations, kvviz's kernels), else torch.compile (inductor on CPU, CUDA graphs on "
+                        "CUDA); the compile's time is printed, and where it cannot compile the steps run uncompiled "
+                        "and say why")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--batch", type=positive_int, default=1)
@@ -209,10 +211,14 @@ def show_generate(r: dict) -> None:
         print(f"note: transformers runs it because {r['engine_note']}")
     if k := r.get("int8_kernel"):
         print(f"int8 matrices: {k['name']}" + (f" ({k['why_not']})" if k["why_not"] else ""))
-    if c := r.get("compiled"):
+    if (c := r.get("compiled")) and c["why_not"] is not None:
+        print(f"not compiled ({c['why_not']}): the steps ran uncompiled")
+    elif c and c["mode"] == "kernels":
+        print(f"compiled step (kernels): first step {c['first_step_s'] * 1e3:.0f} ms, every step one call of "
+              "kvviz's C step (built once a machine)")
+    elif c:
         print(f"compiled step ({c['mode']}): first step {c['first_step_s']:.1f} s (tracing, compiling, one run), "
-              "once; every step above reused it" if c["why_not"] is None
-              else f"not compiled ({c['why_not']}): the steps ran uncompiled")
+              "once; every step above reused it")
 
 
 def show_sweep(r: dict) -> None:

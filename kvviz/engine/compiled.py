@@ -7,6 +7,10 @@ matrix products (the products stay the calls prepack() chose, kvviz's float32 or
 product, each one of kvviz's own operators in model.py); on CUDA the graph is also replayed as a CUDA graph
 (torch.compile's mode="reduce-overhead"), one launch per layer instead of one per operation.
 
+On a CPU where kvviz's C decode step runs the model (kernels/step.py: AVX2, float32 activations, every matrix on
+kvviz's int8 or float32 kernel) the step is that instead ("kernels" mode): the whole step in one C call, as llama.cpp
+runs one, with nothing to compile but the C file, once per machine; a step of more than one row runs uncompiled.
+
 Where compiling is not possible (no C++ compiler, no Triton on a GPU, an operation the compiler refuses) the step
 runs as before, uncompiled, and `why_not` says why in one line.
 """
@@ -19,19 +23,22 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvviz.engine.kernels import step as step_kernel
 from kvviz.engine.model import static_layer
 
 if TYPE_CHECKING:
     from kvviz.engine.cache import KVCache
     from kvviz.engine.model import Decoder
 
-MODES = ("inductor", "cuda graphs")
+MODES = ("inductor", "cuda graphs", "kernels")
 
 
-def mode_for(device: torch.device) -> str:
-    """CUDA graphs on a CUDA device (a small model's step is otherwise bound by kernel launches), inductor alone
-    elsewhere."""
-    return "cuda graphs" if device.type == "cuda" else "inductor"
+def mode_for(device: torch.device, model: Decoder | None = None) -> str:
+    """CUDA graphs on a CUDA device (a small model's step is otherwise bound by kernel launches); on a CPU kvviz's C
+    step where it runs `model` (kernels/step.py), inductor elsewhere."""
+    if device.type == "cuda":
+        return "cuda graphs"
+    return "kernels" if model is not None and step_kernel.why_not(model) is None else "inductor"
 
 
 def missing_compiler(device: torch.device) -> str | None:
@@ -72,10 +79,10 @@ class CompiledStep:
 
     def __init__(self, model: Decoder, device: torch.device, mode: str | None = None) -> None:
         self.model, self.device = model, torch.device(device)
-        self.mode = mode or mode_for(self.device)  # "inductor" on CUDA too: the graph without CUDA graphs
+        self.mode = mode or mode_for(self.device, model)  # "inductor" on CUDA too: the graph without CUDA graphs
         if self.mode not in MODES or (self.mode == "cuda graphs" and self.device.type != "cuda"):
             raise ValueError(f"compiled step mode {self.mode!r} on {self.device.type}")
-        self.why_not = missing_compiler(self.device)
+        self.why_not = step_kernel.why_not(model) if self.mode == "kernels" else missing_compiler(self.device)
         self.compiles: dict[bool, Compiled] = {}
         self._fn = None
         if self.mode == "cuda graphs":
@@ -85,12 +92,15 @@ class CompiledStep:
         """One new token per row on a cache whose layers all hold the same positions, with room for it."""
         lengths = cache.lengths
         return (self.why_not is None and input_ids.shape[1] == 1 and lengths.count(lengths[0]) == len(lengths)
-                and lengths[0] < cache.max_len)
+                and lengths[0] < cache.max_len
+                and (self.mode != "kernels" or (input_ids.shape[0] == 1 and cache.k[0].dtype == torch.float32)))
 
     def __call__(self, input_ids: torch.Tensor, cache: KVCache, *,
                  capture: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None] | None:
         if not self.usable(input_ids, cache):
             return None
+        if self.mode == "kernels":
+            return self._kernel_step(input_ids, cache, capture)
         if self._fn is None:
             # fullgraph: a break would split the step into pieces and bring back the Python between them.
             self._fn = torch.compile(static_layer, fullgraph=True,
@@ -121,6 +131,23 @@ class CompiledStep:
         # A CUDA graph's outputs are overwritten by its next replay: the rows kept are copied out.
         return logits, [p[..., :n_keys].clone() if self.mode == "cuda graphs" else p[..., :n_keys] for p in probs]
 
+    def _kernel_step(self, input_ids: torch.Tensor, cache: KVCache,
+                     capture: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The step in kvviz's C (kernels/step.py) on a plan of the model's matrices and the cache's buffers, made
+        again when either changed (a new fuse(), a new cache)."""
+        plan = getattr(cache, "_step_plan", None)
+        if plan is None or not plan.current(self.model, cache):
+            plan = cache._step_plan = step_kernel.Plan(self.model, cache)
+        first = capture not in self.compiles
+        t0 = time.perf_counter()
+        pos = cache.length
+        logits, probs = step_kernel.run(plan, self.model.embed(input_ids), self.model.rope_cos[pos],
+                                        self.model.rope_sin[pos], pos, capture=capture)
+        if first:
+            self.compiles[capture] = Compiled(self.mode, capture, first_step_s=time.perf_counter() - t0)
+        cache.advance(1)
+        return logits, None if probs is None else list(probs[..., : pos + 1])
+
     def _layer(self, *args: torch.Tensor | torch.nn.Module, capture: bool) -> tuple:
         """The compiled layer, its mask's length marked dynamic as the buffers' are (one graph for any cache size)."""
         torch._dynamo.maybe_mark_dynamic(args[-1], 1)
@@ -134,7 +161,7 @@ class CompiledStep:
         ids = torch.zeros(batch_size, 1, dtype=torch.long, device=self.device)
         if self(ids, cache, capture=capture) is None:
             return None
-        return self.compiles[capture or self.device.type == "cpu"]
+        return self.compiles[capture or (self.device.type == "cpu" and self.mode == "inductor")]
 
 
 def _static_weights(model: Decoder) -> None:

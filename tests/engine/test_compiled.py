@@ -1,10 +1,11 @@
-"""The compiled decode step (kvviz.engine.compiled) on the shipped model, compiled once for the module: its logits
-equal the uncompiled step's and a recomputation's within the rounding tolerance, its tokens equal, its attention rows
-and cache bytes the same, speculative rollback unchanged; where it cannot compile it runs uncompiled and says why."""
+"""The compiled decode step (kvviz.engine.compiled) on the shipped model, in each CPU mode (inductor's graph; kvviz's
+C step, kernels/step.c), built once for the module: its logits equal the uncompiled step's and a recomputation's
+within the rounding tolerance, its tokens equal, its attention rows and cache bytes the same, speculative rollback
+unchanged; where it cannot compile it runs uncompiled and says why."""
 import pytest
 import torch
 
-from kvviz.engine.compiled import CompiledStep, missing_compiler
+from kvviz.engine.compiled import CompiledStep, missing_compiler, mode_for
 from kvviz.engine.generation import Generation
 from kvviz.engine.loading import load_backend
 from kvviz.engine.spec.decoding import SpeculativeGeneration
@@ -28,11 +29,11 @@ def eager():
     return load_backend("tiny", device="cpu")
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """The shipped model with its step compiled once, for every test in this module."""
+@pytest.fixture(scope="module", params=["inductor", "kernels"])
+def compiled(request):
+    """The shipped model with its step compiled once in each mode, for every test in this module."""
     backend = load_backend("tiny", device="cpu")
-    step = backend.compile()
+    step = backend.compile(request.param)
     if step.why_not is not None:
         pytest.skip(f"cannot compile here: {step.why_not}")
     assert step.warm_up() is not None, step.why_not
@@ -71,13 +72,14 @@ def test_compiled_steps_equal_uncompiled_and_recomputed(eager, compiled):
             assert ka.shape == kb.shape and within(ka, kb, d) and within(va, vb, d)
     step = compiled.compiled
     assert step.why_not is None and len(step.compiles) == 1  # one graph for every position and size
-    assert step.compiles[True].first_step_s > 0  # on CPU the graph returns the attention rows too
+    # on CPU inductor's graph returns the attention rows too; kvviz's C step writes them only when asked
+    assert step.compiles[step.mode == "inductor"].first_step_s > 0
 
 
 def test_compiled_step_calls_kvviz_float32_kernel(compiled, monkeypatch):
     """Where kvviz's float32 kernel built, the compiled graph keeps it (kvviz::f32_linear) for every matrix: four a
     layer inside the graph and the LM head after it; prefill's many rows go to F.linear, all but its last position's
-    LM head."""
+    LM head. kvviz's C step calls the kernel from C: no product through Python in a step."""
     from kvviz.engine.kernels import f32 as f32_kernel
 
     if (why := f32_kernel.why_not()) is not None:
@@ -89,7 +91,7 @@ def test_compiled_step_calls_kvviz_float32_kernel(compiled, monkeypatch):
     assert len(calls) == 1
     calls.clear()
     gen.step()
-    assert len(calls) == 4 * compiled.spec.n_layers + 1
+    assert len(calls) == (4 * compiled.spec.n_layers + 1 if compiled.compiled.mode == "inductor" else 0)
 
 
 def test_attention_rows_equal_uncompiled(eager, compiled):
@@ -117,8 +119,9 @@ def test_speculative_rollback_unchanged(eager, compiled):
             assert within(gen.cache.keys(layer), plain.cache.keys(layer), compiled.spec.d_model)
 
 
-def test_cli_generate_compile(compiled, capsys):
-    """`generate --compile`: the same tokens as without it, and one line with the compile's cost."""
+def test_cli_generate_compile(eager, capsys):
+    """`generate --compile`: the same tokens as without it, and one line with the compile's cost in the mode this
+    CPU takes (kvviz's C step where it builds)."""
     from kvviz.cli import main
 
     args = ["generate", "--model", "tiny", "--device", "cpu", "--prompt", PROMPTS[0], "--max-new-tokens", "6"]
@@ -127,14 +130,14 @@ def test_cli_generate_compile(compiled, capsys):
     assert main([*args, "--compile"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == plain.splitlines()[0]  # the text
-    assert "compiled step (inductor): first step" in out.splitlines()[-1]
+    assert f"compiled step ({mode_for(eager.device, eager.model)}): first step" in out.splitlines()[-1]
 
 
 def test_no_compiler_runs_uncompiled_and_says_why(eager, monkeypatch):
     from torch._inductor import config
 
     monkeypatch.setattr(config.cpp, "cxx", ("no-such-c++",))
-    step = CompiledStep(eager.model, torch.device("cpu"))
+    step = CompiledStep(eager.model, torch.device("cpu"), "inductor")
     assert step.why_not == missing_compiler(torch.device("cpu"))
     assert "no C++ compiler (no-such-c++)" in step.why_not
     gen = run(eager, PROMPTS[0], 3)
@@ -152,7 +155,7 @@ def test_failed_compile_falls_back_and_says_why(monkeypatch):
     monkeypatch.setattr(config, "force_disable_caches", True)
     torch._dynamo.reset()  # no graph compiled earlier in this process either
     backend = load_backend("tiny", device="cpu")
-    step = backend.compile()
+    step = backend.compile("inductor")
     assert step.why_not is None  # a compiler is there: the failure shows only when it runs
     gen = run(backend, PROMPTS[1], 3)
     try:
@@ -167,13 +170,14 @@ def test_failed_compile_falls_back_and_says_why(monkeypatch):
     assert gen.generated == ref.generated
 
 
-def test_int8_compiled_step_calls_kvviz_int8_kernel_and_equals_uncompiled(monkeypatch):
+@pytest.mark.parametrize("mode", ["inductor", "kernels"])
+def test_int8_compiled_step_calls_kvviz_int8_kernel_and_equals_uncompiled(mode, monkeypatch):
     from kvviz.engine.kernels import int8 as int8_kernel
 
     if (why := int8_kernel.why_not()) is not None:
         pytest.skip(why)
     eager8, compiled8 = (load_backend("tiny", device="cpu", weights="int8") for _ in range(2))
-    step = compiled8.compile()
+    step = compiled8.compile(mode)
     if step.why_not is not None:
         pytest.skip(f"cannot compile here: {step.why_not}")
     assert step.warm_up() is not None, step.why_not
@@ -185,8 +189,9 @@ def test_int8_compiled_step_calls_kvviz_int8_kernel_and_equals_uncompiled(monkey
         a.step()
         calls.clear()
         b.step()
-        # the four matrices of every layer inside the graph (kvviz::int8_linear), the LM head after it
-        assert len(calls) == 4 * compiled8.spec.n_layers + 1
+        # the four matrices of every layer inside the graph (kvviz::int8_linear), the LM head after it; kvviz's C
+        # step calls the kernel from C
+        assert len(calls) == (4 * compiled8.spec.n_layers + 1 if mode == "inductor" else 0)
         # The graph's fused norms round in another order, and an activation on the edge of an int16 step then rounds
         # the other way: a step of 2⁻¹⁵ of its block's largest, held (as tests/engine/test_quantized.py holds int8's
         # cached and recomputed logits) to bfloat16's precision

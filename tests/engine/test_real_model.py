@@ -64,8 +64,15 @@ def test_tokenizer_and_chat_template_equal_transformers(smollm2, reference):
     assert ids[0] == 1 and smollm2.tokenizer.token_text(1) == "<|im_start|>"  # special tokens stay whole
 
 
-def test_64_greedy_steps_equal_transformers_logits_and_tokens(smollm2, reference):
+@pytest.mark.parametrize("step", ["uncompiled", "kernels"])
+def test_64_greedy_steps_equal_transformers_logits_and_tokens(smollm2, reference, step):
+    """The decoder's own steps, and kvviz's C step (kernels/step.c: the compiled step's CPU mode, on a model of its
+    own): transformers' tokens, and its logits within float32 rounding."""
     model, _ = reference
+    if step == "kernels":
+        smollm2 = load_backend("smollm2", device="cpu")
+        if (why := smollm2.compile("kernels").why_not) is not None:
+            pytest.skip(why)
     ids = smollm2.tokenizer.encode(PROMPTS[1])
     gen = Generation(smollm2, max_new_tokens=64, stop_at_eos=False)
     gen.prefill(ids)
@@ -78,10 +85,12 @@ def test_64_greedy_steps_equal_transformers_logits_and_tokens(smollm2, reference
         expected = model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False)[0, len(ids):].tolist()
     assert gen.generated[0] == expected
     assert smollm2.tokenizer.decode(gen.generated[0]).startswith(" data in a way that allows it to be reused")
-    for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         # n_terms: the longest dot product in a layer (the MLP's down projection sums d_ff products)
         verdict = agreement((a - b).abs().max(), torch.float32, magnitude(a, b), smollm2.model.cfg.d_ff)
-        assert verdict.within, (step, verdict)
+        assert verdict.within, (i, verdict)
+    if step == "kernels":  # every step after prefill was the C step's
+        assert smollm2.compiled.compiles[False].first_step_s > 0 and smollm2.compiled.why_not is None
 
 
 def test_cache_bytes_equal_the_formula_on_the_real_model(smollm2):

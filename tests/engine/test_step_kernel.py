@@ -1,0 +1,82 @@
+"""kvviz's C decode step (kvviz/engine/kernels/step.c), beyond what tests/engine/test_compiled.py checks of it as the
+compiled step's "kernels" mode: it follows the model's matrices when they change under it, leaves to the uncompiled
+step what it does not run (a batch, a bfloat16 cache), and where it cannot run says why in one line and the CPU's
+compiled step is inductor's."""
+import pytest
+import torch
+
+from kvviz.engine.compiled import CompiledStep, mode_for
+from kvviz.engine.generation import Generation
+from kvviz.engine.kernels import f32 as f32_kernel
+from kvviz.engine.kernels import step as step_kernel
+from kvviz.engine.loading import load_backend
+from kvviz.engine.timing import torch_threads
+from kvviz.engine.tolerance import agreement, magnitude
+
+PROMPT = "Once upon a time there was a little"
+
+
+@pytest.fixture
+def backend():
+    b = load_backend("tiny", device="cpu")
+    if (why := step_kernel.why_not(b.model)) is not None:
+        pytest.skip(why)
+    return b
+
+
+def decode(backend, n: int = 6, **kw) -> Generation:
+    gen = Generation(backend, max_new_tokens=n, stop_at_eos=False, **kw)
+    with torch_threads(1):
+        gen.run(PROMPT)
+    return gen
+
+
+def test_new_matrices_under_the_same_step_are_the_ones_multiplied(backend):
+    """fuse() again on the compiled model (int8 matrices where float32 ones were): the step's plan of pointers is
+    made again, so its logits are the int8 model's, not the freed float32 matrices'."""
+    assert backend.compile().mode == "kernels"
+    decode(backend)
+    backend.model.fuse("int8")
+    ours = decode(backend)
+    ref = decode(load_backend("tiny", device="cpu", weights="int8"))
+    assert ours.generated == ref.generated
+    d = backend.spec.d_model
+    assert agreement(float((ours.last_logits - ref.last_logits).abs().max()), torch.bfloat16,
+                     magnitude(ref.last_logits), d).within
+
+
+def test_a_batch_runs_uncompiled_with_the_same_tokens(backend):
+    """Two rows: step.c runs one; the step is the uncompiled one (same tokens as a model never compiled)."""
+    step = backend.compile("kernels")
+    gen = Generation(backend, max_new_tokens=4, stop_at_eos=False, batch_size=2)
+    ref = Generation(load_backend("tiny", device="cpu"), max_new_tokens=4, stop_at_eos=False, batch_size=2)
+    with torch_threads(1):
+        gen.run(PROMPT)
+        ref.run(PROMPT)
+    assert gen.generated == ref.generated and not step.compiles and step.why_not is None
+
+
+def test_where_it_cannot_run_it_says_why_and_the_cpu_compiles_with_inductor(monkeypatch):
+    """A bfloat16 model; a head size off the vector width is covered by why_not's own check; float32 matrices on
+    torch's kernels (kvviz's float32 kernel not built): one line each, and the CPU's mode is inductor's."""
+    bf16 = load_backend("tiny", device="cpu", dtype="bfloat16")
+    assert step_kernel.why_not(bf16.model) == "kvviz's C decode step runs float32 models on CPUs"
+    assert mode_for(torch.device("cpu"), bf16.model) == "inductor"
+    monkeypatch.setattr(f32_kernel, "_library", lambda: (None, "no C compiler (cc, gcc or clang, or $CC)"))
+    torch_packed = load_backend("tiny", device="cpu")
+    why = step_kernel.why_not(torch_packed.model)
+    assert why.startswith("kvviz's C decode step multiplies with kvviz's kernels only") and "\n" not in why
+    assert CompiledStep(torch_packed.model, torch.device("cpu")).mode == "inductor"
+    step = CompiledStep(torch_packed.model, torch.device("cpu"), "kernels")
+    assert step.why_not == why
+    gen = Generation(torch_packed, max_new_tokens=2, stop_at_eos=False)
+    gen.prefill(PROMPT)
+    with torch.inference_mode():
+        assert step(torch.tensor([[gen.generated[0][-1]]]), gen.cache, capture=False) is None
+
+
+def test_without_a_compiler_it_says_why(monkeypatch, backend):
+    monkeypatch.setattr(step_kernel, "_library", lambda: (None, "no C compiler (cc, gcc or clang, or $CC) to build "
+                                                                "kvviz's C decode step"))
+    assert step_kernel.why_not(backend.model).startswith("no C compiler")
+    assert mode_for(torch.device("cpu"), backend.model) == "inductor"
