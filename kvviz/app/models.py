@@ -39,10 +39,12 @@ from kvviz.kv.formula import KVSpec
 # own step times). KVVIZ_TORCH_THREADS=N overrides, e.g. on a large machine serving one big model.
 _threads = os.environ.get("KVVIZ_TORCH_THREADS", "1")
 SERVER_TORCH_THREADS = int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1
-# KVVIZ_COMPILE=1: kvviz's decoder runs its decode step compiled (kvviz.engine.compiled), compiled once per loaded
-# model by the first page that needs it (a spinner, then a caption with what it cost). Off by default: on a 2-core
-# machine the first compile takes tens of seconds to minutes (docs/measurements.md), longer than any page may wait.
-SERVER_COMPILE = os.environ.get("KVVIZ_COMPILE", "") == "1"
+# kvviz's decoder runs its decode step compiled (kvviz.engine.compiled), once per loaded model by the first page that
+# needs it (a spinner, then a caption with what it cost). Unset: where the step is kvviz's C step (kernels/step.c:
+# nothing to compile but a C file, once a machine; 1.5-1.8x the speed of the uncompiled step on SmolLM2), and not where
+# it would be torch.compile's, whose first compile takes tens of seconds to minutes on a 2-core machine, longer than
+# any page may wait (docs/measurements.md). KVVIZ_COMPILE=1: compiled in either mode; 0: never.
+SERVER_COMPILE = os.environ.get("KVVIZ_COMPILE", "")
 _compile_lock = threading.Lock()
 
 if TYPE_CHECKING:
@@ -119,7 +121,7 @@ def get_backend(settings: Settings) -> Backend | None:
             backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
             hosted.check_params(backend.spec.n_params, settings.hosted)
-        if SERVER_COMPILE and backend.kind == "native":
+        if backend.kind == "native" and _compiles(backend):
             _compiled_step(backend)
         return backend
     except (InputError, ValueError, FileNotFoundError, OSError) as exc:
@@ -129,8 +131,17 @@ def get_backend(settings: Settings) -> Backend | None:
         return None
 
 
+def _compiles(backend: Backend) -> bool:
+    """Whether the server runs this native model's step compiled (SERVER_COMPILE above)."""
+    if SERVER_COMPILE in ("0", "1"):
+        return SERVER_COMPILE == "1"
+    from kvviz.engine.compiled import mode_for
+
+    return mode_for(backend.device, backend.model) == "kernels"
+
+
 def _compiled_step(backend: Backend) -> None:
-    """KVVIZ_COMPILE=1: the shared model's step compiled once (a spinner while it compiles; one session compiles,
+    """The shared model's step compiled once (a spinner while it compiles; one session compiles,
     the others wait for it), then one sidebar caption with what the compile cost, or why steps run uncompiled."""
     step = backend.compiled
     if step is None or (not step.compiles and step.why_not is None):  # not compiled yet, or compiling now
