@@ -39,12 +39,14 @@ from kvviz.kv.formula import KVSpec
 # own step times). KVVIZ_TORCH_THREADS=N overrides, e.g. on a large machine serving one big model.
 _threads = os.environ.get("KVVIZ_TORCH_THREADS", "1")
 SERVER_TORCH_THREADS = int(_threads) if _threads.isdigit() and int(_threads) > 0 else 1
-# kvviz's decoder runs its decode step compiled (kvviz.engine.compiled), once per loaded model by the first page that
-# needs it (a spinner, then a caption with what it cost). Unset: where the step is kvviz's C step (kernels/step.c:
-# nothing to compile but a C file, once a machine; 1.5-1.8x the speed of the uncompiled step on SmolLM2), and not where
-# it would be torch.compile's, whose first compile takes tens of seconds to minutes on a 2-core machine, longer than
-# any page may wait (docs/measurements.md). KVVIZ_COMPILE=1: compiled in either mode; 0: never.
-SERVER_COMPILE = os.environ.get("KVVIZ_COMPILE", "")
+# KVVIZ_COMPILE=1: kvviz's decoder runs its decode step compiled by torch.compile (kvviz.engine.compiled), compiled
+# once per loaded model by the first page that needs it (a spinner, then a caption with what it cost). Off by default:
+# on a 2-core machine the first compile takes tens of seconds to minutes (docs/measurements.md), longer than any page
+# may wait. On a CPU the app asks for inductor's graph, not kvviz's C step (the CLI's and the benches' CPU mode): the C
+# step runs one row of a float32 model, so Latency & Capacity's batch, dtype and no-cache sweeps would time some
+# settings on it and the rest uncompiled, two engines in one chart (a batch sweep read B = 1 at 0.41 ms a token and
+# B = 2 at 2.82).
+SERVER_COMPILE = os.environ.get("KVVIZ_COMPILE", "") == "1"
 _compile_lock = threading.Lock()
 
 if TYPE_CHECKING:
@@ -121,7 +123,7 @@ def get_backend(settings: Settings) -> Backend | None:
             backend = _cached_backend(settings.model, settings.dtype, settings.device, shape)
         if settings.hosted is not None:
             hosted.check_params(backend.spec.n_params, settings.hosted)
-        if backend.kind == "native" and _compiles(backend):
+        if SERVER_COMPILE and backend.kind == "native":
             _compiled_step(backend)
         return backend
     except (InputError, ValueError, FileNotFoundError, OSError) as exc:
@@ -131,32 +133,20 @@ def get_backend(settings: Settings) -> Backend | None:
         return None
 
 
-def _compiles(backend: Backend) -> bool:
-    """Whether the server runs this native model's step compiled (SERVER_COMPILE above)."""
-    if SERVER_COMPILE in ("0", "1"):
-        return SERVER_COMPILE == "1"
-    from kvviz.engine.compiled import mode_for
-
-    return mode_for(backend.device, backend.model) == "kernels"
-
-
 def _compiled_step(backend: Backend) -> None:
-    """The shared model's step compiled once (a spinner while it compiles; one session compiles,
+    """KVVIZ_COMPILE=1: the shared model's step compiled once (a spinner while it compiles; one session compiles,
     the others wait for it), then one sidebar caption with what the compile cost, or why steps run uncompiled."""
     step = backend.compiled
     if step is None or (not step.compiles and step.why_not is None):  # not compiled yet, or compiling now
         with st.spinner(tr("common.compiling")), _compile_lock:
             if backend.compiled is None:
-                backend.compile().warm_up()
+                backend.compile("inductor" if backend.device.type == "cpu" else None).warm_up()
     step = backend.compiled
     if step.why_not is not None:
         st.sidebar.caption(tr("common.compile_failed", why=step.why_not))
     elif step.compiles:
         first = next(iter(step.compiles.values())).first_step_s
-        if step.mode == "kernels":  # nothing compiled but the C file, once a machine: milliseconds
-            st.sidebar.caption(tr("common.kernel_step_caption", ms=f"{first * 1e3:.0f}"))
-        else:
-            st.sidebar.caption(tr("common.compiled_caption", mode=step.mode, seconds=f"{first:.1f}"))
+        st.sidebar.caption(tr("common.compiled_caption", mode=step.mode, seconds=f"{first:.1f}"))
 
 
 def _engine_caption(backend: Backend) -> None:

@@ -159,7 +159,8 @@ def compile_step(backend: object, args: argparse.Namespace) -> dict:
         raise CliError("--compile: only kvviz's own decoder has a compiled step (this model runs on transformers)")
     if args.no_cache:
         raise CliError("--compile: the compiled step writes into the cache; drop --no-cache")
-    step = backend.compile()
+    # kvviz's C step runs one row: a batch on a CPU compiles with inductor
+    step = backend.compile("inductor" if args.batch > 1 and backend.device.type == "cpu" else None)
     done = step.warm_up(args.batch, capture=bool(args.html))
     return {"mode": step.mode, "first_step_s": done.first_step_s if done else None, "why_not": step.why_not}
 

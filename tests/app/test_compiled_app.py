@@ -6,10 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from kvviz.engine.compiled import mode_for
-from kvviz.engine.loading import load_backend
 from kvviz.i18n import t
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,11 +31,8 @@ def test_compiled_step_in_the_app_says_what_it_cost():
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["why_not"] is None and r["compiles"] == 1 and r["first_step_s"] > 0
-    # the CPU's mode: kvviz's C step where it builds (kvviz.engine.compiled.mode_for), inductor's graph elsewhere
-    assert r["mode"] == mode_for(torch.device("cpu"), load_backend("tiny", device="cpu").model)
-    if r["mode"] == "kernels":
-        expected = t("common.kernel_step_caption", "en", ms=f"{r['first_step_s'] * 1e3:.0f}")
-    else:
-        expected = t("common.compiled_caption", "en", mode="inductor", seconds=f"{r['first_step_s']:.1f}")
+    # inductor's graph on a CPU, not kvviz's C step, which runs one row of a float32 model (kvviz.app.models says why)
+    assert r["mode"] == "inductor"
+    expected = t("common.compiled_caption", "en", mode="inductor", seconds=f"{r['first_step_s']:.1f}")
     assert expected in r["captions"], r["captions"]
 

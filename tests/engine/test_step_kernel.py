@@ -80,3 +80,18 @@ def test_without_a_compiler_it_says_why(monkeypatch, backend):
                                                                 "kvviz's C decode step"))
     assert step_kernel.why_not(backend.model).startswith("no C compiler")
     assert mode_for(torch.device("cpu"), backend.model) == "inductor"
+
+
+def test_cli_compiles_a_batch_with_inductor(backend, capsys):
+    """`generate --compile --batch 2` on a CPU: the C step runs one row, so the batch's step is inductor's graph, with
+    the tokens of the run without --compile."""
+    from kvviz.cli import main
+
+    args = ["generate", "--model", "tiny", "--device", "cpu", "--prompt", PROMPT, "--max-new-tokens", "4",
+            "--batch", "2"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main([*args, "--compile"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == plain.splitlines()[0]
+    assert "compiled step (inductor): first step" in out.splitlines()[-1]
