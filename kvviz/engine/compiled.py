@@ -132,11 +132,15 @@ class CompiledStep:
         return logits, [p[..., :n_keys].clone() if self.mode == "cuda graphs" else p[..., :n_keys] for p in probs]
 
     def _kernel_step(self, input_ids: torch.Tensor, cache: KVCache,
-                     capture: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+                     capture: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None] | None:
         """The step in kvviz's C (kernels/step.py) on a plan of the model's matrices and the cache's buffers, made
-        again when either changed (a new fuse(), a new cache)."""
+        again when either changed (a new fuse(), a new cache); None, saying why, where the model no longer suits it
+        (its matrices changed under the step: .to(), train(), another dtype)."""
         plan = getattr(cache, "_step_plan", None)
         if plan is None or not plan.current(self.model, cache):
+            if (why := step_kernel.why_not(self.model, cache)) is not None:
+                self.why_not = why
+                return None
             plan = cache._step_plan = step_kernel.Plan(self.model, cache)
         first = capture not in self.compiles
         t0 = time.perf_counter()

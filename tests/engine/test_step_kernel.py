@@ -95,3 +95,15 @@ def test_cli_compiles_a_batch_with_inductor(backend, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == plain.splitlines()[0]
     assert "compiled step (inductor): first step" in out.splitlines()[-1]
+
+
+def test_a_model_changed_under_the_step_runs_uncompiled_and_says_why(backend):
+    """train() after compiling drops the fused matrices the plan pointed into: the next step runs uncompiled on the
+    parameters (the tokens of a model never compiled), and why_not says why in one line."""
+    step = backend.compile("kernels")
+    decode(backend)
+    backend.model.train().eval()
+    assert backend.model.head_weight is None  # the fused copies are gone
+    ours = decode(backend)
+    assert ours.generated == decode(load_backend("tiny", device="cpu")).generated
+    assert step.why_not.startswith("kvviz's C decode step multiplies with kvviz's kernels only: a matrix not packed")
