@@ -107,3 +107,22 @@ def test_a_model_changed_under_the_step_runs_uncompiled_and_says_why(backend):
     ours = decode(backend)
     assert ours.generated == decode(load_backend("tiny", device="cpu")).generated
     assert step.why_not.startswith("kvviz's C decode step multiplies with kvviz's kernels only: a matrix not packed")
+
+
+def test_two_threads_give_the_uncompiled_steps_tokens(backend):
+    """On two threads step.c shares the attention heads out as the kernels share rows: the uncompiled step's tokens
+    and logits within float32 rounding, the attention rows too."""
+    backend.compile("kernels")
+    ref_backend = load_backend("tiny", device="cpu")
+    with torch_threads(2):
+        ours, ref = (Generation(b, max_new_tokens=8, stop_at_eos=False, capture_attention=True)
+                     for b in (backend, ref_backend))
+        ours.prefill(PROMPT)
+        ref.prefill(PROMPT)
+        while not ours.done:
+            a, b = ours.step(), ref.step()
+            assert agreement(float((ours.last_logits - ref.last_logits).abs().max()), torch.float32,
+                             magnitude(ref.last_logits), backend.spec.d_model).within
+            for ra, rb in zip(a.attention, b.attention, strict=True):
+                assert abs(ra - rb).max() <= 1e-5
+    assert ours.generated == ref.generated and backend.compiled.compiles[True].first_step_s > 0

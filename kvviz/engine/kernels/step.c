@@ -5,6 +5,8 @@
  * uncompiled step computes; what this file adds is everything between them, which in torch is ~480 operator calls a
  * step (5 ms on SmolLM2 compiled or not, against ~8 ms of products): llama.cpp's way of running a step, on the same
  * weights and the same cache the pages read. Built at first use by kvviz/engine/kernels/step.py; AVX2 and FMA only.
+ * On more than one thread (OpenMP, torch's own pool, as the kernels) the attention heads are shared out too: at two
+ * threads 1,500 cached positions cost 11.0 ms a token instead of 14.2 on SmolLM2 int8.
  *
  * A matrix is 5 int64s: its data (int8 rows or the float32 kernel's packed groups), its bfloat16 row scales (int8;
  * 0 for float32), its bias (float32, or 0), N and K. A layer is 24: the two norms' weights, its K and V buffers
@@ -85,9 +87,9 @@ int kvviz_step(const int64_t *layers, const int64_t *final_norm_and_head, const 
     kernels kn = {(int8_linear_fn)int8_fn, (f32_linear_fn)f32_fn, threads};
     int64_t n_qkv = (hq + 2 * hkv) * d, group = hq / hkv;
     float scale = 1.0f / sqrtf((float)d);
-    float *x = malloc(sizeof(float) * (dm + n_qkv + hq * d + dm + 2 * dff + dff + max_len));
+    float *x = malloc(sizeof(float) * (dm + n_qkv + hq * d + dm + 2 * dff + dff + hq * max_len));
     if (!x) return 1;
-    float *qkv = x + dm, *att = qkv + n_qkv, *o = att + hq * d, *gu = o + dm, *act = gu + 2 * dff, *p = act + dff;
+    float *qkv = x + dm, *att = qkv + n_qkv, *o = att + hq * d, *gu = o + dm, *act = gu + 2 * dff, *ps = act + dff;
     int err = 0;
     for (int64_t l = 0; l < n_layers && !err; l++) {
         const int64_t *L = layers + l * LAYER;
@@ -99,9 +101,12 @@ int kvviz_step(const int64_t *layers, const int64_t *final_norm_and_head, const 
             memcpy(kbuf + (g * max_len + pos) * d, qkv + (hq + g) * d, sizeof(float) * d);
             memcpy(vbuf + (g * max_len + pos) * d, qkv + (hq + hkv + g) * d, sizeof(float) * d);
         }
+        /* the heads on the kernels' threads (each its own row of scores), as the products are */
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
         for (int64_t head = 0; head < hq; head++) {
             const float *q = qkv + head * d, *kg = kbuf + (head / group) * max_len * d,
                         *vg = vbuf + (head / group) * max_len * d;
+            float *p = ps + head * max_len;
             float mx = -INFINITY, sum = 0.0f;
             for (int64_t t = 0; t <= pos; t++) {
                 p[t] = dot(q, kg + t * d, d) * scale;
