@@ -126,3 +126,27 @@ def test_two_threads_give_the_uncompiled_steps_tokens(backend):
             for ra, rb in zip(a.attention, b.attention, strict=True):
                 assert abs(ra - rb).max() <= 1e-5
     assert ours.generated == ref.generated and backend.compiled.compiles[True].first_step_s > 0
+
+
+def test_a_width_off_the_vector_width_gives_the_uncompiled_steps_numbers():
+    """d_model 60 (not a multiple of 8; int8 matrices take any K, so step.c runs it): its norms' sums of squares
+    read the 60 entries and no further, so the logits are the uncompiled step's and the tokens equal."""
+    from kvviz.engine.config import DecoderConfig
+
+    cfg = DecoderConfig(n_layers=2, d_model=60, n_heads=4, n_kv_heads=2, d_head=16, d_ff=100, vocab_size=300,
+                        max_seq_len=64)
+    compiled, ref = (load_backend("random", shape=cfg, weights="int8", device="cpu") for _ in range(2))
+    if (why := step_kernel.why_not(compiled.model)) is not None:
+        pytest.skip(why)
+    assert compiled.compile().mode == "kernels"
+    with torch_threads(1):
+        ours, theirs = (Generation(b, max_new_tokens=6, stop_at_eos=False) for b in (compiled, ref))
+        ids = list(range(1, 9))
+        ours.prefill(ids)
+        theirs.prefill(ids)
+        while not ours.done:
+            ours.step()
+            theirs.step()
+            assert agreement(float((ours.last_logits - theirs.last_logits).abs().max()), torch.bfloat16,
+                             magnitude(theirs.last_logits), cfg.d_ff).within
+    assert ours.generated == theirs.generated and compiled.compiled.compiles[False].first_step_s > 0

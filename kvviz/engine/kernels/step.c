@@ -50,7 +50,7 @@ static float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Σ a·b over n floats, n a multiple of 8 */
+/* Σ a·b over n floats (a head's d, a multiple of 8; d_model, any width where the matrices are int8) */
 static float dot(const float *a, const float *b, int64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0;
     int64_t i = 0;
@@ -58,8 +58,10 @@ static float dot(const float *a, const float *b, int64_t n) {
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
-    for (; i < n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    return hsum8(_mm256_add_ps(s0, s1));
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
 }
 
 /* y = x / sqrt(mean(x²) + eps) · w (F.rms_norm) */
