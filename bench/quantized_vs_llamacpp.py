@@ -110,10 +110,12 @@ def main() -> None:
     f32 = load_backend(args.model, device="cpu")
     int8 = load_backend(args.model, device="cpu", weights="int8")
     kvviz = {"kvviz float32": f32, "kvviz int8": int8}
+    modes = {}  # each compiled row's mode
     if not args.no_compiled:
         for weights, name in (("float", "kvviz float32"), ("int8", "kvviz int8")):
             for mode in COMPILED:
                 kvviz[f"{name}, {mode}"] = load_backend(args.model, device="cpu", weights=weights)
+                modes[f"{name}, {mode}"] = mode
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, f32.model.cfg.vocab_size, (args.prompt_tokens,), generator=gen).tolist()
     ctx = args.prompt_tokens + args.new_tokens + 8
@@ -136,9 +138,8 @@ def main() -> None:
             why = f32_kernel.why_not()
             print(f"  kernels: float32 {kernel}{f' ({why})' if why else ''}; int8 {int8_kernel.name()}")
             torch._dynamo.reset()  # graphs built for another thread count are not reused
-            for name, backend in kvviz.items():
-                if name.endswith(COMPILED):
-                    print(f"  {name}: {compile_step(backend, name.rsplit(' ', 1)[1])}; {load_line()}")
+            for name, mode in modes.items():
+                print(f"  {name}: {compile_step(kvviz[name], mode)}; {load_line()}")
             try:
                 servers = {alias: LlamaServer(path, alias=alias, n_parallel=1, ctx_size=ctx, threads=threads)
                            for alias, path in ggufs.items()}

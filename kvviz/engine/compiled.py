@@ -93,7 +93,7 @@ class CompiledStep:
         lengths = cache.lengths
         return (self.why_not is None and input_ids.shape[1] == 1 and lengths.count(lengths[0]) == len(lengths)
                 and lengths[0] < cache.max_len
-                and (self.mode != "kernels" or (input_ids.shape[0] == 1 and cache.k[0].dtype == torch.float32)))
+                and (self.mode != "kernels" or step_kernel.runs_on(cache)))
 
     def __call__(self, input_ids: torch.Tensor, cache: KVCache, *,
                  capture: bool) -> tuple[torch.Tensor, list[torch.Tensor] | None] | None:

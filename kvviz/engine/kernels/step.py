@@ -52,6 +52,17 @@ def _matrix(w: object) -> list[int] | str:
         f"{w.kernel}'s" if isinstance(w, PackedWeight) else "unpacked") + ")"
 
 
+def _matrices(layer: torch.nn.Module) -> tuple:
+    """A layer's fused matrices in step.c's order: Q/K/V, O, gate/up, down."""
+    a, m = layer.self_attn, layer.mlp
+    return a.qkv_weight, a.o_weight, m.gate_up_weight, m.down_weight
+
+
+def runs_on(cache: KVCache) -> bool:
+    """Whether step.c runs a step on this cache: one row, float32."""
+    return cache.k[0].dtype == torch.float32 and cache.k[0].shape[0] == 1
+
+
 class Plan:
     """What step.c reads for one model and one cache, gathered once: the layers' pointers, the sizes, the kernels."""
 
@@ -59,11 +70,10 @@ class Plan:
         cfg, layers = model.cfg, model.model.layers
         rows = []
         for i, layer in enumerate(layers):
-            a, m = layer.self_attn, layer.mlp
             row = [layer.input_layernorm.weight.data_ptr(), layer.post_attention_layernorm.weight.data_ptr(),
                    cache.k[i].data_ptr(), cache.v[i].data_ptr()]
-            for w, bias in ((a.qkv_weight, a.qkv_bias), (a.o_weight, a.o_proj.bias), (m.gate_up_weight, None),
-                            (m.down_weight, None)):
+            biases = (layer.self_attn.qkv_bias, layer.self_attn.o_proj.bias, None, None)
+            for w, bias in zip(_matrices(layer), biases, strict=True):
                 mat = _matrix(w)
                 mat[2] = bias.data_ptr() if bias is not None else 0
                 row += mat
@@ -73,6 +83,7 @@ class Plan:
         self.dims = torch.tensor([cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_ff,
                                   cache.max_len], dtype=torch.int64)
         self.eps, self.vocab, self.max_len = cfg.norm_eps, int(self.head[4]), cache.max_len
+        self.probs_shape = (cfg.n_layers, 1, cfg.n_heads, 1, cache.max_len)  # with capture: every head's row
         int8_lib, f32_lib = int8_kernel._library()[0], f32_kernel._library()[0]
         self.int8 = ctypes.cast(int8_lib.kvviz_int8_linear, ctypes.c_void_p).value if int8_lib else None
         self.f32 = ctypes.cast(f32_lib.kvviz_f32_linear, ctypes.c_void_p).value if f32_lib else None
@@ -84,9 +95,7 @@ class Plan:
 
 
 def _sources(model: Decoder, cache: KVCache) -> tuple:
-    layers = model.model.layers
-    return (model.head_weight, *cache.k, *cache.v, *(w for layer in layers for w in (
-        layer.self_attn.qkv_weight, layer.self_attn.o_weight, layer.mlp.gate_up_weight, layer.mlp.down_weight)))
+    return (model.head_weight, *cache.k, *cache.v, *(w for layer in model.model.layers for w in _matrices(layer)))
 
 
 def why_not(model: Decoder, cache: KVCache | None = None) -> str | None:
@@ -99,11 +108,9 @@ def why_not(model: Decoder, cache: KVCache | None = None) -> str | None:
         return "kvviz's C decode step runs float32 models on CPUs"
     if cfg.d_head % 8:
         return f"kvviz's C decode step needs a head size that is a multiple of 8 (this model's: {cfg.d_head})"
-    if cache is not None and (cache.k[0].dtype != torch.float32 or cache.k[0].shape[0] != 1):
+    if cache is not None and not runs_on(cache):
         return "kvviz's C decode step runs one row of a float32 cache"
-    layer = model.model.layers[0]
-    for w in (layer.self_attn.qkv_weight, layer.self_attn.o_weight, layer.mlp.gate_up_weight, layer.mlp.down_weight,
-              model.head_weight):
+    for w in (*_matrices(model.model.layers[0]), model.head_weight):
         if isinstance(why := _matrix(w), str):
             return f"kvviz's C decode step multiplies with kvviz's kernels only: {why}"
     return None
@@ -115,8 +122,7 @@ def run(plan: Plan, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: 
     layer's probabilities [n_layers, 1, n_heads, 1, max_len] (0 past pos). The K/V land in the cache at pos."""
     h = h.contiguous().clone()
     logits = h.new_empty(1, 1, plan.vocab)
-    n_layers, _, n_heads = plan.dims[:3].tolist()
-    probs = h.new_empty(n_layers, 1, n_heads, 1, plan.max_len) if capture else None
+    probs = h.new_empty(plan.probs_shape) if capture else None
     if _library()[0].kvviz_step(plan.layers.data_ptr(), plan.head.data_ptr(), plan.dims.data_ptr(), plan.eps,
                                 plan.int8, plan.f32, torch.get_num_threads(), cos.data_ptr(), sin.data_ptr(), pos,
                                 h.data_ptr(), logits.data_ptr(), probs.data_ptr() if capture else None):
