@@ -9,7 +9,8 @@ product, each one of kvviz's own operators in model.py); on CUDA the graph is al
 
 On a CPU where kvviz's C decode step runs the model (kernels/step.py: AVX2, float32 activations, every matrix on
 kvviz's int8 or float32 kernel) the step is that instead ("kernels" mode): the whole step in one C call, as llama.cpp
-runs one, with nothing to compile but the C file, once per machine; a step of more than one row runs uncompiled.
+computes a step's whole graph in C (step.c cites where), with nothing to compile but the C file, once per machine; a
+step of more than one row runs uncompiled.
 
 Where compiling is not possible (no C++ compiler, no Triton on a GPU, an operation the compiler refuses) the step
 runs as before, uncompiled, and `why_not` says why in one line.

@@ -3,8 +3,11 @@
  * 0..pos, O, the residuals, the gated SiLU MLP, then the final norm and the LM head. The matrices are multiplied by
  * kvviz's own kernels (int8_gemv.c, f32_gemv.c), passed in as function pointers, so each product is the one the
  * uncompiled step computes; what this file adds is everything between them, which in torch is ~480 operator calls a
- * step (5 ms on SmolLM2 compiled or not, against ~8 ms of products): llama.cpp's way of running a step, on the same
- * weights and the same cache the pages read. Built at first use by kvviz/engine/kernels/step.py; AVX2 and FMA only.
+ * step (5 ms on SmolLM2 compiled or not, against ~8 ms of products). llama.cpp likewise hands a whole step to C
+ * once (llama_decode builds the step's ggml graph and llama_context::graph_compute runs all of it through
+ * ggml_backend_sched_graph_compute_async, src/llama-context.cpp); here on the same weights and the same cache the
+ * pages read, its speed set beside llama.cpp's by bench/quantized_vs_llamacpp.py. Built at first use by
+ * kvviz/engine/kernels/step.py; AVX2 and FMA only.
  * On more than one thread (OpenMP, torch's own pool, as the kernels) the attention heads are shared out too: at two
  * threads 1,500 cached positions cost 11.0 ms a token instead of 14.2 on SmolLM2 int8.
  *

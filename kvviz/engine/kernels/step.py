@@ -1,9 +1,10 @@
 """kvviz's decode step in C (step.c): every layer of one token's step in one call, the matrices multiplied by kvviz's
 own kernels (int8.py, f32.py) and everything between them (norms, RoPE, the cache write, attention, the MLP's gate)
-in the same C, as llama.cpp runs a step. Built once per machine into the user's cache (kernels.build) where the CPU
-runs AVX2 and FMA. It runs a step where `why_not(model, cache)` is None: a CPU, float32 activations and cache, batch
-1, every matrix on one of kvviz's kernels (int8, or float32 packed by prepack); kvviz.engine.compiled calls it as its
-"kernels" mode and says why not in one line elsewhere.
+in the same C, one call a step, as llama.cpp's llama_decode computes a step's whole graph in C (step.c cites where).
+Built once per machine into the user's cache (kernels.build) where the CPU runs AVX2 and FMA. It runs a step where
+`why_not(model, cache)` is None: a CPU, float32 activations and cache, batch 1, every matrix on one of kvviz's kernels
+(int8, or float32 packed by prepack); kvviz.engine.compiled calls it as its "kernels" mode and says why not in one
+line elsewhere.
 """
 from __future__ import annotations
 
