@@ -114,23 +114,26 @@ def chrome_metrics(cdp) -> dict[str, float]:  # noqa: ANN001 - a CDPSession
 def step_latency(page, n: int, cdp=None) -> dict:  # noqa: ANN001
     """n Steps, each timed click -> redrawn, and split (see the module's docstring) when the page has PROBE_JS."""
     step = page.locator(STEP)
-    keys = ("wall", "chip", "model", "to_send", "to_first", "to_last", "tail", "bytes", "task", "script", "style",
-            "layout", "nodes")
+    keys = ("wall", "page", "chip", "model", "to_send", "to_first", "to_last", "tail", "bytes", "task", "script",
+            "style", "layout", "nodes")
     out: dict[str, list[float]] = {k: [] for k in keys}
     probed = page.evaluate("() => !!window.__kvT")
     for _ in range(n):
         before, cols = tokens(page), cached(page)
         page.evaluate("() => { if (window.__kvT) { __kvT.sent = []; __kvT.recv = []; __kvT.click = 0; } }")
         m0 = chrome_metrics(cdp) if cdp else {}
+        # The first frame in which the page shows the step, on the page's clock: watched by the page itself on
+        # every animation frame (Playwright's own polls answer a round trip later).
+        page.evaluate(f"""([n, cached]) => {{ window.__kvDone = 0;
+            const tick = () => {{ if ({UPDATED_BODY}) window.__kvDone = performance.now();
+                                  else requestAnimationFrame(tick); }};
+            requestAnimationFrame(tick); }}""", [before + 1, cols + 1])
         t0 = time.perf_counter()
         step.click()
         page.wait_for_function(f"n => ({TOKENS_JS}) === n", arg=before + 1,
                                timeout=60_000, polling="raf")
         out["chip"].append((time.perf_counter() - t0) * 1e3)
-        # The moment the condition held, on the page's clock.
-        page.wait_for_function(f"([n, cached]) => ({UPDATED_BODY}) && ((window.__kvDone = "
-                               "performance.now()), true)", arg=[before + 1, cols + 1], timeout=60_000,
-                               polling="raf")
+        page.wait_for_function("window.__kvDone > 0", timeout=60_000, polling="raf")
         out["wall"].append((time.perf_counter() - t0) * 1e3)
         if cdp:
             m1 = chrome_metrics(cdp)
@@ -143,6 +146,7 @@ def step_latency(page, n: int, cdp=None) -> dict:  # noqa: ANN001
             sent = next((ts for ts, _ in t["sent"] if ts >= t["click"]), t["click"])
             recv = [(ts, b) for ts, b in t["recv"] if sent <= ts <= t["done"]]
             last = recv[-1][0] if recv else sent
+            out["page"].append(t["done"] - t["click"])
             out["to_send"].append(sent - t["click"])
             out["to_first"].append((recv[0][0] if recv else sent) - sent)
             out["to_last"].append(last - sent)
@@ -171,6 +175,10 @@ def print_split(lat: dict, runs: list[float]) -> None:
     wall = lat["wall"]
     print(f"click Step -> redrawn page ({len(wall)} steps): median {statistics.median(wall):.0f} ms, "
           f"p90 {p90(wall):.0f} ms (min {min(wall):.0f}, max {max(wall):.0f})")
+    if lat["page"]:  # what a user sees: no Playwright round trips (its click's dispatch, its polls' answers)
+        page = lat["page"]
+        print(f"  on the page's own clock (the click event -> the first frame with the new token and column): "
+              f"median {statistics.median(page):.0f} ms, p90 {p90(page):.0f} ms (goal <= 120 ms)")
     print(f"  of which click -> new token: median {statistics.median(lat['chip']):.0f} ms")
     print(f"  model pass itself (StepEvent.seconds, the page's 'last pass'): median "
           f"{statistics.median(lat['model']):.1f} ms")

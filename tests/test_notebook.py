@@ -17,6 +17,7 @@ from kvviz.engine import tolerance
 from kvviz.errors import InputError
 from kvviz.i18n import t
 from kvviz.kv.formula import kv_footprint
+from tests.pages.pagetest import grid_html
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "The capital of France is"
@@ -101,7 +102,7 @@ def test_the_figures_are_the_ones_reusing_past_kv_draws_for_the_same_run():
     s.prefill(PROMPT)
     s.step(3)
     assert s.numbers()["token_ids"] == at.session_state["reuse_gen"].generated[0]
-    assert next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body) == s.cache_grid().html
+    assert grid_html(at)[0] == s.cache_grid().html
 
     def page_chart(key: str) -> dict:
         return next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith("-" + key))

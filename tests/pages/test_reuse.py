@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.engine.config import DecoderConfig
+from tests.pages.pagetest import grid_html
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = "pages/1_Reusing_Past_KV.py"  # reached from the entrypoint, so sidebar links resolve
@@ -50,7 +51,7 @@ def open_tab(at: AppTest, name: str, lang: str = "en") -> AppTest:
 
 def _grid_rows(at: AppTest) -> dict[str, list[tuple[str, int, int]]]:
     """The cache grid's rows as drawn: row name -> [(kind, first position, last position)]."""
-    html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
+    html = grid_html(at)[0]
     rows = {}
     for name, body in re.findall(r'data-row="([^"]+)" data-cached="\d+"(.*?)(?=class="kv-row"|$)', html, flags=re.S):
         rows[name] = [(k, int(a), int(b)) for k, a, b in
@@ -312,6 +313,41 @@ def test_fast_presses_are_applied_once_each_in_order(presses, generated):
     assert (gen.n_generated if gen is not None else None) == generated
 
 
+def _row(at: AppTest) -> dict:
+    """The row of buttons as drawn: Prefill, Play and Download, disabled or not (Pause drawn instead of Play)."""
+    def disabled(key: str) -> bool | None:
+        buttons = [b for b in at.button if b.key == key]
+        return buttons[0].disabled if buttons else None
+
+    download = [b for b in at.get("download_button") if b.proto.id.endswith("-reuse_download")][0].proto
+    return {"prefill": disabled("reuse_btn_prefill"), "play": disabled("reuse_btn_play"),
+            "pause": disabled("reuse_btn_pause"), "download": download.disabled}
+
+
+def test_presses_served_by_the_live_view_redraw_the_row():
+    """A Step redraws the live view alone (a fragment), not the row of buttons drawn before it: a press served there
+    that changes what the row shows (Prefill, Play, Pause, Reset, the run's last step) redraws the page, so the row
+    never shows a state the run has left. Each press comes through the press channel, as a browser sends it."""
+    at = _page()
+    at.text_area(key="_w_reuse_prompt").set_value(PROMPT).run()
+    at.number_input(key="_w_reuse_max_new").set_value(3).run()
+    assert _row(at) == {"prefill": False, "play": True, "pause": None, "download": True}
+    press(at, "prefill")
+    assert _row(at) == {"prefill": False, "play": False, "pause": None, "download": False}
+    press(at, "step")
+    assert at.session_state["reuse_gen"].n_generated == 2 and not at.session_state["reuse_gen"].done
+    assert _row(at) == {"prefill": False, "play": False, "pause": None, "download": False}
+    press(at, "step")  # the last of 3 tokens: Play has nothing left to play
+    assert at.session_state["reuse_gen"].done
+    assert _row(at) == {"prefill": False, "play": True, "pause": None, "download": False}
+    press(at, "reset")
+    assert at.session_state["reuse_gen"] is None
+    assert _row(at) == {"prefill": False, "play": True, "pause": None, "download": True}
+    press(at, "prefill", "play")
+    assert _row(at)["prefill"] is True and _row(at)["pause"] is False  # playing: Pause, and no Prefill
+    assert not at.exception
+
+
 def test_play_and_pause_keys_in_order():
     at = _prefill_and_step(_page(), 0)
     press(at, "toggle_play", "toggle_play", "step")  # P, P, Space: played, paused, then one step
@@ -351,7 +387,7 @@ def test_lecture_grid_of_a_deep_model_shows_the_layers_that_fit_and_says_which(l
     rows = _grid_rows(at)
     assert list(rows) == [f"L{i} {kv}" for i in (0, 10, 19, 29) for kv in ("K", "V")]
     n = at.session_state["reuse_gen"].events[-1].cache_lengths[0]
-    html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
+    html = grid_html(at)[0]
     title = t("common.grid_layers", lang, title=t("reuse.growth_chart", lang, n=n), shown="0, 10, 19, 29", n=30)
     assert f">{title}</div>" in html
     assert all(segs[-1][2] == n - 1 for segs in rows.values())

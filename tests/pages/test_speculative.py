@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kvviz.i18n import t
+from tests.pages.pagetest import grid_html
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = "pages/10_Speculative_Decoding.py"
@@ -35,7 +36,7 @@ def _step(at: AppTest, clicks: int = 1) -> AppTest:
 
 
 def _grid(at: AppTest, index: int = 0) -> dict[str, list[tuple[str, int, int]]]:
-    html = [h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body][index]
+    html = grid_html(at)[index]
     rows = {}
     for name, body in re.findall(r'data-row="([^"]+)" data-cached="\d+"(.*?)(?=class="kv-row"|$)', html, flags=re.S):
         rows[name] = [(k, int(a), int(b)) for k, a, b in
@@ -126,7 +127,7 @@ def test_lecture_mode_one_idea_per_screen():
     assert _grid(at)
     at.session_state["kv_idea_spec"] = 2
     at.run()
-    assert _chart(at, "spec_acceptance") and not [h for h in at.get("html") if 'class="kv-grid"' in h.proto.body]
+    assert _chart(at, "spec_acceptance") and not grid_html(at)
 
 
 def test_bad_lookup_bounds_are_said_and_nothing_is_lost():
@@ -157,7 +158,7 @@ def test_lecture_grid_of_a_deep_model_keeps_the_early_exit_boundary(lang):
     assert list(rows) == [f"L{i} {kv}" for i in (0, m - 1, m, 29) for kv in ("K", "V")]
     newest = -2 if gen.events[-1].rolled_back else -1
     assert rows[f"L{m - 1} K"][newest][0] == "draft" and rows[f"L{m} K"][newest][0] == "newest"
-    html = next(h.proto.body for h in at.get("html") if 'class="kv-grid"' in h.proto.body)
+    html = grid_html(at)[0]
     assert t("common.grid_layers", lang, title="", shown=f"0, {m - 1}, {m}, 29", n=30) in html
     assert not re.findall(r'class="kv-row"[^>]*height:(?!22px)', html)  # every row at full height
 

@@ -14,7 +14,7 @@ from kvviz.app.language import tr
 from kvviz.app.room.explore import explore_button, model_settings
 from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
-from kvviz.app.widgets import chart, run_download
+from kvviz.app.widgets import chart, own_html, run_download
 from kvviz.charts import decode as charts
 from kvviz.charts.run_html import decode_size
 from kvviz.engine import tolerance
@@ -26,9 +26,10 @@ from kvviz.units import format_binary
 
 # The keys the page keeps besides its widgets': the generation and the settings it started with, Play's state (on,
 # its schedule, the times its steps ran, the timer), the stepper's last press applied, the check's result, the
-# prompt and speed (kept across a visit to another page), an error or a clamp to say once, the status line's slot.
+# prompt and speed (kept across a visit to another page), an error or a clamp to say once, the status line's slot,
+# what the row of buttons showed when it was drawn (the live view redraws the page when that changes).
 REUSE = page_state("reuse", gen=None, model_key=None, checks={}, prompt=None, speed=4.0, chat=False, error=None,
-                   clamped=None, status_slot=None, **CONTROL_KEYS)
+                   clamped=None, status_slot=None, row=None, **CONTROL_KEYS)
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
@@ -65,8 +66,9 @@ def draw_head(view: dict, *, lecture: bool) -> None:
         + (" " + tr("reuse.done") if view["done"] else ""))
     texts = view["texts"]
     top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))
-    st.html(decode_view.token_strip_html(texts, view["n_prompt"], decode_view.top_tokens(view), top_caption,
-                                         lecture=lecture, names=(tr("reuse.said_prompt"), tr("reuse.said_generated"))))
+    own_html(decode_view.token_strip_html(texts, view["n_prompt"], decode_view.top_tokens(view), top_caption,
+                                          lecture=lecture, names=(tr("reuse.said_prompt"), tr("reuse.said_generated"))),
+             key="reuse_strip")
     # A blind learner follows the decode: each pass's news said politely (WCAG 4.1.3)
     announce(tr("reuse.announce", n_steps=view["n_steps"], token=decode_view.spoken(texts[-1]),
                 n_cached=view["n_cached"], bytes=format_binary(view["bytes"]["live"])))
@@ -123,10 +125,11 @@ def grid_html(written: list[list[int]], labels: list[str], *, title: str, lectur
 def growth_tab(view: dict, labels: list[str], lecture: bool) -> None:
     if not lecture:  # said aloud on a projector; the legend under the grid names the colours
         st.caption(tr("reuse.growth_help"))
-    st.html(grid_html(
+    own_html(grid_html(
         view["written_at"], labels, title=tr("reuse.growth_chart", n=view["n_cached"]),
         x_title=tr("reuse.position"), hover=tr("reuse.growth_hover"),
-        legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture))
+        legend=(tr("reuse.legend_prefill"), tr("reuse.legend_steps"), tr("reuse.legend_newest")), lecture=lecture),
+        key="reuse_grid")
     if not lecture:  # on a projector the Cache bytes tab shows them
         b = view["bytes"]
         st.caption(tr("reuse.bytes_line", live=f"{b['live']:,}", formula=f"{b['formula']:,}",

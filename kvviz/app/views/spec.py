@@ -18,7 +18,7 @@ from kvviz.app.room.explore import explore_from
 from kvviz.app.room.view import RoomView
 from kvviz.app.state import page_state
 from kvviz.app.views.reuse import grid_html
-from kvviz.app.widgets import chart, run_download, table
+from kvviz.app.widgets import chart, own_html, run_download, table
 from kvviz.charts import speculative as charts
 from kvviz.engine.spec.decoding import SpecEvent, SpecStats, SpeculativeGeneration
 from kvviz.engine.spec.measure import gpu_prediction
@@ -122,7 +122,7 @@ def step_view(run: Run, bytes_line, *, lecture: bool) -> None:  # noqa: ANN001 -
     texts, names = run.texts, run.names
     legend = tr(f"spec.{spec_view.strip_legend(last)}", drafted=len(last.drafted), accepted=last.accepted,
                 k1=len(last.drafted) + 1, rolled=last.rolled_back)
-    st.html(spec_view.step_strip_html(texts, run.n_prompt, last, names, legend, lecture=lecture))
+    own_html(spec_view.step_strip_html(texts, run.n_prompt, last, names, legend, lecture=lecture), key="spec_strip")
     announce(legend)  # the step's result said to a screen reader (drafted, kept, rejected), as on Reusing Past K/V
     if last.drafted and not lecture:
         import pandas as pd  # ~1,000 modules with pyarrow: not in the first run (nothing drafted yet)
@@ -149,11 +149,11 @@ def step_view(run: Run, bytes_line, *, lecture: bool) -> None:  # noqa: ANN001 -
                           formula=f"{last.formula_bytes:,}", allocated=f"{last.allocated_bytes:,}", verdict=verdict))
     # On a projector a deep model's grid keeps the layers either side of the early exit (the lesson's boundary), and a
     # draft model's own grid is folded right under it (two grids overran 720 px).
-    st.html(grid_html(
+    own_html(grid_html(
         grid.written, labels, title=tr("spec.grid_title", n=last.cache_lengths[0], rolled=last.rolled_back),
         x_title=tr("spec.position"), hover=tr("spec.grid_hover"), legend=short if lecture else legend,
         legend_help=legend, legend_kinds=kinds, kinds=grid.kinds, title_help=explained if lecture else "",
-        lecture=lecture, keep=(shared - 1, shared) if shared else ()))
+        lecture=lecture, keep=(shared - 1, shared) if shared else ()), key="spec_grid")
     if run.draft_model is not None:
         draft_grid(run, labels, lecture=lecture)
     if shared and not lecture:
@@ -167,9 +167,10 @@ def draft_grid(run: Run, labels: list[str], *, lecture: bool) -> None:
     title = tr("spec.draft_grid_title", name=run.draft_model, n=last.draft_lengths[0],
                rolled=last.draft_rolled_back)
     with st.expander(title) if lecture else st.container():
-        st.html(grid_html(
+        own_html(grid_html(
             own.written, labels, title=title, x_title=tr("spec.position"), hover=tr("spec.grid_hover"),
-            legend=[tr(f"spec.legend_{k}") for k in ("prefill", "step", "newest")], prefix="D", lecture=lecture))
+            legend=[tr(f"spec.legend_{k}") for k in ("prefill", "step", "newest")], prefix="D", lecture=lecture),
+            key="spec_draft_grid")
         st.caption(tr("spec.draft_bytes", live=f"{last.draft_live_bytes:,}",
                       formula=f"{last.draft_formula_bytes:,}"))
 
