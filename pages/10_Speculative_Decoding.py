@@ -181,9 +181,9 @@ def live_view() -> None:
         b = [buttons.container(horizontal=True, vertical_alignment="center", gap="xsmall")] * 5 + [line]
     else:
         b = st.columns([1, 1, 1, 1, 2, 3], vertical_alignment="center")
-    step_help = tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else "")
-    controls.row(b, prefill_disabled=playing, step_help=step_help)
-    controls.channel(step_help=step_help, shown=len(gen.events) if gen is not None else 0)
+    controls.row(b, prefill_disabled=playing,
+                 step_help=tr("spec.step_help") + (" " + tr("spec.keys_help") if lecture else ""),
+                 shown=len(gen.events) if gen is not None else 0)
     download(b[4], gen, compact=lecture)
     if not lecture:
         b[5].caption(tr("spec.keys_help"))

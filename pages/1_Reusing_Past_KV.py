@@ -117,46 +117,34 @@ if backend is not None and not lecture:
     model_caption(backend.spec)
 
 
-def row_state() -> tuple:
-    """What the row's buttons show beyond Step (which the press channel keeps current): whether Prefill and Play
-    are on, and Play or Pause."""
-    return backend is None, controls.playing, can_step_now()
-
-
-def draw_row() -> list:
-    """Prefill, Step, Play or Pause, Reset and the keys: drawn by a full run only. A Step or a Play tick redraws
-    live_view() alone, which writes the Download button (and on a projector the status line) into this row; when
-    what the buttons show changes it redraws the page."""
-    # Play's column wider: "Pause" and "일시정지" with the icon broke in two at 1280 px ("Pau" "se").
-    b = st.columns([1, 1, 1, 1, 1, 3] if lecture else [1, 1, 1.5, 1, 2, 2.5], vertical_alignment="center")
-    controls.row(b, prefill_disabled=backend is None or controls.playing, step_help=tr("reuse.step_help"))
-    if not lecture:  # on a projector the status line takes the keys' place (Step's tooltip names them)
-        b[5].caption(tr("reuse.keys_help"))
-    state.reuse_row = row_state()
-    return b
-
-
 @st.fragment(run_every=controls.timer())  # Play's timer; a sidebar change stops Play, and it stays stopped
-def live_view(row: list) -> None:
-    """The live view: a Step, Play tick or tab switch reruns only this, not the page (nor the row of buttons)."""
+def live_view() -> None:
+    """Controls and the live view: a Step, Play tick or tab switch reruns only this, not the whole page."""
     run_start = time.perf_counter()
     n_before = len(state.reuse_gen.events) if state.reuse_gen is not None else 0
-    # Every press since the last run, in order (Step's arrive here: the channel is drawn in this fragment).
+    # Every press since the last run, in order, before the controls are drawn (so they show its result).
     controls.serve()
     gen: Generation | None = state.reuse_gen
-    controls.channel(step_help=tr("reuse.step_help"), shown=len(gen.token_ids) if gen is not None else 0)
+    playing = controls.playing
+    changed = is_stale(gen)  # read again here: a Prefill in this run starts a generation on the current settings
+    stale = bool(changed)
+    n_events = n_before if gen is state.reuse_gen else 0
+    # Play's column wider: "Pause" and "일시정지" with the icon broke in two at 1280 px ("Pau" "se").
+    b = st.columns([1, 1, 1, 1, 1, 3] if lecture else [1, 1, 1.5, 1, 2, 2.5], vertical_alignment="center")
+    controls.row(b, prefill_disabled=backend is None or playing, step_help=tr("reuse.step_help"),
+                 shown=len(gen.token_ids) if gen is not None else 0)
+    download(b[4], gen, compact=lecture)
+    # On a projector the status line takes the keys' place (Step's tooltip names them): one row, not two.
+    state.reuse_status_slot = b[5].empty() if lecture else None
+    if not lecture:
+        b[5].caption(tr("reuse.keys_help"))
+
     controls.beat()
     controls.settle()  # finished, freed or stale: Play stops by itself
-    if row_state() != state.reuse_row:  # Prefill, Reset, Play, Pause, or the run's end: the buttons show them
-        st.rerun(scope="app")
-    changed = is_stale(gen)  # read again here: a Prefill in this run starts a generation on the current settings
-    n_events = n_before if gen is state.reuse_gen else 0
-    download(row[4], gen, compact=lecture)
-    state.reuse_status_slot = row[5].empty() if lecture else None
     if state.reuse_error is not None:
         show_error(state.reuse_error)
         state.reuse_error = None
-    if changed:
+    if stale:
         names = ", ".join(tr(f"reuse.changed_{c}") for c in changed)
         st.warning(tr("reuse.stale", name=gen.backend.spec.name, changed=names))
     if gen is None:
@@ -174,4 +162,4 @@ def live_view(row: list) -> None:
 
 
 controls.replay()  # "Explore from here": the lecturer's run, prefilled and stepped to the lecturer's step here
-live_view(draw_row())
+live_view()

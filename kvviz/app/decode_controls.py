@@ -1,5 +1,5 @@
 """DecodeController: the one Prefill / Step / Play / Reset controller both stepping pages use (Reusing Past K/V,
-Speculative Decoding): the presses served in order, the buttons and the press channel, Play's timer and its schedule,
+Speculative Decoding): the presses served in order, the buttons and the Step stepper, Play's timer and its schedule,
 the warning when Play falls behind, and the replay an "Explore from here" asks for."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kvviz.app.language import tr
 from kvviz.app.room.explore import take_replay
 from kvviz.app.state import PageState
 from kvviz.app.timing import record_timing
-from kvviz.app.widgets import pending_actions, press_channel, step_button
+from kvviz.app.widgets import pending_actions, stepper
 
 # The session keys a stepping page declares for its controller (page_state), with these defaults.
 CONTROL_KEYS = {"playing": False, "served": 0, "timer_on": False, "play_times": [], "play_next": None,
@@ -24,7 +24,7 @@ CONTROL_KEYS = {"playing": False, "served": 0, "timer_on": False, "play_times": 
 @dataclass(frozen=True)
 class DecodeController:
     """A stepping page's controls. `state`: the page's keys (its prefix is the page's name: the buttons' keys
-    `<name>_btn_<action>`, the press channel's `<name>_stepper`, the labels in locale section `<name>`); `prefill`,
+    `<name>_btn_<action>`, the stepper's `<name>_stepper`, the labels in locale section `<name>`); `prefill`,
     `step` (one pass; False when none was taken), `reset`: the page's own actions; `can_step`: whether Step and Play
     may run a pass now (a run is started, not finished, on the settings it started with); `period`: seconds
     between Play's beats (may be a callable: a speed the page's slider sets)."""
@@ -64,17 +64,12 @@ class DecodeController:
         self.state.set("timer_on", self.playing)
         return self.beat_s() if self.playing else None
 
-    def serve(self) -> bool:
-        """Every press the channel logged past `<name>_served`, applied once and in order, before the controls are
+    def serve(self) -> None:
+        """Every press the stepper logged past `<name>_served`, applied once and in order, before the controls are
         drawn (so they show the result): Prefill is off while playing, Play needs a step to take, a Step waits
-        while playing; can_step is asked again before each press (the one before may have started or reset a run).
-        Returns whether the row of buttons now shows something else (a press other than Step was served, or Step
-        can no longer run): a page that redraws its view without the row (Reusing Past K/V) then redraws the page."""
-        before = self.playing, self.can_step()
-        other = False
+        while playing; can_step is asked again before each press (the one before may have started or reset a run)."""
         for number, action in pending_actions(f"{self.name}_stepper", self.state.get("served")):
             playing, can_step = self.playing, self.can_step()
-            other = other or action != "step"
             if action == "prefill" and not playing:
                 self.prefill()
             elif action == "reset":
@@ -86,16 +81,19 @@ class DecodeController:
             elif action == "step" and can_step and not playing:
                 self.step()
             self.state.set("served", number)
-        return other or (self.playing, self.can_step()) != before
 
-    def row(self, b: list, *, prefill_disabled: bool, step_help: str) -> None:
-        """The controls in `b[0:4]`: Prefill, Step, Play or Pause, Reset. Streamlit's buttons give the look (and
-        AppTest its clicks); in the browser the page's channel (channel()) catches their clicks into its log."""
+    def row(self, b: list, *, prefill_disabled: bool, step_help: str, shown: int) -> None:
+        """The controls in `b[0:4]`: Prefill, the Step stepper, Play or Pause, Reset. Streamlit's buttons give the
+        look (and AppTest its clicks); in the browser the stepper catches their clicks into its log."""
         name, playing, can_step = self.name, self.playing, self.can_step()
         b[0].button(tr(f"{name}.prefill"), on_click=self.prefill, disabled=prefill_disabled, type="primary",
                     key=f"{name}_btn_prefill")
         with b[1]:
-            step_button(tr(f"{name}.step"), channel=f"{name}_stepper", disabled=not can_step or playing, help=step_help)
+            stepper(tr(f"{name}.step"), key=f"{name}_stepper", served=self.state.get("served"),
+                    disabled=not can_step or playing, help=step_help,
+                    buttons={f"{name}_btn_{a}": a for a in ("prefill", "play", "pause", "reset")},
+                    keys={"p": "toggle_play", "r": "reset"}, shown=shown, playing=playing,
+                    behind=tr(f"{name}.play_jump"))
         if playing:
             b[2].button(tr(f"{name}.pause"), on_click=self.play, args=(False,), key=f"{name}_btn_pause",
                         icon=":material/pause:")
@@ -103,17 +101,6 @@ class DecodeController:
             b[2].button(tr(f"{name}.play"), on_click=self.play, args=(True,), disabled=not can_step,
                         key=f"{name}_btn_play", icon=":material/play_arrow:")
         b[3].button(tr(f"{name}.reset"), on_click=self.reset, key=f"{name}_btn_reset")
-
-    def channel(self, *, step_help: str, shown: int) -> None:
-        """The page's press channel (widgets.press_channel), hidden: drawn where its presses should redraw (the
-        fragment of the row, or one that redraws the view alone); it keeps the Step button current. `shown`: tokens
-        on screen, for the note when Play falls behind."""
-        name = self.name
-        press_channel(f"{name}_stepper", served=self.state.get("served"),
-                      disabled=not self.can_step() or self.playing, help=step_help,
-                      buttons={f"{name}_btn_{a}": a for a in ("prefill", "play", "pause", "reset")},
-                      keys={"p": "toggle_play", "r": "reset"}, shown=shown, playing=self.playing,
-                      behind=tr(f"{name}.play_jump"))
 
     def beat(self) -> None:
         """Play's tick. Play keeps a schedule (one step every period from its start), not "a period since the last

@@ -7,10 +7,10 @@
 - `chart()` and `table()`: a Plotly figure with its toolbar (laid out for a phone where `on_phone()`: the
   browser says it is one), a table with its CSV download;
 - `run_download()`: "Download this run", the page's run as one self-contained .html (kvviz.charts.run_html);
-- `step_button()`, `press_channel()` and `pending_actions()`: a Step button and one numbered log of a page's presses
-  (its clicks, the → / Space / P / R keys, the page's own buttons), to be applied once each and in order, so no
-  press is lost or reordered (kvviz/app/decode_controls.py applies them for the stepping pages);
-- `own_html()`: HTML kvviz built itself (the token strip, the cache grid), redrawn without a sanitizer pass.
+- `stepper()` and `pending_actions()`: a Step button and one numbered log of a page's presses (its clicks, the
+  → / Space / P / R keys, the page's own buttons), to be applied once each and in order, so no press is lost or
+  reordered (kvviz/app/decode_controls.py applies them for the stepping pages);
+- `own_html()`: HTML kvviz built itself (the token strips, the cache grids), redrawn without a sanitizer pass.
 """
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def table(df: pd.DataFrame | list[dict] | dict[str, list], key: str, *, prose: b
 # st.button sends a one-shot trigger, and Streamlit merges the triggers that reach the server before it picks the
 # first up: two clicks on Step became one token, and Prefill, R, Prefill, R pressed quickly ran as one Prefill and one
 # Reset in widget order, not press order, leaving a fresh generation. This component keeps a numbered log of every
-# press instead — its Step button's, the → / Space / P / R keys (outside text fields) and clicks on the page's
+# press instead — its own Step button, the → / Space / P / R keys (outside text fields) and clicks on the page's
 # Streamlit buttons it is given (caught before Streamlit sees them) — and sends the whole unserved log each time; the
 # newest log always wins, and the page applies each action once, in order (pending_actions). While the page plays,
 # it also says so when one redraw shows more than one new token (the browser fell behind the server).
@@ -231,53 +231,16 @@ function componentButton(parentElement, className) {
   return btn;
 }
 """
-_STEP_BUTTON_JS = BUTTON_JS + """
-export default function(component) {
-  const { parentElement } = component;
-  const [data] = component.data;  // one-item list: see press_channel()
-  const btn = componentButton(parentElement, 'kv-step');
-  btn.textContent = data.label;
-  (window.__kvSteps || (window.__kvSteps = {}))[data.channel] = btn;
-  // Set when the row is drawn with new values; between those redraws the page's channel keeps them current
-  // (press_channel), and a render of the row with the same values must not undo that.
-  const said = JSON.stringify([data.title, !!data.disabled]);
-  if (btn.__kvSaid !== said) {
-    const fresh = btn.__kvSaid === undefined;
-    btn.__kvSaid = said;
-    btn.title = data.title;
-    btn.disabled = !!data.disabled;
-    const channel = (window.__kvChannels || {})[data.channel];
-    if (fresh && channel) channel(btn);  // mounted after its channel: what the channel said last
-  }
-  // A press goes to the page's channel, wherever the page draws it (the same fragment, or one that redraws alone).
-  const detail = { channel: data.channel, action: 'step' };
-  btn.onclick = () => window.dispatchEvent(new CustomEvent('kv-press', { detail }));
-}
-"""
-_STEP_BUTTON_CSS = """
-button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25rem 0.75rem; min-height: 2.5rem;
-  border-radius: 0.5rem; border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63);
-  cursor: pointer; white-space: nowrap; }
-button.kv-step:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
-button.kv-step:active:not(:disabled) { background: #c53948; color: #fff; }
-button.kv-step:focus-visible { outline: 2px solid #c53948; outline-offset: 2px; }
-button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
-"""
-_CHANNEL_JS = """
+_STEPPER_JS = BUTTON_JS + """
 export default function(component) {
   const { setStateValue, parentElement } = component;
-  const [data] = component.data;  // one-item list: see press_channel()
-  // The Step button, drawn by the row (step_button), looked up when used: the two components mount in either order.
-  const stepButton = () => (window.__kvSteps || {})[data.key];
-  const show = (b) => {  // current after every redraw of this channel, and on a Step button mounted after it
-    b.title = data.title;
-    b.disabled = !!data.disabled;
-    b.dataset.served = String(data.base);
-    b.dataset.shortcuts = Object.keys(data.keys).length ? 'on' : 'off';  // what the keys do now (WCAG 2.1.4)
-  };
-  (window.__kvChannels || (window.__kvChannels = {}))[data.key] = show;
-  const btn = stepButton();
-  if (btn) show(btn);
+  const [data] = component.data;  // one-item list: see stepper()
+  const btn = componentButton(parentElement, 'kv-step');
+  btn.textContent = data.label;
+  btn.title = data.title;
+  btn.disabled = !!data.disabled;
+  btn.dataset.served = String(data.base);
+  btn.dataset.shortcuts = Object.keys(data.keys).length ? 'on' : 'off';  // what the keys do now (WCAG 2.1.4)
   // Numbers only grow: after a remount (another page and back) they restart from what the server served.
   const st = parentElement.__kv || (parentElement.__kv = { seq: 0, log: [] });
   if (data.base > st.seq) st.seq = data.base;
@@ -285,13 +248,11 @@ export default function(component) {
   const send = (action) => {
     st.seq += 1;
     st.log.push([st.seq, action]);
-    const b = stepButton();
-    if (b) b.dataset.sent = String(st.seq);
+    btn.dataset.sent = String(st.seq);
     setStateValue('events', st.log.slice());
   };
-  // The Step button's presses; sent even while it looks disabled: the page may not have drawn the Prefill that
-  // enables it yet.
-  const onPress = (e) => { if (e.detail.channel === data.key) send(e.detail.action); };
+  // Sent even while the button looks disabled: the page may not have drawn the Prefill that enables it yet.
+  btn.onclick = () => send('step');
   const typing = (el) => el && (el.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName));
   const onKey = (e) => {
     if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
@@ -308,27 +269,19 @@ export default function(component) {
       }
     }
   };
-  const listeners = [['kv-press', onPress, false], ['keydown', onKey, true], ['click', onClick, true]];
-  for (const [name, fn, capture] of listeners) {
+  for (const [name, fn] of [['keydown', onKey], ['click', onClick]]) {
     const slot = '__kvControls_' + name;
-    if (window[slot]) window.removeEventListener(name, window[slot], capture);
+    if (window[slot]) window.removeEventListener(name, window[slot], true);
     window[slot] = fn;
-    window.addEventListener(name, fn, capture);
-  }
-  // Its element takes no room (_CHANNEL_CSS hides the box that holds this marker), so the note lives in the body.
-  if (!parentElement.querySelector('.kv-channel')) {
-    const mark = document.createElement('span');
-    mark.className = 'kv-channel';
-    parentElement.appendChild(mark);
+    window.addEventListener(name, fn, true);
   }
   // Falling behind: one redraw while playing shows more than one new token.
-  let note = document.getElementById('kv-behind-' + data.key);
+  let note = parentElement.querySelector('div.kv-behind');
   if (!note) {
     note = document.createElement('div');
-    note.id = 'kv-behind-' + data.key;
     note.className = 'kv-behind';
     note.setAttribute('role', 'status');
-    document.body.appendChild(note);
+    parentElement.appendChild(note);
   }
   const jump = st.shown == null ? 0 : data.shown - st.shown;
   if (data.playing && st.playing && jump > 1) {
@@ -339,82 +292,51 @@ export default function(component) {
   st.shown = data.shown;
   st.playing = data.playing;
   return () => {
-    for (const [name, fn, capture] of listeners) {
+    for (const [name, fn] of [['keydown', onKey], ['click', onClick]]) {
       const slot = '__kvControls_' + name;
-      if (window[slot] === fn) { window.removeEventListener(name, fn, capture); window[slot] = null; }
+      if (window[slot] === fn) { window.removeEventListener(name, fn, true); window[slot] = null; }
     }
-    note.hidden = true;  // unmounted (another page): its note goes with it; a redraw shows it again if due
   };
 }
 """
-_CHANNEL_CSS = """
-[data-testid='stElementContainer']:has(.kv-channel) { display: none !important; }
+_STEPPER_CSS = """
+button.kv-step { font: inherit; font-size: 1rem; line-height: 1.6; padding: 0.25rem 0.75rem; min-height: 2.5rem;
+  border-radius: 0.5rem; border: 1px solid rgba(49, 51, 63, 0.2); background: #fff; color: rgb(49, 51, 63);
+  cursor: pointer; white-space: nowrap; }
+button.kv-step:hover:not(:disabled) { border-color: #c53948; color: #c53948; }
+button.kv-step:active:not(:disabled) { background: #c53948; color: #fff; }
+button.kv-step:focus-visible { outline: 2px solid #c53948; outline-offset: 2px; }
+button.kv-step:disabled { opacity: 0.45; cursor: not-allowed; }
 div.kv-behind { position: fixed; top: 3.75rem; right: 1rem; z-index: 1000; max-width: 28rem; padding: 0.5rem 0.75rem;
   border-radius: 0.5rem; background: #fffce7; color: #926c05; border: 1px solid #f4e3a1; font-size: 0.9rem; }
 div.kv-behind[hidden] { display: none; }
 """
-_components: dict[str, Any] = {}
-
-
-def _component(name: str, **kw: Any) -> Any:
-    """A v2 component, declared once per process (on first use: not before a page's first screen)."""
-    if name not in _components:
-        _components[name] = st.components.v2.component(name, **kw)
-    return _components[name]
+_stepper_component = None
 
 
 def _no_callback() -> None:
     """The page reads the log on its rerun (pending_actions); nothing else to do when it changes."""
 
 
-def step_button(label: str, *, channel: str, disabled: bool, help: str = "") -> None:
-    """A page's Step button: its presses go to the press channel `channel` (press_channel), which may sit in a
-    fragment of its own: a Step then redraws that fragment, not the row of buttons this one stands in."""
-    _component("kvviz_step_button", js=_STEP_BUTTON_JS, css=_STEP_BUTTON_CSS)(
-        key=f"{channel}_button", data=[{"label": label, "title": help, "disabled": disabled, "channel": channel}],
-        width="content")
-
-
-def press_channel(key: str, *, served: int, disabled: bool, help: str = "", buttons: dict[str, str] | None = None,
-                  keys: dict[str, str] | None = None, shown: int = 0, playing: bool = False, behind: str = "") -> None:
-    """The channel that keeps a page's presses in order: every press of its Step button (step_button with this
-    `key`), of `keys` ({key: action}, e.g. {"ArrowRight": "step", "p": "toggle_play"}) and clicks on the Streamlit
-    buttons keyed in `buttons` ({widget key: action}) becomes one numbered action; the page applies them with
-    pending_actions(key, served). It also keeps the Step button's `disabled` and `help` current.
+def stepper(label: str, *, key: str, served: int, disabled: bool, help: str = "", buttons: dict[str, str] | None = None,
+            keys: dict[str, str] | None = None, shown: int = 0, playing: bool = False, behind: str = "") -> None:
+    """A Step button, and the channel that keeps a page's presses in order: every press of it, of `keys` ({key:
+    action}, e.g. {"ArrowRight": "step", "p": "toggle_play"}) and clicks on the Streamlit buttons keyed in `buttons`
+    ({widget key: action}) becomes one numbered action; the page applies them with pending_actions(key, served).
 
     `shown` (tokens on screen) and `playing`: while playing, a redraw that shows more than one new token says so,
     with `behind` ({n}: how many at once).
     """
-    data = {"key": key, "title": help, "disabled": disabled, "base": served, "shown": shown, "playing": playing,
+    global _stepper_component
+    if _stepper_component is None:
+        _stepper_component = st.components.v2.component("kvviz_stepper", js=_STEPPER_JS, css=_STEPPER_CSS)
+    data = {"label": label, "title": help, "disabled": disabled, "base": served, "shown": shown, "playing": playing,
             # single-key shortcuts only while the sidebar leaves them on (WCAG 2.1.4)
             "behind": behind, "keys": {"ArrowRight": "step", " ": "step", **(keys or {})} if shortcuts_on() else {},
             "buttons": {f".st-key-{k} button": action for k, action in (buttons or {}).items()}}
     # In a one-item list: Streamlit scans a dict's values for dataframes, which imports numpy, pandas and pyarrow
     # (~1,000 modules) on the first screen of every page with a stepper; a list passes as plain JSON.
-    _component("kvviz_stepper", js=_CHANNEL_JS, css=_CHANNEL_CSS, isolate_styles=False)(
-        key=key, data=[data], default={"events": []}, width="content", on_events_change=_no_callback)
-
-
-_OWN_HTML_JS = """
-export default function(component) {
-  const { parentElement } = component;
-  const [body] = component.data;  // one-item list: see press_channel()
-  // Replaced only when it changed (a Play tick that stepped nothing, a tab switched): no sanitizer pass, no
-  // React element per node; the HTML is kvviz's own, every text in it escaped where it was built.
-  if (parentElement.__kvBody !== body) {
-    parentElement.__kvBody = body;
-    parentElement.innerHTML = body;
-  }
-}
-"""
-
-
-def own_html(body: str, *, key: str) -> None:
-    """HTML that kvviz built itself from escaped text (the token strip, the cache grid), drawn as Streamlit's
-    st.html draws it but redrawn by a component that swaps its nodes only when the HTML changed: st.html sends each
-    redraw through the browser's sanitizer (DOMPurify) and React's render, ~20 ms of a decode Step's redraw on
-    SmolLM2 (docs/measurements.md). Never for text that came from outside unescaped."""
-    _component("kvviz_own_html", js=_OWN_HTML_JS, isolate_styles=False)(key=key, data=[body], width="stretch")
+    _stepper_component(key=key, data=[data], default={"events": []}, width="content", on_events_change=_no_callback)
 
 
 def pending_actions(key: str, served: int) -> list[tuple[int, str]]:
@@ -423,3 +345,29 @@ def pending_actions(key: str, served: int) -> list[tuple[int, str]]:
     state = st.session_state.get(key)
     events = state.get("events") if hasattr(state, "get") else getattr(state, "events", None)
     return sorted((int(n), str(action)) for n, action in (events or []) if int(n) > served)
+
+
+_OWN_HTML_JS = """
+export default function(component) {
+  const { parentElement } = component;
+  const [body] = component.data;  // one-item list: see stepper()
+  if (parentElement.__kvBody !== body) {  // a Play tick that stepped nothing, a tab switched back: nothing to redo
+    parentElement.__kvBody = body;
+    parentElement.innerHTML = body;
+  }
+}
+"""
+_own_html_component = None
+
+
+def own_html(body: str, *, key: str) -> None:
+    """HTML that kvviz built itself, every text in it escaped where it was built (the token strips, the cache grids),
+    drawn where st.html would draw it, by a component that sets it as it is: st.html passes each redraw through the
+    browser's sanitizer (DOMPurify) and leaves its parsed copies for the collector, a decode Step's redraw on
+    SmolLM2 ~10 ms more of Chromium's script and ~23,000 DOM nodes more (docs/measurements.md). Never for text
+    from outside that was not escaped."""
+    global _own_html_component
+    if _own_html_component is None:
+        _own_html_component = st.components.v2.component("kvviz_own_html", js=_OWN_HTML_JS, isolate_styles=False)
+    # In a one-item list, as the stepper's data: a plain string would do, but one way for every component here.
+    _own_html_component(key=key, data=[body], width="stretch")

@@ -195,9 +195,8 @@ STEPPER = """
 import sys
 from streamlit.testing.v1 import AppTest
 
-SCRIPT = ("from kvviz.app.widgets import press_channel, step_button, own_html\\n"
-          "step_button('Step', channel='s', disabled=False)\\n"
-          "press_channel('s', served=0, disabled=False, buttons={'b': 'reset'}, keys={'p': 'toggle_play'})\\n"
+SCRIPT = ("from kvviz.app.widgets import own_html, stepper\\n"
+          "stepper('Step', key='s', served=0, disabled=False, buttons={'b': 'reset'}, keys={'p': 'toggle_play'})\\n"
           "own_html('<p>x</p>', key='h')")
 at = AppTest.from_string(SCRIPT, default_timeout=60).run()
 assert not at.exception, at.exception
@@ -208,8 +207,7 @@ print(sorted({m.split(".")[0] for m in sys.modules} & {"numpy", "pandas", "pyarr
 def test_the_stepper_imports_no_dataframe_library():
     """Issue 38.12: Streamlit scans a component's dict data for dataframes, importing numpy, pandas and pyarrow: the
     Step button alone put ~1,000 modules (9-12 % of the import time) into the first run of Reusing Past K/V and
-    Speculative Decoding. Its data now travels as a list (the Step button, its press channel, the strip's and the
-    grid's HTML)."""
+    Speculative Decoding. Its data now travels as a list (as the token strip's and the cache grid's HTML do)."""
     out = subprocess.run([sys.executable, "-c", STEPPER], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"

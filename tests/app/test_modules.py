@@ -17,7 +17,7 @@ def test_each_role_has_its_module():
     from kvviz.app import language, lecture, models, navigation, shell, sidebar, timing, url_state, widgets
 
     where = {shell.page_setup: "shell", navigation.nav_links: "navigation", sidebar.sidebar: "sidebar",
-             models.get_backend: "models", widgets.number_in_range: "widgets", widgets.press_channel: "widgets",
+             models.get_backend: "models", widgets.number_in_range: "widgets", widgets.stepper: "widgets",
              lecture.ideas: "lecture", timing.noise_indicator: "timing", timing.record_timing: "timing",
              language.tr: "language", url_state.url_state: "url_state"}
     assert {f.__name__: f.__module__ for f in where} == {f.__name__: f"kvviz.app.{m}" for f, m in where.items()}

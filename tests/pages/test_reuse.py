@@ -324,10 +324,10 @@ def _row(at: AppTest) -> dict:
             "pause": disabled("reuse_btn_pause"), "download": download.disabled}
 
 
-def test_presses_served_by_the_live_view_redraw_the_row():
-    """A Step redraws the live view alone (a fragment), not the row of buttons drawn before it: a press served there
-    that changes what the row shows (Prefill, Play, Pause, Reset, the run's last step) redraws the page, so the row
-    never shows a state the run has left. Each press comes through the press channel, as a browser sends it."""
+def test_the_row_shows_what_the_served_presses_left():
+    """The row of buttons shows what the presses served in the same run left: Prefill, a Step, the run's last step
+    (Play has nothing left to play), Reset, Play (Pause, no Prefill). Each press comes through the stepper's log,
+    as a browser sends it, and is served in the live view's fragment before the row is drawn."""
     at = _page()
     at.text_area(key="_w_reuse_prompt").set_value(PROMPT).run()
     at.number_input(key="_w_reuse_max_new").set_value(3).run()

@@ -26,10 +26,9 @@ from kvviz.units import format_binary
 
 # The keys the page keeps besides its widgets': the generation and the settings it started with, Play's state (on,
 # its schedule, the times its steps ran, the timer), the stepper's last press applied, the check's result, the
-# prompt and speed (kept across a visit to another page), an error or a clamp to say once, the status line's slot,
-# what the row of buttons showed when it was drawn (the live view redraws the page when that changes).
+# prompt and speed (kept across a visit to another page), an error or a clamp to say once, the status line's slot.
 REUSE = page_state("reuse", gen=None, model_key=None, checks={}, prompt=None, speed=4.0, chat=False, error=None,
-                   clamped=None, status_slot=None, row=None, **CONTROL_KEYS)
+                   clamped=None, status_slot=None, **CONTROL_KEYS)
 TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
