@@ -363,9 +363,9 @@ _own_html_component = None
 def own_html(body: str, *, key: str) -> None:
     """HTML that kvviz built itself, every text in it escaped where it was built (the token strips, the cache grids),
     drawn where st.html would draw it, by a component that sets it as it is: st.html passes each redraw through the
-    browser's sanitizer (DOMPurify) and leaves its parsed copies for the collector, a decode Step's redraw on
-    SmolLM2 ~10 ms more of Chromium's script and ~23,000 DOM nodes more (docs/measurements.md). Never for text
-    from outside that was not escaped."""
+    browser's sanitizer (DOMPurify) and leaves its parsed copies for the collector: a decode Step's redraw on
+    SmolLM2 took 10–20 ms more of Chromium's script and left 14,000–23,000 DOM nodes more (docs/measurements.md).
+    Never for text from outside that was not escaped."""
     global _own_html_component
     if _own_html_component is None:
         _own_html_component = st.components.v2.component("kvviz_own_html", js=_OWN_HTML_JS, isolate_styles=False)
