@@ -179,8 +179,8 @@ def cache_grid_html(
     for layer, row in enumerate(written):
         for kind_i, kind_name in enumerate(("K", "V")):
             name = f"{layer_names[layer] if layer_names else f'L{layer}'} {kind_name}"
-            shown = name if (2 * layer + kind_i) % label_every == 0 else ""
-            rows.append(f'<div class="kv-row" data-row="{name}" data-cached="{len(row)}" style="height:{row_h}px;'
+            shown = esc(name) if (2 * layer + kind_i) % label_every == 0 else ""
+            rows.append(f'<div class="kv-row" data-row="{esc(name)}" data-cached="{len(row)}" style="height:{row_h}px;'
                         f'margin-bottom:{gap}px"><div class="kv-lab">{shown}</div><div class="kv-track">')
             segments = _segments(row, newest, kinds[layer] if kinds is not None else None)
             if said and said[-1][1] == segments:

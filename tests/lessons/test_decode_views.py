@@ -276,3 +276,12 @@ def test_cache_grid_tooltips_keep_a_short_legends_words():
     assert re.search(r'class="kv-grid-help" title="([^"]*)"', html).group(1) == "layers 0–2 &lt;shared&gt;"
     plain = charts.cache_grid_html([list(range(3))], ["a", "b", "c"], legend=("p", "r"), **kw)
     assert "kv-grid-help" not in plain and re.findall(r'<span data-kind="\w+" title="([^"]*)"', plain) == ["p", "r"]
+
+
+def test_cache_grid_escapes_every_text():
+    """The pages set the grid's HTML as it is (kvviz.app.widgets.own_html, no sanitizer): the title, the labels of
+    positions and layers, the axis, the hover words and the legend are escaped where the grid is built."""
+    hostile = "<img/src=x/onerror=alert(1)>"
+    html = charts.cache_grid_html([[0, 0, 1]], ["a", "b", hostile], title=f"T {hostile}", x_title=f"x {hostile}",
+                                  hover="{row} " + hostile, legend=(hostile, "s", "n"), layer_names=[hostile])
+    assert "<img" not in html and html.count("&lt;img/src=x/onerror=alert(1)&gt;") >= 5

@@ -413,6 +413,21 @@ def test_speculate_cli_bad_input(argv, capsys):
     assert err.startswith("kvviz: error:") and "\n" not in err
 
 
+def test_step_strip_escapes_every_text(tiny):
+    """The page sets the strip's HTML as it is (kvviz.app.widgets.own_html, no sanitizer): every token, drafted
+    token and the legend are escaped where the strip is built."""
+    from kvviz.lessons import decode_view, spec_view
+
+    gen = SpeculativeGeneration(tiny, NgramDraft(ngram.NgramConfig(1, 3)), k=2, max_new_tokens=3, stop_at_eos=False)
+    gen.run("a <b> & <i>")
+    texts = decode_view.token_texts(tiny.tokenizer, gen.token_ids)
+    texts[0] = "<img/src=x/onerror=alert(1)>"  # a token text as a hostile vocabulary could hold
+    names = {i: "<script>" for i in gen.token_ids}
+    strip = spec_view.step_strip_html(texts, len(gen.prompt_ids), gen.events[-1], names, "kept <all> & more")
+    assert "<img" not in strip and "<script>" not in strip and "<b>" not in strip
+    assert "&lt;img/src=x/onerror=alert(1)&gt;" in strip and "kept &lt;all&gt; &amp; more" in strip
+
+
 def test_korean_on_smollm2_shows_characters_not_bytes_in_the_step_strip(smollm2):
     """Issue 29.7: SmolLM2's byte-level vocabulary splits a Hangul syllable over up to three tokens; the step strip
     drew each as its own `<0xEC>` chip (Korean lecture mode ran 890 px). Now a run of byte tokens is one chip of the
