@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz.app.decode_controls import DecodeController
 from kvviz.app.language import lang, show_error, tr
 from kvviz.app.lecture import intro_box, lecture_head, settings_box
-from kvviz.app.models import check_request, get_backend, limit, loading_engine, model_caption
+from kvviz.app.models import c_step, check_request, get_backend, limit, loading_engine, model_caption
 from kvviz.app.navigation import page_of
 from kvviz.app.room.follow import room_part
 from kvviz.app.room.session import follower_room
@@ -33,6 +33,7 @@ with loading_engine():  # the first screen is drawn: now torch and the model
     from kvviz.engine.generation import Generation
     from kvviz.lessons import decode_view
     backend = get_backend(settings)
+    compiled = c_step(backend) if backend is not None else None  # the status line names it when a step ran on it
 
 state = st.session_state
 REUSE.seed()
@@ -62,7 +63,7 @@ def prefill() -> None:
         if settings.hosted is not None:
             n_prompt = len(backend.tokenizer.encode(prompt))
             check_request(settings, backend, batch=1, prompt_tokens=n_prompt, max_new_tokens=max_new)
-        gen = Generation(backend, max_new_tokens=max_new, capture_attention=True)
+        gen = Generation(backend, max_new_tokens=max_new, capture_attention=True, compiled=compiled)
         gen.prefill(prompt)
     except InputError as exc:
         state.reuse_error = exc  # the previous generation stays as it was (said once by the live view)

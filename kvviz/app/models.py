@@ -6,7 +6,8 @@
   `model_caption()` names it under a page's title; `shipped_for_hf()` runs the shipped model on a page that needs
   kvviz's own decoder; `preload_engine()` imports torch in the background;
   `loading_engine()` is where a page that needs the model for its first idea imports the engine and loads it, after
-  its title, introduction and idea stepper are drawn (a page opened directly shows them at once);
+  its title, introduction and idea stepper are drawn (a page opened directly shows them at once); `c_step()` is
+  kvviz's C decode step for Reusing Past K/V's steps where it runs the model (the other pages time PyTorch's);
 - `hosted_caps()`, `secrets_dict()`, `hf_policy()`: the deployment's limits, from the environment or
   .streamlit/secrets.toml;
 - `limit()`, `check_request()`, `check_sweep()`: a hosted demo's caps on a widget's bound, a request, a sweep.
@@ -45,13 +46,14 @@ SERVER_TORCH_THREADS = int(_threads) if _threads.isdigit() and int(_threads) > 0
 # may wait. On a CPU the app asks for inductor's graph, not kvviz's C step (the CLI's and the benches' CPU mode): the C
 # step runs one row of a float32 model, so Latency & Capacity's batch, dtype and no-cache sweeps would time some
 # settings on it and the rest uncompiled, two engines in one chart (a batch sweep read B = 1 at 0.41 ms a token and
-# B = 2 at 2.82).
+# B = 2 at 2.82). Reusing Past K/V, whose steps are one row and compare no settings, steps on the C step (c_step()).
 SERVER_COMPILE = os.environ.get("KVVIZ_COMPILE", "") == "1"
 _compile_lock = threading.Lock()
 
 if TYPE_CHECKING:
     from kvviz.app.sidebar import Settings
     from kvviz.engine.backends.base import Backend
+    from kvviz.engine.compiled import CompiledStep
 
 
 def hosted_caps() -> HostedCaps | None:
@@ -147,6 +149,22 @@ def _compiled_step(backend: Backend) -> None:
     elif step.compiles:
         first = next(iter(step.compiles.values())).first_step_s
         st.sidebar.caption(tr("common.compiled_caption", mode=step.mode, seconds=f"{first:.1f}"))
+
+
+def c_step(backend: Backend) -> CompiledStep | None:
+    """kvviz's C decode step (kvviz.engine.compiled, "kernels" mode) for Reusing Past K/V's one-row steps, built once
+    per machine and shared by the sessions of this model; None where it cannot run the model (not native, not a
+    float32 model on an AVX2 CPU, no C compiler). Only that page steps on it: the pages that compare settings (Latency &
+    Capacity's sweeps, Speculative Decoding's plain and speculative passes, Compressing the Cache's caches) time each
+    setting on the backend's own step, one engine in each chart. The page's status line says which step ran."""
+    if backend.kind != "native" or backend.device.type != "cpu":
+        return None
+    if backend.c_step is None:  # the first page that asks builds step.c (a few seconds, once per machine)
+        from kvviz.engine.compiled import CompiledStep
+
+        with _compile_lock:
+            backend.c_step = backend.c_step or CompiledStep(backend.model, backend.device, "kernels")
+    return backend.c_step if backend.c_step.why_not is None else None
 
 
 def _engine_caption(backend: Backend) -> None:

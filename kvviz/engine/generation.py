@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kvviz.engine.backends.base import Backend
+from kvviz.engine.backends.base import Backend, ForwardResult
 from kvviz.engine.device import device_memory_allocated, synchronize
 from kvviz.errors import InputError
 from kvviz.kv.formula import attention_scores_per_pass, kv_footprint
@@ -45,6 +45,7 @@ class StepEvent:
     attention: list[np.ndarray] | None = None  # per layer [n_heads, n_keys]: the newest query's row
     device_memory_bytes: int | None = None  # allocator reading on CUDA/MPS
     queue_s: float = 0.0  # prefill only: time from request to the start of work
+    compiled_mode: str | None = None  # the generation's compiled step that ran this pass (CompiledStep.mode), or None
 
 
 def encode_prompt(backend: Backend, prompt: str | list[int]) -> list[int]:
@@ -77,6 +78,9 @@ class Generation:
     created_at: float = field(default_factory=time.perf_counter)
     requested_new_tokens: int = 0  # what was asked, before prefill() capped it at the context
     adopted: bool = False  # prefilled by another worker (adopt()): events hold this worker's decode steps only
+    # A compiled step (kvviz.engine.compiled.CompiledStep) this generation's decode steps run on where it can; the
+    # prefill and any step it cannot run (it says why in why_not) run on the backend's own forward.
+    compiled: Any = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -174,8 +178,14 @@ class Generation:
         x = torch.tensor(rows, device=be.device)
         synchronize(be.device)
         t0 = time.perf_counter()
-        out = be.forward(x, self.cache if self.use_cache else None, capture_attention=self.capture_attention,
-                         all_logits=False)
+        out = compiled_mode = None
+        if self.compiled is not None and self.use_cache and phase == "decode":
+            got = self.compiled(x, self.cache, capture=self.capture_attention)
+            if got is not None:
+                out, compiled_mode = ForwardResult(*got), self.compiled.mode
+        if out is None:
+            out = be.forward(x, self.cache if self.use_cache else None, capture_attention=self.capture_attention,
+                             all_logits=False)
         logits = out.logits[:, -1].float()
         next_ids = self._choose(logits)
         synchronize(be.device)
@@ -217,6 +227,7 @@ class Generation:
             attention=[a[0, :, -1].float().cpu().numpy() for a in out.attentions] if out.attentions else None,
             device_memory_bytes=device_memory_allocated(be.device),
             queue_s=queue_s,
+            compiled_mode=compiled_mode,
         )
         self.events.append(event)
         return event

@@ -82,6 +82,7 @@ def room_view(events: Sequence[StepEvent], texts: Sequence[str], n_prompt: int, 
             "model": model, "n_prompt": n_prompt, "n_steps": len(events) - 1,
             "n_gen": n_generated, "n_cached": last.cache_lengths[0], "done": done,
             "ttft_ms": round(events[0].seconds * 1e3, 3), "step_ms": round(last.seconds * 1e3, 3),
+            "compiled": last.compiled_mode,
             "texts": list(texts), "top_k": [[t.text, round(t.prob, 6)] for t in last.top_k],
             "written_at": written_at(events),
             "bytes": {"live": last.live_bytes, "formula": last.formula_bytes, "allocated": last.allocated_bytes}}

@@ -421,3 +421,54 @@ def test_download_this_run_in_lecture_mode_is_the_icon_alone():
     button = _download(at, "reuse_download")
     assert button.label == COMPACT_LABEL and not button.disabled
     assert button.help.startswith(t("run_html.download", "ko"))  # the tooltip names it
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_steps_run_on_kvvizs_c_step_and_equal_pytorchs(lang):
+    """Where kvviz's C decode step runs the model, the page's decode steps run on it (its prefill on PyTorch), the
+    status line says so, and the run is PyTorch's: the same tokens, logits and attention rows within float32's
+    rounding tolerance, the same cached K/V."""
+    import torch
+
+    from kvviz.engine import tolerance
+    from kvviz.engine.generation import Generation
+    from kvviz.engine.kernels import step as step_kernel
+    from kvviz.i18n import t
+
+    at = _page(lang)
+    at = _prefill_and_step(at, 3)
+    gen = at.session_state["reuse_gen"]
+    if (why := step_kernel.why_not(gen.backend.model)) is not None:
+        pytest.skip(why)
+    assert [e.compiled_mode for e in gen.events] == [None, "kernels", "kernels", "kernels"]
+    status = next(c.value for c in at.caption if t("reuse.on_c_step", lang) in c.value)
+    assert f"{gen.events[-1].seconds * 1e3:.1f} ms" in status  # the step it names is the one timed
+
+    plain = Generation(gen.backend, max_new_tokens=gen.max_new_tokens, capture_attention=True)
+    plain.prefill(PROMPT)
+    for _ in range(3):
+        plain.step()
+    assert [e.compiled_mode for e in plain.events] == [None] * 4
+    assert plain.generated == gen.generated
+    d_model = gen.backend.spec.d_model
+    diff = float((gen.last_logits - plain.last_logits).abs().max())
+    assert tolerance.agreement(diff, torch.float32, tolerance.magnitude(plain.last_logits), d_model).within
+    for ours, theirs in zip(gen.events[-1].attention, plain.events[-1].attention, strict=True):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    for layer in range(gen.backend.spec.n_layers):
+        for a, b in zip(gen.backend.layer_kv(gen.cache, layer), gen.backend.layer_kv(plain.cache, layer),
+                        strict=True):
+            assert tolerance.agreement(float((a - b).abs().max()), torch.float32, tolerance.magnitude(b),
+                                       d_model).within
+
+
+def test_a_model_the_c_step_cannot_run_steps_on_pytorch_and_says_nothing_of_it():
+    """A head size off the C step's vector width (12): the steps run on PyTorch's forward, as every other page's,
+    and the status line names no C step."""
+    from kvviz.i18n import t
+
+    shape = DecoderConfig(n_layers=2, d_model=48, n_heads=4, n_kv_heads=2, d_ff=96, vocab_size=256, max_seq_len=64)
+    at = _prefill_and_step(_page(shape=shape), 2)
+    gen = at.session_state["reuse_gen"]
+    assert [e.compiled_mode for e in gen.events] == [None] * 3 and gen.n_generated == 3
+    assert not [c for c in at.caption if t("reuse.on_c_step", "en") in c.value]

@@ -62,6 +62,7 @@ def draw_head(view: dict, *, lecture: bool) -> None:
     (REUSE.get("status_slot") or st).caption(
         tr("reuse.status", n_prompt=view["n_prompt"], n_steps=view["n_steps"], n_gen=view["n_gen"],
            n_cached=view["n_cached"], ttft_ms=f"{view['ttft_ms']:.1f}", step_ms=f"{view['step_ms']:.1f}")
+        + (" " + tr("reuse.on_c_step") if view.get("compiled") == "kernels" else "")
         + (" " + tr("reuse.done") if view["done"] else ""))
     texts = view["texts"]
     top_caption = tr("reuse.top_short" if lecture else "reuse.top_caption", token=decode_view.visible(texts[-1]))

@@ -23,6 +23,7 @@ class NativeBackend:
         self.spec = native_spec(model.cfg, name)
         self.kind = "native"
         self.compiled = None  # a CompiledStep once compile() is asked for
+        self.c_step = None  # kvviz's C step for one page's own generations (kvviz.app.models.c_step), once asked for
 
     @property
     def weights(self) -> str:
