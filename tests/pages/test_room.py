@@ -134,6 +134,8 @@ def test_a_follower_draws_the_lecturers_run_without_running_the_model(store):
     # the lecturer's numbers (the timings measured by the lecturer's run), in the follower's language
     status = t("reuse.status", "ko", n_prompt=len(PROMPT), n_steps=2, n_gen=3, n_cached=len(PROMPT) + 2,
                ttft_ms=f"{view['ttft_ms']:.1f}", step_ms=f"{view['step_ms']:.1f}")
+    if view["compiled"] == "kernels":  # the lecturer's steps ran on kvviz's C step: the follower is told so too
+        status += " " + t("reuse.on_c_step", "ko")
     captions = [c.value for c in follower.caption]
     assert "강의를 따라 보고 있습니다" in captions and status in captions
 
