@@ -64,24 +64,47 @@ def p90(values: list[float]) -> float:
     return s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
 
 
+@contextlib.contextmanager
+def settings_shown(page):  # noqa: ANN001, ANN201
+    """The page's settings and model line in view: in lecture mode they are behind the settings button."""
+    folded = not page.get_by_role("spinbutton", name="Max new tokens").is_visible()
+    if folded:
+        page.get_by_role("button", name="Prompt, length and speed").click()
+    yield
+    if folded:
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+
+
+def model_line(page) -> str:  # noqa: ANN001
+    with settings_shown(page):
+        return page.get_by_text(re.compile(r"· \d+ layers ·")).first.inner_text()
+
+
 def prefill(page, max_new: int) -> None:  # noqa: ANN001
-    page.get_by_role("spinbutton", name="Max new tokens").fill(str(max_new))
-    page.keyboard.press("Enter")
-    page.wait_for_timeout(300)
-    wait_idle(page)
+    with settings_shown(page):
+        page.get_by_role("spinbutton", name="Max new tokens").fill(str(max_new))
+        page.keyboard.press("Enter")
+        page.wait_for_timeout(300)
+        wait_idle(page)
     page.get_by_role("button", name="Prefill", exact=True).click()
     page.wait_for_selector(".kv-chip.newest", timeout=120_000)
     page.wait_for_selector(".kv-grid", timeout=120_000)
     wait_idle(page)
 
 
-def open_decode_page(page, url: str) -> float:  # noqa: ANN001
+def open_decode_page(page, url: str, query: str) -> float:  # noqa: ANN001
+    """Home, then the decode page through the sidebar's link (in lecture mode, whose sidebar is folded away, its
+    own URL); Home's seconds."""
     t0 = time.perf_counter()
-    page.goto(url)
+    page.goto(f"{url}/{query}")
     page.wait_for_selector("h1", timeout=120_000)
     wait_idle(page, 120_000)
     home_s = time.perf_counter() - t0
-    page.get_by_role("link", name="Reusing Past K/V").first.click()
+    if "lecture=1" in query:
+        page.goto(f"{url}/{url_path('pages/1_Reusing_Past_KV.py')}{query}")
+    else:
+        page.get_by_role("link", name="Reusing Past K/V").first.click()
     page.wait_for_timeout(300)
     wait_idle(page)
     return home_s
@@ -209,7 +232,7 @@ def open_probed(browser, url: str, model: str, lecture: bool = False):  # noqa: 
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
     query = f"?model={model}" + ("&lecture=1" if lecture else "")
-    home_s = open_decode_page(page, f"{url}/{query}")
+    home_s = open_decode_page(page, url, query)
     return page, cdp, home_s
 
 
@@ -235,7 +258,7 @@ def compare(other: str, args: argparse.Namespace) -> None:
                 runs[k] += server_runs(logs[k], t_lat, time.time())
                 for key, values in lat.items():
                     lats[k].setdefault(key, []).extend(values)
-        model = pages["this"][0].get_by_text(re.compile(r"· \d+ layers ·")).first.inner_text()
+        model = model_line(pages["this"][0])
     print(f"model: {model}; {args.rounds} alternating rounds of {args.steps} steps; load average (1 min) at each "
           f"round: {', '.join(f'{x:.2f}' for x in loads)} on {os.cpu_count()} cores"
           + ("; lecture mode" if args.lecture else ""))
@@ -392,7 +415,7 @@ def main() -> None:
             decode_s = time.perf_counter() - t0
             total = args.steps + args.rapid + args.play_steps + 8
             prefill(page, total)
-            model = page.get_by_text(re.compile(r"· \d+ layers ·")).first.inner_text()
+            model = model_line(page)
             load = os.getloadavg()
             t_lat = time.time()
             lat = step_latency(page, args.steps, cdp)

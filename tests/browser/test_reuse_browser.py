@@ -82,7 +82,7 @@ def _step(page, n: int = 1) -> None:
 
 
 def _tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name).click()
+    page.get_by_role("radio", name=name).click()  # the tab row is a radio group (views/reuse.py: pick_tab)
     page.wait_for_timeout(200)
     wait_idle(page)
 

@@ -31,7 +31,7 @@ def test_work_legends_and_value_labels_do_not_overlap(page, shots, query, size):
         page.locator("button.kv-step").click()
         page.wait_for_function(f"({TOKENS_JS}) > {before}")
     wait_idle(page)
-    page.get_by_role("tab", name="Cached K/V values").click()
+    page.get_by_role("radio", name="Cached K/V values").click()
     wait_idle(page)
     page.wait_for_function("Array.from(document.querySelectorAll('.js-plotly-plot')).some(g => "
                            "g.layout.title && g.layout.title.text.includes('13 positions'))")
@@ -39,7 +39,7 @@ def test_work_legends_and_value_labels_do_not_overlap(page, shots, query, size):
     heatmap = next(c for c in page.evaluate(GEOMETRY) if "13 positions" in c["title"])
     ticks = heatmap["yticks"]
     assert len(ticks) >= 2 and all(_apart(a, b) for a, b in zip(ticks, ticks[1:], strict=False)), ticks
-    page.get_by_role("tab", name="Work saved").click()
+    page.get_by_role("radio", name="Work saved").click()
     wait_idle(page)
     expect(page.locator(".js-plotly-plot")).to_have_count(2)
     wait_charts(page)

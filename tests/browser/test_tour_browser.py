@@ -14,6 +14,7 @@
 import pytest
 from playwright.sync_api import expect
 
+from kvviz.i18n import t
 from tests.browser.axe import AXE, violations
 from tests.browser.harness import LOWEST, TOKENS_JS, app_server, goto_idle, next_idea, settle, wait_idle
 
@@ -592,7 +593,7 @@ def test_decode_page_tabs_fit_a_lecture_screen(tabs, app_url, shots, lang):
         wait_idle(pg)
     settle(pg)
     no_violations(pg, f"Reusing_Past_KV {lang} lecture, after Prefill and ten Steps")
-    tab_list = pg.get_by_role("tab")
+    tab_list = pg.get_by_role("radiogroup", name=t("reuse.tab_pick", lang)).get_by_role("radio")
     expect(tab_list).to_have_count(6)
     for i in range(6):
         tab_list.nth(i).click()

@@ -58,7 +58,7 @@ def test_decode_page_on_a_hf_model_selected_by_path(tiny_hf):
     for _ in range(3):  # the Step button sends its running click count
         at.session_state["reuse_stepper"] = {"events": [[at.session_state["reuse_served"] + 1, "step"]]}
         at.run()
-    at.session_state["reuse_tab"] = "Attention row"
+    at.session_state["reuse_tab"] = "attention"
     at.run()
     assert not at.exception and not at.error
     gen = at.session_state["reuse_gen"]

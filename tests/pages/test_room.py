@@ -161,12 +161,12 @@ def test_a_follower_sees_the_lecturers_bytes_and_attention_row(store):
     assert view["attention"]["rows"] == [[round(float(p), 5) for p in row] for row in gen.events[-1].attention[2]]
 
     follower = open_page("pages/1_Reusing_Past_KV.py", room=room_id)
-    follower.session_state["room_reuse_tab"] = "Attention row"
+    follower.session_state["room_reuse_tab"] = "attention"
     follower.run()
     ours, theirs = _chart(lecturer, "reuse_attn"), _chart(follower, "reuse_attn")
     assert theirs["layout"]["title"]["text"] == ours["layout"]["title"]["text"]
     assert theirs["data"][0]["z"] == [[round(float(p), 5) for p in row] for row in gen.events[-1].attention[2]]
-    follower.session_state["room_reuse_tab"] = "Cache bytes"
+    follower.session_state["room_reuse_tab"] = "bytes"
     follower.run()
     live = [e.live_bytes for e in gen.events]
     assert next(d["y"] for d in _chart(follower, "reuse_bytes")["data"] if d["y"][-1] == live[-1]) == live

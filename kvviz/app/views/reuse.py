@@ -1,8 +1,9 @@
 """What the Reusing Past K/V page draws beyond its controls: the session keys it keeps (`REUSE`), the run's status,
-the token strip and the open tab (`draw`, whose status and strip are `draw_head`; a lecture room's follower draws
-them and the grid with `follow`, with "Explore from here" from `run_settings`): the cache growing per layer, its
-bytes, the cached K/V values, the newest token's attention, the work with and without a cache, and the check against
-recomputing. Imports the engine (torch): the page imports it after its first screen is drawn."""
+the token strip, the tab row (`pick_tab`) and the picked tab (`draw`, whose status and strip are `draw_head`; a
+lecture room's follower draws them and the grid with `follow`, with "Explore from here" from `run_settings`): the
+cache growing per layer, its bytes, the cached K/V values, the newest token's attention, the work with and without a
+cache, and the check against recomputing. Imports the engine (torch): the page imports it after its first screen is
+drawn."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,9 +34,9 @@ TABS = ("growth", "bytes", "values", "attention", "work", "check")
 
 
 def draw(gen: Generation, *, lecture: bool) -> dict:
-    """The run's status line, a clamp said, the token strip with the top five, and the open tab (only that one is
-    drawn: Streamlit tells the server which one, so a step redraws one lesson, not six charts). Returns what a
-    lecture room's followers draw of it (decode_view.room_view)."""
+    """The run's status line, a clamp said, the token strip with the top five, the tab row and the picked tab (only
+    that one is drawn, so a step redraws one lesson, not six charts). Returns what a lecture room's followers draw
+    of it (decode_view.room_view)."""
     texts = decode_view.token_texts(gen.backend.tokenizer, gen.token_ids)
     labels = decode_view.position_labels(chip_labels(texts))  # byte runs as their characters
     spec = gen.backend.spec
@@ -45,16 +46,23 @@ def draw(gen: Generation, *, lecture: bool) -> dict:
     if REUSE.get("clamped"):
         n_fit, max_len = REUSE.get("clamped")
         st.warning(tr("reuse.clamped", n_new=n_fit, max_len=max_len))
-    tabs = st.tabs([tr(f"reuse.tab_{name}") for name in TABS], key="reuse_tab", on_change="rerun")
-    opened = next((name for name, tab in zip(TABS, tabs, strict=True) if tab.open), TABS[0])
-    with tabs[TABS.index(opened)]:
-        if opened == "attention":
-            attention_tab(spec.n_layers, view, labels, lecture, gen.events[-1].attention)
-        elif opened in FOLLOWER_TABS:
-            FOLLOWER_TABS[opened](view, labels, lecture)
-        else:
-            {"values": values_tab, "work": work_tab, "check": check_tab}[opened](gen, labels, texts, lecture)
+    opened = pick_tab(TABS, "reuse_tab")
+    if opened == "attention":
+        attention_tab(spec.n_layers, view, labels, lecture, gen.events[-1].attention)
+    elif opened in FOLLOWER_TABS:
+        FOLLOWER_TABS[opened](view, labels, lecture)
+    else:
+        {"values": values_tab, "work": work_tab, "check": check_tab}[opened](gen, labels, texts, lecture)
     return view
+
+
+def pick_tab(names: tuple[str, ...] | list[str], key: str) -> str:
+    """The tab row: one radio button per lesson (a radio group, arrow keys and Tab reach each), the picked one drawn
+    below it. Not st.tabs: a Step redraws the fragment, and st.tabs' tab list was built again on every redraw
+    (~16 ms of the browser's main thread on each Step, docs/measurements.md § Step on Reusing Past K/V); the picked
+    name, not its label, is kept, so a language switch keeps the tab."""
+    return st.segmented_control(tr("reuse.tab_pick"), names, format_func=lambda name: tr(f"reuse.tab_{name}"),
+                                key=key, default=names[0], required=True, label_visibility="collapsed") or names[0]
 
 
 def draw_head(view: dict, *, lecture: bool) -> None:
@@ -87,10 +95,7 @@ def follow(view: RoomView, *, lecture: bool) -> None:
     draw_head(view, lecture=lecture)
     labels = decode_view.position_labels(chip_labels(view["texts"]))
     names = [name for name in FOLLOWER_TABS if name != "attention" or view.get("attention")]
-    tabs = st.tabs([tr(f"reuse.tab_{name}") for name in names], key="room_reuse_tab", on_change="rerun")
-    opened = next((name for name, tab in zip(names, tabs, strict=True) if tab.open), names[0])
-    with tabs[names.index(opened)]:
-        FOLLOWER_TABS[opened](view, labels, lecture)
+    FOLLOWER_TABS[pick_tab(names, "room_reuse_tab")](view, labels, lecture)
 
 
 def download(where, gen: Generation | None, *, compact: bool) -> None:  # noqa: ANN001 - a Streamlit container
