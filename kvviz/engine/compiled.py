@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvviz.engine.cache import KVCache
 from kvviz.engine.kernels import step as step_kernel
 from kvviz.engine.model import static_layer
 
 if TYPE_CHECKING:
-    from kvviz.engine.cache import KVCache
     from kvviz.engine.model import Decoder
 
 MODES = ("inductor", "cuda graphs", "kernels")
@@ -90,7 +90,10 @@ class CompiledStep:
             _static_weights(model)
 
     def usable(self, input_ids: torch.Tensor, cache: KVCache) -> bool:
-        """One new token per row on a cache whose layers all hold the same positions, with room for it."""
+        """One new token per row on a plain KVCache (not compression's caches: they evict, quantize) whose layers all
+        hold the same positions, with room for it."""
+        if type(cache) is not KVCache:
+            return False
         lengths = cache.lengths
         return (self.why_not is None and input_ids.shape[1] == 1 and lengths.count(lengths[0]) == len(lengths)
                 and lengths[0] < cache.max_len

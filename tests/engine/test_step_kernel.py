@@ -150,3 +150,27 @@ def test_a_width_off_the_vector_width_gives_the_uncompiled_steps_numbers():
             assert agreement(float((ours.last_logits - theirs.last_logits).abs().max()), torch.bfloat16,
                              magnitude(theirs.last_logits), cfg.d_ff).within
     assert ours.generated == theirs.generated and compiled.compiled.compiles[False].first_step_s > 0
+
+
+def test_a_compression_cache_is_left_to_the_uncompiled_step(backend):
+    """Compression's caches evict or quantize: a compiled step takes none of them (CompiledStep.usable), whether it is
+    the backend's (compile()) or a generation's own, and the pass is the uncompiled one's."""
+    from kvviz.compression.caches import EvictingCache
+
+    ids = torch.tensor([backend.tokenizer.encode(PROMPT)])
+    step = CompiledStep(backend.model, backend.device, "kernels")
+
+    def new_cache() -> EvictingCache:
+        return EvictingCache(backend.spec, 1, torch.float32, torch.device("cpu"))
+
+    cache = new_cache()
+    plain = backend.forward(ids, cache, capture_attention=False, all_logits=False).logits
+    assert step(ids[:, -1:], cache, capture=False) is None
+    backend.compile("kernels")
+    again = new_cache()
+    assert torch.equal(backend.forward(ids, again, capture_attention=False, all_logits=False).logits, plain)
+    nxt = plain[:, -1].argmax(-1, keepdim=True)
+    ours = backend.forward(nxt, again, capture_attention=False, all_logits=False).logits
+    assert step.compiles == {} and backend.compiled.compiles == {}
+    backend.compiled = None
+    assert torch.equal(ours, backend.forward(nxt, cache, capture_attention=False, all_logits=False).logits)

@@ -51,7 +51,7 @@ class NativeBackend:
     def forward(
         self, input_ids: torch.Tensor, cache: KVCache | None, *, capture_attention: bool, all_logits: bool
     ) -> ForwardResult:
-        if self.compiled is not None and type(cache) is KVCache:  # not compression's caches: they evict, quantize
+        if self.compiled is not None and cache is not None:  # CompiledStep.usable() says which caches it takes
             out = self.compiled(input_ids, cache, capture=capture_attention)
             if out is not None:
                 return ForwardResult(*out)
